@@ -1,0 +1,304 @@
+//! Devices and backends: list what ggml can run on, start a backend by name,
+//! load backend modules (`libggml-cuda.so`, ...) built elsewhere.
+//!
+//! Everything goes through ggml's backend registry (`ggml-backend.h`), never
+//! through backend-specific entry points, so the same code works whether
+//! backends are linked in or loaded at run time (`GGML_BACKEND_DL`).
+
+use crate::error::{Error, Result};
+use crate::log;
+use ggml_sys as sys;
+use std::ffi::{CStr, CString};
+use std::path::Path;
+use std::rc::Rc;
+
+/// What kind of hardware a device is (`ggml_backend_dev_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    Cpu,
+    Gpu,
+    IntegratedGpu,
+    Accelerator,
+    Other,
+}
+
+impl DeviceKind {
+    fn from_raw(t: sys::ggml_backend_dev_type) -> Self {
+        match t {
+            sys::GGML_BACKEND_DEVICE_TYPE_CPU => DeviceKind::Cpu,
+            sys::GGML_BACKEND_DEVICE_TYPE_GPU => DeviceKind::Gpu,
+            sys::GGML_BACKEND_DEVICE_TYPE_IGPU => DeviceKind::IntegratedGpu,
+            sys::GGML_BACKEND_DEVICE_TYPE_ACCEL => DeviceKind::Accelerator,
+            _ => DeviceKind::Other,
+        }
+    }
+}
+
+/// A device known to ggml's registry. Devices live as long as the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Device {
+    ptr: sys::ggml_backend_dev_t,
+}
+
+// SAFETY: registry devices are process-global, immutable descriptors.
+unsafe impl Send for Device {}
+unsafe impl Sync for Device {}
+
+fn cstr(p: *const std::ffi::c_char) -> String {
+    if p.is_null() {
+        String::new()
+    } else {
+        // SAFETY: ggml returns NUL-terminated strings that live as long as the device.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+impl Device {
+    /// ggml's device name (`"CPU"`, `"CUDA0"`, `"Metal"`).
+    pub fn name(&self) -> String {
+        // SAFETY: valid registry device.
+        cstr(unsafe { sys::ggml_backend_dev_name(self.ptr) })
+    }
+
+    /// A human description (the CPU model, the GPU name).
+    pub fn description(&self) -> String {
+        // SAFETY: valid registry device.
+        cstr(unsafe { sys::ggml_backend_dev_description(self.ptr) })
+    }
+
+    /// The device kind.
+    pub fn kind(&self) -> DeviceKind {
+        // SAFETY: valid registry device.
+        DeviceKind::from_raw(unsafe { sys::ggml_backend_dev_type(self.ptr) })
+    }
+
+    /// Free and total memory in bytes, as the device reports it.
+    pub fn memory(&self) -> (usize, usize) {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid registry device, valid out-pointers.
+        unsafe { sys::ggml_backend_dev_memory(self.ptr, &mut free, &mut total) };
+        (free, total)
+    }
+
+    /// The name of the registry (backend family) the device belongs to (`"CPU"`, `"CUDA"`).
+    pub fn backend_name(&self) -> String {
+        // SAFETY: valid registry device.
+        cstr(unsafe { sys::ggml_backend_reg_name(sys::ggml_backend_dev_backend_reg(self.ptr)) })
+    }
+
+    /// The short name users type: `cpu`, `cuda:0`, `metal`, ...
+    pub fn user_name(&self) -> String {
+        let family = self.backend_name().to_lowercase();
+        let index = all_devices()
+            .into_iter()
+            .filter(|d| d.backend_name().eq_ignore_ascii_case(&family))
+            .position(|d| d == *self)
+            .unwrap_or(0);
+        let n_same = all_devices().iter().filter(|d| d.backend_name().eq_ignore_ascii_case(&family)).count();
+        if self.kind() == DeviceKind::Cpu || n_same <= 1 && family != "cuda" {
+            family
+        } else {
+            format!("{family}:{index}")
+        }
+    }
+
+    pub(crate) fn raw(&self) -> sys::ggml_backend_dev_t {
+        self.ptr
+    }
+}
+
+fn all_devices() -> Vec<Device> {
+    log::init();
+    // SAFETY: registry queries with in-range indices.
+    let n = unsafe { sys::ggml_backend_dev_count() };
+    (0..n).map(|i| Device { ptr: unsafe { sys::ggml_backend_dev_get(i) } }).collect()
+}
+
+/// Every device ggml knows now (built-in backends and loaded modules).
+pub fn devices() -> Vec<Device> {
+    all_devices()
+}
+
+/// Find a device by the name a user types: `cpu`, `cuda` (first CUDA device),
+/// `cuda:N`, `metal`, or ggml's own device name (`CUDA0`), case-insensitive.
+///
+/// # Errors
+/// [`Error::Backend`] listing the available devices when none matches.
+pub fn device_by_name(name: &str) -> Result<Device> {
+    let want = name.trim().to_lowercase();
+    let devs = all_devices();
+    let (family, index) = match want.split_once(':') {
+        Some((f, i)) => {
+            let i: usize = i
+                .parse()
+                .map_err(|_| Error::Backend(format!("device {name:?}: the index after ':' must be a number")))?;
+            (f.to_string(), Some(i))
+        }
+        None => (want.clone(), None),
+    };
+    if let Some(d) = devs.iter().find(|d| d.name().eq_ignore_ascii_case(&want)) {
+        return Ok(*d);
+    }
+    let fam: Vec<Device> = devs.iter().copied().filter(|d| d.backend_name().eq_ignore_ascii_case(&family)).collect();
+    if let Some(d) = fam.get(index.unwrap_or(0)) {
+        return Ok(*d);
+    }
+    let have: Vec<String> = devs.iter().map(|d| d.user_name()).collect();
+    Err(Error::Backend(format!(
+        "no {name} device or backend found (available: {})",
+        if have.is_empty() { "none".to_string() } else { have.join(", ") }
+    )))
+}
+
+/// Load one backend module (`libggml-cuda.so`, ...) built from the same ggml
+/// source; its devices then appear in [`devices`].
+///
+/// # Errors
+/// [`Error::Backend`] when the file does not exist or is not a ggml backend.
+pub fn load_backend(path: &Path) -> Result<()> {
+    log::init();
+    if !path.is_file() {
+        return Err(Error::Backend(format!("{}: no such backend module", path.display())));
+    }
+    let c = CString::new(path.to_string_lossy().as_bytes()).map_err(|_| Error::Backend("path contains NUL".into()))?;
+    // SAFETY: valid C string; ggml returns NULL on failure.
+    let reg = unsafe { sys::ggml_backend_load(c.as_ptr()) };
+    if reg.is_null() {
+        let why = log::take_last_error().unwrap_or_else(|| "not a ggml backend module".into());
+        return Err(Error::Backend(format!("{}: {why}", path.display())));
+    }
+    Ok(())
+}
+
+/// Load every backend module found in `dir` (`libggml-*.so`), as
+/// `ggml_backend_load_all_from_path` does. Missing folders are an error;
+/// a folder with no module loads nothing.
+pub fn load_backends_from(dir: &Path) -> Result<()> {
+    log::init();
+    if !dir.is_dir() {
+        return Err(Error::Backend(format!("{}: no such backend folder", dir.display())));
+    }
+    let c = CString::new(dir.to_string_lossy().as_bytes()).map_err(|_| Error::Backend("path contains NUL".into()))?;
+    // SAFETY: valid C string.
+    unsafe { sys::ggml_backend_load_all_from_path(c.as_ptr()) };
+    Ok(())
+}
+
+/// In builds with loadable backends, load the CPU module (and any other module
+/// found next to the executable or in `GGML_BACKEND_PATH`); a no-op otherwise.
+pub fn load_default_backends() {
+    log::init();
+    if sys::BACKEND_DL {
+        // SAFETY: no arguments; loads modules from ggml's default search path.
+        unsafe { sys::ggml_backend_load_all() };
+    }
+}
+
+struct BackendInner {
+    ptr: sys::ggml_backend_t,
+    device: Device,
+}
+
+impl Drop for BackendInner {
+    fn drop(&mut self) {
+        // SAFETY: we own the backend; every user (schedulers) holds an Rc to us.
+        unsafe { sys::ggml_backend_free(self.ptr) };
+    }
+}
+
+/// A started backend (a stream on one device). Cheap to clone: clones share it,
+/// and it is freed when the last clone (including the ones held by schedulers
+/// and buffers) goes away.
+#[derive(Clone)]
+pub struct Backend {
+    inner: Rc<BackendInner>,
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Backend({})", self.name())
+    }
+}
+
+impl Backend {
+    /// Start a backend on `device`.
+    pub fn new(device: Device) -> Result<Backend> {
+        log::init();
+        // SAFETY: valid device; NULL params.
+        let ptr = unsafe { sys::ggml_backend_dev_init(device.raw(), std::ptr::null()) };
+        if ptr.is_null() {
+            return Err(Error::Backend(format!("cannot start a backend on {}", device.name())));
+        }
+        Ok(Backend { inner: Rc::new(BackendInner { ptr, device }) })
+    }
+
+    /// Start the backend for a user-typed device name (see [`device_by_name`]).
+    pub fn by_name(name: &str) -> Result<Backend> {
+        load_default_backends();
+        Backend::new(device_by_name(name)?)
+    }
+
+    /// The CPU backend.
+    pub fn cpu() -> Result<Backend> {
+        load_default_backends();
+        let dev = all_devices()
+            .into_iter()
+            .find(|d| d.kind() == DeviceKind::Cpu)
+            .ok_or_else(|| Error::Backend("no CPU backend (is libggml-cpu loadable?)".into()))?;
+        Backend::new(dev)
+    }
+
+    /// The device this backend runs on.
+    pub fn device(&self) -> Device {
+        self.inner.device
+    }
+
+    /// ggml's backend name (`"CPU"`, `"CUDA0"`).
+    pub fn name(&self) -> String {
+        // SAFETY: live backend.
+        cstr(unsafe { sys::ggml_backend_name(self.inner.ptr) })
+    }
+
+    /// True for the CPU backend.
+    pub fn is_cpu(&self) -> bool {
+        self.device().kind() == DeviceKind::Cpu
+    }
+
+    /// Set the number of threads, for backends that have threads (the CPU).
+    /// Returns false when the backend has no such setting.
+    pub fn set_n_threads(&self, n: usize) -> bool {
+        let name = c"ggml_backend_set_n_threads";
+        // SAFETY: live backend; the registry returns NULL or a function of the documented type.
+        unsafe {
+            let reg = sys::ggml_backend_dev_backend_reg(self.inner.device.raw());
+            let f = sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr());
+            if f.is_null() {
+                return false;
+            }
+            let f: unsafe extern "C" fn(sys::ggml_backend_t, i32) = std::mem::transmute(f);
+            f(self.inner.ptr, n.max(1) as i32);
+        }
+        true
+    }
+
+    /// Whether the backend can run the op that produces `t`.
+    pub fn supports(&self, t: crate::Tensor<'_>) -> bool {
+        // SAFETY: live backend and tensor.
+        unsafe { sys::ggml_backend_supports_op(self.inner.ptr, t.raw()) }
+    }
+
+    /// Wait for queued work to finish.
+    pub fn synchronize(&self) {
+        // SAFETY: live backend.
+        unsafe { sys::ggml_backend_synchronize(self.inner.ptr) }
+    }
+
+    pub(crate) fn raw(&self) -> sys::ggml_backend_t {
+        self.inner.ptr
+    }
+}
+
+/// The number of CPU threads to use by default: the machine's available parallelism.
+pub fn default_n_threads() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}

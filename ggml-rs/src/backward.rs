@@ -1,0 +1,147 @@
+//! Which graphs ggml can differentiate: mirrors `ggml_build_backward_expand` and
+//! `ggml_compute_backward` (ggml 0.26.0 plus our patches) so that a graph they
+//! would abort on is refused with an error instead.
+
+use crate::context::Tensor;
+use crate::error::{Error, Result};
+use ggml_sys as sys;
+use std::collections::HashSet;
+
+/// Ops whose backward ggml implements (with our `NORM` patch), for any operand
+/// that needs a gradient unless [`check_node`] says otherwise.
+const OPS_WITH_BACKWARD: &[sys::ggml_op] = &[
+    sys::GGML_OP_NONE,
+    sys::GGML_OP_DUP,
+    sys::GGML_OP_ADD,
+    sys::GGML_OP_ADD1,
+    sys::GGML_OP_ACC,
+    sys::GGML_OP_SUB,
+    sys::GGML_OP_MUL,
+    sys::GGML_OP_DIV,
+    sys::GGML_OP_SQR,
+    sys::GGML_OP_SQRT,
+    sys::GGML_OP_LOG,
+    sys::GGML_OP_SIN,
+    sys::GGML_OP_COS,
+    sys::GGML_OP_SUM,
+    sys::GGML_OP_SUM_ROWS,
+    sys::GGML_OP_REPEAT,
+    sys::GGML_OP_REPEAT_BACK,
+    sys::GGML_OP_RMS_NORM,
+    sys::GGML_OP_NORM,
+    sys::GGML_OP_MUL_MAT,
+    sys::GGML_OP_SCALE,
+    sys::GGML_OP_CPY,
+    sys::GGML_OP_CONT,
+    sys::GGML_OP_RESHAPE,
+    sys::GGML_OP_VIEW,
+    sys::GGML_OP_PERMUTE,
+    sys::GGML_OP_TRANSPOSE,
+    sys::GGML_OP_GET_ROWS,
+    sys::GGML_OP_DIAG_MASK_INF,
+    sys::GGML_OP_DIAG_MASK_ZERO,
+    sys::GGML_OP_SOFT_MAX,
+    sys::GGML_OP_ROPE,
+    sys::GGML_OP_UNARY,
+    sys::GGML_OP_CROSS_ENTROPY_LOSS,
+    sys::GGML_OP_GLU,
+];
+
+/// Unary ops with a backward (GELU and GELU_ERF from our patch).
+const UNARY_WITH_BACKWARD: &[sys::ggml_unary_op] = &[
+    sys::GGML_UNARY_OP_ABS,
+    sys::GGML_UNARY_OP_SGN,
+    sys::GGML_UNARY_OP_NEG,
+    sys::GGML_UNARY_OP_STEP,
+    sys::GGML_UNARY_OP_RELU,
+    sys::GGML_UNARY_OP_SILU,
+    sys::GGML_UNARY_OP_EXP,
+    sys::GGML_UNARY_OP_EXPM1,
+    sys::GGML_UNARY_OP_SOFTPLUS,
+    sys::GGML_UNARY_OP_GELU,
+];
+
+/// Refuse graphs whose backward ggml cannot build. `nodes` in execution order.
+pub(crate) fn check_differentiable(nodes: &[Tensor<'_>]) -> Result<()> {
+    let mut needs: HashSet<*mut sys::ggml_tensor> = HashSet::new();
+    let mut any_param = false;
+    for n in nodes {
+        let srcs = n.srcs();
+        // Operands whose gradient ggml ignores by construction.
+        let ignored = |j: usize| -> bool {
+            matches!((n.op(), j), (sys::GGML_OP_CPY, 1) | (sys::GGML_OP_GET_ROWS, 1) | (sys::GGML_OP_ROPE, 1))
+                || (n.op() == sys::GGML_OP_UNARY && matches!(unary(n), sys::GGML_UNARY_OP_SGN | sys::GGML_UNARY_OP_STEP))
+        };
+        let src_needs: Vec<bool> = (0..srcs.len()).map(|j| !ignored(j) && needs.contains(&srcs[j].raw())).collect();
+        let node_needs = n.is_param() || src_needs.iter().any(|&b| b);
+        if n.is_param() {
+            any_param = true;
+        }
+        if !node_needs || n.dtype() == crate::DType::I32 {
+            continue;
+        }
+        check_node(n, &srcs, &src_needs)?;
+        needs.insert(n.raw());
+    }
+    if !any_param {
+        return Err(Error::Backward("no parameter in the graph (mark weights with Context::set_param)".into()));
+    }
+    Ok(())
+}
+
+fn unary(n: &Tensor<'_>) -> sys::ggml_unary_op {
+    // SAFETY: only called for UNARY nodes.
+    unsafe { sys::ggml_get_unary_op(n.raw()) }
+}
+
+fn fail(n: &Tensor<'_>, why: &str) -> Error {
+    Error::Backward(format!("{} ({}): {why}", n.name(), n.op_name()))
+}
+
+fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result<()> {
+    let op = n.op();
+    if !OPS_WITH_BACKWARD.contains(&op) {
+        return Err(fail(n, "ggml has no backward for this op"));
+    }
+    if n.is_view() && !matches!(op, sys::GGML_OP_CPY | sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE | sys::GGML_OP_PERMUTE | sys::GGML_OP_TRANSPOSE) {
+        return Err(fail(n, "in-place ops cannot be differentiated"));
+    }
+    for (s, &need) in srcs.iter().zip(src_needs) {
+        if need && !matches!(s.dtype(), crate::DType::F32 | crate::DType::F16) {
+            return Err(fail(n, "gradients flow only through f32/f16 operands"));
+        }
+    }
+    let need = |j: usize| src_needs.get(j).copied().unwrap_or(false);
+    match op {
+        sys::GGML_OP_UNARY if !UNARY_WITH_BACKWARD.contains(&unary(n)) => Err(fail(n, "ggml has no backward for this unary op")),
+        sys::GGML_OP_GLU => {
+            // SAFETY: GLU node.
+            let g = unsafe { sys::ggml_get_glu_op(n.raw()) };
+            if g != sys::GGML_GLU_OP_SWIGLU || srcs.len() < 2 {
+                Err(fail(n, "only split SwiGLU has a backward"))
+            } else {
+                Ok(())
+            }
+        }
+        sys::GGML_OP_SOFT_MAX if need(1) => Err(fail(n, "the softmax mask cannot receive a gradient")),
+        sys::GGML_OP_CROSS_ENTROPY_LOSS if need(1) => Err(fail(n, "labels cannot receive a gradient")),
+        sys::GGML_OP_ROPE if need(2) => Err(fail(n, "frequency factors cannot receive a gradient")),
+        sys::GGML_OP_GET_ROWS if need(0) => {
+            let (a, ids) = (srcs[0].ne(), srcs[1].ne());
+            if a[2] != 1 || a[3] != 1 || ids[1] != 1 || ids[2] != 1 {
+                Err(fail(n, "the backward of get_rows needs a 2-d table and a 1-d index vector (flatten the indices)"))
+            } else {
+                Ok(())
+            }
+        }
+        sys::GGML_OP_MUL_MAT if need(0) => {
+            let (a, b) = (srcs[0].ne(), srcs[1].ne());
+            if (a[2] != b[2] || a[3] != b[3]) && b[3] != 1 {
+                Err(fail(n, "the weight gradient of a broadcast mul_mat needs ne3 = 1 (repeat the operand explicitly)"))
+            } else {
+                Ok(())
+            }
+        }
+        _ => Ok(()),
+    }
+}

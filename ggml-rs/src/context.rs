@@ -1,0 +1,462 @@
+//! Contexts own tensor metadata; tensors are handles that cannot outlive them.
+//!
+//! A [`Context`] is a ggml context created with `no_alloc`: it holds tensor
+//! descriptions only. Data lives either in backend buffers the context owns
+//! ([`Context::allocate`], for weights and other persistent state) or in the
+//! compute buffers of a [`Graph`](crate::Graph) allocated through the backend
+//! scheduler (for intermediate values). A [`Tensor`] borrows its context, so no
+//! handle to freed metadata can exist in safe code; data is reachable only while
+//! the buffer holding it is alive (see [`Tensor::read`]).
+
+use crate::backend::Backend;
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::log;
+use ggml_sys as sys;
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
+/// Maximum number of dimensions of a ggml tensor.
+pub const MAX_DIMS: usize = sys::GGML_MAX_DIMS as usize;
+
+struct OwnedBuffer {
+    ptr: sys::ggml_backend_buffer_t,
+    // Keeps the backend (and so its device context) alive as long as the buffer.
+    _backend: Backend,
+}
+
+/// A ggml context: an arena of tensor descriptions with a fixed capacity.
+pub struct Context {
+    ptr: NonNull<sys::ggml_context>,
+    max_tensors: usize,
+    buffers: RefCell<Vec<OwnedBuffer>>,
+}
+
+impl Context {
+    /// A context with room for `max_tensors` tensor descriptions (views and op
+    /// results included). Creating more returns [`Error::Capacity`].
+    pub fn new(max_tensors: usize) -> Result<Context> {
+        log::init();
+        let max_tensors = max_tensors.max(1);
+        // SAFETY: pure size computation.
+        let mem_size = max_tensors * unsafe { sys::ggml_tensor_overhead() };
+        let params = sys::ggml_init_params { mem_size, mem_buffer: std::ptr::null_mut(), no_alloc: true };
+        // SAFETY: ggml allocates the arena; NULL on failure.
+        let ptr = unsafe { sys::ggml_init(params) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| Error::Capacity(format!("cannot allocate a context of {mem_size} bytes")))?;
+        Ok(Context { ptr, max_tensors, buffers: RefCell::new(Vec::new()) })
+    }
+
+    /// The number of tensors this context can hold.
+    pub fn capacity(&self) -> usize {
+        self.max_tensors
+    }
+
+    /// How many more tensors fit.
+    pub fn remaining(&self) -> usize {
+        // SAFETY: live context.
+        let (used, size, per) =
+            unsafe { (sys::ggml_used_mem(self.ptr.as_ptr()), sys::ggml_get_mem_size(self.ptr.as_ptr()), sys::ggml_tensor_overhead()) };
+        size.saturating_sub(used) / per
+    }
+
+    /// Fail with [`Error::Capacity`] unless `n` more tensors fit.
+    pub(crate) fn reserve(&self, op: &str, n: usize) -> Result<()> {
+        let left = self.remaining();
+        if left < n {
+            return Err(Error::Capacity(format!(
+                "{op}: the context is full ({} tensors); create it with a larger capacity",
+                self.max_tensors
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn raw(&self) -> *mut sys::ggml_context {
+        self.ptr.as_ptr()
+    }
+
+    /// Wrap a tensor pointer that belongs to (or outlives) this context.
+    pub(crate) fn wrap<'a>(&'a self, t: *mut sys::ggml_tensor) -> Result<Tensor<'a>> {
+        NonNull::new(t)
+            .map(|ptr| Tensor { ptr, _ctx: PhantomData })
+            .ok_or_else(|| Error::Capacity("ggml returned no tensor (context full?)".into()))
+    }
+
+    /// A new tensor of `dtype` with shape `ne` (ggml order: `ne[0]` is the
+    /// contiguous dimension; 1 to 4 dimensions, each ≥ 1).
+    ///
+    /// # Errors
+    /// [`Error::Op`] for a bad shape or a row length that is not a multiple of a
+    /// quantized type's block; [`Error::Capacity`] when the context is full.
+    pub fn new_tensor(&self, dtype: DType, ne: &[i64]) -> Result<Tensor<'_>> {
+        check_shape("new_tensor", dtype, ne)?;
+        self.reserve("new_tensor", 1)?;
+        // SAFETY: shape validated; context has room.
+        let t = unsafe { sys::ggml_new_tensor(self.raw(), dtype.to_raw(), ne.len() as i32, ne.as_ptr()) };
+        self.wrap(t)
+    }
+
+    /// A new 1-d tensor `[ne0]`.
+    pub fn new_tensor_1d(&self, dtype: DType, ne0: i64) -> Result<Tensor<'_>> {
+        self.new_tensor(dtype, &[ne0])
+    }
+
+    /// A new 2-d tensor `[ne0, ne1]` (`ne1` rows of `ne0` elements).
+    pub fn new_tensor_2d(&self, dtype: DType, ne0: i64, ne1: i64) -> Result<Tensor<'_>> {
+        self.new_tensor(dtype, &[ne0, ne1])
+    }
+
+    /// A new 3-d tensor `[ne0, ne1, ne2]`.
+    pub fn new_tensor_3d(&self, dtype: DType, ne0: i64, ne1: i64, ne2: i64) -> Result<Tensor<'_>> {
+        self.new_tensor(dtype, &[ne0, ne1, ne2])
+    }
+
+    /// Allocate every tensor of this context that has no data yet in one buffer
+    /// of `backend` (`ggml_backend_alloc_ctx_tensors`). The buffer is owned by the
+    /// context and freed with it. Tensors created later can be allocated by
+    /// another call. The memory is zeroed.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the device is out of memory.
+    pub fn allocate(&self, backend: &Backend) -> Result<()> {
+        // SAFETY: live context and backend. NULL means "nothing to allocate" or failure.
+        let any = self.tensors().any(|t| !t.is_allocated() && !t.is_view());
+        if !any {
+            return Ok(());
+        }
+        let buf = unsafe { sys::ggml_backend_alloc_ctx_tensors(self.raw(), backend.raw()) };
+        if buf.is_null() {
+            let why = log::take_last_error().unwrap_or_default();
+            return Err(Error::Backend(format!("cannot allocate tensors on {}: out of memory? {why}", backend.name())));
+        }
+        // SAFETY: fresh buffer.
+        unsafe { sys::ggml_backend_buffer_clear(buf, 0) };
+        self.buffers.borrow_mut().push(OwnedBuffer { ptr: buf, _backend: backend.clone() });
+        Ok(())
+    }
+
+    /// Total bytes of the buffers this context owns.
+    pub fn allocated_bytes(&self) -> usize {
+        // SAFETY: live buffers.
+        self.buffers.borrow().iter().map(|b| unsafe { sys::ggml_backend_buffer_get_size(b.ptr) }).sum()
+    }
+
+    /// Iterate over the tensors of the context in creation order.
+    pub fn tensors(&self) -> impl Iterator<Item = Tensor<'_>> + '_ {
+        // SAFETY: live context; the list is stable while we borrow it.
+        let mut cur = unsafe { sys::ggml_get_first_tensor(self.raw()) };
+        std::iter::from_fn(move || {
+            let t = NonNull::new(cur)?;
+            // SAFETY: `t` is a tensor of this context.
+            cur = unsafe { sys::ggml_get_next_tensor(self.raw(), t.as_ptr()) };
+            Some(Tensor { ptr: t, _ctx: PhantomData })
+        })
+    }
+
+    /// The tensor named `name`, if any.
+    pub fn get(&self, name: &str) -> Option<Tensor<'_>> {
+        self.tensors().find(|t| t.name() == name)
+    }
+
+    /// Mark `t` as a trainable parameter (`ggml_set_param`): backward computes its
+    /// gradient. It must be a leaf (created by `new_tensor`, not an op result).
+    pub fn set_param(&self, t: Tensor<'_>) -> Result<()> {
+        if t.op() != sys::GGML_OP_NONE {
+            return Err(t.err("only leaf tensors (not op results) can be parameters"));
+        }
+        if !matches!(t.dtype(), DType::F32 | DType::F16) {
+            return Err(t.err(format!("parameters must be f32 or f16, not {}", t.dtype())));
+        }
+        // SAFETY: checked above.
+        unsafe { sys::ggml_set_param(t.raw()) };
+        Ok(())
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        for b in self.buffers.get_mut().drain(..) {
+            // SAFETY: we own the buffer; no tensor of ours can be used after this.
+            unsafe { sys::ggml_backend_buffer_free(b.ptr) };
+        }
+        // SAFETY: we own the context.
+        unsafe { sys::ggml_free(self.ptr.as_ptr()) };
+    }
+}
+
+pub(crate) fn check_shape(op: &'static str, dtype: DType, ne: &[i64]) -> Result<()> {
+    if ne.is_empty() || ne.len() > MAX_DIMS {
+        return Err(Error::op(op, format!("tensors have 1 to {MAX_DIMS} dimensions, not {}", ne.len())));
+    }
+    if let Some(d) = ne.iter().position(|&n| n < 1) {
+        return Err(Error::op(op, format!("dimension {d} is {} in {ne:?}; every dimension must be ≥ 1", ne[d])));
+    }
+    let mut total: i64 = 1;
+    for &n in ne {
+        total = total.checked_mul(n).ok_or_else(|| Error::op(op, format!("shape {ne:?} overflows")))?;
+    }
+    if ne[0] % dtype.block_size() != 0 {
+        return Err(Error::op(op, format!("ne0 = {} is not a multiple of the {dtype} block size {}", ne[0], dtype.block_size())));
+    }
+    let bytes = (dtype.row_size(ne[0]) as u128) * (total / ne[0]) as u128;
+    if bytes > (isize::MAX as u128) {
+        return Err(Error::op(op, format!("shape {ne:?} of {dtype} is too large")));
+    }
+    Ok(())
+}
+
+/// A handle to a tensor of a [`Context`]; `Copy`, valid while the context lives.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tensor<'a> {
+    ptr: NonNull<sys::ggml_tensor>,
+    _ctx: PhantomData<&'a Context>,
+}
+
+impl std::fmt::Debug for Tensor<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor({:?}, {}, ne={:?})", self.name(), self.dtype(), self.shape())
+    }
+}
+
+impl<'a> Tensor<'a> {
+    pub(crate) fn raw(&self) -> *mut sys::ggml_tensor {
+        self.ptr.as_ptr()
+    }
+
+    fn get(&self) -> &sys::ggml_tensor {
+        // SAFETY: the context that owns the tensor outlives 'a and this borrow.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    pub(crate) fn err(&self, msg: impl Into<String>) -> Error {
+        Error::Tensor { name: self.name(), msg: msg.into() }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        DType::from_raw(self.get().type_).unwrap_or(DType::Other(self.get().type_))
+    }
+
+    /// All four dimensions, ggml order (`ne[0]` contiguous); unused ones are 1.
+    pub fn ne(&self) -> [i64; 4] {
+        self.get().ne
+    }
+
+    /// Strides in bytes for each dimension.
+    pub fn nb(&self) -> [usize; 4] {
+        self.get().nb
+    }
+
+    /// The shape with trailing dimensions of 1 removed (at least one dimension).
+    pub fn shape(&self) -> Vec<i64> {
+        let ne = self.ne();
+        let n = (1..=4).rev().find(|&i| ne[i - 1] != 1).unwrap_or(1);
+        ne[..n].to_vec()
+    }
+
+    /// Number of dimensions as ggml counts them (`ggml_n_dims`).
+    pub fn n_dims(&self) -> usize {
+        self.shape().len()
+    }
+
+    /// Number of elements.
+    pub fn nelements(&self) -> i64 {
+        self.ne().iter().product()
+    }
+
+    /// Bytes the data takes (`ggml_nbytes`).
+    pub fn nbytes(&self) -> usize {
+        // SAFETY: live tensor.
+        unsafe { sys::ggml_nbytes(self.raw()) }
+    }
+
+    /// The name (empty when unset).
+    pub fn name(&self) -> String {
+        // SAFETY: ggml keeps a NUL-terminated name of at most 63 bytes.
+        unsafe { CStr::from_ptr(self.get().name.as_ptr()) }.to_string_lossy().into_owned()
+    }
+
+    /// Set the name (at most 63 bytes; longer names are an error).
+    pub fn set_name(&self, name: &str) -> Result<Tensor<'a>> {
+        if name.len() >= sys::GGML_MAX_NAME as usize || name.contains('\0') {
+            return Err(Error::op("set_name", format!("{name:?}: names are at most 63 bytes without NUL")));
+        }
+        let c = std::ffi::CString::new(name).expect("checked");
+        // SAFETY: valid C string within the length limit.
+        unsafe { sys::ggml_set_name(self.raw(), c.as_ptr()) };
+        Ok(*self)
+    }
+
+    /// The ggml op that produces this tensor (`GGML_OP_NONE` for leaves).
+    pub fn op(&self) -> sys::ggml_op {
+        self.get().op
+    }
+
+    /// The op's name (`"MUL_MAT"`, `"NONE"`, or the unary/glu op for those).
+    pub fn op_name(&self) -> String {
+        // SAFETY: live tensor; ggml returns static strings.
+        unsafe { CStr::from_ptr(sys::ggml_op_desc(self.raw())) }.to_string_lossy().into_owned()
+    }
+
+    /// The operands (`src`) of the op, in order.
+    pub fn srcs(&self) -> Vec<Tensor<'a>> {
+        self.get()
+            .src
+            .iter()
+            .filter_map(|&p| NonNull::new(p).map(|ptr| Tensor { ptr, _ctx: PhantomData }))
+            .collect()
+    }
+
+    /// True for trainable parameters.
+    pub fn is_param(&self) -> bool {
+        self.get().flags & sys::GGML_TENSOR_FLAG_PARAM as i32 != 0
+    }
+
+    /// True when the tensor is a view of another tensor's data.
+    pub fn is_view(&self) -> bool {
+        !self.get().view_src.is_null()
+    }
+
+    /// True when the elements are laid out contiguously in ggml order.
+    pub fn is_contiguous(&self) -> bool {
+        // SAFETY: live tensor.
+        unsafe { sys::ggml_is_contiguous(self.raw()) }
+    }
+
+    /// True when the tensor's data lives in a buffer (allocated).
+    pub fn is_allocated(&self) -> bool {
+        let root = self.root();
+        !root.buffer.is_null() && !root.data.is_null()
+    }
+
+    /// The name of the buffer holding the data (`"CPU"`, `"CUDA0"`), if allocated.
+    pub fn buffer_name(&self) -> Option<String> {
+        let root = self.root();
+        if root.buffer.is_null() {
+            return None;
+        }
+        // SAFETY: non-null buffers are live (see the module docs).
+        Some(unsafe { CStr::from_ptr(sys::ggml_backend_buffer_name(root.buffer)) }.to_string_lossy().into_owned())
+    }
+
+    /// Mark as a graph input: the scheduler allocates it first and never reuses its memory
+    /// before it is read.
+    pub fn set_input(&self) -> Tensor<'a> {
+        // SAFETY: flag update on a live tensor.
+        unsafe { sys::ggml_set_input(self.raw()) };
+        *self
+    }
+
+    /// Mark as a graph output: its memory is never reused, so it can be read after compute.
+    pub fn set_output(&self) -> Tensor<'a> {
+        // SAFETY: flag update on a live tensor.
+        unsafe { sys::ggml_set_output(self.raw()) };
+        *self
+    }
+
+    /// The tensor whose buffer holds the data, and this tensor's byte offset in it.
+    fn root(&self) -> &sys::ggml_tensor {
+        let t = self.get();
+        if t.view_src.is_null() {
+            t
+        } else {
+            // SAFETY: view sources live in a context that outlives the view's (ops tie
+            // result lifetimes to all operands).
+            unsafe { &*t.view_src }
+        }
+    }
+
+    fn root_offset(&self) -> usize {
+        if self.get().view_src.is_null() {
+            0
+        } else {
+            self.get().view_offs
+        }
+    }
+
+    fn check_io(&self, op: &'static str, bytes: usize) -> Result<()> {
+        if !self.is_allocated() {
+            return Err(self.err(format!("{op}: not allocated (allocate its context or compute its graph first)")));
+        }
+        if !self.is_contiguous() {
+            return Err(self.err(format!("{op}: not contiguous (use cont first)")));
+        }
+        if bytes != self.nbytes() {
+            return Err(self.err(format!("{op}: {bytes} bytes given for a tensor of {} bytes", self.nbytes())));
+        }
+        Ok(())
+    }
+
+    /// Copy raw bytes into the tensor (`ggml_backend_tensor_set`); `data` must
+    /// hold exactly [`nbytes`](Self::nbytes).
+    pub fn write_bytes(&self, data: &[u8]) -> Result<()> {
+        self.check_io("write", data.len())?;
+        let root = self.root() as *const sys::ggml_tensor as *mut sys::ggml_tensor;
+        // SAFETY: allocated, contiguous, size checked; root buffer is live.
+        unsafe { sys::ggml_backend_tensor_set(root, data.as_ptr().cast(), self.root_offset(), data.len()) };
+        Ok(())
+    }
+
+    /// Copy the tensor's bytes out (`ggml_backend_tensor_get`).
+    pub fn read_bytes(&self) -> Result<Vec<u8>> {
+        let n = self.nbytes();
+        self.check_io("read", n)?;
+        let mut out = vec![0u8; n];
+        let root = self.root() as *const sys::ggml_tensor;
+        // SAFETY: allocated, contiguous; root buffer is live.
+        unsafe { sys::ggml_backend_tensor_get(root, out.as_mut_ptr().cast(), self.root_offset(), n) };
+        Ok(out)
+    }
+
+    /// Write `data` (same element type, exactly [`nelements`](Self::nelements) values).
+    pub fn write<T: Element>(&self, data: &[T]) -> Result<()> {
+        if self.dtype() != T::DTYPE {
+            return Err(self.err(format!("write: tensor is {}, data is {}", self.dtype(), T::DTYPE)));
+        }
+        if data.len() as i64 != self.nelements() {
+            return Err(self.err(format!("write: {} values for {} elements", data.len(), self.nelements())));
+        }
+        // SAFETY: plain-old-data element types.
+        let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) };
+        self.write_bytes(bytes)
+    }
+
+    /// Read the data as a vector of its element type.
+    pub fn read<T: Element>(&self) -> Result<Vec<T>> {
+        if self.dtype() != T::DTYPE {
+            return Err(self.err(format!("read: tensor is {}, asked for {}", self.dtype(), T::DTYPE)));
+        }
+        let bytes = self.read_bytes()?;
+        let mut out = vec![T::default(); self.nelements() as usize];
+        // SAFETY: sizes match (nbytes == nelements * size_of::<T>() for plain types).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr().cast::<u8>(), bytes.len()) };
+        Ok(out)
+    }
+
+    /// Read the data converted to f32 (any type ggml can convert, quantized included).
+    pub fn read_f32(&self) -> Result<Vec<f32>> {
+        let bytes = self.read_bytes()?;
+        self.dtype().to_f32(&bytes, self.nelements() as usize)
+    }
+
+    /// The single value of a one-element f32 tensor (a loss).
+    pub fn scalar(&self) -> Result<f32> {
+        if self.nelements() != 1 {
+            return Err(self.err("scalar: not a one-element tensor"));
+        }
+        Ok(self.read_f32()?[0])
+    }
+
+    /// Set every byte to zero.
+    pub fn zero(&self) -> Result<()> {
+        let n = self.nbytes();
+        self.check_io("zero", n)?;
+        let root = self.root() as *const sys::ggml_tensor as *mut sys::ggml_tensor;
+        // SAFETY: allocated, contiguous.
+        unsafe { sys::ggml_backend_tensor_memset(root, 0, self.root_offset(), n) };
+        Ok(())
+    }
+}

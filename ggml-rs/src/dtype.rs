@@ -1,0 +1,198 @@
+//! Element types (`ggml_type`) and the Rust scalars that map onto them.
+
+use crate::error::{Error, Result};
+use ggml_sys as sys;
+
+/// A ggml element type. Quantized types are listed so that GGUF files holding
+/// them can be described and dequantized; compute graphs here use f32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DType {
+    F32,
+    F16,
+    BF16,
+    F64,
+    I8,
+    I16,
+    I32,
+    I64,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q2K,
+    Q3K,
+    Q4K,
+    Q5K,
+    Q6K,
+    /// Any other type ggml knows, by its `ggml_type` number.
+    Other(u32),
+}
+
+impl DType {
+    /// The `ggml_type` number.
+    pub fn to_raw(self) -> sys::ggml_type {
+        match self {
+            DType::F32 => sys::GGML_TYPE_F32,
+            DType::F16 => sys::GGML_TYPE_F16,
+            DType::BF16 => sys::GGML_TYPE_BF16,
+            DType::F64 => sys::GGML_TYPE_F64,
+            DType::I8 => sys::GGML_TYPE_I8,
+            DType::I16 => sys::GGML_TYPE_I16,
+            DType::I32 => sys::GGML_TYPE_I32,
+            DType::I64 => sys::GGML_TYPE_I64,
+            DType::Q4_0 => sys::GGML_TYPE_Q4_0,
+            DType::Q4_1 => sys::GGML_TYPE_Q4_1,
+            DType::Q5_0 => sys::GGML_TYPE_Q5_0,
+            DType::Q5_1 => sys::GGML_TYPE_Q5_1,
+            DType::Q8_0 => sys::GGML_TYPE_Q8_0,
+            DType::Q2K => sys::GGML_TYPE_Q2_K,
+            DType::Q3K => sys::GGML_TYPE_Q3_K,
+            DType::Q4K => sys::GGML_TYPE_Q4_K,
+            DType::Q5K => sys::GGML_TYPE_Q5_K,
+            DType::Q6K => sys::GGML_TYPE_Q6_K,
+            DType::Other(n) => n,
+        }
+    }
+
+    /// The type for a `ggml_type` number, or `None` when ggml does not support it
+    /// (out of range, or a removed type whose block size is 0).
+    pub fn from_raw(t: u32) -> Option<DType> {
+        if t >= sys::GGML_TYPE_COUNT {
+            return None;
+        }
+        // SAFETY: `t` is below GGML_TYPE_COUNT, so the traits table has an entry.
+        let blck = unsafe { (*sys::ggml_get_type_traits(t)).blck_size };
+        if blck == 0 {
+            return None;
+        }
+        Some(match t {
+            sys::GGML_TYPE_F32 => DType::F32,
+            sys::GGML_TYPE_F16 => DType::F16,
+            sys::GGML_TYPE_BF16 => DType::BF16,
+            sys::GGML_TYPE_F64 => DType::F64,
+            sys::GGML_TYPE_I8 => DType::I8,
+            sys::GGML_TYPE_I16 => DType::I16,
+            sys::GGML_TYPE_I32 => DType::I32,
+            sys::GGML_TYPE_I64 => DType::I64,
+            sys::GGML_TYPE_Q4_0 => DType::Q4_0,
+            sys::GGML_TYPE_Q4_1 => DType::Q4_1,
+            sys::GGML_TYPE_Q5_0 => DType::Q5_0,
+            sys::GGML_TYPE_Q5_1 => DType::Q5_1,
+            sys::GGML_TYPE_Q8_0 => DType::Q8_0,
+            sys::GGML_TYPE_Q2_K => DType::Q2K,
+            sys::GGML_TYPE_Q3_K => DType::Q3K,
+            sys::GGML_TYPE_Q4_K => DType::Q4K,
+            sys::GGML_TYPE_Q5_K => DType::Q5K,
+            sys::GGML_TYPE_Q6_K => DType::Q6K,
+            n => DType::Other(n),
+        })
+    }
+
+    /// ggml's name for the type (`"f32"`, `"q8_0"`, ...).
+    pub fn name(self) -> &'static str {
+        // SAFETY: ggml_type_name returns a static string for every valid type.
+        unsafe { std::ffi::CStr::from_ptr(sys::ggml_type_name(self.to_raw())) }
+            .to_str()
+            .unwrap_or("?")
+    }
+
+    /// Elements per block (1 for plain types, 32 for `q8_0`, 256 for k-quants).
+    pub fn block_size(self) -> i64 {
+        // SAFETY: valid type (constructed through from_raw or a named variant).
+        unsafe { sys::ggml_blck_size(self.to_raw()) }
+    }
+
+    /// Bytes per block.
+    pub fn type_size(self) -> usize {
+        // SAFETY: as above.
+        unsafe { sys::ggml_type_size(self.to_raw()) }
+    }
+
+    /// Bytes needed for one row of `ne0` elements; `ne0` must be a multiple of
+    /// [`block_size`](Self::block_size).
+    pub fn row_size(self, ne0: i64) -> usize {
+        self.type_size() * (ne0 / self.block_size()) as usize
+    }
+
+    /// True for block-quantized types.
+    pub fn is_quantized(self) -> bool {
+        // SAFETY: as above.
+        unsafe { sys::ggml_is_quantized(self.to_raw()) }
+    }
+
+    /// True when ggml can turn rows of this type into f32 (`to_float` exists).
+    pub fn can_dequantize(self) -> bool {
+        // SAFETY: as above.
+        let tr = unsafe { &*sys::ggml_get_type_traits(self.to_raw()) };
+        self == DType::F32 || tr.to_float.is_some()
+    }
+
+    /// Convert `n` elements of raw data of this type to f32 through ggml's
+    /// `to_float` (dequantization for quantized types).
+    ///
+    /// # Errors
+    /// When the type has no conversion, `n` is not a multiple of the block size,
+    /// or `raw` is shorter than `n` elements.
+    pub fn to_f32(self, raw: &[u8], n: usize) -> Result<Vec<f32>> {
+        let blck = self.block_size() as usize;
+        if n % blck != 0 {
+            return Err(Error::op("to_f32", format!("{n} elements is not a multiple of the {} block size {blck}", self.name())));
+        }
+        let need = n / blck * self.type_size();
+        if raw.len() < need {
+            return Err(Error::op("to_f32", format!("{} bytes given, {need} needed", raw.len())));
+        }
+        if self == DType::F32 {
+            return Ok(raw[..need].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect());
+        }
+        // SAFETY: valid type.
+        let tr = unsafe { &*sys::ggml_get_type_traits(self.to_raw()) };
+        let f = tr
+            .to_float
+            .ok_or_else(|| Error::op("to_f32", format!("no conversion from {} to f32", self.name())))?;
+        let mut out = vec![0f32; n];
+        // SAFETY: `raw` holds `need` bytes = n elements of this type; `out` holds n floats.
+        unsafe { f(raw.as_ptr().cast(), out.as_mut_ptr(), n as i64) };
+        Ok(out)
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A Rust scalar that is the element of a plain (non-quantized) ggml type, so
+/// tensor data can be copied to and from slices of it.
+pub trait Element: Copy + Default + 'static {
+    /// The matching ggml type.
+    const DTYPE: DType;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl Element for f64 {
+    const DTYPE: DType = DType::F64;
+}
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+}
+impl Element for i8 {
+    const DTYPE: DType = DType::I8;
+}
+impl Element for i16 {
+    const DTYPE: DType = DType::I16;
+}
+impl Element for i64 {
+    const DTYPE: DType = DType::I64;
+}
+impl Element for half::f16 {
+    const DTYPE: DType = DType::F16;
+}
+impl Element for half::bf16 {
+    const DTYPE: DType = DType::BF16;
+}

@@ -1,0 +1,57 @@
+//! The error type of the safe API.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in `ggml_rs`. Each variant names what failed and
+/// why, so the message can be shown to a user as one line.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An op's operands do not satisfy its preconditions (shapes in ggml `ne` order).
+    #[error("{op}: {msg}")]
+    Op { op: &'static str, msg: String },
+
+    /// A context, graph or buffer has no room left.
+    #[error("capacity: {0}")]
+    Capacity(String),
+
+    /// A tensor was used in a way its state does not allow (not allocated, wrong dtype, ...).
+    #[error("tensor {name:?}: {msg}")]
+    Tensor { name: String, msg: String },
+
+    /// No such device or backend, or a backend could not be started.
+    #[error("backend: {0}")]
+    Backend(String),
+
+    /// The graph cannot be differentiated or has no parameters / loss.
+    #[error("backward: {0}")]
+    Backward(String),
+
+    /// ggml reported a failure while allocating or computing.
+    #[error("compute: {0}")]
+    Compute(String),
+
+    /// A GGUF file is malformed or unsupported.
+    #[error("{path}: {msg}", path = path.display())]
+    Gguf { path: PathBuf, msg: String },
+
+    /// An I/O error, with the file it concerns.
+    #[error("{path}: {source}", path = path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn op(op: &'static str, msg: impl Into<String>) -> Self {
+        Error::Op { op, msg: msg.into() }
+    }
+
+    pub(crate) fn gguf(path: impl Into<PathBuf>, msg: impl Into<String>) -> Self {
+        Error::Gguf { path: path.into(), msg: msg.into() }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+}

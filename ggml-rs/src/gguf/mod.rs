@@ -1,0 +1,144 @@
+//! GGUF files through ggml's own gguf API (`gguf.h`).
+//!
+//! [`GgufFile`] maps a file, validates its whole header in Rust (see
+//! [`validate`]) and only then lets ggml's parser read it; tensor data are
+//! zero-copy slices of the mapping. [`GgufWriter`] collects metadata and tensors
+//! and writes atomically: a temporary file in the same folder, fsynced, then
+//! renamed over the target.
+
+mod read;
+pub mod validate;
+mod write;
+
+pub use read::{GgufFile, TensorInfo};
+pub use write::GgufWriter;
+
+/// Alignment of the data section when `general.alignment` is absent.
+pub const DEFAULT_ALIGNMENT: usize = 32;
+
+/// A metadata value. Arrays hold one element type (nested arrays are not
+/// supported by ggml's reader, so they are refused).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    Bool(bool),
+    String(String),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    Array(Array),
+}
+
+/// A homogeneous metadata array.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Array {
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    U16(Vec<u16>),
+    I16(Vec<i16>),
+    U32(Vec<u32>),
+    I32(Vec<i32>),
+    F32(Vec<f32>),
+    Bool(Vec<bool>),
+    String(Vec<String>),
+    U64(Vec<u64>),
+    I64(Vec<i64>),
+    F64(Vec<f64>),
+}
+
+impl Array {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            Array::U8(v) => v.len(),
+            Array::I8(v) => v.len(),
+            Array::U16(v) => v.len(),
+            Array::I16(v) => v.len(),
+            Array::U32(v) => v.len(),
+            Array::I32(v) => v.len(),
+            Array::F32(v) => v.len(),
+            Array::Bool(v) => v.len(),
+            Array::String(v) => v.len(),
+            Array::U64(v) => v.len(),
+            Array::I64(v) => v.len(),
+            Array::F64(v) => v.len(),
+        }
+    }
+
+    /// True when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Value {
+    /// The value as u64 when it is any unsigned or non-negative signed integer.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U8(v) => Some(v as u64),
+            Value::U16(v) => Some(v as u64),
+            Value::U32(v) => Some(v as u64),
+            Value::U64(v) => Some(v),
+            Value::I8(v) if v >= 0 => Some(v as u64),
+            Value::I16(v) if v >= 0 => Some(v as u64),
+            Value::I32(v) if v >= 0 => Some(v as u64),
+            Value::I64(v) if v >= 0 => Some(v as u64),
+            _ => None,
+        }
+    }
+
+    /// The value as f64 when it is any number.
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::F32(v) => Some(v as f64),
+            Value::F64(v) => Some(v),
+            Value::I8(v) => Some(v as f64),
+            Value::I16(v) => Some(v as f64),
+            Value::I32(v) => Some(v as f64),
+            Value::I64(v) => Some(v as f64),
+            _ => self.as_u64().map(|v| v as f64),
+        }
+    }
+
+    /// The string, for string values.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The bool, for bool values.
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Value::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+}
+
+macro_rules! value_from {
+    ($($t:ty => $v:ident),*) => {
+        $(impl From<$t> for Value { fn from(x: $t) -> Self { Value::$v(x) } })*
+        $(impl From<Vec<$t>> for Value { fn from(x: Vec<$t>) -> Self { Value::Array(Array::$v(x)) } })*
+    };
+}
+value_from!(u8 => U8, i8 => I8, u16 => U16, i16 => I16, u32 => U32, i32 => I32, f32 => F32, bool => Bool, String => String, u64 => U64, i64 => I64, f64 => F64);
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Value::String(s.to_string())
+    }
+}
+
+impl From<Vec<&str>> for Value {
+    fn from(v: Vec<&str>) -> Self {
+        Value::Array(Array::String(v.into_iter().map(String::from).collect()))
+    }
+}

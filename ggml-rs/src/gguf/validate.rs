@@ -1,0 +1,196 @@
+//! A complete, bounds-checked walk over a GGUF header in Rust.
+//!
+//! ggml's parser (`gguf_init_from_reader` in `gguf.cpp`) trusts sizes it reads
+//! and aborts the process on some malformed input; everything it would choke on,
+//! and more (tensor data past the end of the file, non-UTF-8 keys, bool bytes
+//! other than 0/1), is refused here first with a message that says where.
+
+use crate::dtype::DType;
+
+/// What the header says, once validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub version: u32,
+    pub n_kv: u64,
+    pub n_tensors: u64,
+    pub alignment: usize,
+    /// Byte offset of the data section (tensor offsets are relative to it).
+    pub data_offset: usize,
+}
+
+const MAX_NAME: usize = ggml_sys::GGML_MAX_NAME as usize;
+
+struct Cursor<'b> {
+    buf: &'b [u8],
+    pos: usize,
+}
+
+impl<'b> Cursor<'b> {
+    fn left(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    fn take(&mut self, n: usize, what: &str) -> Result<&'b [u8], String> {
+        if n > self.left() {
+            return Err(format!("truncated at byte {} reading {what} ({n} bytes needed, {} left)", self.pos, self.left()));
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take(4, what)?.try_into().unwrap()))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.take(8, what)?.try_into().unwrap()))
+    }
+
+    fn i64(&mut self, what: &str) -> Result<i64, String> {
+        Ok(i64::from_le_bytes(self.take(8, what)?.try_into().unwrap()))
+    }
+
+    fn string(&mut self, what: &str) -> Result<&'b [u8], String> {
+        let at = self.pos;
+        let n = self.u64(what)?;
+        if n > self.left() as u64 {
+            return Err(format!("{what} at byte {at} claims {n} bytes, only {} left", self.left()));
+        }
+        self.take(n as usize, what)
+    }
+}
+
+/// Size in bytes of one scalar of GGUF type `t`, or `None` for strings/arrays/invalid.
+fn scalar_size(t: u32) -> Option<usize> {
+    match t {
+        0 | 1 | 7 => Some(1),
+        2 | 3 => Some(2),
+        4..=6 => Some(4),
+        10..=12 => Some(8),
+        _ => None,
+    }
+}
+
+/// Validate the header of a GGUF file held in `buf` (the whole file).
+pub fn validate(buf: &[u8]) -> Result<Header, String> {
+    let mut c = Cursor { buf, pos: 0 };
+    let magic = c.take(4, "magic").map_err(|_| "not a GGUF file (shorter than 4 bytes)".to_string())?;
+    if magic != b"GGUF" {
+        return Err("not a GGUF file (bad magic)".into());
+    }
+    let version = c.u32("version")?;
+    if version != 2 && version != 3 {
+        return Err(format!("unsupported GGUF version {version} (2 and 3 are read)"));
+    }
+    let n_tensors = c.i64("tensor count")?;
+    let n_kv = c.i64("metadata count")?;
+    if n_tensors < 0 || n_kv < 0 {
+        return Err(format!("negative counts ({n_tensors} tensors, {n_kv} metadata pairs)"));
+    }
+    // Each pair takes at least 13 bytes, each tensor at least 25.
+    if (n_kv as u128) * 13 + (n_tensors as u128) * 25 > c.left() as u128 {
+        return Err(format!("{n_kv} metadata pairs and {n_tensors} tensors cannot fit in {} bytes", buf.len()));
+    }
+
+    let mut keys = std::collections::HashSet::new();
+    let mut alignment = super::DEFAULT_ALIGNMENT;
+    for i in 0..n_kv {
+        let key = c.string("metadata key")?;
+        let key = std::str::from_utf8(key).map_err(|_| format!("metadata key {i} is not UTF-8"))?;
+        if key.is_empty() {
+            return Err(format!("metadata key {i} is empty"));
+        }
+        if !keys.insert(key.to_string()) {
+            return Err(format!("duplicate metadata key {key:?}"));
+        }
+        let mut ty = c.u32("value type")?;
+        let mut n = 1u64;
+        let is_array = ty == 9;
+        if is_array {
+            ty = c.u32("array element type")?;
+            n = c.u64("array length")?;
+            if ty == 9 {
+                return Err(format!("{key:?}: nested arrays are not supported"));
+            }
+        }
+        match (ty, scalar_size(ty)) {
+            (8, _) => {
+                if n > (c.left() / 8) as u64 {
+                    return Err(format!("{key:?}: {n} strings cannot fit in the {} bytes left", c.left()));
+                }
+                for _ in 0..n {
+                    c.string(key)?;
+                }
+            }
+            (_, Some(sz)) => {
+                if n > (c.left() / sz) as u64 {
+                    return Err(format!("{key:?}: {n} values of {sz} bytes cannot fit in the {} bytes left", c.left()));
+                }
+                let data = c.take(n as usize * sz, key)?;
+                if ty == 7 && data.iter().any(|&b| b > 1) {
+                    return Err(format!("{key:?}: bool values must be 0 or 1"));
+                }
+                if key == "general.alignment" {
+                    if is_array || ty != 4 {
+                        return Err("general.alignment must be a u32".into());
+                    }
+                    let a = u32::from_le_bytes(data.try_into().unwrap());
+                    if a == 0 || !a.is_power_of_two() {
+                        return Err(format!("general.alignment {a} is not a power of 2"));
+                    }
+                    alignment = a as usize;
+                }
+            }
+            _ => return Err(format!("{key:?} has invalid type {ty}")),
+        }
+    }
+
+    let mut names = std::collections::HashSet::new();
+    let mut expected_offset: u128 = 0;
+    let mut infos = Vec::with_capacity(n_tensors.min(1 << 20) as usize);
+    for i in 0..n_tensors {
+        let name = c.string("tensor name")?;
+        if name.len() >= MAX_NAME {
+            return Err(format!("tensor {i}: name of {} bytes (at most {} allowed)", name.len(), MAX_NAME - 1));
+        }
+        let name = String::from_utf8_lossy(name).into_owned();
+        if !names.insert(name.clone()) {
+            return Err(format!("duplicate tensor name {name:?}"));
+        }
+        let n_dims = c.u32("dimension count")?;
+        if n_dims as usize > crate::context::MAX_DIMS {
+            return Err(format!("tensor {name:?}: {n_dims} dimensions (at most 4)"));
+        }
+        let mut ne = [1i64; 4];
+        for d in ne.iter_mut().take(n_dims as usize) {
+            *d = c.i64("dimension")?;
+            if *d < 0 {
+                return Err(format!("tensor {name:?}: negative dimension {d}"));
+            }
+        }
+        let mut nel: i64 = 1;
+        for &d in &ne {
+            nel = nel.checked_mul(d).ok_or_else(|| format!("tensor {name:?}: shape {ne:?} overflows"))?;
+        }
+        let ty = c.u32("tensor type")?;
+        let dtype = DType::from_raw(ty).ok_or_else(|| format!("tensor {name:?}: unknown or removed type {ty}"))?;
+        if ne[0] % dtype.block_size() != 0 {
+            return Err(format!("tensor {name:?}: {} elements per row is not a multiple of the {dtype} block size {}", ne[0], dtype.block_size()));
+        }
+        let nbytes = (nel / dtype.block_size()) as u128 * dtype.type_size() as u128;
+        let offset = c.u64("tensor offset")? as u128;
+        if offset != expected_offset {
+            return Err(format!("tensor {name:?}: data offset {offset}, expected {expected_offset}"));
+        }
+        expected_offset = offset + nbytes.div_ceil(alignment as u128) * alignment as u128;
+        infos.push((name, offset, nbytes));
+    }
+    let data_offset = if n_tensors > 0 { c.pos.div_ceil(alignment) * alignment } else { c.pos };
+    for (name, offset, nbytes) in &infos {
+        if data_offset as u128 + offset + nbytes > buf.len() as u128 {
+            return Err(format!("tensor {name:?}: data ends past the end of the file ({} bytes)", buf.len()));
+        }
+    }
+    Ok(Header { version, n_kv: n_kv as u64, n_tensors: n_tensors as u64, alignment, data_offset })
+}

@@ -1,0 +1,422 @@
+//! Compute graphs: build (forward and backward), allocate through the backend
+//! scheduler, compute, and report where each node ran.
+
+use crate::backend::Backend;
+use crate::backward;
+use crate::context::{Context, Tensor};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::log;
+use ggml_sys as sys;
+use std::collections::HashSet;
+use std::ffi::CStr;
+use std::ptr::NonNull;
+
+/// Where a node of an allocated graph runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// The node's name.
+    pub name: String,
+    /// The op (`"MUL_MAT"`, `"SILU"`, ...).
+    pub op: String,
+    /// The backend the scheduler assigned (`"CPU"`, `"CUDA0"`).
+    pub backend: String,
+}
+
+struct Allocation {
+    sched: NonNull<sys::ggml_backend_sched>,
+    backends: Vec<Backend>,
+    /// Tensors whose data this allocation provides; reset when it goes away.
+    owned: Vec<*mut sys::ggml_tensor>,
+    /// (index tensor, number of rows it indexes) for every `get_rows` fed by a leaf.
+    index_checks: Vec<(*mut sys::ggml_tensor, i64, String)>,
+}
+
+/// A ggml compute graph over tensors of one or more contexts.
+///
+/// Build it with [`expand`](Self::expand) (and, for training,
+/// [`build_backward`](Self::build_backward)), then [`allocate`](Self::allocate)
+/// it once on a list of backends and [`compute`](Self::compute) it as often as
+/// needed, writing inputs before each run. Intermediate tensors get their memory
+/// from the graph's allocation and lose it when the graph is dropped; a tensor can
+/// belong to one allocated graph at a time.
+pub struct Graph<'a> {
+    ctx: &'a Context,
+    gctx: NonNull<sys::ggml_context>,
+    ptr: NonNull<sys::ggml_cgraph>,
+    size: usize,
+    grads: bool,
+    members: HashSet<*mut sys::ggml_tensor>,
+    loss: Option<*mut sys::ggml_tensor>,
+    alloc: Option<Allocation>,
+}
+
+impl<'a> Graph<'a> {
+    /// A forward-only graph of at most `size` nodes (and `size` leaves). New tensors
+    /// that graph building creates (none for forward graphs) go into `ctx`.
+    pub fn new(ctx: &'a Context, size: usize) -> Result<Graph<'a>> {
+        Self::create(ctx, size, false)
+    }
+
+    /// A graph that can hold gradients, for [`build_backward`](Self::build_backward).
+    pub fn with_grads(ctx: &'a Context, size: usize) -> Result<Graph<'a>> {
+        Self::create(ctx, size, true)
+    }
+
+    fn create(ctx: &'a Context, size: usize, grads: bool) -> Result<Graph<'a>> {
+        log::init();
+        let size = size.max(16);
+        // SAFETY: size computation, then a context just big enough for the graph object.
+        let mem = unsafe { sys::ggml_graph_overhead_custom(size, grads) } + 1024;
+        let params = sys::ggml_init_params { mem_size: mem, mem_buffer: std::ptr::null_mut(), no_alloc: true };
+        let gctx = NonNull::new(unsafe { sys::ggml_init(params) }).ok_or_else(|| Error::Capacity("cannot allocate a graph".into()))?;
+        // SAFETY: the context was sized for exactly this graph.
+        let ptr = unsafe { sys::ggml_new_graph_custom(gctx.as_ptr(), size, grads) };
+        let ptr = NonNull::new(ptr).ok_or_else(|| Error::Capacity("cannot allocate a graph".into()))?;
+        Ok(Graph { ctx, gctx, ptr, size, grads, members: HashSet::new(), loss: None, alloc: None })
+    }
+
+    fn raw(&self) -> *mut sys::ggml_cgraph {
+        self.ptr.as_ptr()
+    }
+
+    fn not_allocated(&self, what: &str) -> Result<()> {
+        if self.alloc.is_some() {
+            return Err(Error::Compute(format!("{what}: the graph is already allocated; build a new graph instead")));
+        }
+        Ok(())
+    }
+
+    /// Add `t` and everything it depends on (`ggml_build_forward_expand`).
+    ///
+    /// # Errors
+    /// [`Error::Capacity`] when the graph would exceed its size.
+    pub fn expand(&mut self, t: Tensor<'a>) -> Result<()> {
+        self.not_allocated("expand")?;
+        let mut new = 0usize;
+        let mut seen = HashSet::new();
+        let mut stack = vec![t.raw()];
+        while let Some(p) = stack.pop() {
+            if self.members.contains(&p) || !seen.insert(p) {
+                continue;
+            }
+            new += 1;
+            // SAFETY: tensors reachable from a live tensor are live (lifetimes tie them).
+            for &s in unsafe { &(*p).src } {
+                if !s.is_null() {
+                    stack.push(s);
+                }
+            }
+        }
+        if self.members.len() + new > self.size {
+            return Err(Error::Capacity(format!(
+                "graph of size {} cannot take {new} more tensors ({} already); create it larger",
+                self.size,
+                self.members.len()
+            )));
+        }
+        // SAFETY: capacity checked.
+        unsafe { sys::ggml_build_forward_expand(self.raw(), t.raw()) };
+        self.refresh_members();
+        Ok(())
+    }
+
+    fn refresh_members(&mut self) {
+        self.members.clear();
+        let (nodes, leafs) = self.raw_lists();
+        self.members.extend(nodes);
+        self.members.extend(leafs);
+    }
+
+    /// Nodes (in execution order) and leaves (operands that are not nodes:
+    /// inputs and constants) of the graph.
+    fn raw_lists(&self) -> (Vec<*mut sys::ggml_tensor>, Vec<*mut sys::ggml_tensor>) {
+        // SAFETY: live graph; indices in range; operands of live nodes are live.
+        unsafe {
+            let n = sys::ggml_graph_n_nodes(self.raw());
+            let nodes: Vec<*mut sys::ggml_tensor> = (0..n).map(|i| sys::ggml_graph_node(self.raw(), i)).collect();
+            let set: HashSet<*mut sys::ggml_tensor> = nodes.iter().copied().collect();
+            let mut seen = HashSet::new();
+            let mut leafs = Vec::new();
+            for &t in &nodes {
+                for &s in &(*t).src {
+                    if !s.is_null() && !set.contains(&s) && seen.insert(s) {
+                        leafs.push(s);
+                    }
+                }
+            }
+            (nodes, leafs)
+        }
+    }
+
+    /// The op nodes, in execution order.
+    pub fn nodes(&self) -> Vec<Tensor<'a>> {
+        self.raw_lists().0.into_iter().filter_map(|p| self.ctx.wrap(p).ok()).collect()
+    }
+
+    /// The leaves (inputs and constants; parameters count as nodes, as in ggml).
+    pub fn leafs(&self) -> Vec<Tensor<'a>> {
+        self.raw_lists().1.into_iter().filter_map(|p| self.ctx.wrap(p).ok()).collect()
+    }
+
+    /// Number of op nodes.
+    pub fn n_nodes(&self) -> usize {
+        // SAFETY: live graph.
+        unsafe { sys::ggml_graph_n_nodes(self.raw()) as usize }
+    }
+
+    /// True when `t` is part of the graph.
+    pub fn contains(&self, t: Tensor<'_>) -> bool {
+        self.members.contains(&t.raw())
+    }
+
+    /// Add the backward pass for `loss` (`ggml_set_loss` + `ggml_build_backward_expand`):
+    /// afterwards [`grad`](Self::grad) gives the gradient of every parameter the
+    /// loss depends on. Gradients are recomputed from scratch on every compute
+    /// (no accumulation across runs).
+    ///
+    /// # Errors
+    /// [`Error::Backward`] when the graph was not created [`with_grads`](Self::with_grads),
+    /// `loss` is not a one-element f32 node of the graph, no parameter reaches it,
+    /// or an op on the way has no backward in ggml; [`Error::Capacity`] when the
+    /// graph (or the context for the new gradient tensors) is not at least 8× the
+    /// forward node count.
+    pub fn build_backward(&mut self, loss: Tensor<'a>) -> Result<()> {
+        self.not_allocated("build_backward")?;
+        if !self.grads {
+            return Err(Error::Backward("the graph was created without gradients (use Graph::with_grads)".into()));
+        }
+        if self.loss.is_some() {
+            return Err(Error::Backward("backward was already built".into()));
+        }
+        if !self.contains(loss) {
+            self.expand(loss)?;
+        }
+        if loss.nelements() != 1 || loss.dtype() != DType::F32 {
+            return Err(Error::Backward(format!("the loss must be a one-element f32 tensor, not {:?}", loss)));
+        }
+        let nodes = self.nodes();
+        backward::check_differentiable(&nodes)?;
+        let n = nodes.len();
+        if self.size < self.members.len() + 8 * n {
+            return Err(Error::Capacity(format!("graph of size {} is too small for the backward of {n} nodes (need {})", self.size, self.members.len() + 8 * n)));
+        }
+        self.ctx.reserve("build_backward", 8 * n)?;
+        // SAFETY: preconditions of ggml_set_loss and ggml_build_backward_expand checked above.
+        unsafe {
+            sys::ggml_set_loss(loss.raw());
+            sys::ggml_build_backward_expand(self.ctx.raw(), self.raw(), std::ptr::null_mut());
+            // The seed gradient d loss/d loss = 1 must survive every run: never reuse its memory.
+            let seed = sys::ggml_graph_get_grad_acc(self.raw(), loss.raw());
+            if !seed.is_null() {
+                sys::ggml_set_output(seed);
+            }
+        }
+        self.loss = Some(loss.raw());
+        self.refresh_members();
+        Ok(())
+    }
+
+    /// The gradient of the loss with respect to `t`, once backward is built and
+    /// if `t` influences the loss.
+    pub fn grad(&self, t: Tensor<'_>) -> Option<Tensor<'a>> {
+        if !self.grads || self.loss.is_none() {
+            return None;
+        }
+        // SAFETY: graph with gradients; lookup only.
+        let g = unsafe { sys::ggml_graph_get_grad(self.raw(), t.raw()) };
+        if g.is_null() {
+            None
+        } else {
+            self.ctx.wrap(g).ok()
+        }
+    }
+
+    /// Allocate the graph's intermediate tensors through a backend scheduler over
+    /// `backends` (highest priority first; the last must be the CPU, which runs any
+    /// op the others cannot). Done once; afterwards write inputs and
+    /// [`compute`](Self::compute).
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the backend list is empty or does not end with the
+    /// CPU, or a pre-allocated tensor sits on a backend that cannot run its op;
+    /// [`Error::Compute`] when allocation fails (out of memory).
+    pub fn allocate(&mut self, backends: &[Backend]) -> Result<()> {
+        self.not_allocated("allocate")?;
+        if backends.is_empty() || !backends.last().unwrap().is_cpu() {
+            return Err(Error::Backend("the scheduler needs the CPU backend last in its list".into()));
+        }
+        if backends.len() > 16 {
+            return Err(Error::Backend("at most 16 backends".into()));
+        }
+        let (nodes, leafs) = self.raw_lists();
+        if nodes.is_empty() {
+            return Err(Error::Compute("the graph has no nodes".into()));
+        }
+        // Index tensors of get_rows become inputs: kept on the host, checked before each run.
+        let mut index_checks = Vec::new();
+        for &n in &nodes {
+            // SAFETY: live nodes.
+            let node = unsafe { &*n };
+            if node.op == sys::GGML_OP_GET_ROWS {
+                let ids = node.src[1];
+                let root = unsafe { if (*ids).view_src.is_null() { ids } else { (*ids).view_src } };
+                if unsafe { (*root).op } == sys::GGML_OP_NONE {
+                    let rows = unsafe { (*node.src[0]).ne[1] };
+                    if unsafe { (*root).data.is_null() } {
+                        unsafe { sys::ggml_set_input(root) };
+                    }
+                    let name = unsafe { CStr::from_ptr((*node.src[0]).name.as_ptr()) }.to_string_lossy().into_owned();
+                    index_checks.push((root, rows, name));
+                }
+            }
+        }
+        self.check_preallocated(&nodes, backends)?;
+        let owned: Vec<*mut sys::ggml_tensor> =
+            nodes.iter().chain(leafs.iter()).copied().filter(|&t| unsafe { (*t).data.is_null() }).collect();
+        let mut raw_backends: Vec<sys::ggml_backend_t> = backends.iter().map(|b| b.raw()).collect();
+        let graph_size = (nodes.len() + leafs.len()).max(self.size) + 64;
+        // SAFETY: valid backend list with the CPU last.
+        let sched = unsafe {
+            sys::ggml_backend_sched_new(raw_backends.as_mut_ptr(), std::ptr::null_mut(), raw_backends.len() as i32, graph_size, false, true)
+        };
+        let sched = NonNull::new(sched).ok_or_else(|| Error::Compute("cannot create a scheduler".into()))?;
+        let alloc = Allocation { sched, backends: backends.to_vec(), owned, index_checks };
+        // SAFETY: fresh scheduler, graph built.
+        let ok = unsafe { sys::ggml_backend_sched_alloc_graph(sched.as_ptr(), self.raw()) };
+        self.alloc = Some(alloc);
+        if !ok {
+            let why = log::take_last_error().unwrap_or_else(|| "out of memory?".into());
+            self.release();
+            return Err(Error::Compute(format!("cannot allocate the graph: {why}")));
+        }
+        if let Some(loss) = self.loss {
+            // SAFETY: backward built; the seed is allocated now.
+            let seed = unsafe { sys::ggml_graph_get_grad_acc(self.raw(), loss) };
+            if !seed.is_null() {
+                let one = 1.0f32;
+                unsafe { sys::ggml_backend_tensor_set(seed, (&one as *const f32).cast(), 0, 4) };
+            }
+        }
+        Ok(())
+    }
+
+    /// Pre-allocated tensors run where their buffer is; ggml aborts when that
+    /// backend cannot run the op, so refuse such graphs here.
+    fn check_preallocated(&self, nodes: &[*mut sys::ggml_tensor], backends: &[Backend]) -> Result<()> {
+        for &n in nodes {
+            // SAFETY: live nodes and buffers.
+            unsafe {
+                let node = &*n;
+                let root = if node.view_src.is_null() { n } else { node.view_src };
+                if (*root).buffer.is_null() || node.op == sys::GGML_OP_NONE {
+                    continue;
+                }
+                let buft = sys::ggml_backend_buffer_get_type((*root).buffer);
+                let ok = backends.iter().any(|b| sys::ggml_backend_supports_buft(b.raw(), buft) && sys::ggml_backend_supports_op(b.raw(), n));
+                if !ok {
+                    let name = CStr::from_ptr(node.name.as_ptr()).to_string_lossy();
+                    let op = CStr::from_ptr(sys::ggml_op_desc(n)).to_string_lossy();
+                    return Err(Error::Backend(format!("{name} ({op}) writes into a buffer whose backend cannot run {op}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Run the graph. Inputs must have been written since allocation; indices fed
+    /// to `get_rows` are checked against the table size first.
+    ///
+    /// # Errors
+    /// [`Error::Compute`] when the graph is not allocated, an index is out of
+    /// range, or a backend reports failure.
+    pub fn compute(&mut self) -> Result<()> {
+        let alloc = self.alloc.as_ref().ok_or_else(|| Error::Compute("allocate the graph before computing it".into()))?;
+        for (ids, rows, table) in &alloc.index_checks {
+            let t = self.ctx.wrap(*ids)?;
+            let v: Vec<i32> = t.read()?;
+            if let Some((i, &bad)) = v.iter().enumerate().find(|(_, &x)| x < 0 || x as i64 >= *rows) {
+                return Err(Error::Compute(format!("index {bad} at position {i} of {:?} is outside the {rows} rows of {table:?}", t.name())));
+            }
+        }
+        // SAFETY: allocated graph; inputs are plain memory the user wrote.
+        let st = unsafe { sys::ggml_backend_sched_graph_compute(alloc.sched.as_ptr(), self.raw()) };
+        if st != sys::GGML_STATUS_SUCCESS {
+            return Err(Error::Compute(format!("ggml status {st}: {}", log::take_last_error().unwrap_or_default())));
+        }
+        Ok(())
+    }
+
+    /// The backend each node runs on (after [`allocate`](Self::allocate)).
+    pub fn placements(&self) -> Vec<Placement> {
+        let Some(alloc) = &self.alloc else { return Vec::new() };
+        let (nodes, _) = self.raw_lists();
+        nodes
+            .into_iter()
+            .map(|n| {
+                // SAFETY: live scheduler and nodes.
+                unsafe {
+                    let b = sys::ggml_backend_sched_get_tensor_backend(alloc.sched.as_ptr(), n);
+                    Placement {
+                        name: CStr::from_ptr((*n).name.as_ptr()).to_string_lossy().into_owned(),
+                        op: CStr::from_ptr(sys::ggml_op_desc(n)).to_string_lossy().into_owned(),
+                        backend: if b.is_null() { "?".into() } else { CStr::from_ptr(sys::ggml_backend_name(b)).to_string_lossy().into_owned() },
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Nodes that do real work (not views or reshapes) on the CPU although the
+    /// first backend is another device: the ops that device could not run.
+    pub fn cpu_fallbacks(&self) -> Vec<Placement> {
+        let Some(alloc) = &self.alloc else { return Vec::new() };
+        if alloc.backends.first().map(|b| b.is_cpu()).unwrap_or(true) {
+            return Vec::new();
+        }
+        let cpu = alloc.backends.last().unwrap().name();
+        self.placements()
+            .into_iter()
+            .filter(|p| p.backend == cpu && !matches!(p.op.as_str(), "NONE" | "VIEW" | "RESHAPE" | "PERMUTE" | "TRANSPOSE"))
+            .collect()
+    }
+
+    /// Bytes of compute buffers the scheduler holds, per backend name.
+    pub fn buffer_sizes(&self) -> Vec<(String, usize)> {
+        let Some(alloc) = &self.alloc else { return Vec::new() };
+        alloc
+            .backends
+            .iter()
+            // SAFETY: live scheduler and backends.
+            .map(|b| (b.name(), unsafe { sys::ggml_backend_sched_get_buffer_size(alloc.sched.as_ptr(), b.raw()) }))
+            .collect()
+    }
+
+    /// Number of graph splits (backend switches) the scheduler made.
+    pub fn n_splits(&self) -> usize {
+        // SAFETY: live scheduler.
+        self.alloc.as_ref().map(|a| unsafe { sys::ggml_backend_sched_get_n_splits(a.sched.as_ptr()) } as usize).unwrap_or(0)
+    }
+
+    fn release(&mut self) {
+        if let Some(a) = self.alloc.take() {
+            // SAFETY: the tensors in `owned` got their data from this scheduler's
+            // buffers; clear it before freeing them so no handle can reach it.
+            unsafe {
+                for &t in &a.owned {
+                    (*t).data = std::ptr::null_mut();
+                    (*t).buffer = std::ptr::null_mut();
+                }
+                sys::ggml_backend_sched_free(a.sched.as_ptr());
+            }
+        }
+    }
+}
+
+impl Drop for Graph<'_> {
+    fn drop(&mut self) {
+        self.release();
+        // SAFETY: we own the graph's context.
+        unsafe { sys::ggml_free(self.gctx.as_ptr()) };
+    }
+}

@@ -1,0 +1,168 @@
+//! Elementwise and reduction ops.
+
+use super::{check_binary, need_contiguous, need_dtype, need_float, need_rows, shape_str};
+use crate::context::{Context, Tensor};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use ggml_sys as sys;
+
+macro_rules! binary_op {
+    ($(#[$doc:meta])* $name:ident, $ffi:ident) => {
+        $(#[$doc])*
+        ///
+        /// `b` is broadcast to `a`'s shape: each `b.ne[i]` must divide `a.ne[i]`.
+        /// The result has `a`'s shape and type.
+        pub fn $name<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
+            check_binary(stringify!($name), &a, &b)?;
+            need_rows(stringify!($name), &a)?;
+            // SAFETY: broadcast and types checked.
+            self.op(stringify!($name), |ctx| unsafe { sys::$ffi(ctx, a.raw(), b.raw()) })
+        }
+    };
+}
+
+macro_rules! unary_op {
+    ($(#[$doc:meta])* $name:ident, $ffi:ident) => {
+        $(#[$doc])*
+        ///
+        /// `a` must be f32 or f16 and contiguous; the result has its shape.
+        pub fn $name<'a>(&'a self, a: Tensor<'a>) -> Result<Tensor<'a>> {
+            need_dtype(stringify!($name), &a, &[DType::F32, DType::F16])?;
+            need_contiguous(stringify!($name), &a)?;
+            // SAFETY: type and layout checked.
+            self.op(stringify!($name), |ctx| unsafe { sys::$ffi(ctx, a.raw()) })
+        }
+    };
+}
+
+impl Context {
+    binary_op!(
+        /// `a + b` (`ggml_add`).
+        add, ggml_add
+    );
+    binary_op!(
+        /// `a - b` (`ggml_sub`).
+        sub, ggml_sub
+    );
+    binary_op!(
+        /// `a ⊙ b`, elementwise product (`ggml_mul`).
+        mul, ggml_mul
+    );
+    binary_op!(
+        /// `a / b`, elementwise (`ggml_div`).
+        div, ggml_div
+    );
+
+    unary_op!(
+        /// `x²` (`ggml_sqr`).
+        sqr, ggml_sqr
+    );
+    unary_op!(
+        /// `√x` (`ggml_sqrt`).
+        sqrt, ggml_sqrt
+    );
+    unary_op!(
+        /// `ln x` (`ggml_log`).
+        log, ggml_log
+    );
+    unary_op!(
+        /// `eˣ` (`ggml_exp`).
+        exp, ggml_exp
+    );
+    unary_op!(
+        /// `-x` (`ggml_neg`).
+        neg, ggml_neg
+    );
+    unary_op!(
+        /// `tanh x` (`ggml_tanh`).
+        tanh, ggml_tanh
+    );
+    unary_op!(
+        /// `max(x, 0)` (`ggml_relu`).
+        relu, ggml_relu
+    );
+    unary_op!(
+        /// SiLU, `x·σ(x)` (Elfwing et al. 2017; `ggml_silu`).
+        silu, ggml_silu
+    );
+    unary_op!(
+        /// GELU, tanh approximation `0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))`
+        /// (Hendrycks & Gimpel 2016; `ggml_gelu`). On the CPU ggml evaluates it
+        /// through an f16 lookup table (error up to ~1e-3).
+        gelu, ggml_gelu
+    );
+    unary_op!(
+        /// GELU, exact form `0.5x(1 + erf(x/√2))` (`ggml_gelu_erf`).
+        gelu_erf, ggml_gelu_erf
+    );
+
+    /// `s·a` (`ggml_scale`). `a` must be contiguous f32.
+    pub fn scale<'a>(&'a self, a: Tensor<'a>, s: f32) -> Result<Tensor<'a>> {
+        need_dtype("scale", &a, &[DType::F32])?;
+        need_contiguous("scale", &a)?;
+        // SAFETY: checked.
+        self.op("scale", |ctx| unsafe { sys::ggml_scale(ctx, a.raw(), s) })
+    }
+
+    /// `s·a + b` with scalars `s`, `b` (`ggml_scale_bias`). `a` must be contiguous f32.
+    pub fn scale_bias<'a>(&'a self, a: Tensor<'a>, s: f32, b: f32) -> Result<Tensor<'a>> {
+        need_dtype("scale_bias", &a, &[DType::F32])?;
+        need_contiguous("scale_bias", &a)?;
+        // SAFETY: checked.
+        self.op("scale_bias", |ctx| unsafe { sys::ggml_scale_bias(ctx, a.raw(), s, b) })
+    }
+
+    /// `min(max(a, lo), hi)` (`ggml_clamp`); f32, contiguous. No gradient.
+    pub fn clamp<'a>(&'a self, a: Tensor<'a>, lo: f32, hi: f32) -> Result<Tensor<'a>> {
+        need_dtype("clamp", &a, &[DType::F32])?;
+        need_contiguous("clamp", &a)?;
+        if lo.is_nan() || hi.is_nan() || lo > hi {
+            return Err(Error::op("clamp", format!("bad bounds [{lo}, {hi}]")));
+        }
+        // SAFETY: checked.
+        self.op("clamp", |ctx| unsafe { sys::ggml_clamp(ctx, a.raw(), lo, hi) })
+    }
+
+    /// Sum of each row: `[ne0, ne1, ne2, ne3] → [1, ne1, ne2, ne3]` (`ggml_sum_rows`). f32.
+    pub fn sum_rows<'a>(&'a self, a: Tensor<'a>) -> Result<Tensor<'a>> {
+        need_dtype("sum_rows", &a, &[DType::F32])?;
+        need_rows("sum_rows", &a)?;
+        // SAFETY: checked.
+        self.op("sum_rows", |ctx| unsafe { sys::ggml_sum_rows(ctx, a.raw()) })
+    }
+
+    /// Mean of each row, `[ne0, ...] → [1, ...]`, built as `sum_rows` then `scale`
+    /// by `1/ne0` (ggml's own MEAN has a backward that aborts when its input has
+    /// another consumer).
+    pub fn mean_rows<'a>(&'a self, a: Tensor<'a>) -> Result<Tensor<'a>> {
+        let s = self.sum_rows(a)?;
+        self.scale(s, 1.0 / a.ne()[0] as f32)
+    }
+
+    /// Sum of all elements, a one-element tensor (`ggml_sum`). f32.
+    pub fn sum<'a>(&'a self, a: Tensor<'a>) -> Result<Tensor<'a>> {
+        need_dtype("sum", &a, &[DType::F32])?;
+        // SAFETY: checked.
+        self.op("sum", |ctx| unsafe { sys::ggml_sum(ctx, a.raw()) })
+    }
+
+    /// Tile `a` to the shape of `like` (`ggml_repeat`): each `a.ne[i]` must divide `like.ne[i]`.
+    pub fn repeat<'a>(&'a self, a: Tensor<'a>, like: Tensor<'a>) -> Result<Tensor<'a>> {
+        if !super::can_repeat(&a, &like) {
+            return Err(Error::op("repeat", format!("cannot tile {} to {}", shape_str(&a), shape_str(&like))));
+        }
+        need_float("repeat", &a)?;
+        // SAFETY: checked.
+        self.op("repeat", |ctx| unsafe { sys::ggml_repeat(ctx, a.raw(), like.raw()) })
+    }
+
+    /// Sum `a` down to the shape of `like` (`ggml_repeat_back`, the adjoint of `repeat`).
+    pub fn repeat_back<'a>(&'a self, a: Tensor<'a>, like: Tensor<'a>) -> Result<Tensor<'a>> {
+        if !super::can_repeat(&like, &a) {
+            return Err(Error::op("repeat_back", format!("cannot sum {} down to {}", shape_str(&a), shape_str(&like))));
+        }
+        need_dtype("repeat_back", &a, &[DType::F32])?;
+        // SAFETY: checked.
+        self.op("repeat_back", |ctx| unsafe { sys::ggml_repeat_back(ctx, a.raw(), like.raw()) })
+    }
+}

@@ -1,0 +1,200 @@
+//! Neural-network ops: matrix products, embeddings, norms, RoPE, softmax, GLU, loss.
+
+use super::{need_contiguous, need_dtype, need_rows, same_shape, shape_str};
+use crate::context::{Context, Tensor};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use ggml_sys as sys;
+
+/// How RoPE pairs the dimensions of a head (`mode` of `ggml_rope_ext`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeMode {
+    /// Mode 0: rotate adjacent pairs `(2i, 2i+1)`; what llama.cpp's `llama`
+    /// architecture uses (GPT-J style).
+    Normal,
+    /// Mode 2 (`GGML_ROPE_TYPE_NEOX`): rotate `(i, i + n_dims/2)` (GPT-NeoX,
+    /// Hugging Face `rotate_half`).
+    Neox,
+}
+
+impl RopeMode {
+    fn raw(self) -> i32 {
+        match self {
+            RopeMode::Normal => sys::GGML_ROPE_TYPE_NORMAL as i32,
+            RopeMode::Neox => sys::GGML_ROPE_TYPE_NEOX as i32,
+        }
+    }
+}
+
+impl Context {
+    /// Rows of `a` picked by the indices in `ids` (`ggml_get_rows`): an embedding
+    /// lookup. `a` is `[ne0, n_rows, ne2, ne3]`, `ids` is i32 `[n, ne2, ne3]`; the
+    /// result is f32 `[ne0, n, ne2, ne3]`. Indices are checked when the graph runs
+    /// (see [`Graph::compute`](crate::Graph::compute)).
+    pub fn get_rows<'a>(&'a self, a: Tensor<'a>, ids: Tensor<'a>) -> Result<Tensor<'a>> {
+        need_dtype("get_rows", &ids, &[DType::I32])?;
+        let (an, bn) = (a.ne(), ids.ne());
+        if an[2] != bn[1] || an[3] != bn[2] || bn[3] != 1 {
+            return Err(Error::op(
+                "get_rows",
+                format!("table {} and indices {}: need table ne2 = indices ne1, table ne3 = indices ne2", shape_str(&a), shape_str(&ids)),
+            ));
+        }
+        if !a.dtype().can_dequantize() {
+            return Err(Error::op("get_rows", format!("cannot read rows of {}", a.dtype())));
+        }
+        // SAFETY: checked.
+        self.op("get_rows", |ctx| unsafe { sys::ggml_get_rows(ctx, a.raw(), ids.raw()) })
+    }
+
+    /// Matrix product contracting over `ne0` (`ggml_mul_mat`): `a` is `[k, m, …]`,
+    /// `b` is `[k, n, …]`, the result is f32 `[m, n, …]`, i.e. `bᵀ·a`-shaped: with
+    /// `a` a weight stored as `rows × cols = out × in`, `mul_mat(a, x)` is `W·x`.
+    /// Dimensions 2 and 3 of `a` broadcast over `b`'s (each must divide). `b` must be f32.
+    pub fn mul_mat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
+        let (an, bn) = (a.ne(), b.ne());
+        if an[0] != bn[0] || bn[2] % an[2] != 0 || bn[3] % an[3] != 0 {
+            return Err(Error::op(
+                "mul_mat",
+                format!("cannot multiply {} by {}: ne0 must match and a's ne2, ne3 must divide b's", shape_str(&a), shape_str(&b)),
+            ));
+        }
+        if a.nb()[0] > a.nb()[1] {
+            return Err(Error::op("mul_mat", format!("first operand {} is transposed; use cont first", shape_str(&a))));
+        }
+        need_dtype("mul_mat", &b, &[DType::F32])?;
+        if !a.dtype().can_dequantize() {
+            return Err(Error::op("mul_mat", format!("unsupported weight type {}", a.dtype())));
+        }
+        // SAFETY: checked.
+        self.op("mul_mat", |ctx| unsafe { sys::ggml_mul_mat(ctx, a.raw(), b.raw()) })
+    }
+
+    /// Outer product summed over `ne1` (`ggml_out_prod`): `a` `[m, k, …]`, `b`
+    /// `[n, k, …]` → `[m, n, …]`; what `mul_mat`'s backward uses.
+    pub fn out_prod<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
+        let (an, bn) = (a.ne(), b.ne());
+        if an[1] != bn[1] || bn[2] % an[2] != 0 || bn[3] % an[3] != 0 {
+            return Err(Error::op("out_prod", format!("cannot form the outer product of {} and {}", shape_str(&a), shape_str(&b))));
+        }
+        if a.nb()[0] > a.nb()[1] {
+            return Err(Error::op("out_prod", "first operand is transposed; use cont first"));
+        }
+        need_dtype("out_prod", &a, &[DType::F32])?;
+        need_dtype("out_prod", &b, &[DType::F32])?;
+        // SAFETY: checked.
+        self.op("out_prod", |ctx| unsafe { sys::ggml_out_prod(ctx, a.raw(), b.raw()) })
+    }
+
+    /// RMSNorm over `ne0` without gain: `x / √(mean(x²) + eps)` (Zhang & Sennrich
+    /// 2019; `ggml_rms_norm`). f32 with contiguous rows.
+    pub fn rms_norm<'a>(&'a self, a: Tensor<'a>, eps: f32) -> Result<Tensor<'a>> {
+        check_norm("rms_norm", &a, eps)?;
+        // SAFETY: checked.
+        self.op("rms_norm", |ctx| unsafe { sys::ggml_rms_norm(ctx, a.raw(), eps) })
+    }
+
+    /// LayerNorm over `ne0` without gain or bias: `(x − mean) / √(var + eps)` (Ba et
+    /// al. 2016; `ggml_norm`). f32 with contiguous rows. Its backward comes from
+    /// our ggml patch (`patches/`).
+    pub fn norm<'a>(&'a self, a: Tensor<'a>, eps: f32) -> Result<Tensor<'a>> {
+        check_norm("norm", &a, eps)?;
+        // SAFETY: checked.
+        self.op("norm", |ctx| unsafe { sys::ggml_norm(ctx, a.raw(), eps) })
+    }
+
+    /// Rotary position embedding (Su et al. 2021; `ggml_rope_ext` without
+    /// frequency factors or context extension). `a` is `[head_dim, n_head, n_pos, n_seq]`
+    /// f32, `pos` an i32 vector of `n_pos` positions; the first `n_dims` (even, ≤
+    /// head_dim) dimensions of each head rotate by `pos·base^(−2i/n_dims)`.
+    pub fn rope_ext<'a>(&'a self, a: Tensor<'a>, pos: Tensor<'a>, n_dims: usize, mode: RopeMode, freq_base: f32) -> Result<Tensor<'a>> {
+        need_dtype("rope_ext", &a, &[DType::F32])?;
+        need_dtype("rope_ext", &pos, &[DType::I32])?;
+        need_rows("rope_ext", &a)?;
+        let (an, pn) = (a.ne(), pos.ne());
+        if pn[1] != 1 || pn[2] != 1 || pn[3] != 1 || pn[0] != an[2] {
+            return Err(Error::op("rope_ext", format!("positions {} must be a vector of a's ne2 = {} values", shape_str(&pos), an[2])));
+        }
+        if n_dims == 0 || n_dims % 2 != 0 || n_dims as i64 > an[0] {
+            return Err(Error::op("rope_ext", format!("n_dims = {n_dims} must be even, ≥ 2 and ≤ ne0 = {}", an[0])));
+        }
+        if !(freq_base.is_finite() && freq_base > 0.0) {
+            return Err(Error::op("rope_ext", format!("freq_base = {freq_base} must be positive")));
+        }
+        // SAFETY: checked; NULL freq factors; no YaRN extension (ext_factor 0).
+        self.op("rope_ext", |ctx| unsafe {
+            sys::ggml_rope_ext(ctx, a.raw(), pos.raw(), std::ptr::null_mut(), n_dims as i32, mode.raw(), 0, freq_base, 1.0, 0.0, 1.0, 32.0, 1.0)
+        })
+    }
+
+    /// `softmax(scale·a + mask)` over `ne0` (`ggml_soft_max_ext`, no ALiBi). `a`
+    /// contiguous f32 `[n_kv, n_q, n_head, n_seq]`; `mask` (f32 or f16, contiguous)
+    /// is `[n_kv, ≥ n_q, d2, d3]` with `d2`, `d3` dividing `a`'s, e.g. a causal mask
+    /// `[n_kv, n_q]` of `0` and `−∞` shared by every head and sequence.
+    pub fn soft_max_ext<'a>(&'a self, a: Tensor<'a>, mask: Option<Tensor<'a>>, scale: f32) -> Result<Tensor<'a>> {
+        need_dtype("soft_max_ext", &a, &[DType::F32])?;
+        need_contiguous("soft_max_ext", &a)?;
+        let mask_ptr = match mask {
+            Some(m) => {
+                need_dtype("soft_max_ext", &m, &[DType::F32, DType::F16])?;
+                need_contiguous("soft_max_ext", &m)?;
+                let (an, mn) = (a.ne(), m.ne());
+                if mn[0] != an[0] || mn[1] < an[1] || an[2] % mn[2] != 0 || an[3] % mn[3] != 0 {
+                    return Err(Error::op("soft_max_ext", format!("mask {} does not fit scores {}", shape_str(&m), shape_str(&a))));
+                }
+                m.raw()
+            }
+            None => std::ptr::null_mut(),
+        };
+        // SAFETY: checked.
+        self.op("soft_max_ext", |ctx| unsafe { sys::ggml_soft_max_ext(ctx, a.raw(), mask_ptr, scale, 0.0) })
+    }
+
+    /// Set elements above the diagonal shifted by `n_past` to −∞ (`ggml_diag_mask_inf`).
+    pub fn diag_mask_inf<'a>(&'a self, a: Tensor<'a>, n_past: usize) -> Result<Tensor<'a>> {
+        need_dtype("diag_mask_inf", &a, &[DType::F32])?;
+        need_contiguous("diag_mask_inf", &a)?;
+        // SAFETY: checked.
+        self.op("diag_mask_inf", |ctx| unsafe { sys::ggml_diag_mask_inf(ctx, a.raw(), n_past as i32) })
+    }
+
+    /// SwiGLU with separate operands: `silu(a) ⊙ b` (Shazeer 2020; `ggml_swiglu_split`).
+    /// Same shape and type, contiguous rows.
+    pub fn swiglu_split<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
+        if !same_shape(&a, &b) || a.dtype() != b.dtype() {
+            return Err(Error::op("swiglu_split", format!("operands differ: {} {} and {} {}", shape_str(&a), a.dtype(), shape_str(&b), b.dtype())));
+        }
+        need_dtype("swiglu_split", &a, &[DType::F32, DType::F16])?;
+        for t in [&a, &b] {
+            // ggml_is_contiguous_1: rows contiguous and dims ≥ 2 packed.
+            need_contiguous("swiglu_split", t)?;
+        }
+        // SAFETY: checked.
+        self.op("swiglu_split", |ctx| unsafe { sys::ggml_swiglu_split(ctx, a.raw(), b.raw()) })
+    }
+
+    /// Cross-entropy of softmax(`logits`) against the distributions `labels`, over
+    /// `ne0`, averaged over the rows: `−(1/rows)·Σ labels·log_softmax(logits)`
+    /// (`ggml_cross_entropy_loss`). Both contiguous f32 of the same shape
+    /// `[n_vocab, rows]`; the result is a one-element f32 tensor.
+    pub fn cross_entropy_loss<'a>(&'a self, logits: Tensor<'a>, labels: Tensor<'a>) -> Result<Tensor<'a>> {
+        if !same_shape(&logits, &labels) {
+            return Err(Error::op("cross_entropy_loss", format!("logits {} and labels {} differ in shape", shape_str(&logits), shape_str(&labels))));
+        }
+        for t in [&logits, &labels] {
+            need_dtype("cross_entropy_loss", t, &[DType::F32])?;
+            need_contiguous("cross_entropy_loss", t)?;
+        }
+        // SAFETY: checked.
+        self.op("cross_entropy_loss", |ctx| unsafe { sys::ggml_cross_entropy_loss(ctx, logits.raw(), labels.raw()) })
+    }
+}
+
+fn check_norm(op: &'static str, a: &Tensor<'_>, eps: f32) -> Result<()> {
+    need_dtype(op, a, &[DType::F32])?;
+    need_rows(op, a)?;
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::op(op, format!("eps = {eps} must be finite and ≥ 0")));
+    }
+    Ok(())
+}

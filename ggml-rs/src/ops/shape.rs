@@ -1,0 +1,106 @@
+//! Views and layout ops: reshape, view, permute, transpose, cont, cpy.
+
+use super::{need_contiguous, shape_str};
+use crate::context::{check_shape, Context, Tensor};
+use crate::error::{Error, Result};
+use ggml_sys as sys;
+
+impl Context {
+    /// The same data with shape `ne` (1 to 4 dims, same element count); `a` must
+    /// be contiguous (`ggml_reshape_{1,2,3,4}d`).
+    pub fn reshape<'a>(&'a self, a: Tensor<'a>, ne: &[i64]) -> Result<Tensor<'a>> {
+        check_shape("reshape", a.dtype(), ne)?;
+        need_contiguous("reshape", &a)?;
+        let n: i64 = ne.iter().product();
+        if n != a.nelements() {
+            return Err(Error::op("reshape", format!("{} has {} elements, {ne:?} has {n}", shape_str(&a), a.nelements())));
+        }
+        // SAFETY: checked.
+        self.op("reshape", |ctx| unsafe {
+            match ne.len() {
+                1 => sys::ggml_reshape_1d(ctx, a.raw(), ne[0]),
+                2 => sys::ggml_reshape_2d(ctx, a.raw(), ne[0], ne[1]),
+                3 => sys::ggml_reshape_3d(ctx, a.raw(), ne[0], ne[1], ne[2]),
+                _ => sys::ggml_reshape_4d(ctx, a.raw(), ne[0], ne[1], ne[2], ne[3]),
+            }
+        })
+    }
+
+    /// A strided view into `a`'s data (`ggml_view_{1,2,3,4}d`): shape `ne`, row
+    /// strides `nb` (bytes, `nb.len() == ne.len() − 1`), starting `offset` bytes in.
+    /// Every addressed byte must lie inside `a`.
+    pub fn view<'a>(&'a self, a: Tensor<'a>, ne: &[i64], nb: &[usize], offset: usize) -> Result<Tensor<'a>> {
+        check_shape("view", a.dtype(), ne)?;
+        if nb.len() + 1 != ne.len() {
+            return Err(Error::op("view", format!("{} dims need {} strides, got {}", ne.len(), ne.len() - 1, nb.len())));
+        }
+        let dt = a.dtype();
+        // Last byte actually addressed, and the contiguous size ggml checks.
+        let mut end = offset as u128 + dt.row_size(ne[0]) as u128;
+        for (i, &s) in nb.iter().enumerate() {
+            end += (ne[i + 1] as u128 - 1) * s as u128;
+        }
+        let dense = dt.row_size(ne[0]) as u128 * ne[1..].iter().product::<i64>() as u128 + offset as u128;
+        let cap = a.nbytes() as u128;
+        if end > cap || dense > cap {
+            return Err(Error::op("view", format!("view {ne:?} strides {nb:?} at offset {offset} runs past the {} bytes of {}", a.nbytes(), shape_str(&a))));
+        }
+        // SAFETY: bounds checked above.
+        self.op("view", |ctx| unsafe {
+            match ne.len() {
+                1 => sys::ggml_view_1d(ctx, a.raw(), ne[0], offset),
+                2 => sys::ggml_view_2d(ctx, a.raw(), ne[0], ne[1], nb[0], offset),
+                3 => sys::ggml_view_3d(ctx, a.raw(), ne[0], ne[1], ne[2], nb[0], nb[1], offset),
+                _ => sys::ggml_view_4d(ctx, a.raw(), ne[0], ne[1], ne[2], ne[3], nb[0], nb[1], nb[2], offset),
+            }
+        })
+    }
+
+    /// Reorder dimensions (`ggml_permute`): dimension `i` of `a` becomes dimension
+    /// `axes[i]` of the result. `axes` must be a permutation of 0..4.
+    pub fn permute<'a>(&'a self, a: Tensor<'a>, axes: [usize; 4]) -> Result<Tensor<'a>> {
+        let mut seen = [false; 4];
+        for &x in &axes {
+            if x >= 4 || seen[x] {
+                return Err(Error::op("permute", format!("{axes:?} is not a permutation of 0..4")));
+            }
+            seen[x] = true;
+        }
+        // SAFETY: checked.
+        self.op("permute", |ctx| unsafe { sys::ggml_permute(ctx, a.raw(), axes[0] as i32, axes[1] as i32, axes[2] as i32, axes[3] as i32) })
+    }
+
+    /// Swap dimensions 0 and 1 (`ggml_transpose`), as a view.
+    pub fn transpose<'a>(&'a self, a: Tensor<'a>) -> Result<Tensor<'a>> {
+        // SAFETY: always valid.
+        self.op("transpose", |ctx| unsafe { sys::ggml_transpose(ctx, a.raw()) })
+    }
+
+    /// A contiguous copy of `a` (`ggml_cont`).
+    pub fn cont<'a>(&'a self, a: Tensor<'a>) -> Result<Tensor<'a>> {
+        // SAFETY: always valid.
+        self.op("cont", |ctx| unsafe { sys::ggml_cont(ctx, a.raw()) })
+    }
+
+    /// A contiguous copy of `a` with shape `ne` (same element count; `ggml_cont_4d`).
+    pub fn cont_nd<'a>(&'a self, a: Tensor<'a>, ne: &[i64]) -> Result<Tensor<'a>> {
+        check_shape("cont_nd", a.dtype(), ne)?;
+        let n: i64 = ne.iter().product();
+        if n != a.nelements() {
+            return Err(Error::op("cont_nd", format!("{} has {} elements, {ne:?} has {n}", shape_str(&a), a.nelements())));
+        }
+        let mut full = [1i64; 4];
+        full[..ne.len()].copy_from_slice(ne);
+        // SAFETY: checked.
+        self.op("cont_nd", |ctx| unsafe { sys::ggml_cont_4d(ctx, a.raw(), full[0], full[1], full[2], full[3]) })
+    }
+
+    /// Copy `a` into `b`'s memory, converting type (`ggml_cpy`); returns a view of `b`.
+    pub fn cpy<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
+        if a.nelements() != b.nelements() {
+            return Err(Error::op("cpy", format!("{} and {} differ in element count", shape_str(&a), shape_str(&b))));
+        }
+        // SAFETY: checked.
+        self.op("cpy", |ctx| unsafe { sys::ggml_cpy(ctx, a.raw(), b.raw()) })
+    }
+}

@@ -1,0 +1,45 @@
+//! Optimizer-step ops (in place on a parameter). Used by [`crate::optim`].
+
+use super::{same_shape, shape_str};
+use crate::context::{Context, Tensor};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use ggml_sys as sys;
+
+impl Context {
+    /// One AdamW update of parameter `w` in place (`ggml_opt_step_adamw`;
+    /// Loshchilov & Hutter 2019). `hp` is f32 `[7]` = `[lr, β1, β2, eps, weight
+    /// decay, 1/(1−β1ᵗ), 1/(1−β2ᵗ)]`; per element `m = β1·m + (1−β1)·g`,
+    /// `v = β2·v + (1−β2)·g²`, `w = w·(1 − lr·wd) − lr·(m·h1)/(√(v·h2) + eps)`.
+    pub fn opt_step_adamw<'a>(&'a self, w: Tensor<'a>, grad: Tensor<'a>, m: Tensor<'a>, v: Tensor<'a>, hp: Tensor<'a>) -> Result<Tensor<'a>> {
+        if !w.is_param() {
+            return Err(Error::op("opt_step_adamw", format!("{:?} is not a parameter", w.name())));
+        }
+        for (what, t) in [("gradient", grad), ("first moment", m), ("second moment", v)] {
+            if !same_shape(&w, &t) || t.dtype() != DType::F32 {
+                return Err(Error::op("opt_step_adamw", format!("{what} {} {} does not match parameter {}", shape_str(&t), t.dtype(), shape_str(&w))));
+            }
+        }
+        if hp.dtype() != DType::F32 || hp.nelements() != 7 {
+            return Err(Error::op("opt_step_adamw", "hyper-parameters must be f32 [7]"));
+        }
+        // SAFETY: checked.
+        self.op("opt_step_adamw", |ctx| unsafe { sys::ggml_opt_step_adamw(ctx, w.raw(), grad.raw(), m.raw(), v.raw(), hp.raw()) })
+    }
+
+    /// One SGD update of `w` in place (`ggml_opt_step_sgd`): `hp` is f32 `[2]` =
+    /// `[lr, weight decay]`; `w = w·(1 − lr·wd) − lr·g`.
+    pub fn opt_step_sgd<'a>(&'a self, w: Tensor<'a>, grad: Tensor<'a>, hp: Tensor<'a>) -> Result<Tensor<'a>> {
+        if !w.is_param() {
+            return Err(Error::op("opt_step_sgd", format!("{:?} is not a parameter", w.name())));
+        }
+        if !same_shape(&w, &grad) || grad.dtype() != DType::F32 {
+            return Err(Error::op("opt_step_sgd", format!("gradient {} does not match parameter {}", shape_str(&grad), shape_str(&w))));
+        }
+        if hp.dtype() != DType::F32 || hp.nelements() != 2 {
+            return Err(Error::op("opt_step_sgd", "hyper-parameters must be f32 [2]"));
+        }
+        // SAFETY: checked.
+        self.op("opt_step_sgd", |ctx| unsafe { sys::ggml_opt_step_sgd(ctx, w.raw(), grad.raw(), hp.raw()) })
+    }
+}

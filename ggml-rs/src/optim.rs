@@ -1,0 +1,228 @@
+//! Optimizers built into the training graph: AdamW with parameter groups and
+//! SGD, both with optional global-norm gradient clipping.
+//!
+//! The update runs on the device as part of the graph (`ggml_opt_step_adamw` /
+//! `ggml_opt_step_sgd`, in place on each parameter) after the backward pass.
+//! Hyper-parameters are small input tensors written before each step, so the
+//! learning rate can follow a schedule without rebuilding the graph.
+
+use crate::context::{Context, Tensor};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::graph::Graph;
+
+/// AdamW hyper-parameters, with PyTorch's names and defaults
+/// (`torch.optim.AdamW`: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWConfig {
+    pub lr: f32,
+    pub betas: (f32, f32),
+    pub eps: f32,
+    pub weight_decay: f32,
+}
+
+impl Default for AdamWConfig {
+    fn default() -> Self {
+        AdamWConfig { lr: 1e-3, betas: (0.9, 0.999), eps: 1e-8, weight_decay: 0.01 }
+    }
+}
+
+/// Parameters that share a weight decay (e.g. matrices decayed, gains and
+/// biases not, as nanoGPT's `configure_optimizers` does).
+#[derive(Clone, Debug)]
+pub struct ParamGroup<'a> {
+    pub params: Vec<Tensor<'a>>,
+    pub weight_decay: f32,
+}
+
+/// AdamW moment tensors `m` and `v` for a list of parameters. They live in a
+/// context the caller allocates on the training device, so they persist across
+/// steps and can be saved and restored for resuming.
+pub struct AdamWState<'s> {
+    entries: Vec<(Tensor<'s>, Tensor<'s>, Tensor<'s>)>,
+}
+
+impl<'s> AdamWState<'s> {
+    /// Create `m` and `v` (f32, each parameter's shape, named `<param>.m` /
+    /// `<param>.v` when that fits) in `ctx`. Allocate `ctx` afterwards; moments
+    /// start at zero.
+    pub fn new(ctx: &'s Context, params: &[Tensor<'s>]) -> Result<AdamWState<'s>> {
+        let mut entries = Vec::with_capacity(params.len());
+        for (i, &p) in params.iter().enumerate() {
+            let m = ctx.new_tensor(DType::F32, &p.shape())?;
+            let v = ctx.new_tensor(DType::F32, &p.shape())?;
+            let base = p.name();
+            let (mn, vn) = if base.len() + 2 < 64 && !base.is_empty() {
+                (format!("{base}.m"), format!("{base}.v"))
+            } else {
+                (format!("adamw.{i}.m"), format!("adamw.{i}.v"))
+            };
+            m.set_name(&mn)?;
+            v.set_name(&vn)?;
+            entries.push((p, m, v));
+        }
+        Ok(AdamWState { entries })
+    }
+
+    /// `(param, m, v)` for every parameter, in creation order.
+    pub fn entries(&self) -> &[(Tensor<'s>, Tensor<'s>, Tensor<'s>)] {
+        &self.entries
+    }
+
+    fn moments(&self, p: Tensor<'_>) -> Option<(Tensor<'s>, Tensor<'s>)> {
+        self.entries.iter().find(|(q, _, _)| q.raw() == p.raw()).map(|&(_, m, v)| (m, v))
+    }
+}
+
+enum Kind {
+    AdamW(AdamWConfig),
+    Sgd,
+}
+
+/// An optimizer attached to one training graph.
+pub struct Optimizer<'a> {
+    kind: Kind,
+    /// (weight decay, hyper-parameter input) per group.
+    groups: Vec<(f32, Tensor<'a>)>,
+    /// (max-norm input, max norm) when clipping.
+    clip: Option<(Tensor<'a>, f32)>,
+    grad_norm: Option<Tensor<'a>>,
+    t: u64,
+}
+
+impl<'a> Optimizer<'a> {
+    /// Attach AdamW to `graph`, whose backward must be built: for every group and
+    /// parameter, an `opt_step_adamw` node using the moments in `state`. With
+    /// `grad_clip = Some(max_norm)`, gradients are first scaled by
+    /// `min(1, max_norm / (‖g‖ + 1e-6))` where ‖g‖ is the global L2 norm over all
+    /// groups (as `torch.nn.utils.clip_grad_norm_`).
+    ///
+    /// # Errors
+    /// [`Error::Backward`] when a parameter has no gradient (it does not
+    /// influence the loss) or no moments in `state`.
+    pub fn adamw(ctx: &'a Context, graph: &mut Graph<'a>, state: &AdamWState<'a>, groups: &[ParamGroup<'a>], cfg: AdamWConfig, grad_clip: Option<f32>) -> Result<Optimizer<'a>> {
+        check_cfg(&cfg)?;
+        Self::build(ctx, graph, Some(state), groups, Kind::AdamW(cfg), grad_clip)
+    }
+
+    /// Attach plain SGD with decoupled weight decay (`w ← w(1 − lr·wd) − lr·g`).
+    pub fn sgd(ctx: &'a Context, graph: &mut Graph<'a>, groups: &[ParamGroup<'a>], grad_clip: Option<f32>) -> Result<Optimizer<'a>> {
+        Self::build(ctx, graph, None, groups, Kind::Sgd, grad_clip)
+    }
+
+    fn build(ctx: &'a Context, graph: &mut Graph<'a>, state: Option<&AdamWState<'a>>, groups: &[ParamGroup<'a>], kind: Kind, grad_clip: Option<f32>) -> Result<Optimizer<'a>> {
+        if let Some(c) = grad_clip {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(Error::op("optimizer", format!("grad_clip = {c} must be positive")));
+            }
+        }
+        let mut grads = Vec::new();
+        for g in groups {
+            for &p in &g.params {
+                let gr = graph.grad(p).ok_or_else(|| Error::Backward(format!("parameter {:?} has no gradient: it does not influence the loss (or backward was not built)", p.name())))?;
+                grads.push(gr);
+            }
+        }
+        // Global gradient norm and clip coefficient, computed in the graph.
+        let mut clip = None;
+        let mut grad_norm = None;
+        let mut coef = None;
+        if let Some(max_norm) = grad_clip {
+            let mut sumsq: Option<Tensor<'a>> = None;
+            for &g in &grads {
+                let s = ctx.sum(ctx.sqr(g)?)?;
+                sumsq = Some(match sumsq {
+                    None => s,
+                    Some(acc) => ctx.add(acc, s)?,
+                });
+            }
+            let Some(sumsq) = sumsq else { return Err(Error::Backward("no parameters to optimize".into())) };
+            let norm = ctx.sqrt(sumsq)?.set_name("grad_norm")?.set_output();
+            let max_in = ctx.new_tensor_1d(DType::F32, 1)?.set_name("grad_clip")?.set_input();
+            let c = ctx.clamp(ctx.div(max_in, ctx.scale_bias(norm, 1.0, 1e-6)?)?, 0.0, 1.0)?;
+            clip = Some((max_in, max_norm));
+            grad_norm = Some(norm);
+            coef = Some(c);
+        }
+        let mut out_groups = Vec::new();
+        let mut k = 0;
+        for (gi, g) in groups.iter().enumerate() {
+            let n_hp = match kind {
+                Kind::AdamW(_) => 7,
+                Kind::Sgd => 2,
+            };
+            let hp = ctx.new_tensor_1d(DType::F32, n_hp)?.set_name(&format!("opt.hp.{gi}"))?.set_input();
+            for &p in &g.params {
+                let mut gr = grads[k];
+                k += 1;
+                if let Some(c) = coef {
+                    gr = ctx.mul(gr, c)?;
+                }
+                let step = match (&kind, state) {
+                    (Kind::AdamW(_), Some(st)) => {
+                        let (m, v) = st.moments(p).ok_or_else(|| Error::Backward(format!("no AdamW moments for {:?}", p.name())))?;
+                        ctx.opt_step_adamw(p, gr, m, v, hp)?
+                    }
+                    _ => ctx.opt_step_sgd(p, gr, hp)?,
+                };
+                graph.expand(step)?;
+            }
+            out_groups.push((g.weight_decay, hp));
+        }
+        Ok(Optimizer { kind, groups: out_groups, clip, grad_norm, t: 0 })
+    }
+
+    /// Write the hyper-parameters of the next step (step `t+1`, bias correction
+    /// `1/(1−βᵗ⁺¹)`) with learning rate `lr`. Call after allocating the graph and
+    /// before each compute.
+    pub fn prepare_step(&mut self, lr: f32) -> Result<()> {
+        if !lr.is_finite() || lr < 0.0 {
+            return Err(Error::op("optimizer", format!("learning rate {lr} must be finite and ≥ 0")));
+        }
+        let t = (self.t + 1) as i32;
+        for &(wd, hp) in &self.groups {
+            match self.kind {
+                Kind::AdamW(c) => {
+                    let (b1, b2) = c.betas;
+                    let h1 = 1.0 / (1.0 - (b1 as f64).powi(t));
+                    let h2 = 1.0 / (1.0 - (b2 as f64).powi(t));
+                    hp.write(&[lr, b1, b2, c.eps, wd, h1 as f32, h2 as f32])?;
+                }
+                Kind::Sgd => hp.write(&[lr, wd])?,
+            }
+        }
+        if let Some((input, max_norm)) = self.clip {
+            input.write(&[max_norm])?;
+        }
+        Ok(())
+    }
+
+    /// Record that the step prepared by [`prepare_step`](Self::prepare_step) ran.
+    pub fn finish_step(&mut self) {
+        self.t += 1;
+    }
+
+    /// Steps taken so far (the `t` of bias correction).
+    pub fn step_count(&self) -> u64 {
+        self.t
+    }
+
+    /// Set the step count, when resuming from saved moments.
+    pub fn set_step_count(&mut self, t: u64) {
+        self.t = t;
+    }
+
+    /// The global gradient norm before clipping (readable after compute), when clipping.
+    pub fn grad_norm(&self) -> Option<Tensor<'a>> {
+        self.grad_norm
+    }
+}
+
+fn check_cfg(c: &AdamWConfig) -> Result<()> {
+    let (b1, b2) = c.betas;
+    let ok = c.lr.is_finite() && c.lr >= 0.0 && (0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2) && c.eps > 0.0 && c.weight_decay >= 0.0;
+    if !ok {
+        return Err(Error::op("adamw", format!("invalid hyper-parameters {c:?} (need lr ≥ 0, 0 ≤ betas < 1, eps > 0, weight_decay ≥ 0)")));
+    }
+    Ok(())
+}

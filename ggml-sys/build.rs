@@ -1,0 +1,235 @@
+//! Build script: obtain the pinned ggml source through cargo, copy it into a
+//! build-private folder, apply `patches/*.patch` in order, build it with cmake
+//! through our wrapper project and link it.
+//!
+//! Environment (all optional):
+//! - `GGML_SOURCE_DIR`: a ggml folder to use instead of the pinned package.
+//! - `GGML_*`, `CMAKE_*`: forwarded to cmake as `-D` definitions (ours win on conflict
+//!   only for the options this crate must control, listed in `FORCED`).
+//! - `CMAKE_CUDA_ARCHITECTURES` (feature `cuda`): default `90`.
+
+use std::collections::BTreeMap;
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::{exit, Command};
+
+#[path = "build/source.rs"]
+mod source;
+
+/// cmake options this crate decides; the environment cannot override them.
+const FORCED: &[&str] = &[
+    "BUILD_SHARED_LIBS",
+    "GGML_BACKEND_DL",
+    "GGML_STATIC",
+    "GGML_BUILD_TESTS",
+    "GGML_BUILD_EXAMPLES",
+    "TOY_GGML_SOURCE_DIR",
+    "GGML_CUDA",
+    "GGML_METAL",
+];
+
+fn fail(msg: &str) -> ! {
+    eprintln!("error: {msg}");
+    println!("cargo:warning={msg}");
+    exit(1);
+}
+
+fn tool_works(tool: &str, arg: &str) -> bool {
+    Command::new(tool).arg(arg).output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+/// Fail early with one line when the build tools are missing.
+fn check_tools() {
+    let cmake = env::var("CMAKE").unwrap_or_else(|_| "cmake".into());
+    if !tool_works(&cmake, "--version") {
+        fail("toy-ggml-sys: cmake not found: install cmake >= 3.14 (Debian/Ubuntu: `apt-get install cmake`, macOS: `brew install cmake`)");
+    }
+    let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
+    let cxx = env::var("CXX").unwrap_or_else(|_| "c++".into());
+    if !tool_works(&cc, "--version") || !tool_works(&cxx, "--version") {
+        fail("toy-ggml-sys: no C/C++ compiler found: install one (Debian/Ubuntu: `apt-get install build-essential`, macOS: `xcode-select --install`), or set CC and CXX");
+    }
+}
+
+fn main() {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    let root = manifest_dir.parent().unwrap().to_path_buf();
+    let patches_dir = root.join("patches");
+
+    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=build");
+    println!("cargo:rerun-if-changed=cmake/CMakeLists.txt");
+    println!("cargo:rerun-if-changed={}", patches_dir.display());
+    println!("cargo:rerun-if-changed={}", root.join("vendor/ggml-source/Cargo.toml").display());
+    println!("cargo:rerun-if-changed={}", root.join("vendor/ggml-source/Cargo.lock").display());
+    println!("cargo:rerun-if-env-changed=GGML_SOURCE_DIR");
+    println!("cargo:rerun-if-env-changed=CMAKE_CUDA_ARCHITECTURES");
+
+    // docs.rs-style builds and `cargo doc` need no native library.
+    if env::var_os("DOCS_RS").is_some() {
+        return;
+    }
+
+    check_tools();
+
+    let upstream = match source::locate(&root) {
+        Ok(p) => p,
+        Err(e) => fail(&format!("toy-ggml-sys: {e}")),
+    };
+    let ggml_dir = match source::prepare(&upstream, &patches_dir, &out_dir.join("ggml-src")) {
+        Ok(p) => p,
+        Err(e) => fail(&format!("toy-ggml-sys: {e}")),
+    };
+    println!("cargo:source_dir={}", ggml_dir.display());
+
+    build_bindings(&ggml_dir, &out_dir);
+    let lib_dirs = build_ggml(&manifest_dir, &ggml_dir);
+    link(&lib_dirs);
+}
+
+/// Environment `GGML_*` / `CMAKE_*` variables, forwarded to cmake.
+fn passthrough_env() -> BTreeMap<String, String> {
+    let mut defs = BTreeMap::new();
+    for (k, v) in env::vars() {
+        if (k.starts_with("GGML_") || k.starts_with("CMAKE_"))
+            && k != "GGML_SOURCE_DIR"
+            && k != "GGML_NO_BACKTRACE"
+            && !FORCED.contains(&k.as_str())
+        {
+            println!("cargo:rerun-if-env-changed={k}");
+            defs.insert(k, v);
+        }
+    }
+    defs
+}
+
+fn build_ggml(manifest_dir: &Path, ggml_dir: &Path) -> Vec<PathBuf> {
+    let dynamic = cfg!(feature = "dynamic");
+    let mut cfg = cmake::Config::new(manifest_dir.join("cmake"));
+    let on_off = |b: bool| if b { "ON" } else { "OFF" };
+
+    cfg.profile("Release")
+        .define("TOY_GGML_SOURCE_DIR", ggml_dir)
+        .define("BUILD_SHARED_LIBS", on_off(dynamic))
+        .define("GGML_BACKEND_DL", on_off(dynamic))
+        .define("GGML_BUILD_TESTS", "OFF")
+        .define("GGML_BUILD_EXAMPLES", "OFF")
+        .define("GGML_CCACHE", "OFF")
+        // Portable: AVX2/FMA/F16C on x86-64 but never -march=native, so a
+        // binary built here runs on any x86-64 with AVX2.
+        .define("GGML_NATIVE", "OFF")
+        .define("GGML_OPENMP", "OFF")
+        .define("GGML_BLAS", "OFF")
+        .define("GGML_LLAMAFILE", "ON")
+        .define("GGML_CUDA", on_off(cfg!(feature = "cuda")))
+        .define("GGML_METAL", on_off(cfg!(feature = "metal")))
+        .define("GGML_VULKAN", "OFF")
+        .define("CMAKE_POSITION_INDEPENDENT_CODE", "ON");
+
+    if cfg!(feature = "cuda") {
+        let archs = env::var("CMAKE_CUDA_ARCHITECTURES").unwrap_or_else(|_| "90".into());
+        cfg.define("CMAKE_CUDA_ARCHITECTURES", archs)
+            .define("GGML_CUDA_FA", "OFF")
+            .define("GGML_CUDA_NCCL", "OFF")
+            .define("CMAKE_CUDA_FLAGS", "-Xcompiler=-fPIC");
+    }
+    if cfg!(feature = "metal") {
+        cfg.define("GGML_METAL_EMBED_LIBRARY", "ON").define("GGML_METAL_NDEBUG", "ON");
+    }
+    for (k, v) in passthrough_env() {
+        cfg.define(k, v);
+    }
+    let jobs = env::var("NUM_JOBS").unwrap_or_else(|_| "2".into());
+    cfg.env("CMAKE_BUILD_PARALLEL_LEVEL", jobs);
+    // Build the libraries only; the install step of the nested project is not needed.
+    cfg.build_target("all");
+    let dst = cfg.build();
+    let build = dst.join("build");
+    let lib_dirs = vec![build.join("ggml/src"), build.join("ggml/src/ggml-cpu"), build.join("bin")];
+    if dynamic {
+        // Shared libraries and backend modules land in build/bin; dependents
+        // (scripts, tests) find them through this metadata key.
+        println!("cargo:lib_dir={}", build.join("bin").display());
+    }
+    lib_dirs
+}
+
+fn link(lib_dirs: &[PathBuf]) {
+    for d in lib_dirs {
+        println!("cargo:rustc-link-search=native={}", d.display());
+    }
+    // The CUDA / Metal backends' folders, when built in.
+    for sub in ["ggml-cuda", "ggml-metal"] {
+        println!("cargo:rustc-link-search=native={}", lib_dirs[0].join(sub).display());
+    }
+    let target_os = env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
+    if cfg!(feature = "dynamic") {
+        println!("cargo:rustc-link-lib=dylib=ggml");
+        println!("cargo:rustc-link-lib=dylib=ggml-base");
+        // Let the binary find libggml*.so next to itself or in the build folder.
+        println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN");
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib_dirs[2].display());
+        return;
+    }
+    println!("cargo:rustc-link-lib=static=ggml");
+    if cfg!(feature = "cuda") {
+        println!("cargo:rustc-link-lib=static=ggml-cuda");
+    }
+    if cfg!(feature = "metal") {
+        println!("cargo:rustc-link-lib=static=ggml-metal");
+    }
+    println!("cargo:rustc-link-lib=static=ggml-cpu");
+    println!("cargo:rustc-link-lib=static=ggml-base");
+    if cfg!(feature = "cuda") {
+        if let Ok(cuda) = env::var("CUDA_PATH").or_else(|_| env::var("CUDA_HOME")) {
+            println!("cargo:rustc-link-search=native={cuda}/lib64");
+        } else {
+            println!("cargo:rustc-link-search=native=/usr/local/cuda/lib64");
+        }
+        for l in ["cudart", "cublas", "cublasLt", "cuda"] {
+            println!("cargo:rustc-link-lib=dylib={l}");
+        }
+    }
+    match target_os.as_str() {
+        "macos" | "ios" => {
+            println!("cargo:rustc-link-lib=dylib=c++");
+            for fw in ["Foundation", "Metal", "MetalKit", "Accelerate"] {
+                println!("cargo:rustc-link-lib=framework={fw}");
+            }
+        }
+        _ => {
+            println!("cargo:rustc-link-lib=dylib=stdc++");
+            println!("cargo:rustc-link-lib=dylib=m");
+        }
+    }
+}
+
+#[cfg(feature = "generate-bindings")]
+fn build_bindings(ggml_dir: &Path, out_dir: &Path) {
+    let include = ggml_dir.join("include");
+    let mut builder = bindgen::Builder::default()
+        .rust_target(bindgen::RustTarget::stable(82, 0).unwrap())
+        .clang_arg(format!("-I{}", include.display()))
+        .generate_comments(false)
+        .prepend_enum_name(false)
+        .layout_tests(false)
+        .allowlist_item("(ggml|gguf|GGML|GGUF)_.*")
+        .blocklist_item("ggml_backend_cpu_.*_numa.*")
+        .opaque_type("FILE")
+        .blocklist_type("FILE")
+        .raw_line("pub type FILE = core::ffi::c_void;")
+        .size_t_is_usize(true);
+    for h in ["ggml.h", "ggml-alloc.h", "ggml-backend.h", "ggml-cpu.h", "gguf.h"] {
+        builder = builder.header(include.join(h).to_string_lossy());
+    }
+    let bindings = builder.generate().unwrap_or_else(|e| {
+        fail(&format!("toy-ggml-sys: bindgen failed ({e}); install libclang (Debian/Ubuntu: `apt-get install libclang-dev`)"))
+    });
+    bindings
+        .write_to_file(out_dir.join("bindings.rs"))
+        .unwrap_or_else(|e| fail(&format!("toy-ggml-sys: cannot write bindings: {e}")));
+}
+
+#[cfg(not(feature = "generate-bindings"))]
+fn build_bindings(_ggml_dir: &Path, _out_dir: &Path) {}

@@ -1,0 +1,1 @@
+// Never compiled: see Cargo.toml.
