@@ -315,6 +315,21 @@ impl<'a> Tensor<'a> {
         self.get().flags & sys::GGML_TENSOR_FLAG_PARAM as i32 != 0
     }
 
+    /// True when marked as a graph input ([`set_input`](Self::set_input)).
+    pub fn is_input(&self) -> bool {
+        self.get().flags & sys::GGML_TENSOR_FLAG_INPUT as i32 != 0
+    }
+
+    /// True when marked as a graph output ([`set_output`](Self::set_output)).
+    pub fn is_output(&self) -> bool {
+        self.get().flags & sys::GGML_TENSOR_FLAG_OUTPUT as i32 != 0
+    }
+
+    /// True when marked as the loss of a backward pass.
+    pub fn is_loss(&self) -> bool {
+        self.get().flags & sys::GGML_TENSOR_FLAG_LOSS as i32 != 0
+    }
+
     /// True when the tensor is a view of another tensor's data.
     pub fn is_view(&self) -> bool {
         !self.get().view_src.is_null()

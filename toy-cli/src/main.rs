@@ -1,1 +1,52 @@
-fn main() {}
+//! The `toy` command.
+
+use clap::Parser;
+use std::process::ExitCode;
+use toy::cli::{Cli, Command};
+
+fn command_name(c: &Command) -> &'static str {
+    match c {
+        Command::Train(_) => "train",
+        Command::Devices(_) => "devices",
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+                let _ = e.print();
+                return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
+            }
+            // One line: clap's first line without its "error: " prefix.
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ");
+            let cmd = std::env::args().nth(1).filter(|a| !a.starts_with('-')).unwrap_or_default();
+            let prefix = if cmd.is_empty() { "toy".to_string() } else { format!("toy {cmd}") };
+            eprintln!("{prefix}: {first} (see `toy {cmd} --help`)");
+            return ExitCode::from(2);
+        }
+    };
+    let name = command_name(&cli.command);
+    let result = match &cli.command {
+        Command::Train(a) => toy::commands::train::run(a).map(|o| {
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "format": "toy/train-v1", "run_id": o.run_id, "run_dir": o.run_dir, "steps": o.steps,
+                                        "seed": a.seed.unwrap_or(0), "final_loss": o.final_loss, "val_loss": o.val_loss })
+                );
+            }
+        }),
+        Command::Devices(a) => toy::commands::devices::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("toy {name}: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}

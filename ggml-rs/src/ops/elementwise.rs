@@ -156,6 +156,18 @@ impl Context {
         self.op("repeat", |ctx| unsafe { sys::ggml_repeat(ctx, a.raw(), like.raw()) })
     }
 
+    /// Tile `a` to shape `ne` (`ggml_repeat_4d`): each `a.ne[i]` must divide `ne[i]`.
+    pub fn repeat_4d<'a>(&'a self, a: Tensor<'a>, ne: [i64; 4]) -> Result<Tensor<'a>> {
+        crate::context::check_shape("repeat_4d", a.dtype(), &ne)?;
+        let an = a.ne();
+        if (0..4).any(|i| ne[i] % an[i] != 0) {
+            return Err(Error::op("repeat_4d", format!("cannot tile {} to {ne:?}", shape_str(&a))));
+        }
+        need_float("repeat_4d", &a)?;
+        // SAFETY: checked.
+        self.op("repeat_4d", |ctx| unsafe { sys::ggml_repeat_4d(ctx, a.raw(), ne[0], ne[1], ne[2], ne[3]) })
+    }
+
     /// Sum `a` down to the shape of `like` (`ggml_repeat_back`, the adjoint of `repeat`).
     pub fn repeat_back<'a>(&'a self, a: Tensor<'a>, like: Tensor<'a>) -> Result<Tensor<'a>> {
         if !super::can_repeat(&like, &a) {

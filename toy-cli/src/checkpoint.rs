@@ -1,0 +1,252 @@
+//! Checkpoints: standard GGUF files in llama.cpp's layout (`llama` or `gpt2`)
+//! with the tokenizer embedded, and reading them back into a model.
+
+use crate::data::Tokenizer;
+use crate::error::{input, Result};
+use crate::model::{Arch, ModelConfig, Weights};
+use ggml_rs::gguf::{GgufFile, GgufWriter};
+use ggml_rs::Tensor;
+use std::path::Path;
+
+/// Identifies our own keys (`toy.*`) in a checkpoint.
+pub const FORMAT: &str = "toy-rs/v1";
+
+/// Where a checkpoint comes from.
+#[derive(Clone, Debug, Default)]
+pub struct Provenance {
+    pub run_id: String,
+    pub step: u64,
+    /// `general.name`.
+    pub name: String,
+}
+
+fn f32s(t: Tensor<'_>) -> Result<Vec<f32>> {
+    Ok(t.read::<f32>()?)
+}
+
+/// `token_embd = E·Pᵀ`: fold a lens `P` `[w, d]` into a donor table `E` `[w, V]`,
+/// giving `[d, V]` (f64 accumulation).
+pub fn fold_lens(table: &[f32], lens: &[f32], w: usize, d: usize) -> Vec<f32> {
+    let v = table.len() / w;
+    let mut out = vec![0f32; v * d];
+    for (row, o) in table.chunks_exact(w).zip(out.chunks_exact_mut(d)) {
+        for (r, out_r) in o.iter_mut().enumerate() {
+            let p = &lens[r * w..(r + 1) * w];
+            *out_r = row.iter().zip(p).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32;
+        }
+    }
+    debug_assert_eq!(out.len(), v * d);
+    out
+}
+
+fn hparams(g: &mut GgufWriter, c: &ModelConfig) -> Result<()> {
+    let a = c.arch.name();
+    let u = |n: usize| n as u32;
+    g.set("general.architecture", a)?;
+    g.set(&format!("{a}.vocab_size"), u(c.vocab))?;
+    g.set(&format!("{a}.context_length"), u(c.context))?;
+    g.set(&format!("{a}.embedding_length"), u(c.d_model))?;
+    g.set(&format!("{a}.feed_forward_length"), u(c.d_ff))?;
+    g.set(&format!("{a}.block_count"), u(c.n_layers))?;
+    g.set(&format!("{a}.attention.head_count"), u(c.n_heads))?;
+    match c.arch {
+        Arch::Llama => {
+            g.set("llama.attention.head_count_kv", u(c.n_kv_heads))?;
+            g.set("llama.attention.layer_norm_rms_epsilon", c.norm_eps)?;
+            g.set("llama.rope.freq_base", c.rope_base)?;
+            g.set("llama.rope.dimension_count", u(c.d_head()))?;
+        }
+        Arch::Gpt2 => g.set("gpt2.attention.layer_norm_epsilon", c.norm_eps)?,
+    }
+    Ok(())
+}
+
+/// Write `w` (allocated) with `tok` and `prov` to `path`, atomically.
+pub fn write_checkpoint(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, prov: &Provenance) -> Result<()> {
+    let c = w.config();
+    let mut g = GgufWriter::new();
+    hparams(&mut g, c)?;
+    g.set("general.name", if prov.name.is_empty() { "toy" } else { prov.name.as_str() })?;
+    g.set("general.file_type", 0u32)?; // all f32
+    g.set("toy.checkpoint_format", FORMAT)?;
+    g.set("toy.run_id", prov.run_id.as_str())?;
+    g.set("toy.step", prov.step)?;
+    g.set("toy.tied", c.tied)?;
+    if let Some(t) = tok {
+        t.write_gguf(&mut g)?;
+    }
+    match w {
+        Weights::Llama(m) => {
+            let d = c.d_model;
+            match (m.lens, c.donor_width) {
+                (Some(lens), Some(width)) => {
+                    let folded = fold_lens(&f32s(m.token_embd)?, &f32s(lens)?, width, d);
+                    g.add_tensor_data("token_embd.weight", &[d as i64, c.vocab as i64], &folded)?;
+                }
+                _ => g.add_tensor("token_embd.weight", m.token_embd)?,
+            }
+            g.add_tensor("output_norm.weight", m.output_norm)?;
+            if let Some(o) = m.output {
+                g.add_tensor("output.weight", o)?;
+            }
+            for b in &m.blocks {
+                for t in [b.attn_norm, b.attn_q, b.attn_k, b.attn_v, b.attn_output, b.ffn_norm, b.ffn_gate, b.ffn_up, b.ffn_down] {
+                    g.add_tensor(&t.name(), t)?;
+                }
+            }
+        }
+        Weights::Gpt2(m) => {
+            g.add_tensor("token_embd.weight", m.token_embd)?;
+            g.add_tensor("position_embd.weight", m.position_embd)?;
+            g.add_tensor("output_norm.weight", m.output_norm.weight)?;
+            g.add_tensor("output_norm.bias", m.output_norm.bias)?;
+            for (i, b) in m.blocks.iter().enumerate() {
+                let n = |s: &str| format!("blk.{i}.{s}");
+                let d = c.d_model as i64;
+                // Fused q|k|v: the three [d, d] matrices stacked along ne1.
+                let mut qkv = f32s(b.attn_q.weight)?;
+                qkv.extend(f32s(b.attn_k.weight)?);
+                qkv.extend(f32s(b.attn_v.weight)?);
+                let mut qkv_b = f32s(b.attn_q.bias)?;
+                qkv_b.extend(f32s(b.attn_k.bias)?);
+                qkv_b.extend(f32s(b.attn_v.bias)?);
+                for (name, t) in [("attn_norm.weight", b.attn_norm.weight), ("attn_norm.bias", b.attn_norm.bias)] {
+                    g.add_tensor(&n(name), t)?;
+                }
+                g.add_tensor_data(&n("attn_qkv.weight"), &[d, 3 * d], &qkv)?;
+                g.add_tensor_data(&n("attn_qkv.bias"), &[3 * d], &qkv_b)?;
+                for (name, t) in [
+                    ("attn_output.weight", b.attn_output.weight),
+                    ("attn_output.bias", b.attn_output.bias),
+                    ("ffn_norm.weight", b.ffn_norm.weight),
+                    ("ffn_norm.bias", b.ffn_norm.bias),
+                    ("ffn_up.weight", b.ffn_up.weight),
+                    ("ffn_up.bias", b.ffn_up.bias),
+                    ("ffn_down.weight", b.ffn_down.weight),
+                    ("ffn_down.bias", b.ffn_down.bias),
+                ] {
+                    g.add_tensor(&n(name), t)?;
+                }
+            }
+        }
+    }
+    g.write(path).map_err(|e| crate::error::runtime(format!("cannot write checkpoint: {e}")))
+}
+
+/// A checkpoint opened for reading.
+pub struct Checkpoint {
+    pub file: GgufFile,
+    pub config: ModelConfig,
+    pub tokenizer: Option<Tokenizer>,
+    pub step: u64,
+}
+
+fn need_u(f: &GgufFile, key: &str) -> Result<usize> {
+    Ok(f.get_u64(key)? as usize)
+}
+
+/// Open `path` and read the model shape from its keys and tensors.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming the file when it is not
+/// a GGUF file or not a llama/gpt2 model this program can run.
+pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
+    if !path.is_file() {
+        return Err(input(format!("{}: no such checkpoint file", path.display())));
+    }
+    let file = GgufFile::open(path)?;
+    let arch = file.get_str("general.architecture")?;
+    let arch = match arch {
+        "llama" => Arch::Llama,
+        "gpt2" => Arch::Gpt2,
+        other => return Err(input(format!("{}: architecture {other:?} is not supported (llama or gpt2)", path.display()))),
+    };
+    let a = arch.name();
+    let embd = file.tensor("token_embd.weight").ok_or_else(|| input(format!("{}: no token_embd.weight tensor", path.display())))?;
+    let d_model = need_u(&file, &format!("{a}.embedding_length"))?;
+    let vocab = embd.ne[1] as usize;
+    let n_heads = need_u(&file, &format!("{a}.attention.head_count"))?;
+    let config = ModelConfig {
+        arch,
+        vocab,
+        d_model,
+        n_layers: need_u(&file, &format!("{a}.block_count"))?,
+        n_heads,
+        n_kv_heads: file.get_u64(&format!("{a}.attention.head_count_kv")).map(|v| v as usize).unwrap_or(n_heads),
+        d_ff: need_u(&file, &format!("{a}.feed_forward_length"))?,
+        context: need_u(&file, &format!("{a}.context_length"))?,
+        rope_base: file.get_f64("llama.rope.freq_base").unwrap_or(10_000.0) as f32,
+        norm_eps: match arch {
+            Arch::Llama => file.get_f64("llama.attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
+            Arch::Gpt2 => file.get_f64("gpt2.attention.layer_norm_epsilon").unwrap_or(1e-5) as f32,
+        },
+        tied: file.tensor("output.weight").is_none(),
+        donor_width: None,
+    };
+    config.validate().map_err(|m| input(format!("{}: {m}", path.display())))?;
+    if embd.ne[0] as usize != d_model {
+        return Err(input(format!("{}: token_embd.weight is {:?}, expected width {d_model}", path.display(), embd.shape())));
+    }
+    let tokenizer = Tokenizer::read_gguf(&file)?;
+    let step = file.get_u64("toy.step").unwrap_or(0);
+    Ok(Checkpoint { file, config, tokenizer, step })
+}
+
+impl Checkpoint {
+    fn load(&self, name: &str, t: Tensor<'_>) -> Result<()> {
+        let info = self.file.tensor(name).ok_or_else(|| input(format!("{}: missing tensor {name}", self.file.path().display())))?;
+        if info.nelements() != t.nelements() {
+            return Err(input(format!("{}: tensor {name} has shape {:?}, expected {:?}", self.file.path().display(), info.shape(), t.shape())));
+        }
+        Ok(self.file.load_into(name, t)?)
+    }
+
+    /// Copy the weights into `w` (allocated, built from [`Checkpoint::config`]).
+    pub fn load_weights(&self, w: &Weights<'_>) -> Result<()> {
+        match w {
+            Weights::Llama(m) => {
+                if m.lens.is_some() {
+                    return Err(input("a checkpoint holds a folded table; load it into a model without a lens"));
+                }
+                for p in w.params() {
+                    self.load(&p.tensor.name(), p.tensor)?;
+                }
+                Ok(())
+            }
+            Weights::Gpt2(m) => {
+                let path = self.file.path().display().to_string();
+                for t in [m.token_embd, m.position_embd, m.output_norm.weight, m.output_norm.bias] {
+                    self.load(&t.name(), t)?;
+                }
+                let d = self.config.d_model;
+                for (i, b) in m.blocks.iter().enumerate() {
+                    let n = |s: &str| format!("blk.{i}.{s}");
+                    let qkv = self.file.tensor_f32(&n("attn_qkv.weight"))?;
+                    let qkv_b = self.file.tensor_f32(&n("attn_qkv.bias"))?;
+                    if qkv.len() != 3 * d * d || qkv_b.len() != 3 * d {
+                        return Err(input(format!("{path}: {} has the wrong size", n("attn_qkv"))));
+                    }
+                    for (k, l) in [b.attn_q, b.attn_k, b.attn_v].iter().enumerate() {
+                        l.weight.write(&qkv[k * d * d..(k + 1) * d * d])?;
+                        l.bias.write(&qkv_b[k * d..(k + 1) * d])?;
+                    }
+                    for t in [
+                        b.attn_norm.weight,
+                        b.attn_norm.bias,
+                        b.attn_output.weight,
+                        b.attn_output.bias,
+                        b.ffn_norm.weight,
+                        b.ffn_norm.bias,
+                        b.ffn_up.weight,
+                        b.ffn_up.bias,
+                        b.ffn_down.weight,
+                        b.ffn_down.bias,
+                    ] {
+                        self.load(&t.name(), t)?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Command-line arguments (clap). Parsing only: the commands live in `commands/`.
+
+use crate::config::Preset;
+use crate::model::Arch;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Train small llama- and GPT-2-shaped language models from scratch on ggml.
+#[derive(Parser, Debug)]
+#[command(name = "toy", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Train a model (default recipe: from-scratch) and write a run folder.
+    Train(TrainArgs),
+    /// List the backends and devices ggml can use, with their memory.
+    Devices(DevicesArgs),
+}
+
+/// How a model is trained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Recipe {
+    /// Random initialisation, random windows of the corpus.
+    FromScratch,
+}
+
+#[derive(Args, Debug, Default, Clone, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainArgs {
+    /// Recipe.
+    #[arg(value_enum)]
+    #[serde(skip)]
+    pub recipe: Option<Recipe>,
+    /// Corpus: raw UTF-8 text, a prepared folder (`toy prep`), or toy's `.bin` /
+    /// `.txt` id files. Default: the embedded corpus.
+    #[arg(long)]
+    pub corpus: Option<PathBuf>,
+    /// Model and batch shape preset.
+    #[arg(long, value_enum)]
+    pub preset: Option<Preset>,
+    /// Architecture.
+    #[arg(long, value_enum)]
+    pub arch: Option<Arch>,
+    /// Training steps.
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Seed of the initial weights and of the batch order.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Sequences per step.
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Tokens per sequence (context length).
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// Residual width.
+    #[arg(long = "d-model")]
+    pub d_model: Option<usize>,
+    /// Transformer blocks.
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Attention heads.
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// Key/value heads (grouped-query attention; llama only).
+    #[arg(long = "kv-heads")]
+    pub kv_heads: Option<usize>,
+    /// Feed-forward width.
+    #[arg(long = "d-ff")]
+    pub d_ff: Option<usize>,
+    /// Peak learning rate.
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// Final learning rate of the cosine schedule.
+    #[arg(long = "min-lr")]
+    pub min_lr: Option<f32>,
+    /// Linear warmup steps.
+    #[arg(long = "warmup-steps")]
+    pub warmup_steps: Option<u64>,
+    /// AdamW weight decay (matrices only).
+    #[arg(long = "weight-decay")]
+    pub weight_decay: Option<f32>,
+    /// Global gradient-norm clip (0 disables).
+    #[arg(long = "grad-clip")]
+    pub grad_clip: Option<f32>,
+    /// RMSNorm/LayerNorm epsilon.
+    #[arg(long = "norm-eps")]
+    pub norm_eps: Option<f32>,
+    /// RoPE base (llama).
+    #[arg(long = "rope-base")]
+    pub rope_base: Option<f32>,
+    /// Share the output head with the token embedding (llama; gpt2 always ties).
+    #[arg(long)]
+    pub tied: bool,
+    /// Validation loss every N steps.
+    #[arg(long = "eval-every")]
+    pub eval_every: Option<u64>,
+    /// Checkpoint every N steps (0: only at the end).
+    #[arg(long = "save-every")]
+    pub save_every: Option<u64>,
+    /// Print a loss line every N steps.
+    #[arg(long = "log-every")]
+    pub log_every: Option<u64>,
+    /// Device: cpu, cuda, cuda:N, metal.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// CPU threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Run folder (default: runs/<arch>-<date>-<seq>, or $TOY_RUN_ID under runs/).
+    #[arg(long)]
+    #[serde(skip)]
+    pub out: Option<PathBuf>,
+    /// Print a JSON summary instead of loss lines.
+    #[arg(long)]
+    #[serde(skip)]
+    pub json: bool,
+    /// Write weights/step_0.gguf (the initial weights) too.
+    #[arg(long = "save-initial")]
+    pub save_initial: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct DevicesArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}

@@ -1,0 +1,4 @@
+//! One module per `toy` command; each is a plain function a test can call.
+
+pub mod devices;
+pub mod train;

@@ -1,0 +1,148 @@
+//! `toy train`: resolve the configuration (preset < `toy.toml` < flags), read
+//! the corpus, create the run folder and run the recipe.
+
+use crate::cli::{Recipe, TrainArgs};
+use crate::config::{Preset, TrainConfig};
+use crate::data::{load_corpus, Corpus, CorpusOptions};
+use crate::error::{input, Result};
+use crate::model::Arch;
+use crate::run::{make_run_id, RunDir};
+use crate::train::{from_scratch, Outcome, RunOptions};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicI32;
+use std::sync::Arc;
+
+/// Longest context a run accepts (the causal mask alone is context² floats).
+pub const MAX_CONTEXT: usize = 8192;
+
+/// Read `toy.toml` (its `[train]` table) from `dir`, if present.
+pub fn read_toml(dir: &Path) -> Result<Option<TrainArgs>> {
+    let path = dir.join("toy.toml");
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
+    #[derive(serde::Deserialize)]
+    struct File {
+        #[serde(default)]
+        train: TrainArgs,
+    }
+    let f: File = toml::from_str(&text).map_err(|e| input(format!("{}: {}", path.display(), e.message())))?;
+    let mut t = f.train;
+    // Relative paths in toy.toml are relative to its folder.
+    if let Some(c) = &t.corpus {
+        if c.is_relative() {
+            t.corpus = Some(dir.join(c));
+        }
+    }
+    Ok(Some(t))
+}
+
+macro_rules! merge {
+    ($a:ident, $t:ident, $($f:ident),*) => { $( if $a.$f.is_none() { $a.$f = $t.$f.clone(); } )* };
+}
+
+/// Flags win over `toy.toml`.
+fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
+    let mut a = args.clone();
+    if let Some(t) = file {
+        merge!(a, t, corpus, preset, arch, steps, seed, batch, context, d_model, layers, heads, kv_heads, d_ff, lr, min_lr, warmup_steps, weight_decay, grad_clip, norm_eps, rope_base, eval_every, save_every, log_every, device, threads);
+        a.tied |= t.tied;
+        a.save_initial |= t.save_initial;
+    }
+    a
+}
+
+/// The corpus shipped inside the binary (see `data/`).
+pub fn default_corpus() -> Result<Corpus> {
+    crate::data::embedded::corpus()
+}
+
+/// Resolve the full configuration for `a` and a corpus of `vocab` ids.
+pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
+    let arch = a.arch.unwrap_or(Arch::Llama);
+    let preset = a.preset.unwrap_or(Preset::Tiny);
+    let mut c = TrainConfig::from_preset(preset, arch, vocab);
+    let m = &mut c.model;
+    macro_rules! set {
+        ($($src:ident => $dst:expr),*) => { $( if let Some(v) = a.$src { $dst = v; } )* };
+    }
+    set!(d_model => m.d_model, layers => m.n_layers, heads => m.n_heads, d_ff => m.d_ff, context => m.context, norm_eps => m.norm_eps, rope_base => m.rope_base);
+    m.n_kv_heads = a.kv_heads.unwrap_or(m.n_heads);
+    if a.tied {
+        m.tied = true;
+    }
+    if a.arch == Some(Arch::Gpt2) && a.d_ff.is_none() {
+        m.d_ff = 4 * m.d_model;
+    }
+    set!(batch => c.batch, steps => c.steps, seed => c.seed, lr => c.lr, warmup_steps => c.warmup_steps, weight_decay => c.weight_decay,
+         grad_clip => c.grad_clip, eval_every => c.eval_every, save_every => c.save_every, log_every => c.log_every, threads => c.threads);
+    c.min_lr = a.min_lr.unwrap_or(c.lr / 10.0);
+    if let Some(d) = &a.device {
+        c.device = d.clone();
+    }
+    if c.model.context > MAX_CONTEXT {
+        return Err(input(format!("--context {} is larger than the maximum {MAX_CONTEXT}", c.model.context)));
+    }
+    if arch == Arch::Gpt2 && a.kv_heads.is_some_and(|k| k != c.model.n_heads) {
+        return Err(input("--kv-heads is a llama option; gpt2 uses multi-head attention"));
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+/// Pick the run folder: `--out`, or `runs/<id>` with the id from `TOY_RUN_ID` or the template.
+pub fn run_dir(out: Option<&PathBuf>, arch: Arch) -> Result<RunDir> {
+    let runs = PathBuf::from("runs");
+    let env_id = std::env::var("TOY_RUN_ID").ok().filter(|s| !s.trim().is_empty());
+    let id = match (out, &env_id) {
+        (Some(p), _) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into()),
+        (None, Some(id)) => id.clone(),
+        (None, None) => make_run_id("{arch}-{date}-{seq}", arch.name(), &runs),
+    };
+    if id.contains('/') || id == ".." {
+        return Err(input(format!("run id {id:?} must be a plain name")));
+    }
+    let path = out.cloned().unwrap_or_else(|| runs.join(&id));
+    RunDir::create(id, path, false)
+}
+
+/// Run `toy train` with `args`.
+pub fn run(args: &TrainArgs) -> Result<Outcome> {
+    let cwd = std::env::current_dir().map_err(|e| input(format!("no current folder: {e}")))?;
+    let a = merged(args, read_toml(&cwd)?);
+    let recipe = a.recipe.unwrap_or(Recipe::FromScratch);
+    let corpus = match &a.corpus {
+        Some(p) => load_corpus(p, &CorpusOptions::default())?,
+        None => default_corpus()?,
+    };
+    let cfg = resolve(&a, corpus.vocab_size)?;
+    let run = run_dir(a.out.as_ref(), cfg.model.arch)?;
+    let stop = Arc::new(AtomicI32::new(0));
+    let got = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // The first signal asks the loop to stop after the current step and save;
+        // a second one ends the process at once.
+        let _ = signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, got.clone());
+        let _ = signal_hook::flag::register(sig, got.clone());
+        let flag = stop.clone();
+        // SAFETY: the handler only stores to an atomic.
+        let _ = unsafe { signal_hook::low_level::register(sig, move || flag.store(sig, std::sync::atomic::Ordering::SeqCst)) };
+    }
+    let opts = RunOptions { quiet: a.json, progress: std::io::stderr().is_terminal(), save_initial: a.save_initial, stop: Some(stop) };
+    let out = match recipe {
+        Recipe::FromScratch => from_scratch(&cfg, &corpus, &run, &opts),
+    };
+    if let Err(e) = &out {
+        // A run that never got going leaves no half-made folder behind.
+        if matches!(e, crate::error::Error::Input(_)) && !run.path.join("events.jsonl").exists() {
+            let _ = std::fs::remove_dir_all(&run.path);
+        }
+    }
+    let out = out?;
+    if !a.json {
+        println!("run {} → {}", out.run_id, out.run_dir.display());
+    }
+    Ok(out)
+}

@@ -1,0 +1,142 @@
+//! Presets and the resolved training configuration (preset < `toy.toml` < flags).
+
+use crate::error::{input, Result};
+use crate::model::{Arch, ModelConfig};
+use serde::{Deserialize, Serialize};
+
+/// A named model and batch shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Preset {
+    /// toy 0.8.0's shape: d 64, 4 heads, d_ff 128, 2 layers, context 32, batch 1.
+    Smoke,
+    /// d 128, 4 heads, d_ff 344, 4 layers, context 128, batch 16 (minutes on a laptop CPU).
+    Tiny,
+    /// d 256, 8 heads, d_ff 688, 6 layers, context 256, batch 32.
+    Small,
+    /// d 512, 8 heads, d_ff 1376, 8 layers, context 512, batch 32.
+    Medium,
+}
+
+impl Preset {
+    /// (d_model, n_heads, d_ff, n_layers, context, batch).
+    pub fn shape(self) -> (usize, usize, usize, usize, usize, usize) {
+        match self {
+            Preset::Smoke => (64, 4, 128, 2, 32, 1),
+            Preset::Tiny => (128, 4, 344, 4, 128, 16),
+            Preset::Small => (256, 8, 688, 6, 256, 32),
+            Preset::Medium => (512, 8, 1376, 8, 512, 32),
+        }
+    }
+
+    /// The preset's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Smoke => "smoke",
+            Preset::Tiny => "tiny",
+            Preset::Small => "small",
+            Preset::Medium => "medium",
+        }
+    }
+}
+
+/// Everything a training run needs, resolved. Serialized to `config.toml` in the run folder.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    pub preset: Preset,
+    pub model: ModelConfig,
+    /// Sequences per step.
+    pub batch: usize,
+    pub steps: u64,
+    pub seed: u64,
+    /// Peak learning rate.
+    pub lr: f32,
+    /// Final learning rate of the cosine schedule.
+    pub min_lr: f32,
+    pub warmup_steps: u64,
+    pub betas: (f32, f32),
+    pub eps: f32,
+    /// Applied to matrices only.
+    pub weight_decay: f32,
+    /// Global-norm clipping threshold (0 disables).
+    pub grad_clip: f32,
+    /// Validation loss every N steps (0: only at the start and end).
+    pub eval_every: u64,
+    /// Windows of the validation split used per evaluation.
+    pub eval_windows: usize,
+    /// Checkpoint every N steps (0: only at the end).
+    pub save_every: u64,
+    /// Print a loss line every N steps.
+    pub log_every: u64,
+    /// `cpu`, `cuda`, `cuda:N`, `metal`.
+    pub device: String,
+    /// CPU threads (0: all cores).
+    pub threads: usize,
+}
+
+impl TrainConfig {
+    /// The defaults of `preset` for `arch` with vocabulary `vocab`.
+    pub fn from_preset(preset: Preset, arch: Arch, vocab: usize) -> TrainConfig {
+        let (d, h, f, l, t, b) = preset.shape();
+        TrainConfig {
+            preset,
+            model: ModelConfig {
+                arch,
+                vocab,
+                d_model: d,
+                n_layers: l,
+                n_heads: h,
+                n_kv_heads: h,
+                d_ff: if arch == Arch::Gpt2 { 4 * d } else { f },
+                context: t,
+                rope_base: 10_000.0,
+                norm_eps: 1e-5,
+                tied: arch == Arch::Gpt2,
+                donor_width: None,
+            },
+            batch: b,
+            steps: 200,
+            seed: 0,
+            lr: 1e-3,
+            min_lr: 1e-4,
+            warmup_steps: 20,
+            betas: (0.9, 0.95),
+            eps: 1e-8,
+            weight_decay: 0.1,
+            grad_clip: 1.0,
+            eval_every: 100,
+            eval_windows: 32,
+            save_every: 0,
+            log_every: 1,
+            device: "cpu".into(),
+            threads: 0,
+        }
+    }
+
+    /// Check everything a run depends on; messages name the flag.
+    pub fn validate(&self) -> Result<()> {
+        self.model.validate().map_err(|m| input(format!("bad model shape: {m}")))?;
+        if self.steps == 0 {
+            return Err(input("--steps must be at least 1"));
+        }
+        if self.batch == 0 {
+            return Err(input("--batch must be at least 1"));
+        }
+        if !(self.lr > 0.0 && self.lr.is_finite()) || !(self.min_lr >= 0.0 && self.min_lr <= self.lr) {
+            return Err(input("--lr must be positive and --min-lr between 0 and --lr"));
+        }
+        let (b1, b2) = self.betas;
+        if !(0.0..1.0).contains(&b1) || !(0.0..1.0).contains(&b2) || self.eps <= 0.0 || self.weight_decay < 0.0 || self.grad_clip < 0.0 {
+            return Err(input("betas must be in [0, 1), eps positive, weight decay and grad clip non-negative"));
+        }
+        if self.model.context * self.batch > (1 << 24) {
+            return Err(input("--context × --batch is too large"));
+        }
+        Ok(())
+    }
+
+    /// Tokens processed per step.
+    pub fn tokens_per_step(&self) -> u64 {
+        (self.model.context * self.batch) as u64
+    }
+}

@@ -1,0 +1,50 @@
+//! Errors of the `toy` command: bad input (exit 2) or a failure while running (exit 1).
+
+/// What went wrong, as one line for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The user's input is wrong: a flag, a path, a file's content. Exit code 2.
+    #[error("{0}")]
+    Input(String),
+    /// Something failed while running (out of memory, a write that failed). Exit code 1.
+    #[error("{0}")]
+    Runtime(String),
+    /// The run was interrupted by a signal (exit 130 for SIGINT, 143 for SIGTERM).
+    #[error("interrupted by signal {0}")]
+    Interrupted(i32),
+}
+
+impl Error {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Input(_) => 2,
+            Error::Runtime(_) => 1,
+            Error::Interrupted(sig) => 128 + sig,
+        }
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Shorthand for a bad-input error.
+pub fn input(msg: impl Into<String>) -> Error {
+    Error::Input(msg.into())
+}
+
+/// Shorthand for a runtime failure.
+pub fn runtime(msg: impl Into<String>) -> Error {
+    Error::Runtime(msg.into())
+}
+
+impl From<ggml_rs::Error> for Error {
+    fn from(e: ggml_rs::Error) -> Self {
+        match e {
+            // A malformed file or an impossible shape comes from the user's input.
+            ggml_rs::Error::Gguf { .. } | ggml_rs::Error::Op { .. } => Error::Input(e.to_string()),
+            ggml_rs::Error::Backend(m) => Error::Input(m),
+            other => Error::Runtime(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! `toy`: train small transformer language models from scratch on ggml.
+//!
+//! The binary is a thin layer over this library: [`cli`] parses arguments,
+//! [`commands`] holds one function per command, and the concepts live in their
+//! own modules — [`model`], [`train`], [`data`], [`run`], [`checkpoint`].
+
+pub mod checkpoint;
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod data;
+pub mod error;
+pub mod model;
+pub mod run;
+pub mod train;

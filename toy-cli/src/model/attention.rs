@@ -1,0 +1,41 @@
+//! Causal self-attention over a batch, one masked softmax for all heads.
+
+use ggml_rs::{Context, Result, RopeMode, Tensor};
+
+/// Scaled dot-product attention with a causal mask (Vaswani et al. 2017).
+///
+/// `q` is `[d_head, n_head, T, B]`, `k` and `v` are `[d_head, n_kv, T, B]` with
+/// `n_kv` dividing `n_head` (grouped-query attention: query head `h` reads kv
+/// head `h / (n_head/n_kv)`, llama.cpp's convention). Returns `[d_head·n_head, T, B]`.
+pub fn causal_attention<'a>(ctx: &'a Context, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>, mask: Tensor<'a>) -> Result<Tensor<'a>> {
+    let [dh, n_head, t, b] = q.ne();
+    let n_kv = k.ne()[1];
+    let q = ctx.permute(q, [0, 2, 1, 3])?; // [dh, T, H, B]
+    let mut k = ctx.permute(k, [0, 2, 1, 3])?; // [dh, T, Hkv, B]
+    let mut v = ctx.cont(ctx.permute(v, [1, 2, 0, 3])?)?; // [T, dh, Hkv, B]
+    if n_kv < n_head {
+        k = repeat_kv(ctx, ctx.cont(k)?, n_head / n_kv)?;
+        v = repeat_kv(ctx, v, n_head / n_kv)?;
+    }
+    let kq = ctx.mul_mat(k, q)?; // [T_k, T_q, H, B]
+    let p = ctx.soft_max_ext(kq, Some(mask), 1.0 / (dh as f32).sqrt())?;
+    let o = ctx.mul_mat(v, p)?; // [dh, T_q, H, B]
+    let o = ctx.permute(o, [0, 2, 1, 3])?; // [dh, H, T, B]
+    ctx.cont_nd(o, &[dh * n_head, t, b])
+}
+
+/// Expand kv heads `[x, y, n_kv, B]` (contiguous) to `[x, y, n_kv·g, B]` with each
+/// kv head repeated `g` times consecutively. An explicit repeat rather than
+/// `mul_mat` broadcasting, whose weight gradient ggml cannot form when B > 1.
+fn repeat_kv<'a>(ctx: &'a Context, t: Tensor<'a>, g: i64) -> Result<Tensor<'a>> {
+    let [x, y, n_kv, b] = t.ne();
+    let flat = ctx.reshape(t, &[x * y, 1, n_kv, b])?;
+    let r = ctx.repeat_4d(flat, [x * y, g, n_kv, b])?;
+    ctx.reshape(r, &[x, y, g * n_kv, b])
+}
+
+/// Apply RoPE to `x` `[d_head, n_head, T, B]` at positions `pos` (i32 `[T]`).
+pub fn rope<'a>(ctx: &'a Context, x: Tensor<'a>, pos: Tensor<'a>, base: f32) -> Result<Tensor<'a>> {
+    let dh = x.ne()[0] as usize;
+    ctx.rope_ext(x, pos, dh, RopeMode::Normal, base)
+}

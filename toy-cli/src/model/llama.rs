@@ -1,0 +1,130 @@
+//! The llama architecture (SmolLM2 family): pre-norm blocks with RMSNorm,
+//! RoPE (ggml mode 0, as llama.cpp's `llama` expects), multi-head or
+//! grouped-query causal attention, SwiGLU feed-forward, no biases.
+
+use super::attention::{causal_attention, rope};
+use super::{Batch, ModelConfig, Param};
+use ggml_rs::{Context, DType, Result, Tensor};
+
+/// One transformer block's weights (shapes in ggml `ne` order, `[in, out]`).
+pub struct Block<'w> {
+    /// `[d]`
+    pub attn_norm: Tensor<'w>,
+    /// `[d, n_head·d_head]`
+    pub attn_q: Tensor<'w>,
+    /// `[d, n_kv·d_head]`
+    pub attn_k: Tensor<'w>,
+    /// `[d, n_kv·d_head]`
+    pub attn_v: Tensor<'w>,
+    /// `[n_head·d_head, d]`
+    pub attn_output: Tensor<'w>,
+    /// `[d]`
+    pub ffn_norm: Tensor<'w>,
+    /// `[d, d_ff]`
+    pub ffn_gate: Tensor<'w>,
+    /// `[d, d_ff]`
+    pub ffn_up: Tensor<'w>,
+    /// `[d_ff, d]`
+    pub ffn_down: Tensor<'w>,
+}
+
+/// All weights of a llama model.
+pub struct Llama<'w> {
+    pub cfg: ModelConfig,
+    /// `[d, vocab]`, or `[donor_width, vocab]` (frozen) with a lens.
+    pub token_embd: Tensor<'w>,
+    /// Projection lens `[donor_width, d]`, when `cfg.donor_width` is set.
+    pub lens: Option<Tensor<'w>>,
+    pub blocks: Vec<Block<'w>>,
+    /// `[d]`
+    pub output_norm: Tensor<'w>,
+    /// `[d, vocab]`, absent when tied to `token_embd`.
+    pub output: Option<Tensor<'w>>,
+}
+
+fn weight<'w>(ctx: &'w Context, name: &str, ne: &[usize]) -> Result<Tensor<'w>> {
+    let ne: Vec<i64> = ne.iter().map(|&n| n as i64).collect();
+    ctx.new_tensor(DType::F32, &ne)?.set_name(name)
+}
+
+impl<'w> Llama<'w> {
+    /// Create the parameter tensors in `ctx` (unallocated), named as in llama.cpp.
+    pub fn new(ctx: &'w Context, cfg: &ModelConfig) -> Result<Llama<'w>> {
+        let (d, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab);
+        let (hq, hkv) = (cfg.n_heads * cfg.d_head(), cfg.n_kv_heads * cfg.d_head());
+        let blocks = (0..cfg.n_layers)
+            .map(|i| {
+                let n = |s: &str| format!("blk.{i}.{s}.weight");
+                Ok(Block {
+                    attn_norm: weight(ctx, &n("attn_norm"), &[d])?,
+                    attn_q: weight(ctx, &n("attn_q"), &[d, hq])?,
+                    attn_k: weight(ctx, &n("attn_k"), &[d, hkv])?,
+                    attn_v: weight(ctx, &n("attn_v"), &[d, hkv])?,
+                    attn_output: weight(ctx, &n("attn_output"), &[hq, d])?,
+                    ffn_norm: weight(ctx, &n("ffn_norm"), &[d])?,
+                    ffn_gate: weight(ctx, &n("ffn_gate"), &[d, f])?,
+                    ffn_up: weight(ctx, &n("ffn_up"), &[d, f])?,
+                    ffn_down: weight(ctx, &n("ffn_down"), &[f, d])?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Llama {
+            cfg: cfg.clone(),
+            token_embd: weight(ctx, "token_embd.weight", &[cfg.donor_width.unwrap_or(d), v])?,
+            lens: match cfg.donor_width {
+                Some(w) => Some(weight(ctx, "lens.weight", &[w, d])?),
+                None => None,
+            },
+            blocks,
+            output_norm: weight(ctx, "output_norm.weight", &[d])?,
+            output: if cfg.tied { None } else { Some(weight(ctx, "output.weight", &[d, v])?) },
+        })
+    }
+
+    /// Parameters in checkpoint order; norms are not decayed, and the donor
+    /// table is frozen when a lens is used.
+    pub fn params(&self) -> Vec<Param<'w>> {
+        let p = |t: Tensor<'w>| Param { tensor: t, trainable: true, decay: t.n_dims() >= 2 };
+        let mut v = vec![Param { tensor: self.token_embd, trainable: self.lens.is_none(), decay: true }];
+        v.extend(self.lens.map(p));
+        v.push(p(self.output_norm));
+        v.extend(self.output.map(p));
+        for b in &self.blocks {
+            for t in [b.attn_norm, b.ffn_norm, b.attn_q, b.attn_k, b.attn_v, b.attn_output, b.ffn_gate, b.ffn_up, b.ffn_down] {
+                v.push(p(t));
+            }
+        }
+        v
+    }
+
+    /// Logits `[vocab, T, B]` (shapes annotated for d = d_model, H = heads).
+    pub fn forward<'a>(&self, ctx: &'a Context, x: Batch<'a>) -> Result<Tensor<'a>>
+    where
+        'w: 'a,
+    {
+        let c = &self.cfg;
+        let (d, t, b) = (c.d_model as i64, x.t as i64, x.b as i64);
+        let (dh, eps) = (c.d_head() as i64, c.norm_eps);
+        let mut h = ctx.get_rows(self.token_embd, x.tokens)?; // [d or donor, T·B]
+        if let Some(lens) = self.lens {
+            h = ctx.mul_mat(lens, h)?; // [d, T·B]
+        }
+        let mut h = ctx.reshape(h, &[d, t, b])?; // [d, T, B]
+        for blk in &self.blocks {
+            let a = ctx.mul(ctx.rms_norm(h, eps)?, blk.attn_norm)?;
+            let q = ctx.reshape(ctx.mul_mat(blk.attn_q, a)?, &[dh, c.n_heads as i64, t, b])?;
+            let k = ctx.reshape(ctx.mul_mat(blk.attn_k, a)?, &[dh, c.n_kv_heads as i64, t, b])?;
+            let v = ctx.reshape(ctx.mul_mat(blk.attn_v, a)?, &[dh, c.n_kv_heads as i64, t, b])?;
+            let q = rope(ctx, q, x.pos, c.rope_base)?; // [dh, H, T, B]
+            let k = rope(ctx, k, x.pos, c.rope_base)?;
+            let att = causal_attention(ctx, q, k, v, x.mask)?; // [H·dh, T, B]
+            h = ctx.add(h, ctx.mul_mat(blk.attn_output, att)?)?;
+
+            let m = ctx.mul(ctx.rms_norm(h, eps)?, blk.ffn_norm)?;
+            let g = ctx.swiglu_split(ctx.mul_mat(blk.ffn_gate, m)?, ctx.mul_mat(blk.ffn_up, m)?)?; // [d_ff, T, B]
+            h = ctx.add(h, ctx.mul_mat(blk.ffn_down, g)?)?;
+        }
+        let h = ctx.mul(ctx.rms_norm(h, eps)?, self.output_norm)?;
+        ctx.mul_mat(self.output.unwrap_or(self.token_embd), h) // [vocab, T, B]
+    }
+}

@@ -1,0 +1,192 @@
+//! Models: the hyper-parameters ([`ModelConfig`]), the parameter tensors of each
+//! architecture and their forward passes.
+
+mod attention;
+pub mod gpt2;
+pub mod init;
+pub mod llama;
+
+use ggml_rs::{Context, Tensor};
+use serde::{Deserialize, Serialize};
+
+/// Which transformer family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// llama / SmolLM2: RMSNorm, RoPE, SwiGLU, no biases.
+    Llama,
+    /// GPT-2: learned positions, LayerNorm, GELU, biases, tied head.
+    Gpt2,
+}
+
+impl Arch {
+    /// The name used in GGUF (`general.architecture`) and run ids.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Gpt2 => "gpt2",
+        }
+    }
+}
+
+/// The shape of a model (the fields nanoGPT keeps in `GPTConfig`). Fields that
+/// one architecture does not use are ignored by it (GPT-2 has no RoPE and no
+/// grouped-query attention).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Residual stream width.
+    pub d_model: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    /// Key/value heads (llama GQA); equal to `n_heads` for multi-head attention.
+    pub n_kv_heads: usize,
+    /// Feed-forward width.
+    pub d_ff: usize,
+    /// Maximum sequence length (GPT-2: rows of the position table).
+    pub context: usize,
+    /// RoPE base θ (llama).
+    pub rope_base: f32,
+    /// Epsilon of RMSNorm (llama) / LayerNorm (GPT-2).
+    pub norm_eps: f32,
+    /// Output head shares the token embedding (always true for GPT-2).
+    pub tied: bool,
+    /// Projection lens: token table of this width projected to `d_model` (llama).
+    pub donor_width: Option<usize>,
+}
+
+impl ModelConfig {
+    /// Width of one attention head.
+    pub fn d_head(&self) -> usize {
+        self.d_model / self.n_heads
+    }
+
+    /// Check the shape is consistent; the message names the offending field.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("vocab", self.vocab),
+            ("d_model", self.d_model),
+            ("n_layers", self.n_layers),
+            ("n_heads", self.n_heads),
+            ("n_kv_heads", self.n_kv_heads),
+            ("d_ff", self.d_ff),
+            ("context", self.context),
+        ];
+        if let Some((k, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{k} must be at least 1"));
+        }
+        if self.d_model % self.n_heads != 0 {
+            return Err(format!("d_model {} is not divisible by n_heads {}", self.d_model, self.n_heads));
+        }
+        if self.n_heads % self.n_kv_heads != 0 {
+            return Err(format!("n_heads {} is not a multiple of n_kv_heads {}", self.n_heads, self.n_kv_heads));
+        }
+        if self.arch == Arch::Llama && self.d_head() % 2 != 0 {
+            return Err(format!("RoPE needs an even head width, d_model/n_heads = {}", self.d_head()));
+        }
+        if self.arch == Arch::Gpt2 && (self.n_kv_heads != self.n_heads || self.donor_width.is_some()) {
+            return Err("gpt2 has no grouped-query attention and no projection lens".into());
+        }
+        if self.donor_width == Some(0) {
+            return Err("donor width must be at least 1".into());
+        }
+        if self.donor_width.is_some() && self.tied {
+            return Err("a projection lens needs an untied output head".into());
+        }
+        if !(self.norm_eps > 0.0 && self.norm_eps.is_finite()) || !(self.rope_base > 1.0 && self.rope_base.is_finite()) {
+            return Err("norm_eps must be positive and rope_base above 1".into());
+        }
+        if self.vocab > i32::MAX as usize || self.context > (1 << 20) {
+            return Err("vocab or context too large".into());
+        }
+        Ok(())
+    }
+
+    /// Number of trainable parameters.
+    pub fn n_params(&self) -> usize {
+        let (d, f, v, l) = (self.d_model, self.d_ff, self.vocab, self.n_layers);
+        let dh = self.d_head();
+        match self.arch {
+            Arch::Llama => {
+                let attn = d * dh * (self.n_heads + 2 * self.n_kv_heads) + self.n_heads * dh * d;
+                let emb = match self.donor_width {
+                    Some(w) => w * d, // the donor table is frozen
+                    None => v * d,
+                };
+                emb + l * (attn + 3 * d * f + 2 * d) + d + if self.tied { 0 } else { v * d }
+            }
+            Arch::Gpt2 => v * d + self.context * d + l * (4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d) + 2 * d,
+        }
+    }
+}
+
+/// A parameter tensor with the facts the optimizer and the checkpoint need.
+#[derive(Clone, Copy, Debug)]
+pub struct Param<'w> {
+    pub tensor: Tensor<'w>,
+    /// Trained (false for a frozen donor table).
+    pub trainable: bool,
+    /// In the weight-decay group (matrices, as nanoGPT's `configure_optimizers`).
+    pub decay: bool,
+}
+
+/// Inputs of a forward pass, all in the compute context.
+#[derive(Clone, Copy, Debug)]
+pub struct Batch<'a> {
+    /// Token ids, i32 `[T·B]` (sequence-major: token t of sequence b at `b·T + t`).
+    pub tokens: Tensor<'a>,
+    /// Positions `0..T`, i32 `[T]`.
+    pub pos: Tensor<'a>,
+    /// Causal mask, f32 `[T, T]`: 0 where key ≤ query, −∞ above.
+    pub mask: Tensor<'a>,
+    /// Sequence length T.
+    pub t: usize,
+    /// Sequences B.
+    pub b: usize,
+}
+
+/// The weights of a model of either architecture.
+pub enum Weights<'w> {
+    Llama(llama::Llama<'w>),
+    Gpt2(gpt2::Gpt2<'w>),
+}
+
+impl<'w> Weights<'w> {
+    /// Create the (unallocated) parameter tensors of `cfg` in `ctx`, named as in
+    /// llama.cpp's GGUF files.
+    pub fn new(ctx: &'w Context, cfg: &ModelConfig) -> ggml_rs::Result<Weights<'w>> {
+        Ok(match cfg.arch {
+            Arch::Llama => Weights::Llama(llama::Llama::new(ctx, cfg)?),
+            Arch::Gpt2 => Weights::Gpt2(gpt2::Gpt2::new(ctx, cfg)?),
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        match self {
+            Weights::Llama(m) => &m.cfg,
+            Weights::Gpt2(m) => &m.cfg,
+        }
+    }
+
+    /// Every parameter tensor, in a fixed order (the order of the checkpoint).
+    pub fn params(&self) -> Vec<Param<'w>> {
+        match self {
+            Weights::Llama(m) => m.params(),
+            Weights::Gpt2(m) => m.params(),
+        }
+    }
+
+    /// Logits f32 `[vocab, T, B]` for `batch`, built in `ctx`.
+    pub fn forward<'a>(&self, ctx: &'a Context, batch: Batch<'a>) -> ggml_rs::Result<Tensor<'a>>
+    where
+        'w: 'a,
+    {
+        match self {
+            Weights::Llama(m) => m.forward(ctx, batch),
+            Weights::Gpt2(m) => m.forward(ctx, batch),
+        }
+    }
+}

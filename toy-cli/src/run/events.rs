@@ -1,0 +1,64 @@
+//! `events.jsonl`: one JSON object per line, schema `toy/v1`, append-only.
+//!
+//! Kinds written here: `run_start`, `step`, `eval`, `checkpoint`, `epoch`,
+//! `fallback`, `resume`, `run_end`. Readers skip torn lines and ignore keys
+//! they do not know ([`read_events`] does both).
+
+use crate::error::{runtime, Result};
+use serde_json::{json, Map, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// The schema name written in `run_start`.
+pub const SCHEMA: &str = "toy/v1";
+
+/// An open event log.
+pub struct EventLog {
+    path: PathBuf,
+    file: std::fs::File,
+    t0: Instant,
+}
+
+/// Seconds since the Unix epoch, with milliseconds.
+pub fn unix_time() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// The current time as RFC 3339 (UTC).
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl EventLog {
+    /// Open (creating or appending to) the log at `path`.
+    pub fn open(path: &Path) -> Result<EventLog> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| runtime(format!("cannot open {}: {e}", path.display())))?;
+        Ok(EventLog { path: path.to_path_buf(), file, t0: Instant::now() })
+    }
+
+    /// Append one event of `kind` with `fields` (an object), adding `kind` and `t`
+    /// (seconds since the log was opened) first.
+    pub fn emit(&mut self, kind: &str, fields: Value) -> Result<()> {
+        let mut obj = Map::new();
+        obj.insert("kind".into(), json!(kind));
+        obj.insert("t".into(), json!((self.t0.elapsed().as_secs_f64() * 1e3).round() / 1e3));
+        if let Value::Object(m) = fields {
+            obj.extend(m);
+        }
+        let mut line = serde_json::to_string(&Value::Object(obj)).map_err(|e| runtime(e.to_string()))?;
+        line.push('\n');
+        // One write per line, so a crash leaves at most one torn line at the end.
+        self.file.write_all(line.as_bytes()).map_err(|e| runtime(format!("cannot write {}: {e}", self.path.display())))
+    }
+}
+
+/// Read the events of a log, skipping lines that do not parse (a torn last line).
+pub fn read_events(path: &Path) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(path).map_err(|e| runtime(format!("cannot read {}: {e}", path.display())))?;
+    Ok(text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v.is_object()).collect())
+}

@@ -1,0 +1,134 @@
+//! Run folders: `runs/<id>/` with `events.jsonl`, `flow.json`, `config.toml`,
+//! `loss.svg` and `weights/step_<N>.gguf` plus a relative `weights/latest` link.
+
+pub mod events;
+pub mod flow;
+pub mod plot;
+
+use crate::error::{input, runtime, Result};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Write `bytes` to `path` atomically: a temporary file beside it, fsynced,
+/// renamed over `path`.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let res = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    res.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        runtime(format!("cannot write {}: {e}", path.display()))
+    })
+}
+
+/// The run id from `template` (`{arch}`, `{date}` = YYYYMMDD, `{time}` = HHMMSS,
+/// `{seq}` = 1 + the largest 3-digit sequence among today's runs in `runs_dir`).
+pub fn make_run_id(template: &str, arch: &str, runs_dir: &Path) -> String {
+    let now = chrono::Local::now();
+    let date = now.format("%Y%m%d").to_string();
+    let mut id = template.replace("{arch}", arch).replace("{date}", &date).replace("{time}", &now.format("%H%M%S").to_string());
+    if id.contains("{seq}") {
+        let mut max = 0u32;
+        if let Ok(rd) = std::fs::read_dir(runs_dir) {
+            for e in rd.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                if n.contains(&date) {
+                    let digits: String = n.chars().rev().take_while(|c| c.is_ascii_digit()).collect::<Vec<_>>().into_iter().rev().collect();
+                    if let Ok(v) = digits.parse::<u32>() {
+                        max = max.max(v);
+                    }
+                }
+            }
+        }
+        id = id.replace("{seq}", &format!("{:03}", max + 1));
+    }
+    id
+}
+
+/// An open run folder.
+#[derive(Clone, Debug)]
+pub struct RunDir {
+    pub id: String,
+    pub path: PathBuf,
+}
+
+impl RunDir {
+    /// Create the folder `path` (and `weights/`). An existing folder is refused
+    /// unless `allow_existing` (resuming); an unwritable place is bad input.
+    pub fn create(id: String, path: PathBuf, allow_existing: bool) -> Result<RunDir> {
+        if path.exists() && !allow_existing {
+            let empty = std::fs::read_dir(&path).map(|mut d| d.next().is_none()).unwrap_or(false);
+            if !empty {
+                return Err(input(format!("run folder {} already exists; choose another --out or resume it with --resume", path.display())));
+            }
+        }
+        std::fs::create_dir_all(path.join("weights")).map_err(|e| input(format!("cannot create run folder {}: {e}", path.display())))?;
+        // Probe writability now rather than after the first training step.
+        let probe = path.join(".write-probe");
+        std::fs::write(&probe, b"").map_err(|e| input(format!("cannot write into {}: {e}", path.display())))?;
+        let _ = std::fs::remove_file(probe);
+        Ok(RunDir { id, path })
+    }
+
+    /// `weights/step_<N>.gguf`.
+    pub fn checkpoint_path(&self, step: u64) -> PathBuf {
+        self.path.join("weights").join(format!("step_{step}.gguf"))
+    }
+
+    /// Point `weights/latest` at `step_<N>.gguf` (relative link, replaced atomically).
+    pub fn set_latest(&self, step: u64) -> Result<()> {
+        let dir = self.path.join("weights");
+        let tmp = dir.join(format!(".latest.tmp-{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(format!("step_{step}.gguf"), &tmp).map_err(|e| runtime(format!("cannot link {}: {e}", tmp.display())))?;
+        #[cfg(not(unix))]
+        std::fs::write(&tmp, format!("step_{step}.gguf")).map_err(|e| runtime(e.to_string()))?;
+        std::fs::rename(&tmp, dir.join("latest")).map_err(|e| runtime(format!("cannot update weights/latest: {e}")))
+    }
+
+    /// The checkpoint `weights/latest` points to, if any.
+    pub fn latest(&self) -> Option<PathBuf> {
+        let l = self.path.join("weights/latest");
+        std::fs::read_link(&l).ok().map(|t| self.path.join("weights").join(t)).filter(|p| p.is_file())
+    }
+}
+
+/// `{name, os, arch}` of this machine.
+pub fn host_info() -> serde_json::Value {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| std::env::var("HOSTNAME").unwrap_or_default());
+    serde_json::json!({ "name": name, "os": std::env::consts::OS, "arch": std::env::consts::ARCH })
+}
+
+/// `{sha, branch}` of the git checkout around the current folder, read from `.git`.
+pub fn git_info() -> Option<serde_json::Value> {
+    let mut dir = std::env::current_dir().ok()?;
+    loop {
+        let git = dir.join(".git");
+        if git.is_dir() {
+            let head = std::fs::read_to_string(git.join("HEAD")).ok()?;
+            let head = head.trim();
+            if let Some(r) = head.strip_prefix("ref: ") {
+                let sha = std::fs::read_to_string(git.join(r)).ok().map(|s| s.trim().to_string()).or_else(|| {
+                    let packed = std::fs::read_to_string(git.join("packed-refs")).ok()?;
+                    packed.lines().find(|l| l.ends_with(r)).map(|l| l.split(' ').next().unwrap_or("").to_string())
+                });
+                let branch = r.trim_start_matches("refs/heads/");
+                return Some(serde_json::json!({ "sha": sha, "branch": branch }));
+            }
+            return Some(serde_json::json!({ "sha": head, "branch": null }));
+        }
+        if !dir.pop() {
+            return None;
+        }
+    }
+}

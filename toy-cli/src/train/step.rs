@@ -1,0 +1,205 @@
+//! The compute graphs of training: one step (forward, cross-entropy, backward,
+//! clipping, AdamW) and the validation loss, each built and allocated once.
+
+use crate::model::{Batch, Param, Weights};
+use ggml_rs::optim::{AdamWConfig, AdamWState, Optimizer, ParamGroup};
+use ggml_rs::{Backend, Context, DType, Graph, Result, Tensor};
+
+/// Vocabularies up to this size get their one-hot labels from `get_rows` on an
+/// identity matrix kept on the device (no dense label upload); larger ones
+/// upload dense labels each step.
+pub const MAX_EYE_VOCAB: usize = 8192;
+
+/// Constants every graph of a run shares, in a context allocated on the device.
+pub struct Consts<'c> {
+    /// i32 `[T]` = 0..T.
+    pub pos: Tensor<'c>,
+    /// f32 `[T, T]`, 0 where key ≤ query, −∞ above.
+    pub mask: Tensor<'c>,
+    /// f32 `[V, V]` identity, when `V ≤ MAX_EYE_VOCAB`.
+    pub eye: Option<Tensor<'c>>,
+}
+
+impl<'c> Consts<'c> {
+    /// Create (unallocated) constants for sequences of `t` tokens and vocabulary `vocab`.
+    pub fn new(ctx: &'c Context, t: usize, vocab: usize) -> Result<Consts<'c>> {
+        Ok(Consts {
+            pos: ctx.new_tensor_1d(DType::I32, t as i64)?.set_name("pos")?,
+            mask: ctx.new_tensor_2d(DType::F32, t as i64, t as i64)?.set_name("causal_mask")?,
+            eye: if vocab <= MAX_EYE_VOCAB { Some(ctx.new_tensor_2d(DType::F32, vocab as i64, vocab as i64)?.set_name("eye")?) } else { None },
+        })
+    }
+
+    /// Write the values, once the context is allocated.
+    pub fn fill(&self) -> Result<()> {
+        let t = self.pos.ne()[0] as usize;
+        self.pos.write(&(0..t as i32).collect::<Vec<i32>>())?;
+        let mask: Vec<f32> = (0..t * t).map(|i| if i % t <= i / t { 0.0 } else { f32::NEG_INFINITY }).collect();
+        self.mask.write(&mask)?;
+        if let Some(eye) = self.eye {
+            let v = eye.ne()[0] as usize;
+            let mut m = vec![0f32; v * v];
+            for i in 0..v {
+                m[i * v + i] = 1.0;
+            }
+            eye.write(&m)?;
+        }
+        Ok(())
+    }
+}
+
+/// Inputs and loss of a forward pass with cross-entropy.
+struct LossGraph<'a> {
+    tokens: Tensor<'a>,
+    targets: Tensor<'a>,
+    /// Dense labels `[V, T·B]` when there is no identity matrix.
+    labels: Option<Tensor<'a>>,
+    logits: Tensor<'a>,
+    loss: Tensor<'a>,
+}
+
+fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b: usize) -> Result<LossGraph<'a>> {
+    let v = w.config().vocab as i64;
+    let n = (t * b) as i64;
+    let tokens = ctx.new_tensor_1d(DType::I32, n)?.set_name("tokens")?.set_input();
+    let targets = ctx.new_tensor_1d(DType::I32, n)?.set_name("targets")?.set_input();
+    let logits = w.forward(ctx, Batch { tokens, pos: c.pos, mask: c.mask, t, b })?; // [V, T, B]
+    let logits = ctx.reshape(logits, &[v, n])?.set_name("logits")?; // [V, T·B]
+    let (labels, dense) = match c.eye {
+        Some(eye) => (ctx.get_rows(eye, targets)?, None), // one-hot [V, T·B]
+        None => {
+            let l = ctx.new_tensor_2d(DType::F32, v, n)?.set_name("labels")?.set_input();
+            (l, Some(l))
+        }
+    };
+    let loss = ctx.cross_entropy_loss(logits, labels)?.set_name("loss")?.set_output();
+    Ok(LossGraph { tokens, targets, labels: dense, logits, loss })
+}
+
+impl LossGraph<'_> {
+    fn write(&self, tokens: &[i32], targets: &[i32]) -> Result<()> {
+        self.tokens.write(tokens)?;
+        self.targets.write(targets)?;
+        if let Some(l) = self.labels {
+            let v = l.ne()[0] as usize;
+            let mut dense = vec![0f32; v * targets.len()];
+            for (i, &y) in targets.iter().enumerate() {
+                if (y as usize) < v {
+                    dense[i * v + y as usize] = 1.0;
+                }
+            }
+            l.write(&dense)?;
+        }
+        Ok(())
+    }
+}
+
+/// Capacity (tensors, graph nodes) for a model of `n_layers` layers, with room for backward.
+pub fn capacity(n_layers: usize) -> usize {
+    4096 + 2048 * n_layers
+}
+
+/// Optimizer settings of a run.
+#[derive(Clone, Copy, Debug)]
+pub struct OptSettings {
+    pub adamw: AdamWConfig,
+    /// Global-norm clip (None: no clipping).
+    pub grad_clip: Option<f32>,
+}
+
+/// The training step graph.
+pub struct TrainStep<'a> {
+    lg: LossGraph<'a>,
+    graph: Graph<'a>,
+    opt: Optimizer<'a>,
+}
+
+/// Per-step numbers read back from the device.
+#[derive(Clone, Copy, Debug)]
+pub struct StepStats {
+    /// Loss before this step's update.
+    pub loss: f32,
+    /// Global gradient norm before clipping (when clipping).
+    pub grad_norm: Option<f32>,
+}
+
+impl<'a> TrainStep<'a> {
+    /// Build and allocate the step graph for batches of `b` sequences of `t` tokens.
+    pub fn new(ctx: &'a Context, w: &Weights<'a>, state: &AdamWState<'a>, consts: &Consts<'a>, t: usize, b: usize, opt: OptSettings, backends: &[Backend]) -> Result<TrainStep<'a>> {
+        let lg = loss_graph(ctx, w, consts, t, b)?;
+        let mut graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
+        graph.expand(lg.loss)?;
+        graph.build_backward(lg.loss)?;
+        let params: Vec<Param<'a>> = w.params().into_iter().filter(|p| p.trainable).collect();
+        let group = |decay: bool| ParamGroup {
+            params: params.iter().filter(|p| p.decay == decay).map(|p| p.tensor).collect(),
+            weight_decay: if decay { opt.adamw.weight_decay } else { 0.0 },
+        };
+        let groups: Vec<ParamGroup<'a>> = [group(true), group(false)].into_iter().filter(|g| !g.params.is_empty()).collect();
+        let opt = Optimizer::adamw(ctx, &mut graph, state, &groups, opt.adamw, opt.grad_clip)?;
+        graph.allocate(backends)?;
+        Ok(TrainStep { lg, graph, opt })
+    }
+
+    /// One step: forward and backward on `tokens`/`targets`, then the update with
+    /// learning rate `lr`. Returns the loss before the update.
+    pub fn step(&mut self, tokens: &[i32], targets: &[i32], lr: f32) -> Result<StepStats> {
+        self.lg.write(tokens, targets)?;
+        self.opt.prepare_step(lr)?;
+        self.graph.compute()?;
+        self.opt.finish_step();
+        Ok(StepStats { loss: self.lg.loss.scalar()?, grad_norm: self.opt.grad_norm().map(|g| g.scalar()).transpose()? })
+    }
+
+    /// The graph, for describing it (`flow.json`) and reporting placements.
+    pub fn graph(&self) -> &Graph<'a> {
+        &self.graph
+    }
+
+    /// The optimizer (its step count is needed to resume).
+    pub fn optimizer(&mut self) -> &mut Optimizer<'a> {
+        &mut self.opt
+    }
+
+    /// The loss tensor.
+    pub fn loss(&self) -> Tensor<'a> {
+        self.lg.loss
+    }
+}
+
+/// A forward-only graph computing the loss (and logits) of a batch.
+pub struct EvalStep<'a> {
+    lg: LossGraph<'a>,
+    graph: Graph<'a>,
+    pub t: usize,
+    pub b: usize,
+}
+
+impl<'a> EvalStep<'a> {
+    /// Build and allocate a loss graph for batches of `b` sequences of `t` tokens.
+    pub fn new(ctx: &'a Context, w: &Weights<'a>, consts: &Consts<'a>, t: usize, b: usize, backends: &[Backend]) -> Result<EvalStep<'a>> {
+        let lg = loss_graph(ctx, w, consts, t, b)?;
+        lg.logits.set_output();
+        let mut graph = Graph::new(ctx, capacity(w.config().n_layers))?;
+        graph.expand(lg.loss)?;
+        graph.allocate(backends)?;
+        Ok(EvalStep { lg, graph, t, b })
+    }
+
+    /// Mean cross-entropy of the batch.
+    pub fn loss(&mut self, tokens: &[i32], targets: &[i32]) -> Result<f32> {
+        self.lg.write(tokens, targets)?;
+        self.graph.compute()?;
+        self.lg.loss.scalar()
+    }
+
+    /// The logits of the last computed batch, `[V, T·B]`.
+    pub fn logits(&self) -> Tensor<'a> {
+        self.lg.logits
+    }
+
+    /// The graph.
+    pub fn graph(&self) -> &Graph<'a> {
+        &self.graph
+    }
+}
