@@ -20,7 +20,12 @@ pub struct Provenance {
     pub name: String,
 }
 
-fn f32s(t: Tensor<'_>) -> Result<Vec<f32>> {
+/// Where the values written for a parameter come from: the parameter itself
+/// (a checkpoint) or something of the same shape (its gradient, for `toy debug`).
+pub type Source<'s> = &'s dyn Fn(Tensor<'_>) -> Result<Vec<f32>>;
+
+/// The parameter's own values.
+pub fn own_values(t: Tensor<'_>) -> Result<Vec<f32>> {
     Ok(t.read::<f32>()?)
 }
 
@@ -37,6 +42,10 @@ pub fn fold_lens(table: &[f32], lens: &[f32], w: usize, d: usize) -> Vec<f32> {
     }
     debug_assert_eq!(out.len(), v * d);
     out
+}
+
+fn add(g: &mut GgufWriter, name: &str, t: Tensor<'_>, src: Source<'_>) -> Result<()> {
+    Ok(g.add_tensor_data(name, &t.shape(), &src(t)?)?)
 }
 
 fn hparams(g: &mut GgufWriter, c: &ModelConfig) -> Result<()> {
@@ -63,6 +72,12 @@ fn hparams(g: &mut GgufWriter, c: &ModelConfig) -> Result<()> {
 
 /// Write `w` (allocated) with `tok` and `prov` to `path`, atomically.
 pub fn write_checkpoint(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, prov: &Provenance) -> Result<()> {
+    write_model(path, w, tok, prov, &own_values)
+}
+
+/// Write a model-shaped GGUF whose tensor values come from `src` (llama.cpp names
+/// and layout, as [`write_checkpoint`]).
+pub fn write_model(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, prov: &Provenance, src: Source<'_>) -> Result<()> {
     let c = w.config();
     let mut g = GgufWriter::new();
     hparams(&mut g, c)?;
@@ -80,38 +95,38 @@ pub fn write_checkpoint(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, p
             let d = c.d_model;
             match (m.lens, c.donor_width) {
                 (Some(lens), Some(width)) => {
-                    let folded = fold_lens(&f32s(m.token_embd)?, &f32s(lens)?, width, d);
+                    let folded = fold_lens(&src(m.token_embd)?, &src(lens)?, width, d);
                     g.add_tensor_data("token_embd.weight", &[d as i64, c.vocab as i64], &folded)?;
                 }
-                _ => g.add_tensor("token_embd.weight", m.token_embd)?,
+                _ => add(&mut g, "token_embd.weight", m.token_embd, src)?,
             }
-            g.add_tensor("output_norm.weight", m.output_norm)?;
+            add(&mut g, "output_norm.weight", m.output_norm, src)?;
             if let Some(o) = m.output {
-                g.add_tensor("output.weight", o)?;
+                add(&mut g, "output.weight", o, src)?;
             }
             for b in &m.blocks {
                 for t in [b.attn_norm, b.attn_q, b.attn_k, b.attn_v, b.attn_output, b.ffn_norm, b.ffn_gate, b.ffn_up, b.ffn_down] {
-                    g.add_tensor(&t.name(), t)?;
+                    add(&mut g, &t.name(), t, src)?;
                 }
             }
         }
         Weights::Gpt2(m) => {
-            g.add_tensor("token_embd.weight", m.token_embd)?;
-            g.add_tensor("position_embd.weight", m.position_embd)?;
-            g.add_tensor("output_norm.weight", m.output_norm.weight)?;
-            g.add_tensor("output_norm.bias", m.output_norm.bias)?;
+            add(&mut g, "token_embd.weight", m.token_embd, src)?;
+            add(&mut g, "position_embd.weight", m.position_embd, src)?;
+            add(&mut g, "output_norm.weight", m.output_norm.weight, src)?;
+            add(&mut g, "output_norm.bias", m.output_norm.bias, src)?;
             for (i, b) in m.blocks.iter().enumerate() {
                 let n = |s: &str| format!("blk.{i}.{s}");
                 let d = c.d_model as i64;
                 // Fused q|k|v: the three [d, d] matrices stacked along ne1.
-                let mut qkv = f32s(b.attn_q.weight)?;
-                qkv.extend(f32s(b.attn_k.weight)?);
-                qkv.extend(f32s(b.attn_v.weight)?);
-                let mut qkv_b = f32s(b.attn_q.bias)?;
-                qkv_b.extend(f32s(b.attn_k.bias)?);
-                qkv_b.extend(f32s(b.attn_v.bias)?);
+                let mut qkv = src(b.attn_q.weight)?;
+                qkv.extend(src(b.attn_k.weight)?);
+                qkv.extend(src(b.attn_v.weight)?);
+                let mut qkv_b = src(b.attn_q.bias)?;
+                qkv_b.extend(src(b.attn_k.bias)?);
+                qkv_b.extend(src(b.attn_v.bias)?);
                 for (name, t) in [("attn_norm.weight", b.attn_norm.weight), ("attn_norm.bias", b.attn_norm.bias)] {
-                    g.add_tensor(&n(name), t)?;
+                    add(&mut g, &n(name), t, src)?;
                 }
                 g.add_tensor_data(&n("attn_qkv.weight"), &[d, 3 * d], &qkv)?;
                 g.add_tensor_data(&n("attn_qkv.bias"), &[3 * d], &qkv_b)?;
@@ -125,7 +140,7 @@ pub fn write_checkpoint(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, p
                     ("ffn_down.weight", b.ffn_down.weight),
                     ("ffn_down.bias", b.ffn_down.bias),
                 ] {
-                    g.add_tensor(&n(name), t)?;
+                    add(&mut g, &n(name), t, src)?;
                 }
             }
         }
@@ -249,4 +264,22 @@ impl Checkpoint {
             }
         }
     }
+}
+
+/// Load `ck` onto `backend` with constants for sequences of `t` tokens, and run
+/// `f` with the weights (scoped, since tensors borrow their context). With
+/// `params`, every weight is marked as a parameter (for gradients).
+pub fn with_loaded<R>(ck: &Checkpoint, backend: &ggml_rs::Backend, t: usize, params: bool, f: impl FnOnce(&Weights<'_>, &crate::train::step::Consts<'_>) -> Result<R>) -> Result<R> {
+    let wctx = ggml_rs::Context::new(crate::train::step::capacity(ck.config.n_layers))?;
+    let weights = Weights::new(&wctx, &ck.config)?;
+    if params {
+        for p in weights.params() {
+            wctx.set_param(p.tensor)?;
+        }
+    }
+    let consts = crate::train::step::Consts::new(&wctx, t, ck.config.vocab)?;
+    wctx.allocate(backend).map_err(|e| crate::error::runtime(e.to_string()))?;
+    consts.fill()?;
+    ck.load_weights(&weights)?;
+    f(&weights, &consts)
 }

@@ -19,6 +19,41 @@ pub enum Command {
     Train(TrainArgs),
     /// List the backends and devices ggml can use, with their memory.
     Devices(DevicesArgs),
+    /// Dumps for the PyTorch parity harness.
+    #[command(hide = true)]
+    Debug(DebugArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DebugArgs {
+    #[command(subcommand)]
+    pub command: DebugCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DebugCommand {
+    /// Loss and every parameter's gradient for one recorded batch, as a model-shaped GGUF.
+    DumpGrads(DumpArgs),
+    /// Loss and logits `[vocab, T·B]` for one recorded batch, as GGUF.
+    DumpLogits(DumpArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DumpArgs {
+    /// Checkpoint (e.g. a run's weights/step_0.gguf).
+    pub model: PathBuf,
+    /// A run's batches.bin (from `toy train --record-batches`).
+    #[arg(long)]
+    pub batches: PathBuf,
+    /// Which recorded step's batch (1-based).
+    #[arg(long, default_value_t = 1)]
+    pub step: usize,
+    /// Output GGUF file.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Device.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 /// How a model is trained.
@@ -122,6 +157,9 @@ pub struct TrainArgs {
     /// Write weights/step_0.gguf (the initial weights) too.
     #[arg(long = "save-initial")]
     pub save_initial: bool,
+    /// Record every step's token windows in batches.bin (for replaying the run elsewhere).
+    #[arg(long = "record-batches")]
+    pub record_batches: bool,
 }
 
 #[derive(Args, Debug)]

@@ -8,6 +8,7 @@ fn command_name(c: &Command) -> &'static str {
     match c {
         Command::Train(_) => "train",
         Command::Devices(_) => "devices",
+        Command::Debug(_) => "debug",
     }
 }
 
@@ -41,6 +42,7 @@ fn main() -> ExitCode {
             }
         }),
         Command::Devices(a) => toy::commands::devices::run(a),
+        Command::Debug(a) => toy::commands::debug::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -50,6 +50,7 @@ fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
         merge!(a, t, corpus, preset, arch, steps, seed, batch, context, d_model, layers, heads, kv_heads, d_ff, lr, min_lr, warmup_steps, weight_decay, grad_clip, norm_eps, rope_base, eval_every, save_every, log_every, device, threads);
         a.tied |= t.tied;
         a.save_initial |= t.save_initial;
+        a.record_batches |= t.record_batches;
     }
     a
 }
@@ -130,7 +131,7 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         // SAFETY: the handler only stores to an atomic.
         let _ = unsafe { signal_hook::low_level::register(sig, move || flag.store(sig, std::sync::atomic::Ordering::SeqCst)) };
     }
-    let opts = RunOptions { quiet: a.json, progress: std::io::stderr().is_terminal(), save_initial: a.save_initial, stop: Some(stop) };
+    let opts = RunOptions { quiet: a.json, progress: std::io::stderr().is_terminal(), save_initial: a.save_initial, record_batches: a.record_batches, stop: Some(stop) };
     let out = match recipe {
         Recipe::FromScratch => from_scratch(&cfg, &corpus, &run, &opts),
     };

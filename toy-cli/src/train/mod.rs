@@ -30,6 +30,8 @@ pub struct RunOptions {
     pub progress: bool,
     /// Write `weights/step_0.gguf` before the first step.
     pub save_initial: bool,
+    /// Record every step's windows in `batches.bin` / `batches.json`.
+    pub record_batches: bool,
     /// Set to a signal number (SIGINT, SIGTERM) to stop after the current step.
     pub stop: Option<Arc<AtomicI32>>,
 }
@@ -190,6 +192,7 @@ fn run_loop(s: &mut LoopState<'_, '_>, prov: &dyn Fn(u64) -> Provenance) -> Resu
     let t = cfg.model.context;
     let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
     let mut sampler = RandomWindows::new(cfg.seed, t, cfg.batch);
+    let mut recorder = if s.opts.record_batches { Some(batches::Recorder::create(&s.run.path, t, cfg.batch)?) } else { None };
     let mut train_curve = Vec::new();
     let mut val_curve = Vec::new();
     let bar = if s.opts.progress && !s.opts.quiet {
@@ -227,6 +230,9 @@ fn run_loop(s: &mut LoopState<'_, '_>, prov: &dyn Fn(u64) -> Provenance) -> Resu
         let t0 = std::time::Instant::now();
         let starts = sampler.next_starts(s.corpus.train.len());
         let b = batch_at(&s.corpus.train, &starts, t);
+        if let Some(r) = recorder.as_mut() {
+            r.record(&s.corpus.train, &starts, t + 1)?;
+        }
         let lr = sched.at(step);
         let st = s.train.step(&b.tokens, &b.targets, lr)?;
         let wall_us = t0.elapsed().as_micros() as u64;

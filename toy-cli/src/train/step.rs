@@ -167,6 +167,48 @@ impl<'a> TrainStep<'a> {
     }
 }
 
+/// Forward and backward without an update: the loss, logits and every
+/// parameter's gradient for one batch (for `toy debug` and parity checks).
+pub struct GradStep<'a> {
+    lg: LossGraph<'a>,
+    graph: Graph<'a>,
+}
+
+impl<'a> GradStep<'a> {
+    /// Build and allocate the graph for batches of `b` sequences of `t` tokens.
+    pub fn new(ctx: &'a Context, w: &Weights<'a>, consts: &Consts<'a>, t: usize, b: usize, backends: &[Backend]) -> Result<GradStep<'a>> {
+        let lg = loss_graph(ctx, w, consts, t, b)?;
+        lg.logits.set_output();
+        let mut graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
+        graph.expand(lg.loss)?;
+        graph.build_backward(lg.loss)?;
+        for p in w.params() {
+            if let Some(g) = graph.grad(p.tensor) {
+                g.set_output();
+            }
+        }
+        graph.allocate(backends)?;
+        Ok(GradStep { lg, graph })
+    }
+
+    /// Compute loss and gradients for one batch; returns the loss.
+    pub fn compute(&mut self, tokens: &[i32], targets: &[i32]) -> Result<f32> {
+        self.lg.write(tokens, targets)?;
+        self.graph.compute()?;
+        self.lg.loss.scalar()
+    }
+
+    /// The gradient of `param` (after [`compute`](Self::compute)).
+    pub fn grad(&self, param: Tensor<'_>) -> Option<Tensor<'a>> {
+        self.graph.grad(param)
+    }
+
+    /// Logits `[V, T·B]` of the last batch.
+    pub fn logits(&self) -> Tensor<'a> {
+        self.lg.logits
+    }
+}
+
 /// A forward-only graph computing the loss (and logits) of a batch.
 pub struct EvalStep<'a> {
     lg: LossGraph<'a>,
