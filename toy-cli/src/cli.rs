@@ -17,6 +17,12 @@ pub struct Cli {
 pub enum Command {
     /// Train a model (default recipe: from-scratch) and write a run folder.
     Train(TrainArgs),
+    /// Sample text from a checkpoint (a .gguf file or a run folder).
+    Generate(GenerateArgs),
+    /// Loss and perplexity of a checkpoint on a corpus.
+    Eval(EvalArgs),
+    /// Show the metadata and tensors of a GGUF file.
+    Describe(DescribeArgs),
     /// List the backends and devices ggml can use, with their memory.
     Devices(DevicesArgs),
     /// Dumps for the PyTorch parity harness.
@@ -164,6 +170,84 @@ pub struct TrainArgs {
 
 #[derive(Args, Debug)]
 pub struct DevicesArgs {
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct GenerateArgs {
+    /// Checkpoint (.gguf) or run folder (uses weights/latest).
+    pub model: PathBuf,
+    /// Text to continue.
+    #[arg(long, default_value = "Once upon a time")]
+    pub prompt: String,
+    /// Token ids to continue instead of text (space-separated).
+    #[arg(long = "prompt-ids")]
+    pub prompt_ids: Option<String>,
+    /// Tokens to generate.
+    #[arg(short = 'n', long = "n", default_value_t = 100)]
+    pub n: usize,
+    /// Softmax temperature (0: greedy).
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Sample among the k most likely tokens (0: all).
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: usize,
+    /// Nucleus sampling threshold.
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Always take the most likely token.
+    #[arg(long)]
+    pub greedy: bool,
+    /// Keep generating past the end-of-text token.
+    #[arg(long = "ignore-eot")]
+    pub ignore_eot: bool,
+    /// Sampling seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Device: cpu, cuda, cuda:N, metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// CPU threads (default: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Print JSON {text, ids} instead of streaming text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct EvalArgs {
+    /// Checkpoint (.gguf) or run folder.
+    pub model: PathBuf,
+    /// Raw text (tokenized with the checkpoint's tokenizer), a prepared folder, or toy's .bin/.txt ids.
+    #[arg(long)]
+    pub corpus: PathBuf,
+    /// Tokens per window (default: the model's context).
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// Windows per batch.
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Evaluate at most this many windows.
+    #[arg(long = "max-windows")]
+    pub max_windows: Option<usize>,
+    /// Device: cpu, cuda, cuda:N, metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// CPU threads (default: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct DescribeArgs {
+    /// A GGUF file or run folder.
+    pub model: PathBuf,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

@@ -12,4 +12,5 @@ pub mod data;
 pub mod error;
 pub mod model;
 pub mod run;
+pub mod sample;
 pub mod train;

@@ -7,6 +7,9 @@ use toy::cli::{Cli, Command};
 fn command_name(c: &Command) -> &'static str {
     match c {
         Command::Train(_) => "train",
+        Command::Generate(_) => "generate",
+        Command::Eval(_) => "eval",
+        Command::Describe(_) => "describe",
         Command::Devices(_) => "devices",
         Command::Debug(_) => "debug",
     }
@@ -41,6 +44,27 @@ fn main() -> ExitCode {
                 );
             }
         }),
+        Command::Generate(a) => toy::commands::generate::run(a).map(|g| {
+            if a.json {
+                println!("{}", serde_json::json!({ "format": "toy/generate-v1", "text": g.text, "ids": g.ids, "n_prompt": g.n_prompt }));
+            } else if g.text.is_none() {
+                let ids: Vec<String> = g.ids.iter().map(|i| i.to_string()).collect();
+                println!("ids: {}", ids.join(" "));
+            }
+        }),
+        Command::Eval(a) => toy::commands::eval::run(a).map(|r| {
+            if a.json {
+                println!("{}", serde_json::json!({ "format": "toy/eval-v1", "loss": r.loss, "perplexity": r.perplexity, "tokens": r.tokens,
+                                                   "bytes": r.bytes, "bits_per_byte": r.bits_per_byte }));
+            } else {
+                print!("loss {:.4} · perplexity {:.2} · {} tokens", r.loss, r.perplexity, r.tokens);
+                match r.bits_per_byte {
+                    Some(b) => println!(" · {b:.4} bits/byte"),
+                    None => println!(),
+                }
+            }
+        }),
+        Command::Describe(a) => toy::commands::describe::run(a),
         Command::Devices(a) => toy::commands::devices::run(a),
         Command::Debug(a) => toy::commands::debug::run(a),
     };

@@ -1,5 +1,8 @@
 //! One module per `toy` command; each is a plain function a test can call.
 
 pub mod debug;
+pub mod describe;
 pub mod devices;
+pub mod eval;
+pub mod generate;
 pub mod train;

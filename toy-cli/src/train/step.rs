@@ -245,3 +245,37 @@ impl<'a> EvalStep<'a> {
         &self.graph
     }
 }
+
+/// A forward-only graph producing logits (no loss), for sampling.
+pub struct Forward<'a> {
+    tokens: Tensor<'a>,
+    logits: Tensor<'a>,
+    graph: Graph<'a>,
+    pub t: usize,
+}
+
+impl<'a> Forward<'a> {
+    /// Build and allocate the logits graph for one sequence of `t` tokens.
+    pub fn new(ctx: &'a Context, w: &Weights<'a>, consts: &Consts<'a>, t: usize, backends: &[Backend]) -> Result<Forward<'a>> {
+        let tokens = ctx.new_tensor_1d(DType::I32, t as i64)?.set_name("tokens")?.set_input();
+        let logits = w.forward(ctx, Batch { tokens, pos: consts.pos, mask: consts.mask, t, b: 1 })?.set_output(); // [V, T, 1]
+        let mut graph = Graph::new(ctx, capacity(w.config().n_layers))?;
+        graph.expand(logits)?;
+        graph.allocate(backends)?;
+        Ok(Forward { tokens, logits, graph, t })
+    }
+
+    /// Logits of position `at` after running `tokens` (exactly `t` ids).
+    pub fn logits_at(&mut self, tokens: &[i32], at: usize) -> Result<Vec<f32>> {
+        self.tokens.write(tokens)?;
+        self.graph.compute()?;
+        let all = self.logits.read::<f32>()?;
+        let v = self.logits.ne()[0] as usize;
+        Ok(all[at * v..(at + 1) * v].to_vec())
+    }
+
+    /// The graph (for placements).
+    pub fn graph(&self) -> &Graph<'a> {
+        &self.graph
+    }
+}

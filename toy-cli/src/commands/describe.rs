@@ -1,0 +1,37 @@
+//! `toy describe`: what a GGUF file holds.
+
+use crate::cli::DescribeArgs;
+use crate::commands::generate::resolve_model;
+use crate::error::Result;
+use ggml_rs::gguf::{GgufFile, Value};
+use serde_json::json;
+
+fn short(v: &Value) -> String {
+    match v {
+        Value::Array(a) => format!("[{} items]", a.len()),
+        Value::String(s) if s.len() > 60 => format!("{:?}…", &s[..s.char_indices().nth(60).map(|c| c.0).unwrap_or(s.len())]),
+        Value::String(s) => format!("{s:?}"),
+        other => format!("{other:?}").split('(').nth(1).map(|x| x.trim_end_matches(')').to_string()).unwrap_or_default(),
+    }
+}
+
+/// Print the metadata and tensors of a checkpoint.
+pub fn run(args: &DescribeArgs) -> Result<()> {
+    let path = resolve_model(&args.model)?;
+    let f = GgufFile::open(&path)?;
+    let n_params: i64 = f.tensors().iter().map(|t| t.nelements()).sum();
+    if args.json {
+        let meta: serde_json::Map<String, serde_json::Value> = f.metadata().iter().map(|(k, v)| (k.clone(), json!(short(v)))).collect();
+        let tensors: Vec<_> = f.tensors().iter().map(|t| json!({ "name": t.name, "dtype": t.dtype.name(), "shape": t.shape(), "nbytes": t.nbytes })).collect();
+        println!("{}", json!({ "format": "toy/describe-v1", "path": path, "version": f.version(), "n_params": n_params, "metadata": meta, "tensors": tensors }));
+        return Ok(());
+    }
+    println!("{} (GGUF v{}, {} tensors, {:.2}M parameters)", path.display(), f.version(), f.tensors().len(), n_params as f64 / 1e6);
+    for (k, v) in f.metadata() {
+        println!("  {k:<44} {}", short(v));
+    }
+    for t in f.tensors() {
+        println!("  {:<32} {:<5} {:?}", t.name, t.dtype.name(), t.shape());
+    }
+    Ok(())
+}

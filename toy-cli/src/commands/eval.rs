@@ -1,0 +1,99 @@
+//! `toy eval`: loss and perplexity of a checkpoint on a corpus.
+
+use crate::checkpoint::{open_checkpoint, with_loaded};
+use crate::cli::EvalArgs;
+use crate::commands::generate::resolve_model;
+use crate::data::{load_corpus, CorpusOptions};
+use crate::error::{input, Result};
+use crate::train::backends_for;
+use crate::train::batches::{batch_at, eval_starts};
+use crate::train::step::{capacity, EvalStep};
+use ggml_rs::Context;
+
+/// Loss and perplexity.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvalResult {
+    /// Mean cross-entropy per token (nats).
+    pub loss: f64,
+    pub perplexity: f64,
+    /// Predicted tokens.
+    pub tokens: usize,
+    /// UTF-8 bytes of the evaluated text, when the corpus is text.
+    pub bytes: Option<usize>,
+    /// Bits per byte (loss in bits over the text's bytes), when known.
+    pub bits_per_byte: Option<f64>,
+}
+
+fn is_id_text(text: &str) -> bool {
+    let mut any = false;
+    for l in text.lines().filter(|l| !l.trim().is_empty()) {
+        if !l.split_whitespace().all(|w| w.parse::<u32>().is_ok()) {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
+/// Evaluate `args.model` on `args.corpus`.
+pub fn run(args: &EvalArgs) -> Result<EvalResult> {
+    let ck = open_checkpoint(&resolve_model(&args.model)?)?;
+    let path = &args.corpus;
+    if !path.exists() {
+        return Err(input(format!("corpus {} does not exist", path.display())));
+    }
+    let is_text = path.is_file() && path.extension().map(|e| e != "bin").unwrap_or(true);
+    let (ids, bytes) = if is_text {
+        let raw = std::fs::read(path).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
+        let text = String::from_utf8(raw).map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to())))?;
+        if is_id_text(&text) {
+            let c = load_corpus(path, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(ck.config.vocab) })?;
+            (c.train, None)
+        } else {
+            let tok = ck.tokenizer.as_ref().ok_or_else(|| input(format!("{} has no tokenizer to read text with", args.model.display())))?;
+            (tok.encode(&text)?, Some(text.len()))
+        }
+    } else {
+        let c = load_corpus(path, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(ck.config.vocab) })?;
+        let mut all = c.train;
+        all.extend(c.val);
+        (all, None)
+    };
+    if let Some((i, &bad)) = ids.iter().enumerate().find(|(_, &x)| x as usize >= ck.config.vocab) {
+        return Err(input(format!("{}: id {bad} at position {i} is outside the model's vocabulary of {}", path.display(), ck.config.vocab)));
+    }
+    let t = args.context.unwrap_or(ck.config.context).min(ck.config.context);
+    if t == 0 {
+        return Err(input("--context must be at least 1"));
+    }
+    let starts = eval_starts(ids.len(), t, args.max_windows.unwrap_or(usize::MAX));
+    if starts.is_empty() {
+        return Err(input(format!("{} has {} tokens, fewer than one window of {} (try a smaller --context)", path.display(), ids.len(), t + 1)));
+    }
+    let b = args.batch.clamp(1, starts.len());
+    let backends = backends_for(&args.device, args.threads)?;
+    let loss = with_loaded(&ck, &backends[0], t, false, |w, consts| {
+        let ctx = Context::new(capacity(ck.config.n_layers))?;
+        let rctx = Context::new(capacity(ck.config.n_layers))?;
+        let mut full = EvalStep::new(&ctx, w, consts, t, b, &backends)?;
+        let rest = starts.len() % b;
+        let mut tail = if rest > 0 { Some(EvalStep::new(&rctx, w, consts, t, rest, &backends)?) } else { None };
+        let mut sum = 0f64;
+        for chunk in starts.chunks(b) {
+            let bt = batch_at(&ids, chunk, t);
+            let step = if chunk.len() == b { &mut full } else { tail.as_mut().expect("tail graph") };
+            sum += step.loss(&bt.tokens, &bt.targets)? as f64 * chunk.len() as f64;
+        }
+        Ok(sum / starts.len() as f64)
+    })?;
+    let tokens = starts.len() * t;
+    // Bits per byte over the bytes the evaluated windows cover (proportionally).
+    let covered = bytes.map(|n| (n as f64 * tokens as f64 / ids.len().max(1) as f64).max(1.0));
+    Ok(EvalResult {
+        loss,
+        perplexity: loss.exp(),
+        tokens,
+        bytes,
+        bits_per_byte: covered.map(|cb| loss * tokens as f64 / std::f64::consts::LN_2 / cb),
+    })
+}

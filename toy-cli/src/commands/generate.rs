@@ -1,0 +1,100 @@
+//! `toy generate`: sample text from a checkpoint.
+
+use crate::checkpoint::{open_checkpoint, with_loaded};
+use crate::cli::GenerateArgs;
+use crate::error::{input, Result};
+use crate::sample::{sample, Sampling};
+use crate::train::backends_for;
+use crate::train::step::{capacity, Forward};
+use ggml_rs::Context;
+use rand::SeedableRng;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A checkpoint path: the file itself, or a run folder's `weights/latest`.
+pub fn resolve_model(p: &Path) -> Result<PathBuf> {
+    if p.is_dir() {
+        let latest = p.join("weights/latest");
+        if latest.exists() {
+            return Ok(latest);
+        }
+        return Err(input(format!("{} is a folder without weights/latest (not a run folder?)", p.display())));
+    }
+    if !p.exists() {
+        return Err(input(format!("{}: no such checkpoint or run folder", p.display())));
+    }
+    Ok(p.to_path_buf())
+}
+
+/// What `toy generate` produced.
+pub struct Generated {
+    pub ids: Vec<u32>,
+    pub text: Option<String>,
+    pub n_prompt: usize,
+}
+
+/// Generate `args.n` tokens after the prompt.
+pub fn run(args: &GenerateArgs) -> Result<Generated> {
+    let ck = open_checkpoint(&resolve_model(&args.model)?)?;
+    let prompt: Vec<u32> = match (&args.prompt_ids, &ck.tokenizer) {
+        (Some(ids), _) => ids
+            .split_whitespace()
+            .map(|s| s.parse::<u32>().map_err(|_| input(format!("--prompt-ids: {s:?} is not a token id"))))
+            .collect::<Result<_>>()?,
+        (None, Some(tok)) => tok.encode(&args.prompt)?,
+        (None, None) => return Err(input("the checkpoint has no tokenizer; give --prompt-ids")),
+    };
+    if prompt.is_empty() {
+        return Err(input("the prompt is empty"));
+    }
+    if let Some(&bad) = prompt.iter().find(|&&i| i as usize >= ck.config.vocab) {
+        return Err(input(format!("prompt id {bad} is outside the vocabulary of {}", ck.config.vocab)));
+    }
+    let sampling = if args.greedy { Sampling { temperature: 0.0, top_k: 0, top_p: 1.0 } } else { Sampling { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p } };
+    if !(sampling.temperature >= 0.0 && sampling.temperature.is_finite()) || !(sampling.top_p > 0.0 && sampling.top_p <= 1.0) {
+        return Err(input("--temperature must be ≥ 0 and --top-p in (0, 1]"));
+    }
+    let t = ck.config.context.min(prompt.len() + args.n).max(1);
+    let backends = backends_for(&args.device, args.threads)?;
+    let stream = !args.json && ck.tokenizer.is_some();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let ids = with_loaded(&ck, &backends[0], t, false, |w, consts| {
+        let cctx = Context::new(capacity(ck.config.n_layers))?;
+        let mut fwd = Forward::new(&cctx, w, consts, t, &backends)?;
+        let mut ids = prompt.clone();
+        let mut printed = 0;
+        if stream {
+            print!("{}", ck.tokenizer.as_ref().unwrap().decode(&ids)?);
+            printed = ids.len();
+        }
+        for _ in 0..args.n {
+            // The last `t` tokens, right-padded; causal attention ignores the padding.
+            let start = ids.len().saturating_sub(t);
+            let window = &ids[start..];
+            let mut input_ids: Vec<i32> = window.iter().map(|&x| x as i32).collect();
+            input_ids.resize(t, 0);
+            let logits = fwd.logits_at(&input_ids, window.len() - 1)?;
+            let next = sample(&logits, &sampling, &mut rng) as u32;
+            ids.push(next);
+            if stream {
+                // Print whole characters only: decode the tail since the last print.
+                let tok = ck.tokenizer.as_ref().unwrap();
+                let piece = tok.decode(&ids[printed..])?;
+                if !piece.ends_with('\u{FFFD}') {
+                    print!("{piece}");
+                    let _ = std::io::stdout().flush();
+                    printed = ids.len();
+                }
+            }
+            if Some(next) == ck.tokenizer.as_ref().and_then(|t| t.eot()) && !args.ignore_eot {
+                break;
+            }
+        }
+        if stream {
+            println!();
+        }
+        Ok(ids)
+    })?;
+    let text = ck.tokenizer.as_ref().map(|t| t.decode(&ids)).transpose()?;
+    Ok(Generated { ids, text, n_prompt: prompt.len() })
+}
