@@ -167,9 +167,7 @@ fn link(lib_dirs: &[PathBuf]) {
     if cfg!(feature = "dynamic") {
         println!("cargo:rustc-link-lib=dylib=ggml");
         println!("cargo:rustc-link-lib=dylib=ggml-base");
-        // Let the binary find libggml*.so next to itself or in the build folder.
-        println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN");
-        println!("cargo:rustc-link-arg=-Wl,-rpath,{}", lib_dirs[2].display());
+        copy_shared_libs(lib_dirs);
         return;
     }
     println!("cargo:rustc-link-lib=static=ggml");
@@ -201,6 +199,23 @@ fn link(lib_dirs: &[PathBuf]) {
         _ => {
             println!("cargo:rustc-link-lib=dylib=stdc++");
             println!("cargo:rustc-link-lib=dylib=m");
+        }
+    }
+}
+
+/// Copy `libggml*.so*` (and the CPU backend module) into the profile folder
+/// (`target/<profile>/`), where binaries built with an `$ORIGIN` rpath find them.
+fn copy_shared_libs(dirs: &[PathBuf]) {
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    // OUT_DIR is target/<profile>/build/<pkg>-<hash>/out.
+    let Some(profile) = out.ancestors().nth(3) else { return };
+    for dir in dirs {
+        let Ok(rd) = std::fs::read_dir(dir) else { continue };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("libggml") && name.contains(".so") {
+                let _ = std::fs::copy(e.path(), profile.join(&name));
+            }
         }
     }
 }

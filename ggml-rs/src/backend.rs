@@ -157,6 +157,12 @@ pub fn device_by_name(name: &str) -> Result<Device> {
 /// [`Error::Backend`] when the file does not exist or is not a ggml backend.
 pub fn load_backend(path: &Path) -> Result<()> {
     log::init();
+    if !sys::BACKEND_DL {
+        return Err(Error::Backend(format!(
+            "{}: this build links ggml statically and cannot load backend modules (build with the `dynamic` feature)",
+            path.display()
+        )));
+    }
     if !path.is_file() {
         return Err(Error::Backend(format!("{}: no such backend module", path.display())));
     }
@@ -170,28 +176,66 @@ pub fn load_backend(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Load every backend module found in `dir` (`libggml-*.so`), as
-/// `ggml_backend_load_all_from_path` does. Missing folders are an error;
-/// a folder with no module loads nothing.
+/// Load every backend module found in `dir` (`libggml-<name>[-variant].so`)
+/// whose backend is not registered yet (so a module is never loaded twice).
+/// A folder with no module loads nothing.
+///
+/// # Errors
+/// [`Error::Backend`] when `dir` does not exist or a module fails to load.
 pub fn load_backends_from(dir: &Path) -> Result<()> {
     log::init();
+    if !sys::BACKEND_DL {
+        return Err(Error::Backend(format!(
+            "{}: this build links ggml statically and cannot load backend modules (build with the `dynamic` feature)",
+            dir.display()
+        )));
+    }
     if !dir.is_dir() {
         return Err(Error::Backend(format!("{}: no such backend folder", dir.display())));
     }
-    let c = CString::new(dir.to_string_lossy().as_bytes()).map_err(|_| Error::Backend("path contains NUL".into()))?;
-    // SAFETY: valid C string.
-    unsafe { sys::ggml_backend_load_all_from_path(c.as_ptr()) };
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| Error::Backend(format!("{}: {e}", dir.display())))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    for path in files {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let Some(rest) = name.strip_prefix("libggml-") else { continue };
+        let Some(stem) = rest.split(".so").next().filter(|_| rest.contains(".so")) else { continue };
+        let family = stem.split('-').next().unwrap_or(stem);
+        if family == "base" || family.is_empty() {
+            continue;
+        }
+        let c = CString::new(family).map_err(|_| Error::Backend("bad module name".into()))?;
+        // SAFETY: valid C string; registry lookup only.
+        if !unsafe { sys::ggml_backend_reg_by_name(c.as_ptr()) }.is_null() {
+            continue;
+        }
+        load_backend(&path)?;
+    }
     Ok(())
 }
 
-/// In builds with loadable backends, load the CPU module (and any other module
-/// found next to the executable or in `GGML_BACKEND_PATH`); a no-op otherwise.
+static DEFAULT_BACKENDS: std::sync::Once = std::sync::Once::new();
+
+/// In builds with loadable backends, load the modules next to the executable
+/// (the CPU module among them) and the one named by `GGML_BACKEND_PATH`, once;
+/// a no-op when backends are linked in.
 pub fn load_default_backends() {
     log::init();
-    if sys::BACKEND_DL {
-        // SAFETY: no arguments; loads modules from ggml's default search path.
-        unsafe { sys::ggml_backend_load_all() };
+    if !sys::BACKEND_DL {
+        return;
     }
+    DEFAULT_BACKENDS.call_once(|| {
+        if let Some(dir) = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf)) {
+            let _ = load_backends_from(&dir);
+        }
+        if let Some(p) = std::env::var_os("GGML_BACKEND_PATH") {
+            let _ = load_backend(Path::new(&p));
+        }
+    });
 }
 
 struct BackendInner {

@@ -11,6 +11,10 @@ use std::path::PathBuf;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Load ggml backend modules (libggml-cuda.so, ...) from this folder; also
+    /// $TOY_BACKEND_DIR. Needs a build with `--features dynamic`.
+    #[arg(long = "backend-dir", global = true)]
+    pub backend_dir: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -42,6 +46,39 @@ pub enum DebugCommand {
     DumpGrads(DumpArgs),
     /// Loss and logits `[vocab, T·B]` for one recorded batch, as GGUF.
     DumpLogits(DumpArgs),
+    /// Time training steps on random tokens (used by scripts/bench).
+    Bench(BenchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Model and batch shape.
+    #[arg(long, value_enum, default_value = "small")]
+    pub preset: Preset,
+    /// Architecture.
+    #[arg(long, value_enum, default_value = "llama")]
+    pub arch: Arch,
+    /// Vocabulary size.
+    #[arg(long, default_value_t = 4096)]
+    pub vocab: usize,
+    /// Timed steps.
+    #[arg(long, default_value_t = 10)]
+    pub steps: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 2)]
+    pub warmup: usize,
+    /// Override the preset's batch.
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Override the preset's context.
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// Device.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// CPU threads (default: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
 }
 
 #[derive(Args, Debug)]
@@ -166,6 +203,14 @@ pub struct TrainArgs {
     /// Record every step's token windows in batches.bin (for replaying the run elsewhere).
     #[arg(long = "record-batches")]
     pub record_batches: bool,
+    /// Continue the run in this folder from its latest checkpoint (same
+    /// configuration; --steps may extend it, --device may change).
+    #[arg(long)]
+    #[serde(skip)]
+    pub resume: Option<PathBuf>,
+    /// Keep only the newest K checkpoints (0: all).
+    #[arg(long)]
+    pub keep: Option<usize>,
 }
 
 #[derive(Args, Debug)]

@@ -72,6 +72,19 @@ pub struct TrainConfig {
     pub device: String,
     /// CPU threads (0: all cores).
     pub threads: usize,
+    /// The corpus path (`<embedded>` for the built-in one), to resume with.
+    #[serde(default)]
+    pub corpus: String,
+    /// `from-scratch` or `warm-start`.
+    #[serde(default = "default_recipe")]
+    pub recipe: String,
+    /// Streamed (in-order) windows, shuffled per epoch or not; random windows when absent.
+    #[serde(default)]
+    pub stream: Option<bool>,
+}
+
+fn default_recipe() -> String {
+    "from-scratch".into()
 }
 
 impl TrainConfig {
@@ -110,6 +123,9 @@ impl TrainConfig {
             log_every: 1,
             device: "cpu".into(),
             threads: 0,
+            corpus: String::new(),
+            recipe: default_recipe(),
+            stream: None,
         }
     }
 

@@ -9,9 +9,10 @@ pub enum Error {
     /// Something failed while running (out of memory, a write that failed). Exit code 1.
     #[error("{0}")]
     Runtime(String),
-    /// The run was interrupted by a signal (exit 130 for SIGINT, 143 for SIGTERM).
-    #[error("interrupted by signal {0}")]
-    Interrupted(i32),
+    /// The run was interrupted by a signal (exit 130 for SIGINT, 143 for SIGTERM)
+    /// after saving; the message says where and how to resume.
+    #[error("{1}")]
+    Interrupted(i32, String),
 }
 
 impl Error {
@@ -20,7 +21,7 @@ impl Error {
         match self {
             Error::Input(_) => 2,
             Error::Runtime(_) => 1,
-            Error::Interrupted(sig) => 128 + sig,
+            Error::Interrupted(sig, _) => 128 + sig,
         }
     }
 }

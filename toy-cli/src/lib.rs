@@ -9,6 +9,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod data;
+pub mod donor;
 pub mod error;
 pub mod model;
 pub mod run;

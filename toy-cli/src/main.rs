@@ -34,6 +34,13 @@ fn main() -> ExitCode {
         }
     };
     let name = command_name(&cli.command);
+    let dir = cli.backend_dir.clone().or_else(|| std::env::var_os("TOY_BACKEND_DIR").map(Into::into));
+    if let Some(dir) = dir {
+        if let Err(e) = ggml_rs::backend::load_backends_from(&dir) {
+            eprintln!("toy {name}: --backend-dir: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let result = match &cli.command {
         Command::Train(a) => toy::commands::train::run(a).map(|o| {
             if a.json {

@@ -2,7 +2,7 @@
 //! Hidden from the main help.
 
 use crate::checkpoint::{open_checkpoint, with_loaded, write_model, Provenance};
-use crate::cli::{DebugArgs, DebugCommand};
+use crate::cli::{BenchArgs, DebugArgs, DebugCommand};
 use crate::error::{input, Result};
 use crate::train::backends_for;
 use crate::train::batches::Recorded;
@@ -10,9 +10,79 @@ use crate::train::step::{capacity, GradStep};
 use ggml_rs::gguf::GgufWriter;
 use ggml_rs::Context;
 
+/// Peak resident memory of this process in bytes (Linux `VmHWM`), if known.
+pub fn peak_rss() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
+}
+
+fn bench(a: &BenchArgs) -> Result<()> {
+    use crate::config::TrainConfig;
+    use crate::model::{init::init_weights, Weights};
+    use crate::train::step::{Consts, OptSettings, TrainStep};
+    use ggml_rs::optim::{AdamWConfig, AdamWState};
+    use rand::{Rng, SeedableRng};
+    let mut cfg = TrainConfig::from_preset(a.preset, a.arch, a.vocab);
+    if let Some(b) = a.batch {
+        cfg.batch = b;
+    }
+    if let Some(t) = a.context {
+        cfg.model.context = t;
+    }
+    cfg.device = a.device.clone();
+    cfg.validate()?;
+    let (t, b) = (cfg.model.context, cfg.batch);
+    let backends = backends_for(&a.device, a.threads)?;
+    let wctx = Context::new(capacity(cfg.model.n_layers))?;
+    let w = Weights::new(&wctx, &cfg.model)?;
+    let params: Vec<_> = w.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
+    for &p in &params {
+        wctx.set_param(p)?;
+    }
+    let state = AdamWState::new(&wctx, &params)?;
+    let consts = Consts::new(&wctx, t, cfg.model.vocab)?;
+    wctx.allocate(&backends[0])?;
+    consts.fill()?;
+    init_weights(&w, 0)?;
+    let cctx = Context::new(capacity(cfg.model.n_layers) * 2)?;
+    let opt = OptSettings { adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay }, grad_clip: Some(cfg.grad_clip) };
+    let mut step = TrainStep::new(&cctx, &w, &state, &consts, t, b, opt, &backends)?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    let mut times = Vec::new();
+    let mut last = 0.0;
+    for i in 0..a.warmup + a.steps {
+        let tokens: Vec<i32> = (0..t * b).map(|_| rng.random_range(0..cfg.model.vocab as i32)).collect();
+        let targets: Vec<i32> = (0..t * b).map(|_| rng.random_range(0..cfg.model.vocab as i32)).collect();
+        let t0 = std::time::Instant::now();
+        last = step.step(&tokens, &targets, cfg.lr)?.loss;
+        if i >= a.warmup {
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let median = if sorted.is_empty() { 0.0 } else { sorted[sorted.len() / 2] };
+    let buffers: serde_json::Map<String, serde_json::Value> = step.graph().buffer_sizes().into_iter().map(|(k, v)| (k, serde_json::json!(v))).collect();
+    let fallbacks: Vec<String> = step.graph().cpu_fallbacks().into_iter().map(|p| format!("{}:{}", p.op, p.name)).collect();
+    println!(
+        "{}",
+        serde_json::json!({
+            "format": "toy/bench-v1", "preset": a.preset.name(), "arch": a.arch.name(), "device": backends[0].name(),
+            "batch": b, "context": t, "vocab": cfg.model.vocab, "n_params": cfg.model.n_params(),
+            "step_ms": times, "median_ms": median, "tokens_per_step": t * b,
+            "tokens_per_s": (t * b) as f64 / (median / 1e3).max(1e-12),
+            "weights_bytes": wctx.allocated_bytes(), "compute_bytes": buffers, "peak_rss_bytes": peak_rss(),
+            "n_splits": step.graph().n_splits(), "cpu_fallbacks": fallbacks, "last_loss": last,
+        })
+    );
+    Ok(())
+}
+
 /// Run a `toy debug` subcommand.
 pub fn run(args: &DebugArgs) -> Result<()> {
     match &args.command {
+        DebugCommand::Bench(a) => bench(a),
         DebugCommand::DumpGrads(a) | DebugCommand::DumpLogits(a) => {
             let grads = matches!(args.command, DebugCommand::DumpGrads(_));
             let ck = open_checkpoint(&a.model)?;

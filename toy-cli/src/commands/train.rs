@@ -7,7 +7,7 @@ use crate::data::{load_corpus, Corpus, CorpusOptions};
 use crate::error::{input, Result};
 use crate::model::Arch;
 use crate::run::{make_run_id, RunDir};
-use crate::train::{from_scratch, Outcome, RunOptions};
+use crate::train::{train, Init, Outcome, Plan, RunOptions};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicI32;
@@ -47,7 +47,7 @@ macro_rules! merge {
 fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
     let mut a = args.clone();
     if let Some(t) = file {
-        merge!(a, t, corpus, preset, arch, steps, seed, batch, context, d_model, layers, heads, kv_heads, d_ff, lr, min_lr, warmup_steps, weight_decay, grad_clip, norm_eps, rope_base, eval_every, save_every, log_every, device, threads);
+        merge!(a, t, corpus, preset, arch, steps, seed, batch, context, d_model, layers, heads, kv_heads, d_ff, lr, min_lr, warmup_steps, weight_decay, grad_clip, norm_eps, rope_base, eval_every, save_every, log_every, device, threads, keep);
         a.tied |= t.tied;
         a.save_initial |= t.save_initial;
         a.record_batches |= t.record_batches;
@@ -109,31 +109,85 @@ pub fn run_dir(out: Option<&PathBuf>, arch: Arch) -> Result<RunDir> {
     RunDir::create(id, path, false)
 }
 
-/// Run `toy train` with `args`.
-pub fn run(args: &TrainArgs) -> Result<Outcome> {
-    let cwd = std::env::current_dir().map_err(|e| input(format!("no current folder: {e}")))?;
-    let a = merged(args, read_toml(&cwd)?);
-    let recipe = a.recipe.unwrap_or(Recipe::FromScratch);
-    let corpus = match &a.corpus {
-        Some(p) => load_corpus(p, &CorpusOptions::default())?,
-        None => default_corpus()?,
-    };
-    let cfg = resolve(&a, corpus.vocab_size)?;
-    let run = run_dir(a.out.as_ref(), cfg.model.arch)?;
+/// Load the corpus a configuration names (`<embedded>` or empty: the built-in one).
+fn corpus_for(name: &str) -> Result<Corpus> {
+    if name.is_empty() || name == "<embedded>" {
+        default_corpus()
+    } else {
+        load_corpus(Path::new(name), &CorpusOptions::default())
+    }
+}
+
+/// SIGINT/SIGTERM: the first asks the loop to stop after the current step and
+/// save; a second one ends the process at once.
+fn install_signal_handlers() -> Arc<AtomicI32> {
     let stop = Arc::new(AtomicI32::new(0));
     let got = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        // The first signal asks the loop to stop after the current step and save;
-        // a second one ends the process at once.
         let _ = signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, got.clone());
         let _ = signal_hook::flag::register(sig, got.clone());
         let flag = stop.clone();
         // SAFETY: the handler only stores to an atomic.
         let _ = unsafe { signal_hook::low_level::register(sig, move || flag.store(sig, std::sync::atomic::Ordering::SeqCst)) };
     }
-    let opts = RunOptions { quiet: a.json, progress: std::io::stderr().is_terminal(), save_initial: a.save_initial, record_batches: a.record_batches, stop: Some(stop) };
+    stop
+}
+
+/// Continue the run in `dir` (see `--resume`).
+fn resume(a: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Corpus, RunDir, Plan<'static>)> {
+    let text = std::fs::read_to_string(dir.join("config.toml")).map_err(|e| input(format!("--resume {}: no config.toml ({e}); is it a run folder?", dir.display())))?;
+    let mut cfg: TrainConfig = toml::from_str(&text).map_err(|e| input(format!("{}: {}", dir.join("config.toml").display(), e.message())))?;
+    if let Some(s) = a.steps {
+        cfg.steps = s;
+    }
+    if let Some(d) = &a.device {
+        cfg.device = d.clone();
+    }
+    if let Some(t) = a.threads {
+        cfg.threads = t;
+    }
+    let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
+    let run = RunDir::create(id, dir.to_path_buf(), true)?;
+    let ck = run.latest().ok_or_else(|| input(format!("--resume {}: no checkpoint (weights/latest) to resume from", dir.display())))?;
+    let corpus = corpus_for(&cfg.corpus)?;
+    let recipe = if cfg.recipe == "warm-start" { "warm-start" } else { "from-scratch" };
+    Ok((cfg.clone(), corpus, run, Plan { recipe, init: Init::Random, stream: cfg.stream, resume: Some(ck) }))
+}
+
+/// Run `toy train` with `args`.
+pub fn run(args: &TrainArgs) -> Result<Outcome> {
+    let cwd = std::env::current_dir().map_err(|e| input(format!("no current folder: {e}")))?;
+    let a = merged(args, read_toml(&cwd)?);
+    let stop = install_signal_handlers();
+    let opts = RunOptions {
+        quiet: a.json,
+        progress: std::io::stderr().is_terminal(),
+        save_initial: a.save_initial,
+        record_batches: a.record_batches,
+        keep: a.keep.unwrap_or(0),
+        stop: Some(stop),
+    };
+    if let Some(dir) = &a.resume {
+        let (cfg, corpus, run, plan) = resume(&a, dir)?;
+        let out = train(&plan, &cfg, &corpus, &run, &opts)?;
+        if !a.json {
+            println!("run {} → {}", out.run_id, out.run_dir.display());
+        }
+        return Ok(out);
+    }
+    let recipe = a.recipe.unwrap_or(Recipe::FromScratch);
+    let corpus = match &a.corpus {
+        Some(p) => load_corpus(p, &CorpusOptions::default())?,
+        None => default_corpus()?,
+    };
+    let mut cfg = resolve(&a, corpus.vocab_size)?;
+    cfg.corpus = match &a.corpus {
+        Some(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string(),
+        None => "<embedded>".into(),
+    };
+    let run = run_dir(a.out.as_ref(), cfg.model.arch)?;
     let out = match recipe {
-        Recipe::FromScratch => from_scratch(&cfg, &corpus, &run, &opts),
+        Recipe::FromScratch => train(&Plan::from_scratch(), &cfg, &corpus, &run, &opts),
     };
     if let Err(e) = &out {
         // A run that never got going leaves no half-made folder behind.

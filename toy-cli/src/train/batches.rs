@@ -1,6 +1,6 @@
 //! Windows of T+1 tokens drawn from a token stream.
 
-use rand::{Rng, SeedableRng};
+use rand::Rng as _;
 
 /// One batch: B windows, inputs `t0..t(T−1)` and targets `t1..tT` of each,
 /// flattened sequence-major (`b·T + t`), as i32 for ggml.
@@ -21,37 +21,146 @@ pub fn batch_at(data: &[u32], starts: &[usize], t: usize) -> Batch {
     Batch { tokens, targets }
 }
 
-/// Uniformly random windows (with replacement), from a seeded generator: the
-/// same seed gives the same sequence of batches.
-pub struct RandomWindows {
-    rng: rand::rngs::StdRng,
-    t: usize,
-    b: usize,
+/// The generator behind batch order: ChaCha12 with a seekable position, so a
+/// resumed run continues the exact sequence.
+pub type Rng = rand_chacha::ChaCha12Rng;
+
+/// A sampler's position, saved in checkpoints' state files to resume.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SamplerState {
+    /// ChaCha seed, hex.
+    pub seed: String,
+    /// ChaCha word position (u128, decimal).
+    pub word_pos: String,
+    /// Streaming samplers: epoch and window index within it.
+    pub epoch: u64,
+    pub index: u64,
 }
 
-impl RandomWindows {
-    /// Windows of `t + 1` tokens, `b` per batch.
-    pub fn new(seed: u64, t: usize, b: usize) -> RandomWindows {
+fn rng_state(rng: &Rng) -> (String, String) {
+    let seed: String = rng.get_seed().iter().map(|b| format!("{b:02x}")).collect();
+    (seed, rng.get_word_pos().to_string())
+}
+
+fn rng_restore(seed: &str, word_pos: &str) -> Option<Rng> {
+    use rand::SeedableRng;
+    if seed.len() != 64 {
+        return None;
+    }
+    let mut s = [0u8; 32];
+    for (i, b) in s.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&seed[2 * i..2 * i + 2], 16).ok()?;
+    }
+    let mut rng = Rng::from_seed(s);
+    rng.set_word_pos(word_pos.parse().ok()?);
+    Some(rng)
+}
+
+/// How a run picks the windows of each step.
+pub enum Sampler {
+    /// Uniformly random windows, with replacement (nanoGPT's `get_batch`).
+    Random { rng: Rng, t: usize, b: usize },
+    /// Consecutive non-overlapping windows walking the split in order and
+    /// wrapping at its end (one epoch); optionally shuffled per epoch.
+    Stream { rng: Rng, epoch_start: Rng, t: usize, b: usize, epoch: u64, index: u64, shuffle: bool, order: Vec<u32> },
+}
+
+impl Sampler {
+    /// Random windows of `t + 1` tokens, `b` per step, from `seed`.
+    pub fn random(seed: u64, t: usize, b: usize) -> Sampler {
+        use rand::SeedableRng;
         // A stream apart from the one that initialises the weights.
-        RandomWindows { rng: rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed_ba7c_4e55_0001), t, b }
+        Sampler::Random { rng: Rng::seed_from_u64(seed ^ 0x5eed_ba7c_4e55_0001), t, b }
     }
 
-    /// Start offsets of the next batch's windows in a stream of `len` tokens
-    /// (`len` must be at least `t + 1`).
-    pub fn next_starts(&mut self, len: usize) -> Vec<usize> {
-        let hi = len - self.t; // exclusive: s + t + 1 <= len
-        (0..self.b).map(|_| self.rng.random_range(0..hi)).collect()
+    /// Streamed windows (see [`Sampler::Stream`]).
+    pub fn stream(seed: u64, t: usize, b: usize, shuffle: bool) -> Sampler {
+        use rand::SeedableRng;
+        let rng = Rng::seed_from_u64(seed ^ 0x5eed_ba7c_4e55_0002);
+        Sampler::Stream { epoch_start: rng.clone(), rng, t, b, epoch: 0, index: 0, shuffle, order: Vec::new() }
     }
 
-    /// The generator's state, for resuming.
-    pub fn rng(&self) -> &rand::rngs::StdRng {
-        &self.rng
+    /// Start offsets of the next step's windows in a split of `len` tokens
+    /// (`len ≥ t + 1`), and whether a new epoch began during this step.
+    pub fn next_starts(&mut self, len: usize) -> (Vec<usize>, bool) {
+        match self {
+            Sampler::Random { rng, t, b } => {
+                let hi = len - *t; // exclusive: s + t + 1 <= len
+                ((0..*b).map(|_| rng.random_range(0..hi)).collect(), false)
+            }
+            Sampler::Stream { rng, epoch_start, t, b, epoch, index, shuffle, order } => {
+                let n = ((len - 1) / *t) as u64; // windows per epoch
+                let mut wrapped = false;
+                let mut starts = Vec::with_capacity(*b);
+                for _ in 0..*b {
+                    if *index >= n {
+                        *index = 0;
+                        *epoch += 1;
+                        order.clear();
+                        wrapped = true;
+                    }
+                    if *shuffle && order.is_empty() {
+                        *epoch_start = rng.clone();
+                        *order = shuffled(rng, n);
+                    }
+                    let w = if *shuffle { order[*index as usize] as u64 } else { *index };
+                    starts.push((w as usize) * *t);
+                    *index += 1;
+                }
+                (starts, wrapped)
+            }
+        }
     }
 
-    /// Replace the generator's state, when resuming.
-    pub fn set_rng(&mut self, rng: rand::rngs::StdRng) {
-        self.rng = rng;
+    /// The current epoch (0 for random sampling).
+    pub fn epoch(&self) -> u64 {
+        match self {
+            Sampler::Random { .. } => 0,
+            Sampler::Stream { epoch, .. } => *epoch,
+        }
     }
+
+    /// The position to save.
+    pub fn state(&self) -> SamplerState {
+        match self {
+            Sampler::Random { rng, .. } => {
+                let (seed, word_pos) = rng_state(rng);
+                SamplerState { seed, word_pos, epoch: 0, index: 0 }
+            }
+            Sampler::Stream { rng, epoch_start, epoch, index, shuffle, .. } => {
+                // A shuffled epoch is rebuilt from the generator as it was at its start.
+                let (seed, word_pos) = rng_state(if *shuffle { epoch_start } else { rng });
+                SamplerState { seed, word_pos, epoch: *epoch, index: *index }
+            }
+        }
+    }
+
+    /// Continue from a saved position, in a split of `len` tokens (the same
+    /// split the state was saved with).
+    pub fn restore(&mut self, st: &SamplerState, len: usize) -> Result<(), String> {
+        let r = rng_restore(&st.seed, &st.word_pos).ok_or("bad sampler state")?;
+        match self {
+            Sampler::Random { rng, .. } => *rng = r,
+            Sampler::Stream { rng, epoch_start, t, epoch, index, shuffle, order, .. } => {
+                *rng = r;
+                *epoch = st.epoch;
+                *index = st.index;
+                order.clear();
+                if *shuffle {
+                    *epoch_start = rng.clone();
+                    *order = shuffled(rng, ((len - 1) / *t) as u64);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn shuffled(rng: &mut Rng, n: u64) -> Vec<u32> {
+    use rand::seq::SliceRandom;
+    let mut v: Vec<u32> = (0..n as u32).collect();
+    v.shuffle(rng);
+    v
 }
 
 /// Up to `max` non-overlapping windows covering `len` tokens from the start,

@@ -1,0 +1,228 @@
+//! The training loop shared by every recipe: sample, step, log, evaluate,
+//! checkpoint (with resume state), stop cleanly on a signal.
+
+use super::batches::{batch_at, Recorder, Sampler};
+use super::schedule::Cosine;
+use super::state::{self, Progress};
+use super::step::{EvalStep, TrainStep};
+use super::{Outcome, RunOptions};
+use crate::checkpoint::{write_checkpoint, Provenance};
+use crate::config::TrainConfig;
+use crate::data::Corpus;
+use crate::error::{runtime, Error, Result};
+use crate::model::Weights;
+use crate::run::events::{now_rfc3339, EventLog};
+use crate::run::{plot, RunDir};
+use ggml_rs::optim::AdamWState;
+use serde_json::json;
+use std::sync::atomic::Ordering;
+
+/// Everything the loop works on.
+pub struct Loop<'l, 'a> {
+    pub cfg: &'l TrainConfig,
+    pub corpus: &'l Corpus,
+    pub run: &'l RunDir,
+    pub opts: &'l RunOptions,
+    pub log: &'l mut EventLog,
+    pub train: &'l mut TrainStep<'a>,
+    pub eval: Option<&'l mut EvalStep<'a>>,
+    pub val_starts: &'l [usize],
+    pub weights: &'l Weights<'a>,
+    pub moments: &'l AdamWState<'a>,
+    pub sampler: &'l mut Sampler,
+    /// Steps already done (resuming).
+    pub start_step: u64,
+    pub prov: &'l dyn Fn(u64) -> Provenance,
+}
+
+impl Loop<'_, '_> {
+    fn val_loss(&mut self) -> Result<Option<f32>> {
+        let Some(ev) = self.eval.as_deref_mut() else { return Ok(None) };
+        let (t, b) = (ev.t, ev.b);
+        let mut sum = 0f64;
+        let mut n = 0;
+        for chunk in self.val_starts.chunks_exact(b) {
+            let bt = batch_at(&self.corpus.val, chunk, t);
+            sum += ev.loss(&bt.tokens, &bt.targets)? as f64;
+            n += 1;
+        }
+        Ok((n > 0).then(|| (sum / n as f64) as f32))
+    }
+
+    /// Write checkpoint + resume state for `step`, move `weights/latest`, prune.
+    fn save(&mut self, step: u64) -> Result<()> {
+        let path = self.run.checkpoint_path(step);
+        let progress = Progress { step, opt_t: self.train.optimizer().step_count(), sampler: self.sampler.state() };
+        // The state first: `latest` moves only once both files are complete.
+        state::save(&state::state_path(&path), self.weights, self.moments, &progress)?;
+        write_checkpoint(&path, self.weights, self.corpus.tokenizer.as_ref(), &(self.prov)(step))?;
+        self.run.set_latest(step)?;
+        self.log.emit("checkpoint", json!({ "step": step, "path": format!("weights/step_{step}.gguf") }))?;
+        if self.opts.keep > 0 {
+            prune(self.run, self.opts.keep);
+        }
+        Ok(())
+    }
+
+    fn end(&mut self, reason: &str, step: u64, loss: f32, code: i32) -> Result<()> {
+        self.log.emit("run_end", json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": step, "final_loss": loss, "exit_code": code }))
+    }
+}
+
+/// Delete all but the newest `keep` checkpoints (and their states), never `step_0`.
+fn prune(run: &RunDir, keep: usize) {
+    let dir = run.path.join("weights");
+    let Ok(rd) = std::fs::read_dir(&dir) else { return };
+    let mut steps: Vec<u64> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("step_")?.strip_suffix(".gguf")?.parse().ok())
+        .filter(|&s| s > 0)
+        .collect();
+    steps.sort_unstable();
+    let n = steps.len().saturating_sub(keep);
+    for s in &steps[..n] {
+        let p = run.checkpoint_path(*s);
+        let _ = std::fs::remove_file(state::state_path(&p));
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// Run the loop from `l.start_step + 1` to `cfg.steps`.
+pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
+    let cfg = l.cfg;
+    let t = cfg.model.context;
+    let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
+    let mut recorder = if l.opts.record_batches { Some(Recorder::create(&l.run.path, t, cfg.batch)?) } else { None };
+    let (mut train_curve, mut val_curve) = (Vec::new(), Vec::new());
+    let bar = (l.opts.progress && !l.opts.quiet).then(|| {
+        let pb = indicatif::ProgressBar::new(cfg.steps);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb.set_position(l.start_step);
+        pb
+    });
+    let quiet = l.opts.quiet;
+    let say = |line: String| match (&bar, quiet) {
+        (_, true) => {}
+        (Some(pb), _) => pb.println(line),
+        (None, _) => println!("{line}"),
+    };
+
+    let mut last_val = None;
+    if l.start_step == 0 {
+        last_val = l.val_loss()?;
+        if let Some(v) = last_val {
+            l.log.emit("eval", json!({ "phase": "train", "step": 0, "val_loss": v }))?;
+            val_curve.push((0, v));
+            say(format!("step 0: val_loss={v}"));
+        }
+    }
+    let start = std::time::Instant::now();
+    let (mut last_loss, mut done, mut reason) = (f32::NAN, l.start_step, "completed");
+    for step in l.start_step + 1..=cfg.steps {
+        let t0 = std::time::Instant::now();
+        let (starts, new_epoch) = l.sampler.next_starts(l.corpus.train.len());
+        if new_epoch {
+            l.log.emit("epoch", json!({ "step": step, "epoch": l.sampler.epoch() }))?;
+        }
+        let b = batch_at(&l.corpus.train, &starts, t);
+        if let Some(r) = recorder.as_mut() {
+            r.record(&l.corpus.train, &starts, t + 1)?;
+        }
+        let lr = sched.at(step);
+        let st = l.train.step(&b.tokens, &b.targets, lr)?;
+        let wall_us = t0.elapsed().as_micros() as u64;
+        if !st.loss.is_finite() || st.grad_norm.is_some_and(|g| !g.is_finite()) {
+            l.end("errored", step, st.loss, 1)?;
+            return Err(runtime(format!(
+                "the loss or gradient became non-finite (loss {}) at step {step}; stopped without writing a checkpoint of these weights (try a lower --lr)",
+                st.loss
+            )));
+        }
+        done = step;
+        last_loss = st.loss;
+        let mut ev = json!({ "phase": "train", "step": step, "loss": st.loss, "lr": lr, "tokens": cfg.tokens_per_step(), "wall_us": wall_us });
+        if let Some(g) = st.grad_norm {
+            ev["grad_norm"] = json!(g);
+        }
+        l.log.emit("step", ev)?;
+        train_curve.push((step, st.loss));
+        if let Some(pb) = &bar {
+            let tps = ((step - l.start_step) * cfg.tokens_per_step()) as f64 / start.elapsed().as_secs_f64().max(1e-9);
+            pb.set_position(step);
+            pb.set_message(format!("loss {:.4} · {:.0} tok/s", st.loss, tps));
+        }
+        if cfg.log_every > 0 && (step % cfg.log_every == 0 || step == cfg.steps) {
+            say(format!("step {step}: loss={}", st.loss));
+        }
+        let stop = l.opts.stop.as_ref().map(|f| f.load(Ordering::SeqCst)).unwrap_or(0);
+        let last = step == cfg.steps || stop != 0;
+        if (cfg.eval_every > 0 && step % cfg.eval_every == 0) || last {
+            if let Some(v) = l.val_loss()? {
+                l.log.emit("eval", json!({ "phase": "train", "step": step, "val_loss": v }))?;
+                val_curve.push((step, v));
+                last_val = Some(v);
+                say(format!("step {step}: val_loss={v}"));
+            }
+        }
+        if (cfg.save_every > 0 && step % cfg.save_every == 0) || last {
+            if let Err(e) = l.save(step) {
+                let _ = l.end("errored", step, st.loss, 1);
+                return Err(runtime(format!("{e}; the last good checkpoint is untouched")));
+            }
+        }
+        if stop != 0 {
+            reason = "interrupted";
+            break;
+        }
+    }
+    if let Some(pb) = &bar {
+        pb.finish_and_clear();
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let tps = ((done - l.start_step) * cfg.tokens_per_step()) as f64 / wall.max(1e-9);
+    let sig = l.opts.stop.as_ref().map(|f| f.load(Ordering::SeqCst)).unwrap_or(0);
+    let code = if reason == "interrupted" { 128 + sig } else { 0 };
+    l.log.emit(
+        "run_end",
+        json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": done, "final_loss": last_loss, "val_loss": last_val,
+                "tokens_per_second": tps, "wall_seconds": wall, "exit_code": code }),
+    )?;
+    let title = format!("{} — {} {}", l.run.id, cfg.model.arch.name(), cfg.preset.name());
+    plot_run(l.run, &title, train_curve, val_curve)?;
+    if reason == "interrupted" {
+        return Err(Error::Interrupted(
+            sig,
+            format!("interrupted at step {done}; saved weights/step_{done}.gguf (continue with: toy train --resume {})", l.run.path.display()),
+        ));
+    }
+    Ok(Outcome {
+        run_id: l.run.id.clone(),
+        run_dir: l.run.path.clone(),
+        steps: done,
+        final_loss: last_loss,
+        val_loss: last_val,
+        reason: reason.into(),
+        tokens_per_second: tps,
+        wall_seconds: wall,
+    })
+}
+
+/// Draw `loss.svg` from the whole event log (so a resumed run plots all of it).
+fn plot_run(run: &RunDir, title: &str, mut train: Vec<(u64, f32)>, mut val: Vec<(u64, f32)>) -> Result<()> {
+    if let Ok(events) = crate::run::events::read_events(&run.path.join("events.jsonl")) {
+        let f = |e: &serde_json::Value, k: &str| e.get(k).and_then(|v| v.as_f64()).map(|v| v as f32);
+        let pick = |kind: &str, key: &str| -> Vec<(u64, f32)> {
+            events.iter().filter(|e| e["kind"] == kind).filter_map(|e| Some((e["step"].as_u64()?, f(e, key)?))).collect()
+        };
+        // A resumed run may repeat steps after its checkpoint: the later value wins.
+        let dedup = |v: Vec<(u64, f32)>| v.into_iter().collect::<std::collections::BTreeMap<_, _>>().into_iter().collect::<Vec<_>>();
+        let (all_t, all_v) = (dedup(pick("step", "loss")), dedup(pick("eval", "val_loss")));
+        if all_t.len() >= train.len() {
+            train = all_t;
+            val = all_v;
+        }
+    }
+    plot::plot_losses(&run.path.join("loss.svg"), title, &train, &val)
+}
