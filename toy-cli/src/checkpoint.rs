@@ -197,6 +197,7 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
         },
         tied: file.tensor("output.weight").is_none(),
         donor_width: None,
+        freeze_table: true,
     };
     config.validate().map_err(|m| input(format!("{}: {m}", path.display())))?;
     if embd.ne[0] as usize != d_model {

@@ -104,6 +104,9 @@ pub struct DumpArgs {
 pub enum Recipe {
     /// Random initialisation, random windows of the corpus.
     FromScratch,
+    /// A donor model's token embeddings through a trainable projection lens;
+    /// the corpus is streamed in order, epoch after epoch.
+    WarmStart,
 }
 
 #[derive(Args, Debug, Default, Clone, serde::Deserialize)]
@@ -211,6 +214,28 @@ pub struct TrainArgs {
     /// Keep only the newest K checkpoints (0: all).
     #[arg(long)]
     pub keep: Option<usize>,
+    /// warm-start: the donor model (a llama-family GGUF; f32/f16/bf16/q8_0 embeddings).
+    #[arg(long)]
+    pub donor: Option<PathBuf>,
+    /// warm-start: take the token table from the donor, or start it random ("scratch").
+    #[arg(long, value_enum)]
+    pub init: Option<crate::donor::TableInit>,
+    /// warm-start: match donor rows to student tokens by token text or by index.
+    #[arg(long = "match-by", value_enum)]
+    pub match_by: Option<crate::donor::MatchBy>,
+    /// warm-start: initialise the lens randomly or with the donor table's principal directions.
+    #[arg(long = "lens-init", value_enum)]
+    pub lens_init: Option<crate::donor::LensInit>,
+    /// Width of the token table behind a projection lens (llama); with --donor it
+    /// must equal the donor's width.
+    #[arg(long = "donor-width")]
+    pub donor_width: Option<usize>,
+    /// Train the token table behind the lens too (default: frozen).
+    #[arg(long = "train-table")]
+    pub train_table: bool,
+    /// warm-start: shuffle the order of the streamed windows every epoch.
+    #[arg(long)]
+    pub shuffle: bool,
 }
 
 #[derive(Args, Debug)]

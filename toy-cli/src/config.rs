@@ -106,6 +106,7 @@ impl TrainConfig {
                 norm_eps: 1e-5,
                 tied: arch == Arch::Gpt2,
                 donor_width: None,
+                freeze_table: true,
             },
             batch: b,
             steps: 200,

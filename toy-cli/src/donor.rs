@@ -1,20 +1,233 @@
-//! Donor embeddings for the warm-start recipe.
+//! Donor embeddings for the warm-start recipe: a bigger model's token table,
+//! mapped onto the student's vocabulary, feeding a projection lens.
 
-use crate::error::Result;
+use crate::error::{input, Result};
 use crate::model::Weights;
+use ggml_rs::gguf::{Array, GgufFile, Value};
+use ggml_rs::DType;
+use rand::SeedableRng;
+use rand_distr::{Distribution, Normal};
+use std::path::Path;
 
-/// A donor's token table mapped onto the student's vocabulary.
+/// Where the student's token table comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TableInit {
+    /// The donor's rows, matched to the student's tokens.
+    Donor,
+    /// A random N(0, 0.02) table of the donor's width (toy 0.8.0's "INIT=scratch").
+    Scratch,
+}
+
+/// How student tokens find their donor rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MatchBy {
+    /// Same token text (compared as bytes, across GPT-2 byte-level and SentencePiece spellings).
+    Token,
+    /// Same id (only meaningful when both models share a tokenizer).
+    Index,
+}
+
+/// How the lens starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LensInit {
+    /// N(0, 1/width).
+    Random,
+    /// The donor table's top `d_model` principal directions.
+    Pca,
+}
+
+/// What to take from a donor.
+#[derive(Clone, Debug)]
+pub struct DonorOptions<'p> {
+    pub path: &'p Path,
+    pub init: TableInit,
+    pub match_by: MatchBy,
+    pub lens_init: LensInit,
+    /// `--donor-width`: must equal the donor's width when given.
+    pub width: Option<usize>,
+}
+
+/// How well the donor's vocabulary covered the student's.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct MatchReport {
+    pub matched: usize,
+    pub total: usize,
+    pub match_rate: f64,
+}
+
+/// A donor's table mapped onto the student's vocabulary, ready to upload.
 #[derive(Clone, Debug)]
 pub struct Donor {
     /// Row-major `[vocab][width]` (ggml ne `[width, vocab]`).
     pub table: Vec<f32>,
     pub width: usize,
-    /// Initial lens `[d_model][width]`, when initialised by PCA.
+    /// Initial lens, row-major `[d_model][width]`, when initialised by PCA.
     pub lens: Option<Vec<f32>>,
+    pub report: Option<MatchReport>,
+}
+
+/// The bytes a vocabulary entry stands for: GPT-2 byte-level spelling
+/// (`Ġthe`), SentencePiece (`▁the`, `<0x0A>`), or plain text.
+pub fn token_bytes(tok: &str) -> Vec<u8> {
+    if let Some(hex) = tok.strip_prefix("<0x").and_then(|r| r.strip_suffix('>')) {
+        if let Ok(b) = u8::from_str_radix(hex, 16) {
+            return vec![b];
+        }
+    }
+    let inv = byte_level_inverse();
+    if tok.chars().all(|c| inv.contains_key(&c)) && !tok.contains('▁') {
+        return tok.chars().map(|c| inv[&c]).collect();
+    }
+    tok.replace('▁', " ").into_bytes()
+}
+
+fn byte_level_inverse() -> &'static std::collections::HashMap<char, u8> {
+    static MAP: std::sync::OnceLock<std::collections::HashMap<char, u8>> = std::sync::OnceLock::new();
+    MAP.get_or_init(|| (0..=255u8).map(|b| (crate::data::tokenizer::byte_to_unicode(b), b)).collect())
+}
+
+fn gguf_tokens(f: &GgufFile) -> Option<Vec<String>> {
+    match f.get("tokenizer.ggml.tokens") {
+        Some(Value::Array(Array::String(t))) => Some(t.clone()),
+        _ => None,
+    }
+}
+
+/// Read the donor at `o.path` and map its table onto `student_tokens` (the
+/// student's vocabulary, in id order; `None` when the student has no text
+/// tokenizer) of `vocab` entries.
+///
+/// Unmatched rows are drawn from N(mean_row, σ²) with σ the donor table's
+/// per-element standard deviation, so they look like typical donor rows.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming the file: not a GGUF, no
+/// `token_embd.weight`, a tensor type other than f32/f16/bf16/q8_0, a width that
+/// contradicts `--donor-width`, or token matching without tokenizers.
+pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usize, d_model: usize, seed: u64) -> Result<Donor> {
+    let p = o.path.display();
+    if !o.path.is_file() {
+        return Err(input(format!("--donor {p}: no such file")));
+    }
+    let f = GgufFile::open(o.path).map_err(|e| input(format!("--donor {e}")))?;
+    let info = f.tensor("token_embd.weight").ok_or_else(|| input(format!("--donor {p}: no token_embd.weight tensor (not a llama-family model?)")))?;
+    if !matches!(info.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0) {
+        return Err(input(format!("--donor {p}: token_embd.weight is {}, only f32, f16, bf16 and q8_0 are supported", info.dtype)));
+    }
+    let (width, donor_vocab) = (info.ne[0] as usize, info.ne[1] as usize);
+    if info.ne[2] != 1 || info.ne[3] != 1 || width == 0 || donor_vocab == 0 {
+        return Err(input(format!("--donor {p}: token_embd.weight has shape {:?}, expected [width, vocab]", info.shape())));
+    }
+    if let Some(w) = o.width {
+        if w != width {
+            return Err(input(format!("--donor-width {w} does not match the donor's embedding width {width} ({p})")));
+        }
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0xd0_0a0e);
+    if o.init == TableInit::Scratch {
+        let n = Normal::new(0.0f32, 0.02).expect("valid");
+        let table = (0..vocab * width).map(|_| n.sample(&mut rng)).collect();
+        return Ok(Donor { table, width, lens: None, report: None });
+    }
+    let src = f.tensor_f32("token_embd.weight").map_err(|e| input(format!("--donor {e}")))?;
+    let lens = match o.lens_init {
+        LensInit::Pca => Some(pca_rows(&src, width, d_model.min(width), d_model, seed)),
+        LensInit::Random => None,
+    };
+    let mean: Vec<f32> = (0..width).map(|c| (0..donor_vocab).map(|r| src[r * width + c] as f64).sum::<f64>() as f32 / donor_vocab as f32).collect();
+    let var = src.iter().enumerate().map(|(i, &x)| ((x - mean[i % width]) as f64).powi(2)).sum::<f64>() / src.len() as f64;
+    let noise = Normal::new(0.0f32, (var.sqrt() as f32).max(1e-6)).expect("valid");
+    let mut table = vec![0f32; vocab * width];
+    let mut matched = 0usize;
+    let rows: Vec<Option<usize>> = match o.match_by {
+        MatchBy::Index => {
+            if vocab > donor_vocab {
+                return Err(input(format!("--match-by index: the student vocabulary ({vocab}) is larger than the donor's ({donor_vocab})")));
+            }
+            (0..vocab).map(Some).collect()
+        }
+        MatchBy::Token => {
+            let st = student_tokens.ok_or_else(|| input("token matching needs a corpus with a tokenizer (use toy prep, raw text, or --match-by index)"))?;
+            let dt = gguf_tokens(&f).ok_or_else(|| input(format!("--donor {p}: no tokenizer.ggml.tokens to match against (use --match-by index)")))?;
+            let mut by_bytes = std::collections::HashMap::new();
+            for (i, t) in dt.iter().enumerate().take(donor_vocab) {
+                by_bytes.entry(token_bytes(t)).or_insert(i);
+            }
+            st.iter().take(vocab).map(|t| by_bytes.get(&token_bytes(t)).copied()).chain(std::iter::repeat(None)).take(vocab).collect()
+        }
+    };
+    for (v, row) in rows.iter().enumerate() {
+        let dst = &mut table[v * width..(v + 1) * width];
+        match row {
+            Some(r) => {
+                dst.copy_from_slice(&src[r * width..(r + 1) * width]);
+                matched += 1;
+            }
+            None => dst.iter_mut().zip(&mean).for_each(|(d, &m)| *d = m + noise.sample(&mut rng)),
+        }
+    }
+    let report = MatchReport { matched, total: vocab, match_rate: matched as f64 / vocab.max(1) as f64 };
+    Ok(Donor { table, width, lens, report: Some(report) })
+}
+
+/// The top `k` principal directions of the rows of `x` (`n × w`, row-major),
+/// by block power iteration on the covariance, as `d` rows of width `w`
+/// (rows past `k`, when `d > w`, are small random directions).
+fn pca_rows(x: &[f32], w: usize, k: usize, d: usize, seed: u64) -> Vec<f32> {
+    let n = x.len() / w;
+    let mean: Vec<f64> = (0..w).map(|c| (0..n).map(|r| x[r * w + c] as f64).sum::<f64>() / n as f64).collect();
+    let mut cov = vec![0f64; w * w];
+    for r in 0..n {
+        let row: Vec<f64> = (0..w).map(|c| x[r * w + c] as f64 - mean[c]).collect();
+        for i in 0..w {
+            let ri = row[i];
+            for j in i..w {
+                cov[i * w + j] += ri * row[j];
+            }
+        }
+    }
+    for i in 0..w {
+        for j in 0..i {
+            cov[i * w + j] = cov[j * w + i];
+        }
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x9ca);
+    let g = Normal::new(0.0f64, 1.0).expect("valid");
+    let mut q: Vec<Vec<f64>> = (0..k).map(|_| (0..w).map(|_| g.sample(&mut rng)).collect()).collect();
+    orthonormalize(&mut q);
+    for _ in 0..50 {
+        q = q.iter().map(|v| (0..w).map(|i| (0..w).map(|j| cov[i * w + j] * v[j]).sum()).collect()).collect();
+        orthonormalize(&mut q);
+    }
+    let mut out = Vec::with_capacity(d * w);
+    for v in &q {
+        out.extend(v.iter().map(|&x| x as f32));
+    }
+    let small = Normal::new(0.0f32, 1e-3).expect("valid");
+    while out.len() < d * w {
+        out.push(small.sample(&mut rand::rngs::StdRng::seed_from_u64(out.len() as u64)));
+    }
+    out
+}
+
+/// Modified Gram-Schmidt on the rows of `q`.
+fn orthonormalize(q: &mut [Vec<f64>]) {
+    for i in 0..q.len() {
+        for j in 0..i {
+            let dot: f64 = q[i].iter().zip(&q[j]).map(|(a, b)| a * b).sum();
+            let qj = q[j].clone();
+            q[i].iter_mut().zip(&qj).for_each(|(a, b)| *a -= dot * b);
+        }
+        let norm = q[i].iter().map(|a| a * a).sum::<f64>().sqrt().max(1e-12);
+        q[i].iter_mut().for_each(|a| *a /= norm);
+    }
 }
 
 impl Donor {
-    /// Write the table (and lens) into the student's weights.
+    /// Write the table (and the PCA lens) into the student's weights.
     pub fn apply(&self, w: &Weights<'_>) -> Result<()> {
         if let Weights::Llama(m) = w {
             m.token_embd.write(&self.table)?;
@@ -23,5 +236,32 @@ impl Donor {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spellings_agree() {
+        assert_eq!(token_bytes("Ġthe"), b" the".to_vec());
+        assert_eq!(token_bytes("▁the"), b" the".to_vec());
+        assert_eq!(token_bytes("<0x0A>"), b"\n".to_vec());
+        assert_eq!(token_bytes("Ċ"), b"\n".to_vec());
+        assert_eq!(token_bytes("cat"), b"cat".to_vec());
+    }
+
+    #[test]
+    fn pca_finds_the_main_axis() {
+        // Points spread along (1, 1, 0)/√2 with little noise.
+        let mut x = Vec::new();
+        for i in 0..200 {
+            let t = (i as f32 - 100.0) / 10.0;
+            x.extend([t + 0.01 * (i % 3) as f32, t, 0.02 * (i % 5) as f32]);
+        }
+        let p = pca_rows(&x, 3, 1, 1, 0);
+        let s = std::f32::consts::FRAC_1_SQRT_2;
+        assert!((p[0].abs() - s).abs() < 1e-2 && (p[1].abs() - s).abs() < 1e-2 && p[2].abs() < 1e-2, "{p:?}");
     }
 }

@@ -47,7 +47,9 @@ macro_rules! merge {
 fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
     let mut a = args.clone();
     if let Some(t) = file {
-        merge!(a, t, corpus, preset, arch, steps, seed, batch, context, d_model, layers, heads, kv_heads, d_ff, lr, min_lr, warmup_steps, weight_decay, grad_clip, norm_eps, rope_base, eval_every, save_every, log_every, device, threads, keep);
+        merge!(a, t, corpus, preset, arch, steps, seed, batch, context, d_model, layers, heads, kv_heads, d_ff, lr, min_lr, warmup_steps, weight_decay, grad_clip, norm_eps, rope_base, eval_every, save_every, log_every, device, threads, keep, donor, init, match_by, lens_init, donor_width);
+        a.train_table |= t.train_table;
+        a.shuffle |= t.shuffle;
         a.tied |= t.tied;
         a.save_initial |= t.save_initial;
         a.record_batches |= t.record_batches;
@@ -74,6 +76,8 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     if a.tied {
         m.tied = true;
     }
+    m.donor_width = a.donor_width;
+    m.freeze_table = !a.train_table;
     if a.arch == Some(Arch::Gpt2) && a.d_ff.is_none() {
         m.d_ff = 4 * m.d_model;
     }
@@ -176,18 +180,55 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         return Ok(out);
     }
     let recipe = a.recipe.unwrap_or(Recipe::FromScratch);
+    if recipe == Recipe::FromScratch && (a.donor.is_some() || a.init.is_some() || a.match_by.is_some() || a.lens_init.is_some() || a.shuffle) {
+        return Err(input("--donor, --init, --match-by, --lens-init and --shuffle belong to the warm-start recipe (toy train warm-start ...)"));
+    }
     let corpus = match &a.corpus {
         Some(p) => load_corpus(p, &CorpusOptions::default())?,
         None => default_corpus()?,
     };
+    let mut donor = None;
+    let mut a = a.clone();
+    if recipe == Recipe::WarmStart {
+        let path = a.donor.clone().ok_or_else(|| input("warm-start needs --donor MODEL.gguf"))?;
+        if a.arch == Some(Arch::Gpt2) {
+            return Err(input("warm-start trains a llama student (--arch llama)"));
+        }
+        // The donor decides the table width; the lens maps it to d_model.
+        let probe = crate::donor::DonorOptions { path: &path, init: crate::donor::TableInit::Scratch, match_by: crate::donor::MatchBy::Index, lens_init: crate::donor::LensInit::Random, width: a.donor_width };
+        let width = crate::donor::load(&probe, None, 1, 1, 0)?.width;
+        a.donor_width = Some(width);
+        let cfg = resolve(&a, corpus.vocab_size)?;
+        let opts = crate::donor::DonorOptions {
+            path: &path,
+            init: a.init.unwrap_or(crate::donor::TableInit::Donor),
+            match_by: a.match_by.unwrap_or(crate::donor::MatchBy::Token),
+            lens_init: a.lens_init.unwrap_or(crate::donor::LensInit::Random),
+            width: Some(width),
+        };
+        let tokens = corpus.tokenizer.as_ref().and_then(|t| t.tokens());
+        let d = crate::donor::load(&opts, tokens.as_deref(), cfg.model.vocab, cfg.model.d_model, cfg.seed)?;
+        if let Some(r) = &d.report {
+            if !a.json {
+                println!("donor {}: {} of {} student tokens matched ({:.1}%)", path.display(), r.matched, r.total, 100.0 * r.match_rate);
+            }
+        }
+        donor = Some(d);
+    }
     let mut cfg = resolve(&a, corpus.vocab_size)?;
     cfg.corpus = match &a.corpus {
         Some(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string(),
         None => "<embedded>".into(),
     };
     let run = run_dir(a.out.as_ref(), cfg.model.arch)?;
-    let out = match recipe {
-        Recipe::FromScratch => train(&Plan::from_scratch(), &cfg, &corpus, &run, &opts),
+    let out = match (recipe, &donor) {
+        (Recipe::WarmStart, Some(d)) => {
+            cfg.recipe = "warm-start".into();
+            cfg.stream = Some(a.shuffle);
+            // A stream walks the data once per epoch: evaluate and report by epoch too.
+            train(&Plan { recipe: "warm-start", init: Init::Donor(d), stream: Some(a.shuffle), resume: None }, &cfg, &corpus, &run, &opts)
+        }
+        _ => train(&Plan::from_scratch(), &cfg, &corpus, &run, &opts),
     };
     if let Err(e) = &out {
         // A run that never got going leaves no half-made folder behind.

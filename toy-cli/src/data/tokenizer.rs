@@ -35,6 +35,14 @@ impl Tokenizer {
         }
     }
 
+    /// The vocabulary in id order, spelled as in GGUF `tokenizer.ggml.tokens`
+    /// (GPT-2 byte-level form).
+    pub fn tokens(&self) -> Option<Vec<String>> {
+        match self {
+            Tokenizer::Bytes => Some((0..=255u8).map(|b| byte_to_unicode(b).to_string()).collect()),
+        }
+    }
+
     /// The end-of-text id, if the tokenizer has one.
     pub fn eot(&self) -> Option<u32> {
         None

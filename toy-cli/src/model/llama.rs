@@ -85,7 +85,7 @@ impl<'w> Llama<'w> {
     /// table is frozen when a lens is used.
     pub fn params(&self) -> Vec<Param<'w>> {
         let p = |t: Tensor<'w>| Param { tensor: t, trainable: true, decay: t.n_dims() >= 2 };
-        let mut v = vec![Param { tensor: self.token_embd, trainable: self.lens.is_none(), decay: true }];
+        let mut v = vec![Param { tensor: self.token_embd, trainable: self.lens.is_none() || !self.cfg.freeze_table, decay: true }];
         v.extend(self.lens.map(p));
         v.push(p(self.output_norm));
         v.extend(self.output.map(p));

@@ -55,6 +55,13 @@ pub struct ModelConfig {
     pub tied: bool,
     /// Projection lens: token table of this width projected to `d_model` (llama).
     pub donor_width: Option<usize>,
+    /// With a lens, keep the token table fixed (only the lens learns).
+    #[serde(default = "yes")]
+    pub freeze_table: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl ModelConfig {
