@@ -28,6 +28,9 @@ struct Allocation {
     backends: Vec<Backend>,
     /// Tensors whose data this allocation provides; reset when it goes away.
     owned: Vec<*mut sys::ggml_tensor>,
+    /// Tensors the graph reads whose data another allocation (a context, an
+    /// earlier graph) provides; checked before each run.
+    external: Vec<*mut sys::ggml_tensor>,
     /// (index tensor, number of rows it indexes) for every `get_rows` fed by a leaf.
     index_checks: Vec<(*mut sys::ggml_tensor, i64, String)>,
 }
@@ -182,6 +185,25 @@ impl<'a> Graph<'a> {
     /// graph (or the context for the new gradient tensors) is not at least 8× the
     /// forward node count.
     pub fn build_backward(&mut self, loss: Tensor<'a>) -> Result<()> {
+        self.backward_impl(loss, &[])
+    }
+
+    /// Like [`build_backward`](Self::build_backward), but each parameter's
+    /// gradient is added into its accumulator (a tensor of the parameter's shape
+    /// in an allocated context, so it outlives the graph): `(param, accumulator)`
+    /// pairs. Call [`reset_grads`](Self::reset_grads) before each compute unless
+    /// accumulating over several batches is intended. Another graph (an optimizer
+    /// update) can then read the accumulators without recomputing this one.
+    pub fn build_backward_accumulate(&mut self, loss: Tensor<'a>, accumulators: &[(Tensor<'a>, Tensor<'a>)]) -> Result<()> {
+        for (p, acc) in accumulators {
+            if p.ne() != acc.ne() || acc.dtype() != DType::F32 || !acc.is_allocated() || acc.op() != sys::GGML_OP_NONE {
+                return Err(Error::Backward(format!("accumulator {:?} must be an allocated f32 leaf shaped like {:?}", acc.name(), p.name())));
+            }
+        }
+        self.backward_impl(loss, accumulators)
+    }
+
+    fn backward_impl(&mut self, loss: Tensor<'a>, accumulators: &[(Tensor<'a>, Tensor<'a>)]) -> Result<()> {
         self.not_allocated("build_backward")?;
         if !self.grads {
             return Err(Error::Backward("the graph was created without gradients (use Graph::with_grads)".into()));
@@ -202,10 +224,17 @@ impl<'a> Graph<'a> {
             return Err(Error::Capacity(format!("graph of size {} is too small for the backward of {n} nodes (need {})", self.size, self.members.len() + 8 * n)));
         }
         self.ctx.reserve("build_backward", 8 * n)?;
+        // ggml indexes accumulators by forward node index.
+        let mut accs: Vec<*mut sys::ggml_tensor> = vec![std::ptr::null_mut(); nodes.len()];
+        for (p, acc) in accumulators {
+            let i = nodes.iter().position(|n| n.raw() == p.raw()).ok_or_else(|| Error::Backward(format!("parameter {:?} is not in the graph", p.name())))?;
+            accs[i] = acc.raw();
+        }
+        let accs_ptr = if accumulators.is_empty() { std::ptr::null_mut() } else { accs.as_mut_ptr() };
         // SAFETY: preconditions of ggml_set_loss and ggml_build_backward_expand checked above.
         unsafe {
             sys::ggml_set_loss(loss.raw());
-            sys::ggml_build_backward_expand(self.ctx.raw(), self.raw(), std::ptr::null_mut());
+            sys::ggml_build_backward_expand(self.ctx.raw(), self.raw(), accs_ptr);
             // The seed gradient d loss/d loss = 1 must survive every run: never reuse its memory.
             let seed = sys::ggml_graph_get_grad_acc(self.raw(), loss.raw());
             if !seed.is_null() {
@@ -214,6 +243,25 @@ impl<'a> Graph<'a> {
         }
         self.loss = Some(loss.raw());
         self.refresh_members();
+        Ok(())
+    }
+
+    /// Zero the gradient accumulators and set the loss seed to 1
+    /// (`ggml_graph_reset`), before a compute.
+    ///
+    /// # Errors
+    /// [`Error::Compute`] unless the graph has a backward pass and is allocated.
+    pub fn reset_grads(&mut self) -> Result<()> {
+        if self.loss.is_none() || self.alloc.is_none() {
+            return Err(Error::Compute("reset_grads needs an allocated graph with a backward pass".into()));
+        }
+        for n in self.nodes() {
+            if n.op() == sys::GGML_OP_OPT_STEP_ADAMW {
+                return Err(Error::Compute("reset_grads would also clear the AdamW moments of this graph".into()));
+            }
+        }
+        // SAFETY: allocated graph with gradients; every accumulator is allocated.
+        unsafe { sys::ggml_graph_reset(self.raw()) };
         Ok(())
     }
 
@@ -272,8 +320,8 @@ impl<'a> Graph<'a> {
             }
         }
         self.check_preallocated(&nodes, backends)?;
-        let owned: Vec<*mut sys::ggml_tensor> =
-            nodes.iter().chain(leafs.iter()).copied().filter(|&t| unsafe { (*t).data.is_null() }).collect();
+        let (owned, external): (Vec<*mut sys::ggml_tensor>, Vec<*mut sys::ggml_tensor>) =
+            nodes.iter().chain(leafs.iter()).copied().partition(|&t| unsafe { (*t).data.is_null() });
         let mut raw_backends: Vec<sys::ggml_backend_t> = backends.iter().map(|b| b.raw()).collect();
         let graph_size = (nodes.len() + leafs.len()).max(self.size) + 64;
         // SAFETY: valid backend list with the CPU last.
@@ -281,7 +329,7 @@ impl<'a> Graph<'a> {
             sys::ggml_backend_sched_new(raw_backends.as_mut_ptr(), std::ptr::null_mut(), raw_backends.len() as i32, graph_size, false, true)
         };
         let sched = NonNull::new(sched).ok_or_else(|| Error::Compute("cannot create a scheduler".into()))?;
-        let alloc = Allocation { sched, backends: backends.to_vec(), owned, index_checks };
+        let alloc = Allocation { sched, backends: backends.to_vec(), owned, external, index_checks };
         // SAFETY: fresh scheduler, graph built.
         let ok = unsafe { sys::ggml_backend_sched_alloc_graph(sched.as_ptr(), self.raw()) };
         self.alloc = Some(alloc);
@@ -332,6 +380,13 @@ impl<'a> Graph<'a> {
     /// range, or a backend reports failure.
     pub fn compute(&mut self) -> Result<()> {
         let alloc = self.alloc.as_ref().ok_or_else(|| Error::Compute("allocate the graph before computing it".into()))?;
+        for &t in &alloc.external {
+            // SAFETY: the tensor structs live in contexts that outlive the graph.
+            if unsafe { (*t).data.is_null() } {
+                let name = unsafe { CStr::from_ptr((*t).name.as_ptr()) }.to_string_lossy().into_owned();
+                return Err(Error::Compute(format!("{name:?}: its data belonged to a graph that no longer exists")));
+            }
+        }
         for (ids, rows, table) in &alloc.index_checks {
             let t = self.ctx.wrap(*ids)?;
             let v: Vec<i32> = t.read()?;

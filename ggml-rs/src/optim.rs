@@ -102,25 +102,40 @@ impl<'a> Optimizer<'a> {
     /// influence the loss) or no moments in `state`.
     pub fn adamw(ctx: &'a Context, graph: &mut Graph<'a>, state: &AdamWState<'a>, groups: &[ParamGroup<'a>], cfg: AdamWConfig, grad_clip: Option<f32>) -> Result<Optimizer<'a>> {
         check_cfg(&cfg)?;
-        Self::build(ctx, graph, Some(state), groups, Kind::AdamW(cfg), grad_clip)
+        let grads = collect_grads(graph, groups)?;
+        Self::build(ctx, graph, Some(state), groups, grads, Kind::AdamW(cfg), grad_clip)
+    }
+
+    /// Attach AdamW to `update`, a separate graph, reading gradients from
+    /// accumulators (see [`Graph::build_backward_accumulate`]): allocated leaf
+    /// tensors in the same order as the parameters of `groups`. Computing the
+    /// backward graph alone then gives loss and gradients without touching the
+    /// weights, so a caller can inspect them (e.g. skip a non-finite step) before
+    /// computing `update`.
+    pub fn adamw_accumulated(ctx: &'a Context, update: &mut Graph<'a>, grads: &[Tensor<'a>], state: &AdamWState<'a>, groups: &[ParamGroup<'a>], cfg: AdamWConfig, grad_clip: Option<f32>) -> Result<Optimizer<'a>> {
+        check_cfg(&cfg)?;
+        let n: usize = groups.iter().map(|g| g.params.len()).sum();
+        if grads.len() != n {
+            return Err(Error::Backward(format!("{} gradients for {n} parameters", grads.len())));
+        }
+        for g in grads {
+            if !g.is_allocated() || g.op() != ggml_sys::GGML_OP_NONE {
+                return Err(Error::Backward(format!("gradient accumulator {:?} must be an allocated leaf", g.name())));
+            }
+        }
+        Self::build(ctx, update, Some(state), groups, grads.to_vec(), Kind::AdamW(cfg), grad_clip)
     }
 
     /// Attach plain SGD with decoupled weight decay (`w ← w(1 − lr·wd) − lr·g`).
     pub fn sgd(ctx: &'a Context, graph: &mut Graph<'a>, groups: &[ParamGroup<'a>], grad_clip: Option<f32>) -> Result<Optimizer<'a>> {
-        Self::build(ctx, graph, None, groups, Kind::Sgd, grad_clip)
+        let grads = collect_grads(graph, groups)?;
+        Self::build(ctx, graph, None, groups, grads, Kind::Sgd, grad_clip)
     }
 
-    fn build(ctx: &'a Context, graph: &mut Graph<'a>, state: Option<&AdamWState<'a>>, groups: &[ParamGroup<'a>], kind: Kind, grad_clip: Option<f32>) -> Result<Optimizer<'a>> {
+    fn build(ctx: &'a Context, graph: &mut Graph<'a>, state: Option<&AdamWState<'a>>, groups: &[ParamGroup<'a>], grads: Vec<Tensor<'a>>, kind: Kind, grad_clip: Option<f32>) -> Result<Optimizer<'a>> {
         if let Some(c) = grad_clip {
             if !(c.is_finite() && c > 0.0) {
                 return Err(Error::op("optimizer", format!("grad_clip = {c} must be positive")));
-            }
-        }
-        let mut grads = Vec::new();
-        for g in groups {
-            for &p in &g.params {
-                let gr = graph.grad(p).ok_or_else(|| Error::Backward(format!("parameter {:?} has no gradient: it does not influence the loss (or backward was not built)", p.name())))?;
-                grads.push(gr);
             }
         }
         // Global gradient norm and clip coefficient, computed in the graph.
@@ -216,6 +231,20 @@ impl<'a> Optimizer<'a> {
     pub fn grad_norm(&self) -> Option<Tensor<'a>> {
         self.grad_norm
     }
+}
+
+/// The gradient of every parameter of `groups`, in order.
+fn collect_grads<'a>(graph: &Graph<'a>, groups: &[ParamGroup<'a>]) -> Result<Vec<Tensor<'a>>> {
+    let mut grads = Vec::new();
+    for g in groups {
+        for &p in &g.params {
+            let gr = graph
+                .grad(p)
+                .ok_or_else(|| Error::Backward(format!("parameter {:?} has no gradient: it does not influence the loss (or backward was not built)", p.name())))?;
+            grads.push(gr);
+        }
+    }
+    Ok(grads)
 }
 
 fn check_cfg(c: &AdamWConfig) -> Result<()> {

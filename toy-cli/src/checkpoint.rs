@@ -45,7 +45,18 @@ pub fn fold_lens(table: &[f32], lens: &[f32], w: usize, d: usize) -> Vec<f32> {
 }
 
 fn add(g: &mut GgufWriter, name: &str, t: Tensor<'_>, src: Source<'_>) -> Result<()> {
-    Ok(g.add_tensor_data(name, &t.shape(), &src(t)?)?)
+    let v = src(t)?;
+    finite(name, &v)?;
+    Ok(g.add_tensor_data(name, &t.shape(), &v)?)
+}
+
+/// Refuse to write non-finite values: a checkpoint of diverged weights would
+/// replace a good one.
+fn finite(name: &str, v: &[f32]) -> Result<()> {
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        return Err(crate::error::runtime(format!("{name}[{i}] is {}: refusing to write a non-finite checkpoint", v[i])));
+    }
+    Ok(())
 }
 
 fn hparams(g: &mut GgufWriter, c: &ModelConfig) -> Result<()> {
@@ -96,6 +107,7 @@ pub fn write_model(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, prov: 
             match (m.lens, c.donor_width) {
                 (Some(lens), Some(width)) => {
                     let folded = fold_lens(&src(m.token_embd)?, &src(lens)?, width, d);
+                    finite("token_embd.weight", &folded)?;
                     g.add_tensor_data("token_embd.weight", &[d as i64, c.vocab as i64], &folded)?;
                 }
                 _ => add(&mut g, "token_embd.weight", m.token_embd, src)?,
@@ -128,6 +140,8 @@ pub fn write_model(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, prov: 
                 for (name, t) in [("attn_norm.weight", b.attn_norm.weight), ("attn_norm.bias", b.attn_norm.bias)] {
                     add(&mut g, &n(name), t, src)?;
                 }
+                finite(&n("attn_qkv"), &qkv)?;
+                finite(&n("attn_qkv"), &qkv_b)?;
                 g.add_tensor_data(&n("attn_qkv.weight"), &[d, 3 * d], &qkv)?;
                 g.add_tensor_data(&n("attn_qkv.bias"), &[3 * d], &qkv_b)?;
                 for (name, t) in [
@@ -267,10 +281,10 @@ impl Checkpoint {
     }
 }
 
-/// Load `ck` onto `backend` with constants for sequences of `t` tokens, and run
+/// Load `ck` onto `backend` with constants for up to `b_max` sequences of `t` tokens, and run
 /// `f` with the weights (scoped, since tensors borrow their context). With
 /// `params`, every weight is marked as a parameter (for gradients).
-pub fn with_loaded<R>(ck: &Checkpoint, backend: &ggml_rs::Backend, t: usize, params: bool, f: impl FnOnce(&Weights<'_>, &crate::train::step::Consts<'_>) -> Result<R>) -> Result<R> {
+pub fn with_loaded<R>(ck: &Checkpoint, backend: &ggml_rs::Backend, t: usize, b_max: usize, params: bool, f: impl FnOnce(&Weights<'_>, &crate::train::step::Consts<'_>) -> Result<R>) -> Result<R> {
     let wctx = ggml_rs::Context::new(crate::train::step::capacity(ck.config.n_layers))?;
     let weights = Weights::new(&wctx, &ck.config)?;
     if params {
@@ -278,7 +292,7 @@ pub fn with_loaded<R>(ck: &Checkpoint, backend: &ggml_rs::Backend, t: usize, par
             wctx.set_param(p.tensor)?;
         }
     }
-    let consts = crate::train::step::Consts::new(&wctx, t, ck.config.vocab)?;
+    let consts = crate::train::step::Consts::new(&wctx, t, b_max, ck.config.vocab)?;
     wctx.allocate(backend).map_err(|e| crate::error::runtime(e.to_string()))?;
     consts.fill()?;
     ck.load_weights(&weights)?;

@@ -214,6 +214,9 @@ pub struct TrainArgs {
     /// Keep only the newest K checkpoints (0: all).
     #[arg(long)]
     pub keep: Option<usize>,
+    /// Skip a step whose loss or gradients are not finite (and log it) instead of stopping.
+    #[arg(long = "skip-nonfinite")]
+    pub skip_nonfinite: bool,
     /// warm-start: the donor model (a llama-family GGUF; f32/f16/bf16/q8_0 embeddings).
     #[arg(long)]
     pub donor: Option<PathBuf>,

@@ -41,13 +41,13 @@ fn bench(a: &BenchArgs) -> Result<()> {
         wctx.set_param(p)?;
     }
     let state = AdamWState::new(&wctx, &params)?;
-    let consts = Consts::new(&wctx, t, cfg.model.vocab)?;
+    let consts = Consts::new(&wctx, t, b, cfg.model.vocab)?;
     wctx.allocate(&backends[0])?;
     consts.fill()?;
     init_weights(&w, 0)?;
     let cctx = Context::new(capacity(cfg.model.n_layers) * 2)?;
-    let opt = OptSettings { adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay }, grad_clip: Some(cfg.grad_clip) };
-    let mut step = TrainStep::new(&cctx, &w, &state, &consts, t, b, opt, &backends)?;
+    let opt = OptSettings { adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay }, grad_clip: Some(cfg.grad_clip), skip_nonfinite: false };
+    let mut step = TrainStep::new(&cctx, &w, &state, &consts, t, b, opt, None, &backends)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
     let mut times = Vec::new();
     let mut last = 0.0;
@@ -93,7 +93,7 @@ pub fn run(args: &DebugArgs) -> Result<()> {
                 return Err(input(format!("windows of {t} tokens exceed the model's context {}", ck.config.context)));
             }
             let backends = backends_for(&a.device, 0)?;
-            with_loaded(&ck, &backends[0], t, true, |w, consts| {
+            with_loaded(&ck, &backends[0], t, nb, true, |w, consts| {
                 let cctx = Context::new(capacity(ck.config.n_layers) * 2)?;
                 let mut gs = GradStep::new(&cctx, w, consts, t, nb, &backends)?;
                 let loss = gs.compute(&b.tokens, &b.targets)?;

@@ -58,7 +58,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     let backends = backends_for(&args.device, args.threads)?;
     let stream = !args.json && ck.tokenizer.is_some();
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
-    let ids = with_loaded(&ck, &backends[0], t, false, |w, consts| {
+    let ids = with_loaded(&ck, &backends[0], t, 1, false, |w, consts| {
         let cctx = Context::new(capacity(ck.config.n_layers))?;
         let mut fwd = Forward::new(&cctx, w, consts, t, &backends)?;
         let mut ids = prompt.clone();

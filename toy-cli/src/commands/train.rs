@@ -49,6 +49,7 @@ fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
     if let Some(t) = file {
         merge!(a, t, corpus, preset, arch, steps, seed, batch, context, d_model, layers, heads, kv_heads, d_ff, lr, min_lr, warmup_steps, weight_decay, grad_clip, norm_eps, rope_base, eval_every, save_every, log_every, device, threads, keep, donor, init, match_by, lens_init, donor_width);
         a.train_table |= t.train_table;
+        a.skip_nonfinite |= t.skip_nonfinite;
         a.shuffle |= t.shuffle;
         a.tied |= t.tied;
         a.save_initial |= t.save_initial;
@@ -169,6 +170,7 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         save_initial: a.save_initial,
         record_batches: a.record_batches,
         keep: a.keep.unwrap_or(0),
+        skip_nonfinite: a.skip_nonfinite,
         stop: Some(stop),
     };
     if let Some(dir) = &a.resume {

@@ -34,7 +34,7 @@ fn repeat_kv<'a>(ctx: &'a Context, t: Tensor<'a>, g: i64) -> Result<Tensor<'a>> 
     ctx.reshape(r, &[x, y, g * n_kv, b])
 }
 
-/// Apply RoPE to `x` `[d_head, n_head, T, B]` at positions `pos` (i32 `[T]`).
+/// Apply RoPE to `x` `[d_head, n_head, N]` at positions `pos` (i32 `[N]`).
 pub fn rope<'a>(ctx: &'a Context, x: Tensor<'a>, pos: Tensor<'a>, base: f32) -> Result<Tensor<'a>> {
     let dh = x.ne()[0] as usize;
     ctx.rope_ext(x, pos, dh, RopeMode::Normal, base)

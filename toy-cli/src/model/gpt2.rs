@@ -137,7 +137,7 @@ impl<'w> Gpt2<'w> {
         let (d, t, b) = (c.d_model as i64, x.t as i64, x.b as i64);
         let (dh, heads, eps) = (c.d_head() as i64, c.n_heads as i64, c.norm_eps);
         let tok = ctx.reshape(ctx.get_rows(self.token_embd, x.tokens)?, &[d, t, b])?; // [d, T, B]
-        let pos = ctx.get_rows(self.position_embd, x.pos)?; // [d, T]
+        let pos = ctx.get_rows(self.position_embd, ctx.view(x.pos, &[t], &[], 0)?)?; // [d, T]
         let mut h = ctx.add(tok, pos)?;
         for blk in &self.blocks {
             let a = blk.attn_norm.forward(ctx, h, eps)?;

@@ -112,11 +112,14 @@ impl<'w> Llama<'w> {
         let mut h = ctx.reshape(h, &[d, t, b])?; // [d, T, B]
         for blk in &self.blocks {
             let a = ctx.mul(ctx.rms_norm(h, eps)?, blk.attn_norm)?;
-            let q = ctx.reshape(ctx.mul_mat(blk.attn_q, a)?, &[dh, c.n_heads as i64, t, b])?;
-            let k = ctx.reshape(ctx.mul_mat(blk.attn_k, a)?, &[dh, c.n_kv_heads as i64, t, b])?;
-            let v = ctx.reshape(ctx.mul_mat(blk.attn_v, a)?, &[dh, c.n_kv_heads as i64, t, b])?;
-            let q = rope(ctx, q, x.pos, c.rope_base)?; // [dh, H, T, B]
-            let k = rope(ctx, k, x.pos, c.rope_base)?;
+            // RoPE over [dh, heads, T·B] with per-token positions: its backward then
+            // receives a contiguous gradient (through the reshape), which CUDA needs.
+            let (hq, hkv) = (c.n_heads as i64, c.n_kv_heads as i64);
+            let q = rope(ctx, ctx.reshape(ctx.mul_mat(blk.attn_q, a)?, &[dh, hq, t * b])?, x.pos, c.rope_base)?;
+            let k = rope(ctx, ctx.reshape(ctx.mul_mat(blk.attn_k, a)?, &[dh, hkv, t * b])?, x.pos, c.rope_base)?;
+            let q = ctx.reshape(q, &[dh, hq, t, b])?; // [dh, H, T, B]
+            let k = ctx.reshape(k, &[dh, hkv, t, b])?;
+            let v = ctx.reshape(ctx.mul_mat(blk.attn_v, a)?, &[dh, hkv, t, b])?;
             let att = causal_attention(ctx, q, k, v, x.mask)?; // [H·dh, T, B]
             h = ctx.add(h, ctx.mul_mat(blk.attn_output, att)?)?;
 

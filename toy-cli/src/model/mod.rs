@@ -144,7 +144,7 @@ pub struct Param<'w> {
 pub struct Batch<'a> {
     /// Token ids, i32 `[T·B]` (sequence-major: token t of sequence b at `b·T + t`).
     pub tokens: Tensor<'a>,
-    /// Positions `0..T`, i32 `[T]`.
+    /// Position of every token, i32 `[T·B]` (`0..T` repeated B times).
     pub pos: Tensor<'a>,
     /// Causal mask, f32 `[T, T]`: 0 where key ≤ query, −∞ above.
     pub mask: Tensor<'a>,

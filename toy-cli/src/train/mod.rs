@@ -37,6 +37,8 @@ pub struct RunOptions {
     pub record_batches: bool,
     /// Keep only the last K checkpoints (0: keep all).
     pub keep: usize,
+    /// Skip steps whose loss or gradients are not finite instead of stopping.
+    pub skip_nonfinite: bool,
     /// Set to a signal number (SIGINT, SIGTERM) to stop after the current step.
     pub stop: Option<Arc<AtomicI32>>,
 }
@@ -130,7 +132,12 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         wctx.set_param(p)?;
     }
     let moments = AdamWState::new(&wctx, &trainable)?;
-    let consts = Consts::new(&wctx, t, cfg.model.vocab)?;
+    let accumulators: Option<Vec<_>> = if opts.skip_nonfinite {
+        Some(trainable.iter().enumerate().map(|(i, p)| wctx.new_tensor(ggml_rs::DType::F32, &p.shape())?.set_name(&format!("grad_acc.{i}"))).collect::<ggml_rs::Result<_>>()?)
+    } else {
+        None
+    };
+    let consts = Consts::new(&wctx, t, cfg.batch, cfg.model.vocab)?;
     wctx.allocate(&device).map_err(|e| runtime(e.to_string()))?;
     consts.fill()?;
     init_weights(&weights, cfg.seed)?;
@@ -156,11 +163,12 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     let opt = OptSettings {
         adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay },
         grad_clip: (cfg.grad_clip > 0.0).then_some(cfg.grad_clip),
+        skip_nonfinite: opts.skip_nonfinite,
     };
     // Compute contexts outlive every graph built in them.
     let cctx = Context::new(capacity(cfg.model.n_layers) * 2)?;
     let ectx = Context::new(capacity(cfg.model.n_layers))?;
-    let mut train = TrainStep::new(&cctx, &weights, &moments, &consts, t, cfg.batch, opt, &backends).map_err(|e| runtime(format!("cannot build the training step: {e}")))?;
+    let mut train = TrainStep::new(&cctx, &weights, &moments, &consts, t, cfg.batch, opt, accumulators.as_deref(), &backends).map_err(|e| runtime(format!("cannot build the training step: {e}")))?;
     train.optimizer().set_step_count(opt_t);
     let val_starts = eval_starts(corpus.val.len(), t, cfg.eval_windows);
     let eb = cfg.batch.min(val_starts.len()).max(1);

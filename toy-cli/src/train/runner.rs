@@ -133,10 +133,15 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         let lr = sched.at(step);
         let st = l.train.step(&b.tokens, &b.targets, lr)?;
         let wall_us = t0.elapsed().as_micros() as u64;
+        if st.skipped {
+            l.log.emit("skip", json!({ "step": step, "loss": st.loss, "grad_norm": st.grad_norm, "reason": "non-finite" }))?;
+            say(format!("step {step}: skipped (loss {}, gradient norm {:?} not finite)", st.loss, st.grad_norm));
+            continue;
+        }
         if !st.loss.is_finite() || st.grad_norm.is_some_and(|g| !g.is_finite()) {
             l.end("errored", step, st.loss, 1)?;
             return Err(runtime(format!(
-                "the loss or gradient became non-finite (loss {}) at step {step}; stopped without writing a checkpoint of these weights (try a lower --lr)",
+                "the loss or gradient became non-finite (loss {}) at step {step}; stopped without writing a checkpoint of these weights (try a lower --lr, or --skip-nonfinite)",
                 st.loss
             )));
         }

@@ -12,7 +12,8 @@ pub const MAX_EYE_VOCAB: usize = 8192;
 
 /// Constants every graph of a run shares, in a context allocated on the device.
 pub struct Consts<'c> {
-    /// i32 `[T]` = 0..T.
+    /// i32 `[T·B_max]` = 0..T repeated B_max times: the position of every token
+    /// of a batch, sequence-major (batches of B ≤ B_max take a prefix view).
     pub pos: Tensor<'c>,
     /// f32 `[T, T]`, 0 where key ≤ query, −∞ above.
     pub mask: Tensor<'c>,
@@ -21,10 +22,20 @@ pub struct Consts<'c> {
 }
 
 impl<'c> Consts<'c> {
-    /// Create (unallocated) constants for sequences of `t` tokens and vocabulary `vocab`.
-    pub fn new(ctx: &'c Context, t: usize, vocab: usize) -> Result<Consts<'c>> {
+    /// The inputs of a forward pass over `b` sequences of `t` tokens.
+    pub fn batch<'a>(&self, ctx: &'a Context, tokens: Tensor<'a>, t: usize, b: usize) -> Result<Batch<'a>>
+    where
+        'c: 'a,
+    {
+        let pos = ctx.view(self.pos, &[(t * b) as i64], &[], 0)?;
+        Ok(Batch { tokens, pos, mask: self.mask, t, b })
+    }
+
+    /// Create (unallocated) constants for batches of up to `b_max` sequences of
+    /// `t` tokens and vocabulary `vocab`.
+    pub fn new(ctx: &'c Context, t: usize, b_max: usize, vocab: usize) -> Result<Consts<'c>> {
         Ok(Consts {
-            pos: ctx.new_tensor_1d(DType::I32, t as i64)?.set_name("pos")?,
+            pos: ctx.new_tensor_1d(DType::I32, (t * b_max.max(1)) as i64)?.set_name("pos")?,
             mask: ctx.new_tensor_2d(DType::F32, t as i64, t as i64)?.set_name("causal_mask")?,
             eye: if vocab <= MAX_EYE_VOCAB { Some(ctx.new_tensor_2d(DType::F32, vocab as i64, vocab as i64)?.set_name("eye")?) } else { None },
         })
@@ -32,8 +43,9 @@ impl<'c> Consts<'c> {
 
     /// Write the values, once the context is allocated.
     pub fn fill(&self) -> Result<()> {
-        let t = self.pos.ne()[0] as usize;
-        self.pos.write(&(0..t as i32).collect::<Vec<i32>>())?;
+        let t = self.mask.ne()[0] as usize;
+        let n = self.pos.ne()[0] as usize;
+        self.pos.write(&(0..n).map(|i| (i % t) as i32).collect::<Vec<i32>>())?;
         let mask: Vec<f32> = (0..t * t).map(|i| if i % t <= i / t { 0.0 } else { f32::NEG_INFINITY }).collect();
         self.mask.write(&mask)?;
         if let Some(eye) = self.eye {
@@ -63,7 +75,7 @@ fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b
     let n = (t * b) as i64;
     let tokens = ctx.new_tensor_1d(DType::I32, n)?.set_name("tokens")?.set_input();
     let targets = ctx.new_tensor_1d(DType::I32, n)?.set_name("targets")?.set_input();
-    let logits = w.forward(ctx, Batch { tokens, pos: c.pos, mask: c.mask, t, b })?; // [V, T, B]
+    let logits = w.forward(ctx, c.batch(ctx, tokens, t, b)?)?; // [V, T, B]
     let logits = ctx.reshape(logits, &[v, n])?.set_name("logits")?; // [V, T·B]
     let (labels, dense) = match c.eye {
         Some(eye) => (ctx.get_rows(eye, targets)?, None), // one-hot [V, T·B]
@@ -105,11 +117,17 @@ pub struct OptSettings {
     pub adamw: AdamWConfig,
     /// Global-norm clip (None: no clipping).
     pub grad_clip: Option<f32>,
+    /// Check loss and gradients before updating, and skip non-finite steps
+    /// (two graphs per step instead of one).
+    pub skip_nonfinite: bool,
 }
 
-/// The training step graph.
+/// The training step: one graph doing forward, backward and update, or (when
+/// non-finite steps are skipped) a backward graph and a separate update graph.
 pub struct TrainStep<'a> {
     lg: LossGraph<'a>,
+    /// The update graph in split mode (declared before `graph`, whose gradients it reads).
+    update: Option<(Graph<'a>, Tensor<'a>)>,
     graph: Graph<'a>,
     opt: Optimizer<'a>,
 }
@@ -119,36 +137,83 @@ pub struct TrainStep<'a> {
 pub struct StepStats {
     /// Loss before this step's update.
     pub loss: f32,
-    /// Global gradient norm before clipping (when clipping).
+    /// Global gradient norm before clipping (when clipping or checking).
     pub grad_norm: Option<f32>,
+    /// The update was skipped because loss or gradients were not finite.
+    pub skipped: bool,
 }
 
 impl<'a> TrainStep<'a> {
-    /// Build and allocate the step graph for batches of `b` sequences of `t` tokens.
-    pub fn new(ctx: &'a Context, w: &Weights<'a>, state: &AdamWState<'a>, consts: &Consts<'a>, t: usize, b: usize, opt: OptSettings, backends: &[Backend]) -> Result<TrainStep<'a>> {
+    /// Build and allocate the step graph(s) for batches of `b` sequences of `t` tokens.
+    /// With `opt.skip_nonfinite`, `accumulators` holds one allocated f32 tensor
+    /// per trainable parameter (in [`Weights::params`] order).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(ctx: &'a Context, w: &Weights<'a>, state: &AdamWState<'a>, consts: &Consts<'a>, t: usize, b: usize, opt: OptSettings, accumulators: Option<&[Tensor<'a>]>, backends: &[Backend]) -> Result<TrainStep<'a>> {
         let lg = loss_graph(ctx, w, consts, t, b)?;
         let mut graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
-        graph.expand(lg.loss)?;
-        graph.build_backward(lg.loss)?;
+        if !opt.skip_nonfinite {
+            graph.expand(lg.loss)?;
+            graph.build_backward(lg.loss)?;
+        }
         let params: Vec<Param<'a>> = w.params().into_iter().filter(|p| p.trainable).collect();
         let group = |decay: bool| ParamGroup {
             params: params.iter().filter(|p| p.decay == decay).map(|p| p.tensor).collect(),
             weight_decay: if decay { opt.adamw.weight_decay } else { 0.0 },
         };
         let groups: Vec<ParamGroup<'a>> = [group(true), group(false)].into_iter().filter(|g| !g.params.is_empty()).collect();
-        let opt = Optimizer::adamw(ctx, &mut graph, state, &groups, opt.adamw, opt.grad_clip)?;
+        if !opt.skip_nonfinite {
+            let o = Optimizer::adamw(ctx, &mut graph, state, &groups, opt.adamw, opt.grad_clip)?;
+            graph.allocate(backends)?;
+            return Ok(TrainStep { lg, update: None, graph, opt: o });
+        }
+        // Split: gradients into accumulators (and their squared norm) first, the
+        // update, reading the accumulators, only if finite.
+        let accs = accumulators.ok_or_else(|| ggml_rs::Error::Backward("skipping non-finite steps needs gradient accumulators".into()))?;
+        let pairs: Vec<_> = params.iter().map(|p| p.tensor).zip(accs.iter().copied()).collect();
+        graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
+        graph.expand(lg.loss)?;
+        graph.build_backward_accumulate(lg.loss, &pairs)?;
+        let mut sumsq: Option<Tensor<'a>> = None;
+        for p in &params {
+            let g = graph.grad(p.tensor).ok_or_else(|| ggml_rs::Error::Backward(format!("no gradient for {}", p.tensor.name())))?;
+            let s = ctx.sum(ctx.sqr(g)?)?;
+            sumsq = Some(match sumsq {
+                None => s,
+                Some(acc) => ctx.add(acc, s)?,
+            });
+        }
+        let sumsq = sumsq.ok_or_else(|| ggml_rs::Error::Backward("nothing to train".into()))?.set_output();
+        graph.expand(sumsq)?;
         graph.allocate(backends)?;
-        Ok(TrainStep { lg, graph, opt })
+        let ordered: Vec<Tensor<'a>> = groups.iter().flat_map(|g| g.params.iter()).map(|p| pairs.iter().find(|(q, _)| q == p).expect("every param has an accumulator").1).collect();
+        let mut update = Graph::new(ctx, capacity(w.config().n_layers))?;
+        let o = Optimizer::adamw_accumulated(ctx, &mut update, &ordered, state, &groups, opt.adamw, opt.grad_clip)?;
+        update.allocate(backends)?;
+        Ok(TrainStep { lg, update: Some((update, sumsq)), graph, opt: o })
     }
 
     /// One step: forward and backward on `tokens`/`targets`, then the update with
-    /// learning rate `lr`. Returns the loss before the update.
+    /// learning rate `lr` (skipped in split mode when loss or gradients are not
+    /// finite). Returns the loss before the update.
     pub fn step(&mut self, tokens: &[i32], targets: &[i32], lr: f32) -> Result<StepStats> {
         self.lg.write(tokens, targets)?;
         self.opt.prepare_step(lr)?;
+        if self.update.is_some() {
+            self.graph.reset_grads()?;
+        }
         self.graph.compute()?;
+        let loss = self.lg.loss.scalar()?;
+        if let Some((update, sumsq)) = &mut self.update {
+            let norm = sumsq.scalar()?.sqrt();
+            if !loss.is_finite() || !norm.is_finite() {
+                return Ok(StepStats { loss, grad_norm: Some(norm), skipped: true });
+            }
+            update.compute()?;
+            self.opt.finish_step();
+            return Ok(StepStats { loss, grad_norm: Some(norm), skipped: false });
+        }
         self.opt.finish_step();
-        Ok(StepStats { loss: self.lg.loss.scalar()?, grad_norm: self.opt.grad_norm().map(|g| g.scalar()).transpose()? })
+        Ok(StepStats { loss, grad_norm: self.opt.grad_norm().map(|g| g.scalar()).transpose()?, skipped: false })
     }
 
     /// The graph, for describing it (`flow.json`) and reporting placements.
@@ -258,7 +323,7 @@ impl<'a> Forward<'a> {
     /// Build and allocate the logits graph for one sequence of `t` tokens.
     pub fn new(ctx: &'a Context, w: &Weights<'a>, consts: &Consts<'a>, t: usize, backends: &[Backend]) -> Result<Forward<'a>> {
         let tokens = ctx.new_tensor_1d(DType::I32, t as i64)?.set_name("tokens")?.set_input();
-        let logits = w.forward(ctx, Batch { tokens, pos: consts.pos, mask: consts.mask, t, b: 1 })?.set_output(); // [V, T, 1]
+        let logits = w.forward(ctx, consts.batch(ctx, tokens, t, 1)?)?.set_output(); // [V, T, 1]
         let mut graph = Graph::new(ctx, capacity(w.config().n_layers))?;
         graph.expand(logits)?;
         graph.allocate(backends)?;
