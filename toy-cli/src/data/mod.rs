@@ -2,6 +2,7 @@
 
 pub mod corpus;
 pub mod embedded;
+pub mod stories;
 pub mod tokenizer;
 
 pub use corpus::{load_corpus, Corpus, CorpusOptions};
