@@ -3,6 +3,7 @@
 pub mod corpus;
 pub mod embedded;
 pub mod stories;
+pub mod text;
 pub mod tokenizer;
 
 pub use corpus::{load_corpus, Corpus, CorpusOptions};

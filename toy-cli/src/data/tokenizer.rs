@@ -1,37 +1,232 @@
-//! Tokenizers: a plain byte-level one (256 ids, one per byte).
+//! Tokenizers: a plain byte-level one (256 ids, one per byte) and a byte-level
+//! BPE trained with the Hugging Face `tokenizers` crate (GPT-2 style: the
+//! `ByteLevel` pre-tokenizer without a prefix space, the `ByteLevel` decoder,
+//! and one special token, `<|endoftext|>`).
+//!
+//! Both are written into checkpoints as llama.cpp's `gpt2` tokenizer
+//! (`tokenizer.ggml.*` keys) and rebuilt from those keys, so a checkpoint alone
+//! is enough to tokenize.
 
-use crate::error::{input, Result};
+use crate::error::{input, runtime, Result};
 use ggml_rs::gguf::{Array, GgufFile, GgufWriter, Value};
+use sha2::{Digest, Sha256};
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Arc;
+use tokenizers::models::bpe::{BpeTrainerBuilder, Vocab, BPE};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::{AddedToken, NormalizerWrapper, PostProcessorWrapper, TokenizerImpl};
+
+/// The end-of-text token of BPE tokenizers, and the line that separates documents.
+pub const EOT: &str = "<|endoftext|>";
+
+/// Default vocabulary size of a BPE trained on the fly for a raw text corpus.
+pub const DEFAULT_VOCAB_SIZE: usize = 1024;
+
+/// llama.cpp's `llama_token_type`: a normal token.
+pub const TOKEN_TYPE_NORMAL: i32 = 1;
+/// llama.cpp's `llama_token_type`: a control token (`<|endoftext|>`).
+pub const TOKEN_TYPE_CONTROL: i32 = 3;
+
+type Hf = TokenizerImpl<BPE, NormalizerWrapper, ByteLevel, PostProcessorWrapper, ByteLevel>;
+
+/// A trained byte-level BPE: the `tokenizers` object, its end-of-text id and
+/// its `tokenizer.json` text.
+#[derive(Debug)]
+pub struct Bpe {
+    hf: Hf,
+    eot: u32,
+    json: String,
+}
 
 /// Turns text into token ids and back.
 #[derive(Clone, Debug)]
 pub enum Tokenizer {
     /// One id per byte (0..=255), no merges.
     Bytes,
+    /// Byte-level BPE (see [`Bpe`]).
+    Bpe(Arc<Bpe>),
+}
+
+fn byte_level() -> ByteLevel {
+    ByteLevel::new(false, true, true)
+}
+
+fn hf_err(what: &str, e: impl std::fmt::Display) -> crate::error::Error {
+    runtime(format!("{what}: {e}"))
+}
+
+impl Bpe {
+    fn new(hf: Hf, origin: &str) -> Result<Bpe> {
+        let eot = hf.token_to_id(EOT).ok_or_else(|| input(format!("{origin}: the tokenizer has no {EOT} token")))?;
+        let json = hf.to_string(true).map_err(|e| hf_err("cannot serialize the tokenizer", e))?;
+        Ok(Bpe { hf, eot, json })
+    }
+
+    /// Tokens in id order (GPT-2 byte-to-unicode form, as `tokenizer.json` stores them).
+    ///
+    /// # Errors
+    /// [`Error::Runtime`](crate::error::Error::Runtime) when the ids are not `0..n`.
+    pub fn tokens(&self) -> Result<Vec<String>> {
+        let mut vocab: Vec<(String, u32)> = self.hf.get_vocab(true).into_iter().collect();
+        vocab.sort_by_key(|(_, id)| *id);
+        for (i, (t, id)) in vocab.iter().enumerate() {
+            if *id as usize != i {
+                return Err(runtime(format!("tokenizer ids are not contiguous: {t:?} has id {id}, expected {i}")));
+            }
+        }
+        Ok(vocab.into_iter().map(|(t, _)| t).collect())
+    }
+
+    /// Tokens in id order and merges (`"a b"`) in rank order, read back from
+    /// the serialized model (the `tokenizers` crate keeps its merges private).
+    pub fn tokens_and_merges(&self) -> Result<(Vec<String>, Vec<String>)> {
+        let model = serde_json::to_value(self.hf.get_model()).map_err(|e| hf_err("cannot serialize the BPE model", e))?;
+        let merges = model
+            .get("merges")
+            .and_then(|m| m.as_array())
+            .ok_or_else(|| runtime("the BPE model has no merges"))?
+            .iter()
+            .map(|m| match m {
+                serde_json::Value::String(s) => Some(s.clone()),
+                serde_json::Value::Array(p) => match (p.first().and_then(|a| a.as_str()), p.get(1).and_then(|b| b.as_str())) {
+                    (Some(a), Some(b)) => Some(format!("{a} {b}")),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect::<Option<Vec<String>>>()
+            .ok_or_else(|| runtime("the BPE model has a malformed merge"))?;
+        Ok((self.tokens()?, merges))
+    }
 }
 
 impl Tokenizer {
+    /// Train a byte-level BPE of at most `vocab_size` ids on `docs` (fewer when
+    /// the text has too few repeated pairs). Ids: `<|endoftext|>` = 0, the 256
+    /// byte symbols in code-point order, then the merges in the order learned.
+    /// Deterministic: the same documents give the same `tokenizer.json`.
+    ///
+    /// # Errors
+    /// [`Error::Input`](crate::error::Error::Input) when `vocab_size` is below 257.
+    pub fn train_bpe<S: AsRef<str> + Send>(docs: impl Iterator<Item = S> + Send, vocab_size: usize) -> Result<Tokenizer> {
+        if vocab_size < 257 {
+            return Err(input(format!("--vocab-size {vocab_size} is too small: a byte-level BPE needs at least 257 ids (256 bytes and {EOT})")));
+        }
+        let alphabet: HashSet<char> = (0..=255u8).map(byte_to_unicode).collect();
+        let mut trainer = BpeTrainerBuilder::new()
+            .vocab_size(vocab_size)
+            .min_frequency(2)
+            .show_progress(false)
+            .special_tokens(vec![AddedToken::from(EOT, true)])
+            .initial_alphabet(alphabet)
+            .build();
+        let mut hf = Hf::new(BPE::default());
+        hf.with_pre_tokenizer(Some(byte_level()));
+        hf.with_decoder(Some(byte_level()));
+        hf.train(&mut trainer, docs).map_err(|e| hf_err("BPE training failed", e))?;
+        Ok(Tokenizer::Bpe(Arc::new(Bpe::new(hf, "training")?)))
+    }
+
+    /// Rebuild a byte-level BPE from its tokens (id order), merges (`"a b"`,
+    /// rank order) and the ids of its control tokens.
+    ///
+    /// # Errors
+    /// [`Error::Input`](crate::error::Error::Input) naming `origin` when the
+    /// tokens repeat, a merge is malformed or names an unknown token, or there
+    /// is no `<|endoftext|>` token.
+    pub fn from_tokens(tokens: &[String], merges: &[String], control: &[u32], origin: &str) -> Result<Tokenizer> {
+        let mut vocab = Vocab::default();
+        for (i, t) in tokens.iter().enumerate() {
+            if vocab.insert(t.clone(), i as u32).is_some() {
+                return Err(input(format!("{origin}: token {t:?} appears twice")));
+            }
+        }
+        let merges = merges
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                // As llama.cpp: split at the first space after the first byte.
+                match m.as_bytes().get(1..).and_then(|r| r.iter().position(|&b| b == b' ')).map(|p| p + 1) {
+                    Some(p) => Ok((m[..p].to_string(), m[p + 1..].to_string())),
+                    None => Err(input(format!("{origin}: merge {i} ({m:?}) is not two tokens separated by a space"))),
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| input(format!("{origin}: bad BPE merges: {e}")))?;
+        let mut hf = Hf::new(bpe);
+        hf.with_pre_tokenizer(Some(byte_level()));
+        hf.with_decoder(Some(byte_level()));
+        let special: Vec<AddedToken> = control.iter().filter_map(|&id| tokens.get(id as usize)).map(|t| AddedToken::from(t.clone(), true)).collect();
+        hf.add_special_tokens(&special);
+        Ok(Tokenizer::Bpe(Arc::new(Bpe::new(hf, origin)?)))
+    }
+
+    /// Parse a `tokenizer.json` (byte-level BPE with `<|endoftext|>` only).
+    ///
+    /// # Errors
+    /// [`Error::Input`](crate::error::Error::Input) naming `origin` for any
+    /// other kind of tokenizer or malformed JSON.
+    pub fn from_json(json: &str, origin: &str) -> Result<Tokenizer> {
+        let hf: Hf = serde_json::from_str(json)
+            .map_err(|e| input(format!("{origin}: not a byte-level BPE tokenizer.json (BPE model, ByteLevel pre-tokenizer and decoder): {e}")))?;
+        let mut b = Bpe::new(hf, origin)?;
+        b.json = json.to_string();
+        Ok(Tokenizer::Bpe(Arc::new(b)))
+    }
+
+    /// Read `path` (a `tokenizer.json`).
+    pub fn load(path: &Path) -> Result<Tokenizer> {
+        let text = std::fs::read_to_string(path).map_err(|e| input(format!("cannot read tokenizer {}: {e}", path.display())))?;
+        Tokenizer::from_json(&text, &path.display().to_string())
+    }
+
+    /// The `tokenizer.json` text of a BPE tokenizer.
+    pub fn json(&self) -> Option<&str> {
+        match self {
+            Tokenizer::Bytes => None,
+            Tokenizer::Bpe(b) => Some(&b.json),
+        }
+    }
+
+    /// Hex SHA-256 of [`Tokenizer::json`] (of the text `bytes` for the byte tokenizer).
+    pub fn sha256(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.json().unwrap_or("bytes").as_bytes());
+        hex(&h.finalize())
+    }
+
     /// Number of ids.
     pub fn vocab_size(&self) -> usize {
         match self {
             Tokenizer::Bytes => 256,
+            Tokenizer::Bpe(b) => b.hf.get_vocab_size(true),
         }
     }
 
-    /// Token ids of `text`.
+    /// Token ids of `text`; `<|endoftext|>` in the text becomes the end-of-text id.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         match self {
             Tokenizer::Bytes => Ok(text.bytes().map(u32::from).collect()),
+            Tokenizer::Bpe(b) => Ok(b.hf.encode(text, false).map_err(|e| hf_err("cannot tokenize", e))?.get_ids().to_vec()),
         }
     }
 
-    /// Text of `ids` (invalid UTF-8 is replaced).
+    /// Text of `ids` (invalid UTF-8 is replaced; `<|endoftext|>` is kept).
+    ///
+    /// # Errors
+    /// [`Error::Input`](crate::error::Error::Input) for an id outside the vocabulary.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        let n = self.vocab_size();
+        if let Some(bad) = ids.iter().find(|&&i| i as usize >= n) {
+            return Err(input(format!("id {bad} is outside the vocabulary of {n}")));
+        }
         match self {
             Tokenizer::Bytes => {
-                let bytes: Vec<u8> = ids.iter().map(|&i| u8::try_from(i).map_err(|_| input(format!("id {i} is not a byte")))).collect::<Result<_>>()?;
+                let bytes: Vec<u8> = ids.iter().map(|&i| i as u8).collect();
                 Ok(String::from_utf8_lossy(&bytes).into_owned())
             }
+            Tokenizer::Bpe(b) => b.hf.decode(ids, false).map_err(|e| hf_err("cannot decode", e)),
         }
     }
 
@@ -40,36 +235,97 @@ impl Tokenizer {
     pub fn tokens(&self) -> Option<Vec<String>> {
         match self {
             Tokenizer::Bytes => Some((0..=255u8).map(|b| byte_to_unicode(b).to_string()).collect()),
+            Tokenizer::Bpe(b) => b.tokens().ok(),
         }
     }
 
     /// The end-of-text id, if the tokenizer has one.
     pub fn eot(&self) -> Option<u32> {
-        None
+        match self {
+            Tokenizer::Bytes => None,
+            Tokenizer::Bpe(b) => Some(b.eot),
+        }
     }
 
-    /// Write the `tokenizer.ggml.*` keys llama.cpp reads (`gpt2` byte-level BPE).
+    /// Write `tokenizer.json` to `path` atomically (BPE only).
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let json = self.json().ok_or_else(|| runtime("the byte tokenizer has no tokenizer.json"))?;
+        crate::run::write_atomic(path, json.as_bytes())
+    }
+
+    /// Write the `tokenizer.ggml.*` keys llama.cpp reads for a `gpt2`
+    /// byte-level BPE: model `gpt2`, pre-tokenizer `gpt-2` (llama.cpp's
+    /// `LLAMA_VOCAB_PRE_TYPE_GPT2`, whose split regex is the one of HF's
+    /// `ByteLevel`), tokens in id order in GPT-2's byte-to-unicode form, merges
+    /// as `"a b"`, token types (1 normal, 3 control), bos = eos = the
+    /// end-of-text id and no automatic BOS/EOS.
     pub fn write_gguf(&self, g: &mut GgufWriter) -> Result<()> {
-        let tokens: Vec<String> = (0..=255u8).map(|b| byte_to_unicode(b).to_string()).collect();
+        let (tokens, merges, eot) = match self {
+            Tokenizer::Bytes => ((0..=255u8).map(|b| byte_to_unicode(b).to_string()).collect(), Vec::new(), None),
+            Tokenizer::Bpe(b) => {
+                let (t, m) = b.tokens_and_merges()?;
+                (t, m, Some(b.eot))
+            }
+        };
+        let types: Vec<i32> = (0..tokens.len() as u32).map(|i| if Some(i) == eot { TOKEN_TYPE_CONTROL } else { TOKEN_TYPE_NORMAL }).collect();
         g.set("tokenizer.ggml.model", "gpt2")?;
         g.set("tokenizer.ggml.pre", "gpt-2")?;
         g.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)))?;
-        g.set("tokenizer.ggml.merges", Value::Array(Array::String(Vec::new())))?;
-        g.set("tokenizer.ggml.token_type", Value::Array(Array::I32(vec![1; 256])))?;
+        g.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)))?;
+        g.set("tokenizer.ggml.merges", Value::Array(Array::String(merges)))?;
+        if let Some(e) = eot {
+            g.set("tokenizer.ggml.bos_token_id", e)?;
+            g.set("tokenizer.ggml.eos_token_id", e)?;
+        }
+        g.set("tokenizer.ggml.add_bos_token", false)?;
+        g.set("tokenizer.ggml.add_eos_token", false)?;
         Ok(())
     }
 
-    /// The tokenizer stored in a checkpoint, if any.
+    /// The tokenizer stored in a checkpoint, if any (see [`Tokenizer::write_gguf`]).
+    ///
+    /// # Errors
+    /// [`Error::Input`](crate::error::Error::Input) naming the file for a
+    /// tokenizer this program cannot rebuild or malformed keys.
     pub fn read_gguf(f: &GgufFile) -> Result<Option<Tokenizer>> {
-        match f.get("tokenizer.ggml.model").and_then(Value::as_str) {
-            None => Ok(None),
-            Some("gpt2") => match f.get("tokenizer.ggml.tokens") {
-                Some(Value::Array(Array::String(t))) if t.len() == 256 => Ok(Some(Tokenizer::Bytes)),
-                _ => Err(input(format!("{}: unsupported tokenizer", f.path().display()))),
-            },
-            Some(m) => Err(input(format!("{}: tokenizer model {m:?} is not supported", f.path().display()))),
+        let origin = f.path().display().to_string();
+        let model = match f.get("tokenizer.ggml.model") {
+            None => return Ok(None),
+            Some(v) => v.as_str().ok_or_else(|| input(format!("{origin}: tokenizer.ggml.model is not a string")))?,
+        };
+        if model != "gpt2" {
+            return Err(input(format!("{origin}: tokenizer model {model:?} is not supported (only gpt2 byte-level BPE)")));
         }
+        match f.get("tokenizer.ggml.pre").map(|v| v.as_str()) {
+            None | Some(Some("gpt-2")) => {}
+            Some(p) => return Err(input(format!("{origin}: pre-tokenizer {:?} is not supported (only gpt-2)", p.unwrap_or("?")))),
+        }
+        let strings = |key: &str| -> Result<Vec<String>> {
+            match f.get(key) {
+                Some(Value::Array(Array::String(v))) => Ok(v.clone()),
+                Some(_) => Err(input(format!("{origin}: {key} is not an array of strings"))),
+                None => Err(input(format!("{origin}: {key} is missing"))),
+            }
+        };
+        let tokens = strings("tokenizer.ggml.tokens")?;
+        let merges = strings("tokenizer.ggml.merges")?;
+        let types: Vec<i32> = match f.get("tokenizer.ggml.token_type") {
+            None => vec![TOKEN_TYPE_NORMAL; tokens.len()],
+            Some(Value::Array(Array::I32(t))) if t.len() == tokens.len() => t.clone(),
+            Some(_) => return Err(input(format!("{origin}: tokenizer.ggml.token_type is not {} i32 values", tokens.len()))),
+        };
+        let is_bytes = tokens.len() == 256 && merges.is_empty() && tokens.iter().enumerate().all(|(i, t)| t.chars().eq([byte_to_unicode(i as u8)]));
+        if is_bytes {
+            return Ok(Some(Tokenizer::Bytes));
+        }
+        let control: Vec<u32> = types.iter().enumerate().filter(|(_, &t)| t == TOKEN_TYPE_CONTROL).map(|(i, _)| i as u32).collect();
+        Tokenizer::from_tokens(&tokens, &merges, &control, &origin).map(Some)
     }
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// GPT-2's reversible byte → printable character map (as in its `encoder.py`).
@@ -79,5 +335,5 @@ pub fn byte_to_unicode(b: u8) -> char {
         return char::from(b);
     }
     let n = (0..b).filter(|&x| !printable(x)).count() as u32;
-    char::from_u32(256 + n).expect("valid code point")
+    char::from_u32(256 + n).unwrap_or('?')
 }

@@ -1,0 +1,177 @@
+//! Raw text: reading UTF-8 files, splitting them into documents on
+//! `<|endoftext|>` lines, tokenizing documents and holding some out for
+//! validation.
+
+use super::stories::SplitMix64;
+use super::tokenizer::{Tokenizer, EOT};
+use crate::error::{input, Result};
+use std::path::Path;
+
+/// Documents longer than this are tokenized in pieces (see [`encode_document`]).
+pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// Read `path` as UTF-8 text.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming the file when it is
+/// missing or unreadable, and the byte offset of the first invalid byte when it
+/// is not UTF-8.
+pub fn read_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
+    String::from_utf8(bytes).map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to())))
+}
+
+/// The documents of `text`: the pieces between lines that are exactly
+/// `<|endoftext|>` (a trailing `\r` is allowed), with surrounding whitespace
+/// trimmed; empty documents are dropped.
+pub fn split_documents(text: &str) -> Vec<&str> {
+    let mut docs = Vec::new();
+    let mut start = 0;
+    let mut pos = 0;
+    for line in text.split_inclusive('\n') {
+        let bare = line.trim_end_matches('\n').trim_end_matches('\r');
+        if bare == EOT {
+            docs.push(&text[start..pos]);
+            start = pos + line.len();
+        }
+        pos += line.len();
+    }
+    docs.push(&text[start..]);
+    docs.into_iter().map(str::trim).filter(|d| !d.is_empty()).collect()
+}
+
+/// Byte offsets where `doc` can be cut without changing its tokenization: just
+/// after a `\n` that has non-whitespace on both sides. The `ByteLevel`
+/// pre-tokenizer's regex makes such a newline a piece of its own, and no
+/// pattern joins it to what follows.
+fn cut_points(doc: &str, chunk: usize) -> Vec<usize> {
+    let b = doc.as_bytes();
+    let mut cuts = Vec::new();
+    let mut last = 0;
+    let ws = |c: u8| c.is_ascii_whitespace();
+    for i in 1..b.len().saturating_sub(1) {
+        if i + 1 - last >= chunk && b[i] == b'\n' && !ws(b[i - 1]) && !ws(b[i + 1]) {
+            cuts.push(i + 1);
+            last = i + 1;
+        }
+    }
+    cuts
+}
+
+/// Token ids of one document, tokenized in pieces of about `chunk` bytes
+/// (cut only where it changes nothing, see [`cut_points`]).
+pub fn encode_document(tok: &Tokenizer, doc: &str, chunk: usize) -> Result<Vec<u32>> {
+    if doc.len() <= chunk {
+        return tok.encode(doc);
+    }
+    let mut ids = Vec::with_capacity(doc.len() / 3);
+    let mut start = 0;
+    for cut in cut_points(doc, chunk).into_iter().chain([doc.len()]) {
+        ids.extend(tok.encode(&doc[start..cut])?);
+        start = cut;
+    }
+    Ok(ids)
+}
+
+/// Token ids of each document, each followed by the end-of-text id (a newline
+/// for the byte tokenizer, which has none).
+pub fn encode_documents(tok: &Tokenizer, docs: &[&str]) -> Result<Vec<Vec<u32>>> {
+    let end = match tok.eot() {
+        Some(e) => vec![e],
+        None => tok.encode("\n")?,
+    };
+    docs.iter()
+        .map(|d| {
+            let mut ids = encode_document(tok, d, CHUNK_BYTES)?;
+            ids.extend_from_slice(&end);
+            Ok(ids)
+        })
+        .collect()
+}
+
+/// A training and a validation stream of ids.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Split {
+    pub train: Vec<u32>,
+    pub val: Vec<u32>,
+    /// Documents in the validation stream (0 when it was split by tokens).
+    pub val_documents: usize,
+}
+
+/// Which of `n` documents are held out: `round(n · fraction)` of them, at least
+/// one and at most `n - 1` when `fraction` > 0 and `n` ≥ 2, chosen by a seeded
+/// SplitMix64 key per document (stable across versions and platforms).
+pub fn held_out(n: usize, fraction: f64, seed: u64) -> Vec<bool> {
+    let mut out = vec![false; n];
+    if n < 2 || fraction <= 0.0 {
+        return out;
+    }
+    let k = ((n as f64 * fraction).round() as usize).clamp(1, n - 1);
+    let mut keyed: Vec<(u64, usize)> = (0..n).map(|i| (SplitMix64::new(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_u64(), i)).collect();
+    keyed.sort_unstable();
+    for &(_, i) in &keyed[..k] {
+        out[i] = true;
+    }
+    out
+}
+
+/// Concatenate documents into the two streams, keeping their order. A single
+/// document is split by tokens instead: its last `fraction` goes to validation.
+pub fn split_documents_ids(docs: Vec<Vec<u32>>, fraction: f64, seed: u64) -> Split {
+    if docs.len() == 1 {
+        let ids = docs.into_iter().next().unwrap_or_default();
+        return split_tail(ids, fraction);
+    }
+    let mask = held_out(docs.len(), fraction, seed);
+    let mut s = Split::default();
+    for (d, val) in docs.into_iter().zip(mask) {
+        if val {
+            s.val.extend(d);
+            s.val_documents += 1;
+        } else {
+            s.train.extend(d);
+        }
+    }
+    s
+}
+
+/// The last `fraction` of `ids` (rounded down) for validation.
+pub fn split_tail(mut ids: Vec<u32>, fraction: f64) -> Split {
+    let n_val = ((ids.len() as f64) * fraction.clamp(0.0, 1.0)) as usize;
+    let val = ids.split_off(ids.len() - n_val);
+    Split { train: ids, val, val_documents: 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_split_on_exact_lines() {
+        let t = "one\ntwo\n<|endoftext|>\n\n<|endoftext|>\r\nthree <|endoftext|>\n<|endoftext|>\n";
+        assert_eq!(split_documents(t), vec!["one\ntwo", "three <|endoftext|>"]);
+        assert_eq!(split_documents("  \n"), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn held_out_is_deterministic_and_sized() {
+        let a = held_out(100, 0.05, 0);
+        assert_eq!(a.iter().filter(|&&v| v).count(), 5);
+        assert_eq!(a, held_out(100, 0.05, 0));
+        assert_ne!(a, held_out(100, 0.05, 1));
+        assert_eq!(held_out(3, 0.01, 0).iter().filter(|&&v| v).count(), 1);
+        assert_eq!(held_out(2, 0.99, 0).iter().filter(|&&v| v).count(), 1);
+        assert!(held_out(1, 0.5, 0).iter().all(|&v| !v));
+    }
+
+    #[test]
+    fn chunked_encoding_matches_whole() {
+        let text = super::super::stories::generate_with(3, 30).replace("\n<|endoftext|>\n", "\n\n  x\n");
+        let tok = Tokenizer::train_bpe(split_documents(&text).into_iter(), 400).unwrap();
+        let whole = tok.encode(&text).unwrap();
+        for chunk in [50, 333, 4096] {
+            assert!(!cut_points(&text, chunk).is_empty());
+            assert_eq!(encode_document(&tok, &text, chunk).unwrap(), whole, "chunk {chunk}");
+        }
+    }
+}
