@@ -29,6 +29,8 @@ pub enum Command {
     Describe(DescribeArgs),
     /// List the backends and devices ggml can use, with their memory.
     Devices(DevicesArgs),
+    /// Train a byte-level BPE tokenizer on text files and write a prepared corpus.
+    Prep(PrepArgs),
     /// Dumps for the PyTorch parity harness.
     #[command(hide = true)]
     Debug(DebugArgs),
@@ -322,6 +324,33 @@ pub struct DescribeArgs {
     /// A GGUF file or run folder.
     pub model: PathBuf,
     /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct PrepArgs {
+    /// UTF-8 text files; documents are separated by lines that are exactly
+    /// `<|endoftext|>` (each file ends a document).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Largest vocabulary the BPE may learn, `<|endoftext|>` and the 256 bytes
+    /// included (at least 257; fewer ids when the text is small).
+    #[arg(long = "vocab-size", default_value_t = crate::data::tokenizer::DEFAULT_VOCAB_SIZE)]
+    pub vocab_size: usize,
+    /// Output folder: tokenizer.json, train.bin, val.bin (little-endian u32 ids), manifest.json.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Fraction of the documents held out for validation, in [0, 1).
+    #[arg(long = "val-fraction", default_value_t = 0.05)]
+    pub val_fraction: f64,
+    /// Seed of the choice of validation documents.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Write into a non-empty output folder.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the manifest as JSON.
     #[arg(long)]
     pub json: bool,
 }

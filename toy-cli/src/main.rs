@@ -11,6 +11,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Eval(_) => "eval",
         Command::Describe(_) => "describe",
         Command::Devices(_) => "devices",
+        Command::Prep(_) => "prep",
         Command::Debug(_) => "debug",
     }
 }
@@ -73,6 +74,20 @@ fn main() -> ExitCode {
         }),
         Command::Describe(a) => toy::commands::describe::run(a),
         Command::Devices(a) => toy::commands::devices::run(a),
+        Command::Prep(a) => toy::commands::prep::run(a).map(|m| {
+            if a.json {
+                println!("{}", serde_json::to_string(&m).unwrap_or_default());
+            } else {
+                println!(
+                    "prepared {} documents: {} train + {} validation tokens, vocabulary {} → {}",
+                    m.n_documents,
+                    m.train_tokens,
+                    m.val_tokens,
+                    m.vocab_size,
+                    a.out.display()
+                );
+            }
+        }),
         Command::Debug(a) => toy::commands::debug::run(a),
     };
     match result {

@@ -5,4 +5,5 @@ pub mod describe;
 pub mod devices;
 pub mod eval;
 pub mod generate;
+pub mod prep;
 pub mod train;

@@ -1,7 +1,19 @@
-//! Corpus readers: raw UTF-8 text, toy's `.bin` (headerless little-endian i32
-//! ids) and `.txt` id files (one sequence per line, ids separated by spaces).
+//! Corpus readers. What `path` holds decides how it is read:
+//!
+//! - a folder with `manifest.json`: a prepared corpus (`toy prep`);
+//! - `*.bin`: toy's headerless little-endian i32 ids; the last `val_fraction`
+//!   of the tokens is the validation split;
+//! - `*.txt` whose every non-empty line is only integers: toy's id file, one
+//!   sequence per line; the last `val_fraction` of the lines is the validation
+//!   split (of the tokens when there is one line);
+//! - anything else: raw UTF-8 text, documents separated by `<|endoftext|>`
+//!   lines, tokenized with [`TextOptions::tokenizer`] or — when none is given —
+//!   a byte-level BPE of [`DEFAULT_VOCAB_SIZE`] ids trained on the text itself
+//!   (fewer when the text is too small); 5% of the documents are held out.
 
-use super::tokenizer::Tokenizer;
+use super::prep::read_prepared;
+use super::text::{encode_documents, read_text, split_documents, split_documents_ids, split_tail, Split};
+use super::tokenizer::{Tokenizer, DEFAULT_VOCAB_SIZE};
 use crate::error::{input, Result};
 use std::path::{Path, PathBuf};
 
@@ -11,7 +23,7 @@ pub struct Corpus {
     pub train: Vec<u32>,
     pub val: Vec<u32>,
     pub vocab_size: usize,
-    /// The tokenizer, when the corpus came from text.
+    /// The tokenizer, when the corpus came from text or a prepared folder.
     pub tokenizer: Option<Tokenizer>,
     /// Where it came from.
     pub source: PathBuf,
@@ -32,47 +44,188 @@ impl Default for CorpusOptions {
     }
 }
 
-/// Read the corpus at `path`.
+/// How to read raw text.
+#[derive(Clone, Debug)]
+pub struct TextOptions {
+    /// Tokenize with this (e.g. a checkpoint's) instead of training a BPE.
+    pub tokenizer: Option<Tokenizer>,
+    /// Vocabulary size of the BPE trained when no tokenizer is given.
+    pub bpe_vocab_size: usize,
+    /// Seed of the choice of validation documents.
+    pub seed: u64,
+}
+
+impl Default for TextOptions {
+    fn default() -> Self {
+        TextOptions { tokenizer: None, bpe_vocab_size: DEFAULT_VOCAB_SIZE, seed: 0 }
+    }
+}
+
+/// Read the corpus at `path` (see the module documentation for the formats).
 ///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) naming the file for a missing,
-/// empty or malformed corpus, or ids outside the vocabulary.
+/// empty or malformed corpus, or ids outside the vocabulary (with their position).
 pub fn load_corpus(path: &Path, opts: &CorpusOptions) -> Result<Corpus> {
+    load_corpus_with(path, opts, &TextOptions::default())
+}
+
+/// [`load_corpus`] with options for raw text.
+pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -> Result<Corpus> {
+    let p = path.display();
     if !path.exists() {
-        return Err(input(format!("corpus {} does not exist", path.display())));
+        return Err(input(format!("corpus {p} does not exist")));
     }
-    let bytes = std::fs::read(path).map_err(|e| input(format!("cannot read corpus {}: {e}", path.display())))?;
-    if bytes.is_empty() {
-        return Err(input(format!("corpus {} is empty", path.display())));
+    if !(0.0..1.0).contains(&opts.val_fraction) {
+        return Err(input(format!("the validation fraction must be in [0, 1), not {}", opts.val_fraction)));
+    }
+    if path.is_dir() {
+        if path.join("manifest.json").is_file() {
+            return read_prepared(path);
+        }
+        return Err(input(format!("corpus {p} is a folder without manifest.json (prepare one with `toy prep`)")));
     }
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-    let (ids, tokenizer) = if ext == "bin" {
-        if bytes.len() % 4 != 0 {
-            return Err(input(format!("{}: {} bytes is not a whole number of i32 ids", path.display(), bytes.len())));
-        }
-        let ids = bytes
-            .chunks_exact(4)
-            .enumerate()
-            .map(|(i, c)| {
-                let v = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                u32::try_from(v).map_err(|_| input(format!("{}: negative id {v} at position {i}", path.display())))
-            })
-            .collect::<Result<Vec<u32>>>()?;
-        (ids, None)
-    } else {
-        let text = String::from_utf8(bytes).map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to())))?;
-        let tok = Tokenizer::Bytes;
-        (tok.encode(&text)?, Some(tok))
-    };
-    let vocab_size = match (&tokenizer, opts.vocab_size) {
-        (Some(t), _) => t.vocab_size(),
-        (None, Some(v)) => v,
-        (None, None) => ids.iter().max().map(|&m| m as usize + 1).unwrap_or(1),
-    };
-    if let Some((i, &bad)) = ids.iter().enumerate().find(|(_, &x)| x as usize >= vocab_size) {
-        return Err(input(format!("{}: id {bad} at position {i} is outside the vocabulary of {vocab_size}", path.display())));
+    let corpus = |split: Split, vocab_size, tokenizer| Corpus { train: split.train, val: split.val, vocab_size, tokenizer, source: path.to_path_buf() };
+    if ext == "bin" {
+        let bytes = std::fs::read(path).map_err(|e| input(format!("cannot read corpus {p}: {e}")))?;
+        let ids = parse_bin(&bytes, path)?;
+        let vocab = check_vocab(&ids, opts.vocab_size, |i| format!("{p}: token {i}"))?;
+        return Ok(corpus(split_tail(ids, opts.val_fraction), vocab, None));
     }
-    let n_val = ((ids.len() as f64) * opts.val_fraction) as usize;
-    let split = ids.len() - n_val;
-    Ok(Corpus { train: ids[..split].to_vec(), val: ids[split..].to_vec(), vocab_size, tokenizer, source: path.to_path_buf() })
+    let source = read_text(path)?;
+    if source.trim().is_empty() {
+        return Err(input(format!("corpus {p} is empty")));
+    }
+    if ext == "txt" {
+        if let Some(lines) = parse_id_lines(&source, path)? {
+            let vocab = match opts.vocab_size {
+                Some(v) => {
+                    let mut all = lines.iter().flat_map(|(n, l)| l.iter().map(move |&(id, col)| (*n, col, id)));
+                    if let Some((line, col, id)) = all.find(|&(_, _, id)| id as usize >= v) {
+                        return Err(input(format!("{p}:{line}:{col}: id {id} is outside the vocabulary of {v}")));
+                    }
+                    v
+                }
+                None => lines.iter().flat_map(|(_, l)| l.iter().map(|&(id, _)| id as usize + 1)).max().unwrap_or(1),
+            };
+            return Ok(corpus(split_lines(lines, opts.val_fraction), vocab, None));
+        }
+    }
+    let docs = split_documents(&source);
+    if docs.is_empty() {
+        return Err(input(format!("corpus {p} has no text besides <|endoftext|> lines")));
+    }
+    let tok = match &text.tokenizer {
+        Some(t) => t.clone(),
+        None => Tokenizer::train_bpe(docs.iter().copied(), text.bpe_vocab_size)?,
+    };
+    let ids = encode_documents(&tok, &docs)?;
+    let vocab = tok.vocab_size();
+    Ok(corpus(split_documents_ids(ids, opts.val_fraction, text.seed), vocab, Some(tok)))
+}
+
+/// Ids of a `.bin` file (headerless little-endian i32).
+fn parse_bin(bytes: &[u8], path: &Path) -> Result<Vec<u32>> {
+    let p = path.display();
+    if bytes.is_empty() {
+        return Err(input(format!("corpus {p} is empty")));
+    }
+    if bytes.len() % 4 != 0 {
+        return Err(input(format!("{p}: {} bytes is not a whole number of i32 ids", bytes.len())));
+    }
+    bytes
+        .chunks_exact(4)
+        .enumerate()
+        .map(|(i, c)| {
+            let v = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            u32::try_from(v).map_err(|_| input(format!("{p}: token {i} (byte offset {}) is the negative id {v}", i * 4)))
+        })
+        .collect()
+}
+
+/// The vocabulary size: `given`, or the largest id + 1. `what(i)` names
+/// position `i` in the error for an id outside a given vocabulary.
+fn check_vocab(ids: &[u32], given: Option<usize>, what: impl Fn(usize) -> String) -> Result<usize> {
+    match given {
+        Some(v) => match ids.iter().position(|&x| x as usize >= v) {
+            Some(i) => Err(input(format!("{}: id {} is outside the vocabulary of {v}", what(i), ids[i]))),
+            None => Ok(v),
+        },
+        None => Ok(ids.iter().max().map(|&m| m as usize + 1).unwrap_or(1)),
+    }
+}
+
+/// A parsed id line: its 1-based number and its ids with their 1-based columns.
+type IdLine = (usize, Vec<(u32, usize)>);
+
+/// The lines of a toy id file, or `None` when `text` is not one (some
+/// non-empty line holds something other than integers).
+///
+/// # Errors
+/// A negative id or one too large for 32 bits, naming `line:column`.
+fn parse_id_lines(text: &str, path: &Path) -> Result<Option<Vec<IdLine>>> {
+    let mut lines = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut ids = Vec::new();
+        let mut col = 0;
+        for word in line.split(|c: char| c.is_ascii_whitespace()) {
+            let start = col;
+            col += word.len() + 1;
+            if word.is_empty() {
+                continue;
+            }
+            let digits = word.strip_prefix('-').unwrap_or(word);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Ok(None);
+            }
+            let at = format!("{}:{}:{}", path.display(), n + 1, line[..start].chars().count() + 1);
+            if word.starts_with('-') {
+                return Err(input(format!("{at}: negative id {word}")));
+            }
+            let id: u32 = word.parse().map_err(|_| input(format!("{at}: id {word} is too large")))?;
+            ids.push((id, line[..start].chars().count() + 1));
+        }
+        lines.push((n + 1, ids));
+    }
+    Ok(if lines.is_empty() { None } else { Some(lines) })
+}
+
+/// Sequences (lines) in order; the last `fraction` of them for validation
+/// (at least one when `fraction` > 0 and there are two or more).
+fn split_lines(lines: Vec<IdLine>, fraction: f64) -> Split {
+    let ids = |ls: &[IdLine]| -> Vec<u32> { ls.iter().flat_map(|(_, l)| l.iter().map(|&(id, _)| id)).collect() };
+    if lines.len() < 2 {
+        return split_tail(ids(&lines), fraction);
+    }
+    let n_val = if fraction > 0.0 { ((lines.len() as f64 * fraction).round() as usize).clamp(1, lines.len() - 1) } else { 0 };
+    let cut = lines.len() - n_val;
+    Split { train: ids(&lines[..cut]), val: ids(&lines[cut..]), val_documents: n_val }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn id_lines_are_recognised() {
+        let p = Path::new("x.txt");
+        let l = parse_id_lines("1 2 3\n\n 4  5\n", p).unwrap().unwrap();
+        assert_eq!(l, vec![(1, vec![(1, 1), (2, 3), (3, 5)]), (3, vec![(4, 2), (5, 5)])]);
+        assert!(parse_id_lines("1 2 three\n", p).unwrap().is_none());
+        assert!(parse_id_lines("Once upon a time\n", p).unwrap().is_none());
+        let e = parse_id_lines("1 2\n3 -4\n", p).unwrap_err().to_string();
+        assert!(e.contains("x.txt:2:3") && e.contains("negative"), "{e}");
+    }
+
+    #[test]
+    fn lines_split_at_line_boundaries() {
+        let lines: Vec<IdLine> = (0..10).map(|n| (n + 1, vec![(n as u32, 1)])).collect();
+        let s = split_lines(lines, 0.2);
+        assert_eq!(s.train, (0..8).collect::<Vec<u32>>());
+        assert_eq!(s.val, vec![8, 9]);
+    }
 }
