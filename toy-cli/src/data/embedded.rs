@@ -1,18 +1,43 @@
-//! The default corpus compiled into the binary, so `toy train` runs with no arguments.
+//! The default corpus compiled into the binary, so `toy train` runs with no
+//! arguments: `data/default-corpus.txt` (written by [`super::stories`]) and
+//! `data/tokenizer.json` (a byte-level BPE of 1024 ids that `toy prep` trained
+//! on it; see `scripts/gen-default-corpus.sh`).
 
-use super::corpus::{Corpus, CorpusOptions};
+use super::corpus::Corpus;
+use super::text::{encode_documents, split_documents, split_documents_ids, Split};
 use super::tokenizer::Tokenizer;
 use crate::error::Result;
 
 /// The text of the default corpus (`data/default-corpus.txt`).
 pub const TEXT: &str = include_str!("../../../data/default-corpus.txt");
 
-/// The default corpus, tokenized, split 95/5.
+/// The tokenizer of the default corpus (`data/tokenizer.json`).
+pub const TOKENIZER_JSON: &str = include_str!("../../../data/tokenizer.json");
+
+/// Vocabulary size the default tokenizer was trained with.
+pub const VOCAB_SIZE: usize = 1024;
+
+/// Seed and validation fraction of the default split (as `toy prep`'s defaults).
+pub const SEED: u64 = 0;
+/// Fraction of the stories held out for validation.
+pub const VAL_FRACTION: f64 = 0.05;
+
+/// The default tokenizer.
+pub fn tokenizer() -> Result<Tokenizer> {
+    Tokenizer::from_json(TOKENIZER_JSON, "<embedded tokenizer.json>")
+}
+
+/// The default corpus tokenized and split as `toy prep` would (5% of the
+/// stories held out), with its tokenizer, and the number of stories.
+pub fn split() -> Result<(Tokenizer, Split, usize)> {
+    let tok = tokenizer()?;
+    let docs = split_documents(TEXT);
+    let ids = encode_documents(&tok, &docs)?;
+    Ok((tok, split_documents_ids(ids, VAL_FRACTION, SEED), docs.len()))
+}
+
+/// The default corpus.
 pub fn corpus() -> Result<Corpus> {
-    let tok = Tokenizer::Bytes;
-    let ids = tok.encode(TEXT)?;
-    let opts = CorpusOptions::default();
-    let n_val = (ids.len() as f64 * opts.val_fraction) as usize;
-    let split = ids.len() - n_val;
-    Ok(Corpus { train: ids[..split].to_vec(), val: ids[split..].to_vec(), vocab_size: tok.vocab_size(), tokenizer: Some(tok), source: "<embedded>".into() })
+    let (tok, s, _) = split()?;
+    Ok(Corpus { train: s.train, val: s.val, vocab_size: tok.vocab_size(), tokenizer: Some(tok), source: "<embedded>".into() })
 }
