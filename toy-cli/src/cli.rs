@@ -31,6 +31,8 @@ pub enum Command {
     Devices(DevicesArgs),
     /// Train a byte-level BPE tokenizer on text files and write a prepared corpus.
     Prep(PrepArgs),
+    /// Create a project folder (toy.toml, data/, runs/) where `toy train` runs.
+    New(NewArgs),
     /// Dumps for the PyTorch parity harness.
     #[command(hide = true)]
     Debug(DebugArgs),
@@ -353,4 +355,13 @@ pub struct PrepArgs {
     /// Print the manifest as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct NewArgs {
+    /// The project folder to create.
+    pub dir: PathBuf,
+    /// Write into a non-empty folder (replacing toy.toml and data/default).
+    #[arg(long)]
+    pub force: bool,
 }

@@ -12,6 +12,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Describe(_) => "describe",
         Command::Devices(_) => "devices",
         Command::Prep(_) => "prep",
+        Command::New(_) => "new",
         Command::Debug(_) => "debug",
     }
 }
@@ -74,6 +75,7 @@ fn main() -> ExitCode {
         }),
         Command::Describe(a) => toy::commands::describe::run(a),
         Command::Devices(a) => toy::commands::devices::run(a),
+        Command::New(a) => toy::commands::new::run(a).map(|d| println!("created {} (cd {} && toy train)", d.display(), d.display())),
         Command::Prep(a) => toy::commands::prep::run(a).map(|m| {
             if a.json {
                 println!("{}", serde_json::to_string(&m).unwrap_or_default());

@@ -5,5 +5,6 @@ pub mod describe;
 pub mod devices;
 pub mod eval;
 pub mod generate;
+pub mod new;
 pub mod prep;
 pub mod train;

@@ -1,0 +1,120 @@
+//! `toy new <dir>`: a project folder where `toy train` runs with no arguments:
+//!
+//! - `toy.toml`: a `[train]` table with the resolved defaults (the preset's
+//!   shape keys are written commented out, so that `--preset` still changes
+//!   the shape);
+//! - `data/default-corpus.txt`: the embedded stories, and `data/default/`: the
+//!   same stories prepared with the embedded tokenizer (what `toy.toml` trains on);
+//! - `runs/`: where runs go.
+
+use crate::cli::{NewArgs, TrainArgs};
+use crate::commands::train::resolve;
+use crate::config::TrainConfig;
+use crate::data::embedded;
+use crate::data::prep::{check_out_dir, write_prepared, SourceFile};
+use crate::data::tokenizer::hex;
+use crate::error::{input, Result};
+use crate::run::write_atomic;
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+/// Where `toy.toml` points `corpus`, relative to the project folder.
+pub const CORPUS_DIR: &str = "data/default";
+/// The corpus text, relative to the project folder.
+pub const CORPUS_TEXT: &str = "data/default-corpus.txt";
+
+/// The `toy.toml` of a new project for configuration `c`.
+pub fn toml_text(c: &TrainConfig) -> String {
+    let m = &c.model;
+    format!(
+        r#"# toy project: `toy train` in this folder reads the [train] table below.
+# Keys are the long flags of `toy train` with `_` for `-`; flags on the command
+# line win over this file. Relative paths are relative to this folder.
+
+[train]
+corpus = "{CORPUS_DIR}"
+preset = "{preset}"
+arch = "{arch}"
+steps = {steps}
+seed = {seed}
+lr = {lr:?}
+warmup_steps = {warmup}
+weight_decay = {wd:?}
+grad_clip = {clip:?}
+eval_every = {eval_every}
+save_every = {save_every}
+log_every = {log_every}
+device = "{device}"
+threads = {threads}
+tied = {tied}
+
+# min_lr = {min_lr}  (default: lr / 10)
+
+# The preset's shape. Uncomment a key to override it (it then also overrides
+# --preset on the command line).
+# batch = {batch}
+# context = {context}
+# d_model = {d_model}
+# layers = {layers}
+# heads = {heads}
+# kv_heads = {kv_heads}
+# d_ff = {d_ff}
+# norm_eps = {eps:?}
+# rope_base = {rope:?}
+"#,
+        preset = c.preset.name(),
+        arch = m.arch.name(),
+        steps = c.steps,
+        seed = c.seed,
+        lr = c.lr,
+        min_lr = format!("{:.6}", c.min_lr).trim_end_matches('0'),
+        warmup = c.warmup_steps,
+        wd = c.weight_decay,
+        clip = c.grad_clip,
+        eval_every = c.eval_every,
+        save_every = c.save_every,
+        log_every = c.log_every,
+        device = c.device,
+        threads = c.threads,
+        tied = m.tied,
+        batch = c.batch,
+        context = m.context,
+        d_model = m.d_model,
+        layers = m.n_layers,
+        heads = m.n_heads,
+        kv_heads = m.n_kv_heads,
+        d_ff = m.d_ff,
+        eps = m.norm_eps,
+        rope = m.rope_base,
+    )
+}
+
+fn check_dir(dir: &Path, force: bool) -> Result<()> {
+    let d = dir.display();
+    if dir.exists() && !dir.is_dir() {
+        return Err(input(format!("{d} exists and is not a folder")));
+    }
+    if !force && std::fs::read_dir(dir).map(|mut e| e.next().is_some()).unwrap_or(false) {
+        return Err(input(format!("{d} is not empty (use --force to write into it)")));
+    }
+    std::fs::create_dir_all(dir.join("runs")).map_err(|e| input(format!("cannot create {d}: {e}")))
+}
+
+/// Run `toy new` with `args`; returns the project folder.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) when the folder is not empty
+/// (without `--force`) or cannot be written.
+pub fn run(args: &NewArgs) -> Result<PathBuf> {
+    let dir = &args.dir;
+    check_dir(dir, args.force)?;
+    let (tok, split, n_docs) = embedded::split()?;
+    let cfg = resolve(&TrainArgs::default(), tok.vocab_size())?;
+    let prepared = dir.join(CORPUS_DIR);
+    check_out_dir(&prepared, true)?;
+    write_atomic(&dir.join(CORPUS_TEXT), embedded::TEXT.as_bytes())?;
+    let source = SourceFile { path: CORPUS_TEXT.into(), bytes: embedded::TEXT.len() as u64, sha256: hex(&Sha256::digest(embedded::TEXT.as_bytes())) };
+    write_prepared(&prepared, &tok, &split, n_docs, vec![source], embedded::VAL_FRACTION, embedded::SEED)?;
+    write_atomic(&dir.join("toy.toml"), toml_text(&cfg).as_bytes())?;
+    Ok(dir.clone())
+}
