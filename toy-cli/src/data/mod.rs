@@ -1,4 +1,5 @@
-//! Training data: tokenizers, corpus readers, `toy prep`, the embedded default corpus.
+//! Training data: tokenizers, raw text and documents, corpus readers, `toy
+//! prep`, the embedded default corpus and the story generator that wrote it.
 
 pub mod corpus;
 pub mod embedded;
