@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Check that llama.cpp tokenizes a prepared corpus exactly as toy did, with
+# the vocabulary it reads from a toy checkpoint (tokenizer.ggml.* keys).
+#
+#   scripts/llamacpp/check-tokenizer.sh CHECKPOINT.gguf PREPARED_DIR [SOURCE.txt]
+#
+# Builds libllama (CPU) once from the llama.cpp source that cargo fetched for
+# ggml-sys (the llama-cpp-sys-2 package; override with LLAMA_CPP_DIR) into
+# $LLAMA_BUILD_DIR (default target/llamacpp). Needs cmake and a C++ compiler.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+ckpt="$1"; dir="$2"; src="${3:-}"
+llama="${LLAMA_CPP_DIR:-$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/llama-cpp-sys-2-0.1.161/llama.cpp 2>/dev/null | head -1)}"
+[ -d "$llama" ] || { echo "llama.cpp source not found: set LLAMA_CPP_DIR" >&2; exit 2; }
+build="${LLAMA_BUILD_DIR:-$here/../../target/llamacpp}"
+mkdir -p "$build"
+if [ ! -e "$build/bin/libllama.so" ]; then
+  cmake -S "$llama" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF > "$build.cmake.log" 2>&1 || { tail -20 "$build.cmake.log"; exit 1; }
+  cmake --build "$build" --target llama -j "$(nproc)" > "$build.build.log" 2>&1 || { tail -20 "$build.build.log"; exit 1; }
+fi
+c++ -O2 -std=c++17 "$here/tokenizer_check.cpp" -I"$llama/include" -I"$llama/ggml/include" -L"$build/bin" \
+  -lllama -lggml -lggml-base -Wl,-rpath,"$build/bin" -o "$build/tokenizer_check"
+cat "$dir/train.bin" "$dir/val.bin" > "$build/ids.bin"
+"$build/tokenizer_check" "$ckpt" "$build/ids.bin" $src 2> "$build/tokenizer_check.log"
