@@ -120,8 +120,9 @@ pub struct TrainArgs {
     #[arg(value_enum)]
     #[serde(skip)]
     pub recipe: Option<Recipe>,
-    /// Corpus: raw UTF-8 text, a prepared folder (`toy prep`), or toy's `.bin` /
-    /// `.txt` id files. Default: the embedded corpus.
+    /// Corpus: a prepared folder (`toy prep`), toy's `.bin` / `.txt` id files,
+    /// or raw UTF-8 text (a byte-level BPE of 1024 ids is trained on it).
+    /// Default: the embedded corpus.
     #[arg(long)]
     pub corpus: Option<PathBuf>,
     /// Model and batch shape preset.
