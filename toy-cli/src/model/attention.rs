@@ -37,5 +37,9 @@ fn repeat_kv<'a>(ctx: &'a Context, t: Tensor<'a>, g: i64) -> Result<Tensor<'a>> 
 /// Apply RoPE to `x` `[d_head, n_head, N]` at positions `pos` (i32 `[N]`).
 pub fn rope<'a>(ctx: &'a Context, x: Tensor<'a>, pos: Tensor<'a>, base: f32) -> Result<Tensor<'a>> {
     let dh = x.ne()[0] as usize;
+    // Deliberately wrong build for scripts/parity: RoPE base 1% too large while
+    // checkpoints still record the true one. The harness must report FAIL.
+    #[cfg(feature = "parity-perturb")]
+    let base = base * 1.01;
     ctx.rope_ext(x, pos, dh, RopeMode::Normal, base)
 }

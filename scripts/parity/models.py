@@ -1,0 +1,127 @@
+"""Reference PyTorch implementations of toy's llama and gpt2, written from the
+math (DESIGN.md "Models"), not from toy's or ggml's code.
+
+Both models keep their weights under the checkpoint's own names
+(`model.w["blk.0.attn_q.weight"]`), with PyTorch shapes: numpy order, i.e. the
+reverse of ggml's `ne`, so a projection is `x @ W.T` with `W` (out, in).
+Activations are (B, T, ...) tensors.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from toygguf import ToyConfig, ToyGguf
+
+
+def rms_norm(x, g, eps):
+    """RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x²) + eps) · g over the last dim."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+
+
+def rope(x, base):
+    """Rotary embedding (Su et al. 2021) as ggml mode 0 / llama.cpp `llama`:
+    the ADJACENT pairs (2i, 2i+1) of each head, at position t, are rotated by
+    the angle t·base^(−2i/d_head). x is (B, T, H, d_head)."""
+    _, t, _, dh = x.shape
+    freq = base ** (-torch.arange(0, dh, 2, dtype=torch.float64) / dh)  # (dh/2,)
+    angle = torch.arange(t, dtype=torch.float64)[:, None] * freq[None, :]  # (T, dh/2)
+    cos = angle.cos().to(x.dtype).to(x.device)[None, :, None, :]
+    sin = angle.sin().to(x.dtype).to(x.device)[None, :, None, :]
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+
+def causal_attention(q, k, v):
+    """softmax(q·kᵀ/√d_head + causal mask)·v for q (B, T, H, dh) and k, v
+    (B, T, H_kv, dh); query head h reads kv head h // (H / H_kv). Returns
+    (B, T, H·dh), head j in columns j·dh .. (j+1)·dh."""
+    b, t, h, dh = q.shape
+    group = h // k.shape[2]
+    k = k.repeat_interleave(group, dim=2)
+    v = v.repeat_interleave(group, dim=2)
+    q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # (B, H, T, dh)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(dh)  # (B, H, T_q, T_k)
+    future = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    p = scores.masked_fill(future, float("-inf")).softmax(-1)
+    return (p @ v).transpose(1, 2).reshape(b, t, h * dh)
+
+
+class ToyModel(nn.Module):
+    """Weights by checkpoint name, loaded from a toy GGUF."""
+
+    def __init__(self, cfg: ToyConfig, tensors: dict, dtype=torch.float32):
+        super().__init__()
+        self.cfg = cfg
+        self.w = {}
+        for name, a in tensors.items():
+            p = nn.Parameter(torch.from_numpy(a.copy()).to(dtype))
+            self.register_parameter(name.replace(".", "__"), p)
+            self.w[name] = p
+
+    def blk(self, i, name):
+        return self.w[f"blk.{i}.{name}"]
+
+    def loss(self, tokens, targets):
+        """Mean next-token cross-entropy over all B·T positions, and the logits."""
+        logits = self(tokens)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), logits
+
+
+class Llama(ToyModel):
+    """Pre-norm RMSNorm blocks, RoPE, (grouped-query) causal attention, SwiGLU, no biases."""
+
+    def forward(self, tokens):
+        c = self.cfg
+        b, t = tokens.shape
+        x = self.w["token_embd.weight"][tokens]  # (B, T, d)
+        for i in range(c.n_layers):
+            h = rms_norm(x, self.blk(i, "attn_norm.weight"), c.norm_eps)
+            q = (h @ self.blk(i, "attn_q.weight").T).view(b, t, c.n_heads, c.d_head)
+            k = (h @ self.blk(i, "attn_k.weight").T).view(b, t, c.n_kv_heads, c.d_head)
+            v = (h @ self.blk(i, "attn_v.weight").T).view(b, t, c.n_kv_heads, c.d_head)
+            q, k = rope(q, c.rope_base), rope(k, c.rope_base)
+            x = x + causal_attention(q, k, v) @ self.blk(i, "attn_output.weight").T
+            h = rms_norm(x, self.blk(i, "ffn_norm.weight"), c.norm_eps)
+            gate = F.silu(h @ self.blk(i, "ffn_gate.weight").T)
+            x = x + (gate * (h @ self.blk(i, "ffn_up.weight").T)) @ self.blk(i, "ffn_down.weight").T
+        x = rms_norm(x, self.w["output_norm.weight"], c.norm_eps)
+        head = self.w["token_embd.weight"] if c.tied else self.w["output.weight"]
+        return x @ head.T  # (B, T, V)
+
+
+class Gpt2(ToyModel):
+    """Token + learned position embeddings, pre-LayerNorm blocks, attention and
+    tanh-GELU MLP with biases, final LayerNorm, head tied to the token table."""
+
+    def forward(self, tokens):
+        c = self.cfg
+        b, t = tokens.shape
+        d = c.d_model
+
+        def linear(x, i, name):
+            return x @ self.blk(i, f"{name}.weight").T + self.blk(i, f"{name}.bias")
+
+        def layer_norm(x, prefix):
+            return F.layer_norm(x, (d,), self.w[f"{prefix}.weight"], self.w[f"{prefix}.bias"], c.norm_eps)
+
+        x = self.w["token_embd.weight"][tokens] + self.w["position_embd.weight"][:t]
+        for i in range(c.n_layers):
+            h = layer_norm(x, f"blk.{i}.attn_norm")
+            q, k, v = linear(h, i, "attn_qkv").split(d, dim=-1)  # q|k|v stacked along the output dim
+            heads = lambda z: z.view(b, t, c.n_heads, c.d_head)  # noqa: E731
+            x = x + linear(causal_attention(heads(q), heads(k), heads(v)), i, "attn_output")
+            h = layer_norm(x, f"blk.{i}.ffn_norm")
+            x = x + linear(F.gelu(linear(h, i, "ffn_up"), approximate="tanh"), i, "ffn_down")
+        x = layer_norm(x, "output_norm")
+        return x @ self.w["token_embd.weight"].T  # (B, T, V)
+
+
+def load_model(path, dtype=torch.float32) -> ToyModel:
+    """A reference model holding the weights of the toy checkpoint at `path`."""
+    f = ToyGguf(path)
+    cfg = f.config()
+    cls = {"llama": Llama, "gpt2": Gpt2}[cfg.arch]
+    return cls(cfg, f.tensors, dtype)
