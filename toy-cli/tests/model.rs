@@ -1,0 +1,159 @@
+//! The models' graphs against a plain-Rust f64 reference: logits, the
+//! gradient of the whole model by finite differences, and checkpoint round trips.
+
+mod common;
+
+use common::{flat, reference, sequences, tiny, weight_map};
+use ggml_rs::{Backend, Context};
+use toy::checkpoint::{open_checkpoint, write_checkpoint, Provenance};
+use toy::model::{init::init_weights, Arch, Weights};
+use toy::train::step::{capacity, Consts, EvalStep, GradStep};
+
+const T: usize = 8;
+const B: usize = 3;
+
+fn cpu() -> Backend {
+    let b = Backend::cpu().unwrap();
+    b.set_n_threads(1);
+    b
+}
+
+fn check_forward(arch: Arch) {
+    let cfg = tiny(arch);
+    let be = cpu();
+    let wctx = Context::new(capacity(cfg.n_layers)).unwrap();
+    let w = Weights::new(&wctx, &cfg).unwrap();
+    let consts = Consts::new(&wctx, T, B, cfg.vocab).unwrap();
+    wctx.allocate(&be).unwrap();
+    consts.fill().unwrap();
+    init_weights(&w, 7).unwrap();
+    // Larger weights than the init's 0.02 so every path matters numerically.
+    for p in w.params() {
+        let v: Vec<f32> = p.tensor.read::<f32>().unwrap().iter().map(|x| x * 10.0).collect();
+        if !p.tensor.name().contains("norm") {
+            p.tensor.write(&v).unwrap();
+        }
+    }
+    let seqs = sequences(cfg.vocab, T, B, 1);
+    let (tokens, targets) = flat(&seqs);
+    let cctx = Context::new(capacity(cfg.n_layers)).unwrap();
+    let mut ev = EvalStep::new(&cctx, &w, &consts, T, B, &[be]).unwrap();
+    let loss = ev.loss(&tokens, &targets).unwrap();
+    let logits = ev.logits().read::<f32>().unwrap();
+    let wm = weight_map(&w);
+    let mut worst = 0.0f64;
+    for (b, (x, _)) in seqs.iter().enumerate() {
+        for (t, row) in reference::forward(&cfg, &wm, x).iter().enumerate() {
+            for (v, r) in row.iter().enumerate() {
+                let got = logits[(b * T + t) * cfg.vocab + v] as f64;
+                worst = worst.max((got - r).abs() / r.abs().max(1.0));
+            }
+        }
+    }
+    let ref_loss = reference::loss(&cfg, &wm, &seqs);
+    assert!(worst < 1e-5, "{arch:?}: logits differ from the reference by {worst:e}");
+    assert!(((loss as f64) - ref_loss).abs() / ref_loss < 1e-5, "{arch:?}: loss {loss} vs {ref_loss}");
+}
+
+#[test]
+fn llama_forward_matches_reference() {
+    check_forward(Arch::Llama);
+}
+
+#[test]
+fn gpt2_forward_matches_reference() {
+    check_forward(Arch::Gpt2);
+}
+
+fn check_gradients(arch: Arch) {
+    let cfg = tiny(arch);
+    let be = cpu();
+    let wctx = Context::new(capacity(cfg.n_layers)).unwrap();
+    let w = Weights::new(&wctx, &cfg).unwrap();
+    for p in w.params() {
+        wctx.set_param(p.tensor).unwrap();
+    }
+    let consts = Consts::new(&wctx, T, B, cfg.vocab).unwrap();
+    wctx.allocate(&be).unwrap();
+    consts.fill().unwrap();
+    init_weights(&w, 3).unwrap();
+    for p in w.params() {
+        let v: Vec<f32> = p.tensor.read::<f32>().unwrap().iter().enumerate().map(|(i, x)| x * 10.0 + if p.tensor.name().contains("norm") { 0.1 * ((i % 7) as f32 - 3.0) / 3.0 } else { 0.0 }).collect();
+        p.tensor.write(&v).unwrap();
+    }
+    let seqs = sequences(cfg.vocab, T, B, 2);
+    let (tokens, targets) = flat(&seqs);
+    let cctx = Context::new(capacity(cfg.n_layers) * 2).unwrap();
+    let mut gs = GradStep::new(&cctx, &w, &consts, T, B, &[be]).unwrap();
+    gs.compute(&tokens, &targets).unwrap();
+    let base = weight_map(&w);
+    let h = 1e-4;
+    for p in w.params() {
+        let name = p.tensor.name();
+        let g = gs.grad(p.tensor).unwrap().read::<f32>().unwrap();
+        let n = g.len();
+        // Five elements spread over the tensor, plus the largest gradient.
+        let mut idx: Vec<usize> = (0..5).map(|k| (k * 7919 + 13) % n).collect();
+        idx.push((0..n).max_by(|&a, &b| g[a].abs().total_cmp(&g[b].abs())).unwrap());
+        let (mut num, mut den) = (0.0f64, 0.0f64);
+        for &i in &idx {
+            let mut wp = base.clone();
+            wp.get_mut(&name).unwrap()[i] += h;
+            let lp = reference::loss(&cfg, &wp, &seqs);
+            wp.get_mut(&name).unwrap()[i] -= 2.0 * h;
+            let lm = reference::loss(&cfg, &wp, &seqs);
+            let fd = (lp - lm) / (2.0 * h);
+            num += (g[i] as f64 - fd).powi(2);
+            den += fd * fd;
+        }
+        let rel = (num / den.max(1e-20)).sqrt();
+        assert!(rel < 1e-2 || den.sqrt() < 1e-7, "{arch:?} {name}: relative gradient error {rel:e}");
+    }
+}
+
+#[test]
+fn llama_gradients_match_finite_differences() {
+    check_gradients(Arch::Llama);
+}
+
+#[test]
+fn gpt2_gradients_match_finite_differences() {
+    check_gradients(Arch::Gpt2);
+}
+
+fn check_roundtrip(arch: Arch) {
+    let cfg = tiny(arch);
+    let be = cpu();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    let wctx = Context::new(capacity(cfg.n_layers)).unwrap();
+    let w = Weights::new(&wctx, &cfg).unwrap();
+    wctx.allocate(&be).unwrap();
+    init_weights(&w, 11).unwrap();
+    write_checkpoint(&path, &w, None, &Provenance { run_id: "t".into(), step: 5, name: "t".into() }).unwrap();
+    let ck = open_checkpoint(&path).unwrap();
+    assert_eq!(ck.config.arch, arch);
+    assert_eq!((ck.config.vocab, ck.config.d_model, ck.config.n_kv_heads), (cfg.vocab, cfg.d_model, cfg.n_kv_heads));
+    assert_eq!(ck.step, 5);
+    let names: Vec<String> = ck.file.tensors().iter().map(|t| t.name.clone()).collect();
+    if arch == Arch::Gpt2 {
+        assert!(names.contains(&"blk.1.attn_qkv.weight".to_string()) && !names.iter().any(|n| n.contains("attn_q.")));
+    } else {
+        assert!(names.contains(&"blk.1.attn_q.weight".to_string()) && names.contains(&"output.weight".to_string()));
+    }
+    let ctx2 = Context::new(capacity(cfg.n_layers)).unwrap();
+    let w2 = Weights::new(&ctx2, &ck.config).unwrap();
+    ctx2.allocate(&be).unwrap();
+    ck.load_weights(&w2).unwrap();
+    assert_eq!(weight_map(&w), weight_map(&w2), "{arch:?}: weights changed through the checkpoint");
+}
+
+#[test]
+fn llama_checkpoint_round_trip() {
+    check_roundtrip(Arch::Llama);
+}
+
+#[test]
+fn gpt2_checkpoint_round_trip() {
+    check_roundtrip(Arch::Gpt2);
+}
