@@ -93,10 +93,12 @@ pub(crate) fn check_differentiable(nodes: &[Tensor<'_>]) -> Result<()> {
 /// back, so their operand receives a strided view, and many backward rules and
 /// kernels assert contiguous input (a process abort, at build or at compute).
 /// Accepted operands, each verified by the gradient checks in `tests/grad.rs`:
-/// RESHAPE (its backward makes the gradient contiguous), MUL_MAT (reads any
-/// strides), ROPE and RMS_NORM when the rows stay contiguous, and parameters
+/// RESHAPE (its backward makes the gradient contiguous), parameters
 /// ([`Graph::build_backward`](crate::Graph::build_backward) adds a contiguous
-/// copy). Except for RESHAPE the operand must have no other consumer, since ggml
+/// copy), and MUL_MAT, ROPE and RMS_NORM when the rows stay contiguous (their
+/// kernels take row strides but not a strided dimension 0; MUL_MAT's gradient
+/// is a `mul_mat` with the incoming gradient as second operand since our patch
+/// 0003). Except for RESHAPE the operand must have no other consumer, since ggml
 /// would accumulate into the strided view. Everything else is refused; a reshape
 /// to the same shape in front of the permute lifts the restriction.
 fn check_strided_grads(nodes: &[Tensor<'_>], needs: &HashSet<*mut sys::ggml_tensor>) -> Result<()> {
@@ -119,8 +121,7 @@ fn check_strided_grads(nodes: &[Tensor<'_>], needs: &HashSet<*mut sys::ggml_tens
         let ok = match s.op() {
             sys::GGML_OP_RESHAPE => true,
             sys::GGML_OP_NONE => only_use && s.is_param(),
-            sys::GGML_OP_MUL_MAT => only_use,
-            sys::GGML_OP_ROPE | sys::GGML_OP_RMS_NORM => only_use && rows_kept,
+            sys::GGML_OP_MUL_MAT | sys::GGML_OP_ROPE | sys::GGML_OP_RMS_NORM => only_use && rows_kept,
             _ => false,
         };
         if !ok {

@@ -183,6 +183,9 @@ fn backward_refuses_what_ggml_cannot_differentiate() {
     backward(ctx.transpose(ctx.soft_max_ext(x, None, 1.0).unwrap()).unwrap(), "strided gradient");
     backward(ctx.permute(ctx.cont(ctx.sqr(x).unwrap()).unwrap(), [1, 0, 2, 3]).unwrap(), "strided gradient");
     backward(ctx.transpose(ctx.scale(x, 2.0).unwrap()).unwrap(), "strided gradient");
+    // Dimension 0 moved: mul_mat's backward takes the gradient as a mul_mat
+    // operand, which needs contiguous rows.
+    backward(ctx.transpose(ctx.mul_mat(x, x).unwrap()).unwrap(), "strided gradient");
     let both = ctx.add(ctx.sum(ctx.cont(ctx.transpose(x).unwrap()).unwrap()).unwrap(), ctx.sum(x).unwrap()).unwrap();
     backward(both, "other consumers");
 

@@ -424,13 +424,13 @@ fn layout_ops() {
         &|xs| rf::permute(&xs[0], n4, [1, 0, 2, 3]).0.iter().map(|v| v * v).collect(),
     );
     // Strided gradients flowing into the ops that accept them (see
-    // backward::check_strided_grads): a transposed matrix product, a permuted
-    // RMSNorm (rows stay contiguous), and any op behind a reshape.
-    let a = rand_param(&mut rng(1202), &[3, 5], -1.0, 1.0);
-    let b = rand_param(&mut rng(1203), &[3, 6], -1.0, 1.0);
-    grad_check("transpose of mul_mat", 5, &[a, b], &|ctx, x| ctx.transpose(ctx.mul_mat(x[0], x[1]).unwrap()).unwrap(), &|xs| {
-        let (m, mn) = rf::mul_mat(&xs[0], [3, 5, 1, 1], &xs[1], [3, 6, 1, 1]);
-        rf::permute(&m, mn, [1, 0, 2, 3]).0
+    // backward::check_strided_grads): a permuted batched matrix product and a
+    // permuted RMSNorm (rows stay contiguous), and any op behind a reshape.
+    let a = rand_param(&mut rng(1202), &[3, 5, 2], -1.0, 1.0);
+    let b = rand_param(&mut rng(1203), &[3, 6, 2], -1.0, 1.0);
+    grad_check("permute of mul_mat", 5, &[a, b], &|ctx, x| ctx.permute(ctx.mul_mat(x[0], x[1]).unwrap(), [0, 2, 1, 3]).unwrap(), &|xs| {
+        let (m, mn) = rf::mul_mat(&xs[0], [3, 5, 2, 1], &xs[1], [3, 6, 2, 1]);
+        rf::permute(&m, mn, [0, 2, 1, 3]).0
     });
     grad_check("permute of rms_norm", 6, &[x()], &|ctx, x| ctx.permute(ctx.rms_norm(x[0], 1e-5).unwrap(), [0, 2, 1, 3]).unwrap(), &|xs| {
         rf::permute(&rf::rows(&xs[0], 3, |r| rf::rms_norm_row(r, 1e-5f32 as f64)), n4, [0, 2, 1, 3]).0
