@@ -5,7 +5,7 @@
 use crate::context::Tensor;
 use crate::error::{Error, Result};
 use ggml_sys as sys;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// Ops whose backward ggml implements (with our `NORM` patch), for any operand
 /// that needs a gradient unless [`check_node`] says otherwise.
@@ -47,7 +47,7 @@ const OPS_WITH_BACKWARD: &[sys::ggml_op] = &[
     sys::GGML_OP_GLU,
 ];
 
-/// Unary ops with a backward (GELU and GELU_ERF from our patch).
+/// Unary ops with a backward (GELU from our patch).
 const UNARY_WITH_BACKWARD: &[sys::ggml_unary_op] = &[
     sys::GGML_UNARY_OP_ABS,
     sys::GGML_UNARY_OP_SGN,
@@ -86,6 +86,56 @@ pub(crate) fn check_differentiable(nodes: &[Tensor<'_>]) -> Result<()> {
     if !any_param {
         return Err(Error::Backward("no parameter in the graph (mark weights with Context::set_param)".into()));
     }
+    check_strided_grads(nodes, &needs)
+}
+
+/// ggml differentiates PERMUTE and TRANSPOSE by permuting the incoming gradient
+/// back, so their operand receives a strided view, and many backward rules and
+/// kernels assert contiguous input (a process abort, at build or at compute).
+/// Accepted operands, each verified by the gradient checks in `tests/grad.rs`:
+/// RESHAPE (its backward makes the gradient contiguous), parameters
+/// ([`Graph::build_backward`](crate::Graph::build_backward) adds a contiguous
+/// copy), and MUL_MAT, ROPE and RMS_NORM when the rows stay contiguous (their
+/// kernels take row strides but not a strided dimension 0; MUL_MAT's gradient
+/// is a `mul_mat` with the incoming gradient as second operand since our patch
+/// 0003). Except for RESHAPE the operand must have no other consumer, since ggml
+/// would accumulate into the strided view. Everything else is refused; a reshape
+/// to the same shape in front of the permute lifts the restriction.
+fn check_strided_grads(nodes: &[Tensor<'_>], needs: &HashSet<*mut sys::ggml_tensor>) -> Result<()> {
+    let mut uses: HashMap<*mut sys::ggml_tensor, usize> = HashMap::new();
+    for n in nodes.iter().filter(|n| needs.contains(&n.raw())) {
+        for s in n.srcs() {
+            *uses.entry(s.raw()).or_default() += 1;
+        }
+    }
+    for n in nodes {
+        if !matches!(n.op(), sys::GGML_OP_PERMUTE | sys::GGML_OP_TRANSPOSE) || n.is_contiguous() {
+            continue;
+        }
+        let Some(&s) = n.srcs().first() else { continue };
+        if !needs.contains(&s.raw()) {
+            continue;
+        }
+        let rows_kept = n.nb()[0] == n.dtype().type_size();
+        let only_use = uses.get(&s.raw()).copied().unwrap_or(0) <= 1;
+        let ok = match s.op() {
+            sys::GGML_OP_RESHAPE => true,
+            sys::GGML_OP_NONE => only_use && s.is_param(),
+            sys::GGML_OP_MUL_MAT | sys::GGML_OP_ROPE | sys::GGML_OP_RMS_NORM => only_use && rows_kept,
+            _ => false,
+        };
+        if !ok {
+            let why = if only_use { format!("the backward of {} cannot take it", s.op_name()) } else { "it has other consumers whose gradients ggml would add to it".into() };
+            return Err(fail(
+                n,
+                &format!(
+                    "ggml would pass a strided gradient to its operand {:?} ({}) and {why}; insert a reshape to the same shape between them (its backward makes the gradient contiguous)",
+                    s.name(),
+                    s.op_name()
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -123,6 +173,10 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
                 Ok(())
             }
         }
+        sys::GGML_OP_SUB | sys::GGML_OP_DIV if need(1) && srcs[0].ne() != srcs[1].ne() => Err(fail(
+            n,
+            "ggml does not sum the gradient of a broadcast second operand of sub/div back to its shape; repeat that operand to the full shape first",
+        )),
         sys::GGML_OP_SOFT_MAX if need(1) => Err(fail(n, "the softmax mask cannot receive a gradient")),
         sys::GGML_OP_CROSS_ENTROPY_LOSS if need(1) => Err(fail(n, "labels cannot receive a gradient")),
         sys::GGML_OP_ROPE if need(2) => Err(fail(n, "frequency factors cannot receive a gradient")),

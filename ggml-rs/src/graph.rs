@@ -8,7 +8,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::log;
 use ggml_sys as sys;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CStr;
 use std::ptr::NonNull;
 
@@ -51,6 +51,8 @@ pub struct Graph<'a> {
     grads: bool,
     members: HashSet<*mut sys::ggml_tensor>,
     loss: Option<*mut sys::ggml_tensor>,
+    /// Contiguous copies of parameter gradients that ggml left as strided views.
+    cont_grads: HashMap<*mut sys::ggml_tensor, *mut sys::ggml_tensor>,
     alloc: Option<Allocation>,
 }
 
@@ -76,7 +78,7 @@ impl<'a> Graph<'a> {
         // SAFETY: the context was sized for exactly this graph.
         let ptr = unsafe { sys::ggml_new_graph_custom(gctx.as_ptr(), size, grads) };
         let ptr = NonNull::new(ptr).ok_or_else(|| Error::Capacity("cannot allocate a graph".into()))?;
-        Ok(Graph { ctx, gctx, ptr, size, grads, members: HashSet::new(), loss: None, alloc: None })
+        Ok(Graph { ctx, gctx, ptr, size, grads, members: HashSet::new(), loss: None, cont_grads: HashMap::new(), alloc: None })
     }
 
     fn raw(&self) -> *mut sys::ggml_cgraph {
@@ -181,7 +183,10 @@ impl<'a> Graph<'a> {
     /// # Errors
     /// [`Error::Backward`] when the graph was not created [`with_grads`](Self::with_grads),
     /// `loss` is not a one-element f32 node of the graph, no parameter reaches it,
-    /// or an op on the way has no backward in ggml; [`Error::Capacity`] when the
+    /// an op on the way has no backward in ggml, or ggml's backward would abort on
+    /// the graph (a broadcast second operand of `sub`/`div` needing a gradient; a
+    /// `permute`/`transpose` whose strided gradient its operand's backward cannot
+    /// take, which a `reshape` in front of it fixes); [`Error::Capacity`] when the
     /// graph (or the context for the new gradient tensors) is not at least 8× the
     /// forward node count.
     pub fn build_backward(&mut self, loss: Tensor<'a>) -> Result<()> {
@@ -243,6 +248,19 @@ impl<'a> Graph<'a> {
         }
         self.loss = Some(loss.raw());
         self.refresh_members();
+        // A parameter read through permute/transpose gets a strided view as its
+        // gradient. Optimizer steps read gradients with the parameter's strides
+        // and `Tensor::read` needs contiguous data, so give it a contiguous copy.
+        for p in nodes.iter().filter(|n| n.is_param()) {
+            // SAFETY: backward built; lookup only.
+            let g = unsafe { sys::ggml_graph_get_grad(self.raw(), p.raw()) };
+            if g.is_null() || unsafe { sys::ggml_is_contiguous(g) } {
+                continue;
+            }
+            let c = self.ctx.cont(self.ctx.wrap(g)?)?;
+            self.expand(c)?;
+            self.cont_grads.insert(p.raw(), c.raw());
+        }
         Ok(())
     }
 
@@ -266,10 +284,14 @@ impl<'a> Graph<'a> {
     }
 
     /// The gradient of the loss with respect to `t`, once backward is built and
-    /// if `t` influences the loss.
+    /// if `t` influences the loss. For parameters it is always contiguous (a
+    /// copy is added to the graph where ggml's is a strided view).
     pub fn grad(&self, t: Tensor<'_>) -> Option<Tensor<'a>> {
         if !self.grads || self.loss.is_none() {
             return None;
+        }
+        if let Some(&c) = self.cont_grads.get(&t.raw()) {
+            return self.ctx.wrap(c).ok();
         }
         // SAFETY: graph with gradients; lookup only.
         let g = unsafe { sys::ggml_graph_get_grad(self.raw(), t.raw()) };
@@ -283,7 +305,8 @@ impl<'a> Graph<'a> {
     /// Allocate the graph's intermediate tensors through a backend scheduler over
     /// `backends` (highest priority first; the last must be the CPU, which runs any
     /// op the others cannot). Done once; afterwards write inputs and
-    /// [`compute`](Self::compute).
+    /// [`compute`](Self::compute). Leaves without data (not allocated in a
+    /// context) get their memory here and count as inputs, marked or not.
     ///
     /// # Errors
     /// [`Error::Backend`] when the backend list is empty or does not end with the
@@ -300,6 +323,18 @@ impl<'a> Graph<'a> {
         let (nodes, leafs) = self.raw_lists();
         if nodes.is_empty() {
             return Err(Error::Compute("the graph has no nodes".into()));
+        }
+        // A leaf without data can only be written by the caller, so it is an
+        // input whether marked or not. Unmarked, the scheduler assigns it no
+        // backend when it is reached only through a view (reshape, transpose,
+        // ...), and ggml-alloc aborts (`GGML_ASSERT(buffer_id >= 0)`).
+        for &t in nodes.iter().chain(leafs.iter()) {
+            // SAFETY: live tensors of the graph; flag update only.
+            unsafe {
+                if (*t).op == sys::GGML_OP_NONE && (*t).view_src.is_null() && (*t).data.is_null() {
+                    sys::ggml_set_input(t);
+                }
+            }
         }
         // Index tensors of get_rows become inputs: kept on the host, checked before each run.
         let mut index_checks = Vec::new();

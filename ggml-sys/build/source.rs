@@ -40,7 +40,7 @@ pub fn locate(root: &Path) -> Result<PathBuf, String> {
     let out = cmd.output().map_err(|e| format!("cannot run cargo metadata: {e}"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.lines().filter(|l| !l.trim().is_empty()).last().unwrap_or("");
+        let last = err.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
         return Err(format!(
             "cannot fetch the pinned ggml source ({PIN_PACKAGE} {PIN_VERSION}) with cargo: {last}; \
              set GGML_SOURCE_DIR to a ggml 0.26.0 folder to build offline"

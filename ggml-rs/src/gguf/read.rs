@@ -53,6 +53,9 @@ impl std::fmt::Debug for GgufFile {
     }
 }
 
+/// Metadata pairs in file order and tensor descriptions, as parsed by ggml.
+type Parsed = (Vec<(String, Value)>, Vec<TensorInfo>);
+
 fn s(p: *const std::ffi::c_char) -> String {
     // SAFETY: ggml returns NUL-terminated strings owned by the gguf context.
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
@@ -98,7 +101,7 @@ impl GgufFile {
         Ok(GgufFile { path, map, header, metadata, tensors })
     }
 
-    fn extract(ctx: *mut sys::gguf_context, header: &Header) -> std::result::Result<(Vec<(String, Value)>, Vec<TensorInfo>), String> {
+    fn extract(ctx: *mut sys::gguf_context, header: &Header) -> std::result::Result<Parsed, String> {
         let mut metadata = Vec::new();
         // SAFETY: indices within the counts ggml reports; types checked before each getter.
         unsafe {

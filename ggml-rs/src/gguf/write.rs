@@ -43,15 +43,20 @@ impl GgufWriter {
     /// Set metadata `key` to `value` (replacing any earlier value).
     ///
     /// # Errors
-    /// Empty keys, keys or strings with NUL bytes, and `general.alignment` that
-    /// is not a power-of-two u32.
+    /// Empty keys, keys or strings with NUL bytes, and `general.alignment` other
+    /// than the u32 32: ggml's writer lays tensor data out with the default
+    /// alignment whatever that key says, so any other value would describe the
+    /// file wrongly (readers, ours and ggml's, would refuse it).
     pub fn set(&mut self, key: &str, value: impl Into<Value>) -> Result<()> {
         let value = value.into();
         if key.is_empty() {
             return Err(Error::gguf(PathBuf::new(), "empty metadata key"));
         }
-        if key == "general.alignment" && !matches!(value, Value::U32(a) if a > 0 && a.is_power_of_two()) {
-            return Err(Error::gguf(PathBuf::new(), "general.alignment must be a power-of-two u32"));
+        if key == "general.alignment" && value != Value::U32(super::DEFAULT_ALIGNMENT as u32) {
+            return Err(Error::gguf(
+                PathBuf::new(),
+                format!("general.alignment {value:?}: only the u32 {} is supported (ggml's writer always aligns tensor data to it)", super::DEFAULT_ALIGNMENT),
+            ));
         }
         let k = c(key, "key")?;
         let (ctx, kp) = (self.ctx, k.as_ptr());

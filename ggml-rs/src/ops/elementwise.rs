@@ -139,24 +139,28 @@ impl Context {
         self.scale(s, 1.0 / a.ne()[0] as f32)
     }
 
-    /// Sum of all elements, a one-element tensor (`ggml_sum`). f32.
+    /// Sum of all elements, a one-element tensor (`ggml_sum`). f32 with contiguous rows.
     pub fn sum<'a>(&'a self, a: Tensor<'a>) -> Result<Tensor<'a>> {
         need_dtype("sum", &a, &[DType::F32])?;
+        need_rows("sum", &a)?;
         // SAFETY: checked.
         self.op("sum", |ctx| unsafe { sys::ggml_sum(ctx, a.raw()) })
     }
 
-    /// Tile `a` to the shape of `like` (`ggml_repeat`): each `a.ne[i]` must divide `like.ne[i]`.
+    /// Tile `a` to the shape of `like` (`ggml_repeat`): each `a.ne[i]` must divide
+    /// `like.ne[i]`; `a`'s rows must be contiguous.
     pub fn repeat<'a>(&'a self, a: Tensor<'a>, like: Tensor<'a>) -> Result<Tensor<'a>> {
         if !super::can_repeat(&a, &like) {
             return Err(Error::op("repeat", format!("cannot tile {} to {}", shape_str(&a), shape_str(&like))));
         }
         need_float("repeat", &a)?;
+        need_rows("repeat", &a)?;
         // SAFETY: checked.
         self.op("repeat", |ctx| unsafe { sys::ggml_repeat(ctx, a.raw(), like.raw()) })
     }
 
-    /// Tile `a` to shape `ne` (`ggml_repeat_4d`): each `a.ne[i]` must divide `ne[i]`.
+    /// Tile `a` to shape `ne` (`ggml_repeat_4d`): each `a.ne[i]` must divide `ne[i]`;
+    /// `a`'s rows must be contiguous.
     pub fn repeat_4d<'a>(&'a self, a: Tensor<'a>, ne: [i64; 4]) -> Result<Tensor<'a>> {
         crate::context::check_shape("repeat_4d", a.dtype(), &ne)?;
         let an = a.ne();
@@ -164,16 +168,19 @@ impl Context {
             return Err(Error::op("repeat_4d", format!("cannot tile {} to {ne:?}", shape_str(&a))));
         }
         need_float("repeat_4d", &a)?;
+        need_rows("repeat_4d", &a)?;
         // SAFETY: checked.
         self.op("repeat_4d", |ctx| unsafe { sys::ggml_repeat_4d(ctx, a.raw(), ne[0], ne[1], ne[2], ne[3]) })
     }
 
     /// Sum `a` down to the shape of `like` (`ggml_repeat_back`, the adjoint of `repeat`).
+    /// f32 with contiguous rows.
     pub fn repeat_back<'a>(&'a self, a: Tensor<'a>, like: Tensor<'a>) -> Result<Tensor<'a>> {
         if !super::can_repeat(&like, &a) {
             return Err(Error::op("repeat_back", format!("cannot sum {} down to {}", shape_str(&a), shape_str(&like))));
         }
         need_dtype("repeat_back", &a, &[DType::F32])?;
+        need_rows("repeat_back", &a)?;
         // SAFETY: checked.
         self.op("repeat_back", |ctx| unsafe { sys::ggml_repeat_back(ctx, a.raw(), like.raw()) })
     }

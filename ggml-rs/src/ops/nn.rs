@@ -29,8 +29,8 @@ impl RopeMode {
 impl Context {
     /// Rows of `a` picked by the indices in `ids` (`ggml_get_rows`): an embedding
     /// lookup. `a` is `[ne0, n_rows, ne2, ne3]`, `ids` is i32 `[n, ne2, ne3]`; the
-    /// result is f32 `[ne0, n, ne2, ne3]`. Indices are checked when the graph runs
-    /// (see [`Graph::compute`](crate::Graph::compute)).
+    /// result is f32 `[ne0, n, ne2, ne3]`. The table's rows must be contiguous.
+    /// Indices are checked when the graph runs (see [`Graph::compute`](crate::Graph::compute)).
     pub fn get_rows<'a>(&'a self, a: Tensor<'a>, ids: Tensor<'a>) -> Result<Tensor<'a>> {
         need_dtype("get_rows", &ids, &[DType::I32])?;
         let (an, bn) = (a.ne(), ids.ne());
@@ -43,6 +43,9 @@ impl Context {
         if !a.dtype().can_dequantize() {
             return Err(Error::op("get_rows", format!("cannot read rows of {}", a.dtype())));
         }
+        if a.nb()[0] != a.dtype().type_size() {
+            return Err(Error::op("get_rows", format!("table {} has strided rows (transposed or permuted dimension 0); use cont first", shape_str(&a))));
+        }
         // SAFETY: checked.
         self.op("get_rows", |ctx| unsafe { sys::ggml_get_rows(ctx, a.raw(), ids.raw()) })
     }
@@ -51,6 +54,8 @@ impl Context {
     /// `b` is `[k, n, …]`, the result is f32 `[m, n, …]`, i.e. `bᵀ·a`-shaped: with
     /// `a` a weight stored as `rows × cols = out × in`, `mul_mat(a, x)` is `W·x`.
     /// Dimensions 2 and 3 of `a` broadcast over `b`'s (each must divide). `b` must be f32.
+    /// Both operands may be permuted views (as in attention) but their rows must be
+    /// contiguous (`nb[0]` is the element size): the CPU kernel asserts it.
     pub fn mul_mat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
         let (an, bn) = (a.ne(), b.ne());
         if an[0] != bn[0] || bn[2] % an[2] != 0 || bn[3] % an[3] != 0 {
@@ -59,8 +64,10 @@ impl Context {
                 format!("cannot multiply {} by {}: ne0 must match and a's ne2, ne3 must divide b's", shape_str(&a), shape_str(&b)),
             ));
         }
-        if a.nb()[0] > a.nb()[1] {
-            return Err(Error::op("mul_mat", format!("first operand {} is transposed; use cont first", shape_str(&a))));
+        for (which, t) in [("first", &a), ("second", &b)] {
+            if t.nb()[0] != t.dtype().type_size() {
+                return Err(Error::op("mul_mat", format!("{which} operand {} has strided rows (transposed or permuted dimension 0); use cont first", shape_str(t))));
+            }
         }
         need_dtype("mul_mat", &b, &[DType::F32])?;
         if !a.dtype().can_dequantize() {
@@ -77,10 +84,10 @@ impl Context {
         if an[1] != bn[1] || bn[2] % an[2] != 0 || bn[3] % an[3] != 0 {
             return Err(Error::op("out_prod", format!("cannot form the outer product of {} and {}", shape_str(&a), shape_str(&b))));
         }
-        if a.nb()[0] > a.nb()[1] {
-            return Err(Error::op("out_prod", "first operand is transposed; use cont first"));
-        }
         need_dtype("out_prod", &a, &[DType::F32])?;
+        if a.nb()[0] != a.dtype().type_size() {
+            return Err(Error::op("out_prod", format!("first operand {} has strided rows (transposed or permuted dimension 0); use cont first", shape_str(&a))));
+        }
         need_dtype("out_prod", &b, &[DType::F32])?;
         // SAFETY: checked.
         self.op("out_prod", |ctx| unsafe { sys::ggml_out_prod(ctx, a.raw(), b.raw()) })
