@@ -241,9 +241,7 @@ fn build_bindings(ggml_dir: &Path, out_dir: &Path) {
     let bindings = builder.generate().unwrap_or_else(|e| {
         fail(&format!("toy-ggml-sys: bindgen failed ({e}); install libclang (Debian/Ubuntu: `apt-get install libclang-dev`)"))
     });
-    bindings
-        .write_to_file(out_dir.join("bindings.rs"))
-        .unwrap_or_else(|e| fail(&format!("toy-ggml-sys: cannot write bindings: {e}")));
+    bindings.write_to_file(out_dir.join("bindings.rs")).unwrap_or_else(|e| fail(&format!("toy-ggml-sys: cannot write bindings: {e}")));
 }
 
 #[cfg(not(feature = "generate-bindings"))]

@@ -89,11 +89,8 @@ impl Device {
     /// The short name users type: `cpu`, `cuda:0`, `metal`, ...
     pub fn user_name(&self) -> String {
         let family = self.backend_name().to_lowercase();
-        let index = all_devices()
-            .into_iter()
-            .filter(|d| d.backend_name().eq_ignore_ascii_case(&family))
-            .position(|d| d == *self)
-            .unwrap_or(0);
+        let index =
+            all_devices().into_iter().filter(|d| d.backend_name().eq_ignore_ascii_case(&family)).position(|d| d == *self).unwrap_or(0);
         let n_same = all_devices().iter().filter(|d| d.backend_name().eq_ignore_ascii_case(&family)).count();
         if self.kind() == DeviceKind::Cpu || n_same <= 1 && family != "cuda" {
             family
@@ -129,9 +126,7 @@ pub fn device_by_name(name: &str) -> Result<Device> {
     let devs = all_devices();
     let (family, index) = match want.split_once(':') {
         Some((f, i)) => {
-            let i: usize = i
-                .parse()
-                .map_err(|_| Error::Backend(format!("device {name:?}: the index after ':' must be a number")))?;
+            let i: usize = i.parse().map_err(|_| Error::Backend(format!("device {name:?}: the index after ':' must be a number")))?;
             (f.to_string(), Some(i))
         }
         None => (want.clone(), None),

@@ -125,7 +125,11 @@ fn check_strided_grads(nodes: &[Tensor<'_>], needs: &HashSet<*mut sys::ggml_tens
             _ => false,
         };
         if !ok {
-            let why = if only_use { format!("the backward of {} cannot take it", s.op_name()) } else { "it has other consumers whose gradients ggml would add to it".into() };
+            let why = if only_use {
+                format!("the backward of {} cannot take it", s.op_name())
+            } else {
+                "it has other consumers whose gradients ggml would add to it".into()
+            };
             return Err(fail(
                 n,
                 &format!(
@@ -153,7 +157,9 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
     if !OPS_WITH_BACKWARD.contains(&op) {
         return Err(fail(n, "ggml has no backward for this op"));
     }
-    if n.is_view() && !matches!(op, sys::GGML_OP_CPY | sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE | sys::GGML_OP_PERMUTE | sys::GGML_OP_TRANSPOSE) {
+    if n.is_view()
+        && !matches!(op, sys::GGML_OP_CPY | sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE | sys::GGML_OP_PERMUTE | sys::GGML_OP_TRANSPOSE)
+    {
         return Err(fail(n, "in-place ops cannot be differentiated"));
     }
     for (s, &need) in srcs.iter().zip(src_needs) {

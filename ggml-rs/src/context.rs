@@ -303,11 +303,7 @@ impl<'a> Tensor<'a> {
 
     /// The operands (`src`) of the op, in order.
     pub fn srcs(&self) -> Vec<Tensor<'a>> {
-        self.get()
-            .src
-            .iter()
-            .filter_map(|&p| NonNull::new(p).map(|ptr| Tensor { ptr, _ctx: PhantomData }))
-            .collect()
+        self.get().src.iter().filter_map(|&p| NonNull::new(p).map(|ptr| Tensor { ptr, _ctx: PhantomData })).collect()
     }
 
     /// True for trainable parameters.

@@ -93,9 +93,7 @@ impl DType {
     /// ggml's name for the type (`"f32"`, `"q8_0"`, ...).
     pub fn name(self) -> &'static str {
         // SAFETY: ggml_type_name returns a static string for every valid type.
-        unsafe { std::ffi::CStr::from_ptr(sys::ggml_type_name(self.to_raw())) }
-            .to_str()
-            .unwrap_or("?")
+        unsafe { std::ffi::CStr::from_ptr(sys::ggml_type_name(self.to_raw())) }.to_str().unwrap_or("?")
     }
 
     /// Elements per block (1 for plain types, 32 for `q8_0`, 256 for k-quants).
@@ -149,9 +147,7 @@ impl DType {
         }
         // SAFETY: valid type.
         let tr = unsafe { &*sys::ggml_get_type_traits(self.to_raw()) };
-        let f = tr
-            .to_float
-            .ok_or_else(|| Error::op("to_f32", format!("no conversion from {} to f32", self.name())))?;
+        let f = tr.to_float.ok_or_else(|| Error::op("to_f32", format!("no conversion from {} to f32", self.name())))?;
         let mut out = vec![0f32; n];
         // SAFETY: `raw` holds `need` bytes = n elements of this type; `out` holds n floats.
         unsafe { f(raw.as_ptr().cast(), out.as_mut_ptr(), n as i64) };

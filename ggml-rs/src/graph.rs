@@ -202,7 +202,11 @@ impl<'a> Graph<'a> {
     pub fn build_backward_accumulate(&mut self, loss: Tensor<'a>, accumulators: &[(Tensor<'a>, Tensor<'a>)]) -> Result<()> {
         for (p, acc) in accumulators {
             if p.ne() != acc.ne() || acc.dtype() != DType::F32 || !acc.is_allocated() || acc.op() != sys::GGML_OP_NONE {
-                return Err(Error::Backward(format!("accumulator {:?} must be an allocated f32 leaf shaped like {:?}", acc.name(), p.name())));
+                return Err(Error::Backward(format!(
+                    "accumulator {:?} must be an allocated f32 leaf shaped like {:?}",
+                    acc.name(),
+                    p.name()
+                )));
             }
         }
         self.backward_impl(loss, accumulators)
@@ -226,13 +230,20 @@ impl<'a> Graph<'a> {
         backward::check_differentiable(&nodes)?;
         let n = nodes.len();
         if self.size < self.members.len() + 8 * n {
-            return Err(Error::Capacity(format!("graph of size {} is too small for the backward of {n} nodes (need {})", self.size, self.members.len() + 8 * n)));
+            return Err(Error::Capacity(format!(
+                "graph of size {} is too small for the backward of {n} nodes (need {})",
+                self.size,
+                self.members.len() + 8 * n
+            )));
         }
         self.ctx.reserve("build_backward", 8 * n)?;
         // ggml indexes accumulators by forward node index.
         let mut accs: Vec<*mut sys::ggml_tensor> = vec![std::ptr::null_mut(); nodes.len()];
         for (p, acc) in accumulators {
-            let i = nodes.iter().position(|n| n.raw() == p.raw()).ok_or_else(|| Error::Backward(format!("parameter {:?} is not in the graph", p.name())))?;
+            let i = nodes
+                .iter()
+                .position(|n| n.raw() == p.raw())
+                .ok_or_else(|| Error::Backward(format!("parameter {:?} is not in the graph", p.name())))?;
             accs[i] = acc.raw();
         }
         let accs_ptr = if accumulators.is_empty() { std::ptr::null_mut() } else { accs.as_mut_ptr() };
@@ -343,7 +354,13 @@ impl<'a> Graph<'a> {
             let node = unsafe { &*n };
             if node.op == sys::GGML_OP_GET_ROWS {
                 let ids = node.src[1];
-                let root = unsafe { if (*ids).view_src.is_null() { ids } else { (*ids).view_src } };
+                let root = unsafe {
+                    if (*ids).view_src.is_null() {
+                        ids
+                    } else {
+                        (*ids).view_src
+                    }
+                };
                 if unsafe { (*root).op } == sys::GGML_OP_NONE {
                     let rows = unsafe { (*node.src[0]).ne[1] };
                     if unsafe { (*root).data.is_null() } {
@@ -396,7 +413,8 @@ impl<'a> Graph<'a> {
                     continue;
                 }
                 let buft = sys::ggml_backend_buffer_get_type((*root).buffer);
-                let ok = backends.iter().any(|b| sys::ggml_backend_supports_buft(b.raw(), buft) && sys::ggml_backend_supports_op(b.raw(), n));
+                let ok =
+                    backends.iter().any(|b| sys::ggml_backend_supports_buft(b.raw(), buft) && sys::ggml_backend_supports_op(b.raw(), n));
                 if !ok {
                     let name = CStr::from_ptr(node.name.as_ptr()).to_string_lossy();
                     let op = CStr::from_ptr(sys::ggml_op_desc(n)).to_string_lossy();
@@ -426,7 +444,10 @@ impl<'a> Graph<'a> {
             let t = self.ctx.wrap(*ids)?;
             let v: Vec<i32> = t.read()?;
             if let Some((i, &bad)) = v.iter().enumerate().find(|(_, &x)| x < 0 || x as i64 >= *rows) {
-                return Err(Error::Compute(format!("index {bad} at position {i} of {:?} is outside the {rows} rows of {table:?}", t.name())));
+                return Err(Error::Compute(format!(
+                    "index {bad} at position {i} of {:?} is outside the {rows} rows of {table:?}",
+                    t.name()
+                )));
             }
         }
         // SAFETY: allocated graph; inputs are plain memory the user wrote.
@@ -450,7 +471,11 @@ impl<'a> Graph<'a> {
                     Placement {
                         name: CStr::from_ptr((*n).name.as_ptr()).to_string_lossy().into_owned(),
                         op: CStr::from_ptr(sys::ggml_op_desc(n)).to_string_lossy().into_owned(),
-                        backend: if b.is_null() { "?".into() } else { CStr::from_ptr(sys::ggml_backend_name(b)).to_string_lossy().into_owned() },
+                        backend: if b.is_null() {
+                            "?".into()
+                        } else {
+                            CStr::from_ptr(sys::ggml_backend_name(b)).to_string_lossy().into_owned()
+                        },
                     }
                 }
             })

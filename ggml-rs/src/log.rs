@@ -28,12 +28,8 @@ struct LogState {
     last_error: Option<String>,
 }
 
-static STATE: Mutex<LogState> = Mutex::new(LogState {
-    handler: None,
-    pending: String::new(),
-    pending_level: LogLevel::Info,
-    last_error: None,
-});
+static STATE: Mutex<LogState> =
+    Mutex::new(LogState { handler: None, pending: String::new(), pending_level: LogLevel::Info, last_error: None });
 static INIT: Once = Once::new();
 
 /// Install the callbacks. Idempotent; called by every entry point of this crate.

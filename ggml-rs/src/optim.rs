@@ -100,7 +100,14 @@ impl<'a> Optimizer<'a> {
     /// # Errors
     /// [`Error::Backward`] when a parameter has no gradient (it does not
     /// influence the loss) or no moments in `state`.
-    pub fn adamw(ctx: &'a Context, graph: &mut Graph<'a>, state: &AdamWState<'a>, groups: &[ParamGroup<'a>], cfg: AdamWConfig, grad_clip: Option<f32>) -> Result<Optimizer<'a>> {
+    pub fn adamw(
+        ctx: &'a Context,
+        graph: &mut Graph<'a>,
+        state: &AdamWState<'a>,
+        groups: &[ParamGroup<'a>],
+        cfg: AdamWConfig,
+        grad_clip: Option<f32>,
+    ) -> Result<Optimizer<'a>> {
         check_cfg(&cfg)?;
         let grads = collect_grads(graph, groups)?;
         Self::build(ctx, graph, Some(state), groups, grads, Kind::AdamW(cfg), grad_clip)
@@ -112,7 +119,15 @@ impl<'a> Optimizer<'a> {
     /// backward graph alone then gives loss and gradients without touching the
     /// weights, so a caller can inspect them (e.g. skip a non-finite step) before
     /// computing `update`.
-    pub fn adamw_accumulated(ctx: &'a Context, update: &mut Graph<'a>, grads: &[Tensor<'a>], state: &AdamWState<'a>, groups: &[ParamGroup<'a>], cfg: AdamWConfig, grad_clip: Option<f32>) -> Result<Optimizer<'a>> {
+    pub fn adamw_accumulated(
+        ctx: &'a Context,
+        update: &mut Graph<'a>,
+        grads: &[Tensor<'a>],
+        state: &AdamWState<'a>,
+        groups: &[ParamGroup<'a>],
+        cfg: AdamWConfig,
+        grad_clip: Option<f32>,
+    ) -> Result<Optimizer<'a>> {
         check_cfg(&cfg)?;
         let n: usize = groups.iter().map(|g| g.params.len()).sum();
         if grads.len() != n {
@@ -132,7 +147,15 @@ impl<'a> Optimizer<'a> {
         Self::build(ctx, graph, None, groups, grads, Kind::Sgd, grad_clip)
     }
 
-    fn build(ctx: &'a Context, graph: &mut Graph<'a>, state: Option<&AdamWState<'a>>, groups: &[ParamGroup<'a>], grads: Vec<Tensor<'a>>, kind: Kind, grad_clip: Option<f32>) -> Result<Optimizer<'a>> {
+    fn build(
+        ctx: &'a Context,
+        graph: &mut Graph<'a>,
+        state: Option<&AdamWState<'a>>,
+        groups: &[ParamGroup<'a>],
+        grads: Vec<Tensor<'a>>,
+        kind: Kind,
+        grad_clip: Option<f32>,
+    ) -> Result<Optimizer<'a>> {
         if let Some(c) = grad_clip {
             if !(c.is_finite() && c > 0.0) {
                 return Err(Error::op("optimizer", format!("grad_clip = {c} must be positive")));
@@ -238,9 +261,12 @@ fn collect_grads<'a>(graph: &Graph<'a>, groups: &[ParamGroup<'a>]) -> Result<Vec
     let mut grads = Vec::new();
     for g in groups {
         for &p in &g.params {
-            let gr = graph
-                .grad(p)
-                .ok_or_else(|| Error::Backward(format!("parameter {:?} has no gradient: it does not influence the loss (or backward was not built)", p.name())))?;
+            let gr = graph.grad(p).ok_or_else(|| {
+                Error::Backward(format!(
+                    "parameter {:?} has no gradient: it does not influence the loss (or backward was not built)",
+                    p.name()
+                ))
+            })?;
             grads.push(gr);
         }
     }
@@ -249,7 +275,8 @@ fn collect_grads<'a>(graph: &Graph<'a>, groups: &[ParamGroup<'a>]) -> Result<Vec
 
 fn check_cfg(c: &AdamWConfig) -> Result<()> {
     let (b1, b2) = c.betas;
-    let ok = c.lr.is_finite() && c.lr >= 0.0 && (0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2) && c.eps > 0.0 && c.weight_decay >= 0.0;
+    let ok =
+        c.lr.is_finite() && c.lr >= 0.0 && (0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2) && c.eps > 0.0 && c.weight_decay >= 0.0;
     if !ok {
         return Err(Error::op("adamw", format!("invalid hyper-parameters {c:?} (need lr ≥ 0, 0 ≤ betas < 1, eps > 0, weight_decay ≥ 0)")));
     }

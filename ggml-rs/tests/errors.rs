@@ -55,7 +55,7 @@ fn bad_shapes_name_the_op() {
     let m = op_err(ctx.mul_mat(a, b), "mul_mat");
     assert!(m.contains("[4, 3, 1, 1]") && m.contains("[5, 2, 1, 1]"), "shapes in the message: {m}");
     op_err(ctx.mul_mat(f32s(&ctx, &[4, 3, 2]), f32s(&ctx, &[4, 3, 3])), "mul_mat"); // ne2 does not divide
-    // A transposed operand (strided rows) would abort in the CPU kernel.
+                                                                                    // A transposed operand (strided rows) would abort in the CPU kernel.
     op_err(ctx.mul_mat(a, ctx.transpose(f32s(&ctx, &[3, 4])).unwrap()), "mul_mat");
     op_err(ctx.mul_mat(ctx.transpose(f32s(&ctx, &[3, 4])).unwrap(), a), "mul_mat");
     op_err(ctx.mul_mat(a, ctx.new_tensor(DType::F16, &[4, 2]).unwrap()), "mul_mat");
@@ -140,7 +140,16 @@ fn optimizer_steps_need_parameters() {
     ctx.set_param(w).unwrap();
     op_err(ctx.opt_step_adamw(w, f32s(&ctx, &[3, 4]), m, v, hp7), "opt_step_adamw");
     op_err(ctx.opt_step_adamw(w, g, m, v, hp2), "opt_step_adamw");
-    op_err(ctx.opt_step_adamw(w, ctx.cont(ctx.transpose(f32s(&ctx, &[3, 4])).unwrap()).unwrap(), m, ctx.transpose(f32s(&ctx, &[3, 4])).unwrap(), hp7), "opt_step_adamw");
+    op_err(
+        ctx.opt_step_adamw(
+            w,
+            ctx.cont(ctx.transpose(f32s(&ctx, &[3, 4])).unwrap()).unwrap(),
+            m,
+            ctx.transpose(f32s(&ctx, &[3, 4])).unwrap(),
+            hp7,
+        ),
+        "opt_step_adamw",
+    );
     op_err(ctx.opt_step_sgd(w, g, hp7), "opt_step_sgd");
     // An f16 parameter is legal for backward, but ggml's optimizer kernels are f32 only.
     let w16 = ctx.new_tensor(DType::F16, &[4, 3]).unwrap();

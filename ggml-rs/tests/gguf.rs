@@ -406,67 +406,124 @@ fn hostile_metadata() {
     }))
     .unwrap();
 
-    fs.refuse("key length past EOF", &with_kv(&|b| {
-        b.u64(u64::MAX).u32(GGUF_U32).u32(1);
-    }));
-    fs.refuse("key length of 1 GiB", &with_kv(&|b| {
-        b.u64(1 << 30);
-    }));
-    fs.refuse("string value length past EOF", &with_kv(&|b| {
-        b.key("s", GGUF_STRING).u64(1 << 20).0.extend(b"short");
-    }));
-    fs.refuse("array of 2^62 u32", &with_kv(&|b| {
-        b.key("a", GGUF_ARRAY).u32(GGUF_U32).u64(1 << 62).u32(1);
-    }));
-    fs.refuse("array of u64::MAX strings", &with_kv(&|b| {
-        b.key("a", GGUF_ARRAY).u32(GGUF_STRING).u64(u64::MAX).str(b"x");
-    }));
-    fs.refuse("string in an array longer than the file", &with_kv(&|b| {
-        b.key("a", GGUF_ARRAY).u32(GGUF_STRING).u64(2).str(b"x").u64(1 << 40);
-    }));
-    fs.refuse("duplicate key", &with_kv(&|b| {
-        b.key("general.architecture", GGUF_STRING).str(b"again");
-    }));
-    fs.refuse("empty key", &with_kv(&|b| {
-        b.key("", GGUF_U32).u32(1);
-    }));
-    fs.refuse("non-UTF-8 key", &with_kv(&|b| {
-        b.str(&[0xff, 0xfe, 0x41]).u32(GGUF_U32).u32(1);
-    }));
-    fs.refuse("bool byte 2", &with_kv(&|b| {
-        b.key("flag", GGUF_BOOL).u8(2);
-    }));
-    fs.refuse("bool array with a 2", &with_kv(&|b| {
-        b.key("flags", GGUF_ARRAY).u32(GGUF_BOOL).u64(3).u8(1).u8(2).u8(0);
-    }));
-    fs.refuse("unknown value type 13", &with_kv(&|b| {
-        b.key("x", 13).u32(0);
-    }));
-    fs.refuse("unknown value type 0xffffffff", &with_kv(&|b| {
-        b.key("x", u32::MAX).u32(0);
-    }));
-    fs.refuse("unknown array element type", &with_kv(&|b| {
-        b.key("x", GGUF_ARRAY).u32(99).u64(1).u32(0);
-    }));
-    fs.refuse("nested array", &with_kv(&|b| {
-        b.key("x", GGUF_ARRAY).u32(GGUF_ARRAY).u64(1).u32(GGUF_U32).u64(1).u32(5);
-    }));
+    fs.refuse(
+        "key length past EOF",
+        &with_kv(&|b| {
+            b.u64(u64::MAX).u32(GGUF_U32).u32(1);
+        }),
+    );
+    fs.refuse(
+        "key length of 1 GiB",
+        &with_kv(&|b| {
+            b.u64(1 << 30);
+        }),
+    );
+    fs.refuse(
+        "string value length past EOF",
+        &with_kv(&|b| {
+            b.key("s", GGUF_STRING).u64(1 << 20).0.extend(b"short");
+        }),
+    );
+    fs.refuse(
+        "array of 2^62 u32",
+        &with_kv(&|b| {
+            b.key("a", GGUF_ARRAY).u32(GGUF_U32).u64(1 << 62).u32(1);
+        }),
+    );
+    fs.refuse(
+        "array of u64::MAX strings",
+        &with_kv(&|b| {
+            b.key("a", GGUF_ARRAY).u32(GGUF_STRING).u64(u64::MAX).str(b"x");
+        }),
+    );
+    fs.refuse(
+        "string in an array longer than the file",
+        &with_kv(&|b| {
+            b.key("a", GGUF_ARRAY).u32(GGUF_STRING).u64(2).str(b"x").u64(1 << 40);
+        }),
+    );
+    fs.refuse(
+        "duplicate key",
+        &with_kv(&|b| {
+            b.key("general.architecture", GGUF_STRING).str(b"again");
+        }),
+    );
+    fs.refuse(
+        "empty key",
+        &with_kv(&|b| {
+            b.key("", GGUF_U32).u32(1);
+        }),
+    );
+    fs.refuse(
+        "non-UTF-8 key",
+        &with_kv(&|b| {
+            b.str(&[0xff, 0xfe, 0x41]).u32(GGUF_U32).u32(1);
+        }),
+    );
+    fs.refuse(
+        "bool byte 2",
+        &with_kv(&|b| {
+            b.key("flag", GGUF_BOOL).u8(2);
+        }),
+    );
+    fs.refuse(
+        "bool array with a 2",
+        &with_kv(&|b| {
+            b.key("flags", GGUF_ARRAY).u32(GGUF_BOOL).u64(3).u8(1).u8(2).u8(0);
+        }),
+    );
+    fs.refuse(
+        "unknown value type 13",
+        &with_kv(&|b| {
+            b.key("x", 13).u32(0);
+        }),
+    );
+    fs.refuse(
+        "unknown value type 0xffffffff",
+        &with_kv(&|b| {
+            b.key("x", u32::MAX).u32(0);
+        }),
+    );
+    fs.refuse(
+        "unknown array element type",
+        &with_kv(&|b| {
+            b.key("x", GGUF_ARRAY).u32(99).u64(1).u32(0);
+        }),
+    );
+    fs.refuse(
+        "nested array",
+        &with_kv(&|b| {
+            b.key("x", GGUF_ARRAY).u32(GGUF_ARRAY).u64(1).u32(GGUF_U32).u64(1).u32(5);
+        }),
+    );
     for (what, align) in [("alignment 0", 0u32), ("alignment 3", 3), ("alignment 48", 48)] {
-        fs.refuse(what, &with_kv(&|b| {
-            b.key("general.alignment", GGUF_U32).u32(align);
-        }));
+        fs.refuse(
+            what,
+            &with_kv(&|b| {
+                b.key("general.alignment", GGUF_U32).u32(align);
+            }),
+        );
     }
-    fs.refuse("alignment as u64", &with_kv(&|b| {
-        b.key("general.alignment", GGUF_U64).u64(32);
-    }));
-    fs.refuse("alignment as an array", &with_kv(&|b| {
-        b.key("general.alignment", GGUF_ARRAY).u32(GGUF_U32).u64(1).u32(32);
-    }));
+    fs.refuse(
+        "alignment as u64",
+        &with_kv(&|b| {
+            b.key("general.alignment", GGUF_U64).u64(32);
+        }),
+    );
+    fs.refuse(
+        "alignment as an array",
+        &with_kv(&|b| {
+            b.key("general.alignment", GGUF_ARRAY).u32(GGUF_U32).u64(1).u32(32);
+        }),
+    );
     // A valid non-default alignment whose data section is not padded to it
     // puts the data past the end of the file.
-    fs.refuse("alignment 4096 without padding", &with_kv(&|b| {
-        b.key("general.alignment", GGUF_U32).u32(4096);
-    }));
+    fs.refuse(
+        "alignment 4096 without padding",
+        &with_kv(&|b| {
+            b.key("general.alignment", GGUF_U32).u32(4096);
+        }),
+    );
 }
 
 #[test]
@@ -479,59 +536,158 @@ fn hostile_tensor_infos() {
         b.pad(32).data(data);
         b.0
     };
-    fs.open(&one(&|b| {
-        b.tensor("t", &[4, 2], F32, 0);
-    }, 32))
+    fs.open(&one(
+        &|b| {
+            b.tensor("t", &[4, 2], F32, 0);
+        },
+        32,
+    ))
     .unwrap();
 
-    fs.refuse("n_dims 5", &one(&|b| {
-        b.tensor("t", &[1, 1, 1, 1, 2], F32, 0);
-    }, 64));
-    fs.refuse("n_dims u32::MAX", &one(&|b| {
-        b.str(b"t").u32(u32::MAX).i64(1);
-    }, 64));
-    fs.refuse("negative dimension", &one(&|b| {
-        b.tensor("t", &[-1, 2], F32, 0);
-    }, 64));
-    fs.refuse("i64::MIN dimension", &one(&|b| {
-        b.tensor("t", &[4, i64::MIN], F32, 0);
-    }, 64));
-    fs.refuse("element count overflows i64", &one(&|b| {
-        b.tensor("t", &[i64::MAX, 2], F32, 0);
-    }, 64));
-    fs.refuse("byte size overflows", &one(&|b| {
-        b.tensor("t", &[1 << 31, 1 << 31], F32, 0);
-    }, 64));
-    fs.refuse("unknown tensor type 9999", &one(&|b| {
-        b.tensor("t", &[8], 9999, 0);
-    }, 64));
-    fs.refuse("removed tensor type 4 (Q4_2)", &one(&|b| {
-        b.tensor("t", &[32], 4, 0);
-    }, 64));
-    fs.refuse("row not a multiple of the Q8_0 block", &one(&|b| {
-        b.tensor("t", &[33], 8, 0);
-    }, 64));
-    fs.refuse("tensor name of 64 bytes", &one(&|b| {
-        b.tensor(&"n".repeat(64), &[8], F32, 0);
-    }, 64));
-    fs.refuse("tensor name length past EOF", &one(&|b| {
-        b.u64(1 << 50);
-    }, 64));
-    fs.refuse("offset u64::MAX", &one(&|b| {
-        b.tensor("t", &[8], F32, u64::MAX);
-    }, 64));
-    fs.refuse("offset 2^40", &one(&|b| {
-        b.tensor("t", &[8], F32, 1 << 40);
-    }, 64));
-    fs.refuse("offset not where the data section says", &one(&|b| {
-        b.tensor("t", &[8], F32, 32);
-    }, 64));
-    fs.refuse("data past EOF", &one(&|b| {
-        b.tensor("t", &[1 << 20], F32, 0);
-    }, 64));
-    fs.refuse("data one byte short", &one(&|b| {
-        b.tensor("t", &[8], F32, 0);
-    }, 31));
+    fs.refuse(
+        "n_dims 5",
+        &one(
+            &|b| {
+                b.tensor("t", &[1, 1, 1, 1, 2], F32, 0);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "n_dims u32::MAX",
+        &one(
+            &|b| {
+                b.str(b"t").u32(u32::MAX).i64(1);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "negative dimension",
+        &one(
+            &|b| {
+                b.tensor("t", &[-1, 2], F32, 0);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "i64::MIN dimension",
+        &one(
+            &|b| {
+                b.tensor("t", &[4, i64::MIN], F32, 0);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "element count overflows i64",
+        &one(
+            &|b| {
+                b.tensor("t", &[i64::MAX, 2], F32, 0);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "byte size overflows",
+        &one(
+            &|b| {
+                b.tensor("t", &[1 << 31, 1 << 31], F32, 0);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "unknown tensor type 9999",
+        &one(
+            &|b| {
+                b.tensor("t", &[8], 9999, 0);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "removed tensor type 4 (Q4_2)",
+        &one(
+            &|b| {
+                b.tensor("t", &[32], 4, 0);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "row not a multiple of the Q8_0 block",
+        &one(
+            &|b| {
+                b.tensor("t", &[33], 8, 0);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "tensor name of 64 bytes",
+        &one(
+            &|b| {
+                b.tensor(&"n".repeat(64), &[8], F32, 0);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "tensor name length past EOF",
+        &one(
+            &|b| {
+                b.u64(1 << 50);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "offset u64::MAX",
+        &one(
+            &|b| {
+                b.tensor("t", &[8], F32, u64::MAX);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "offset 2^40",
+        &one(
+            &|b| {
+                b.tensor("t", &[8], F32, 1 << 40);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "offset not where the data section says",
+        &one(
+            &|b| {
+                b.tensor("t", &[8], F32, 32);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "data past EOF",
+        &one(
+            &|b| {
+                b.tensor("t", &[1 << 20], F32, 0);
+            },
+            64,
+        ),
+    );
+    fs.refuse(
+        "data one byte short",
+        &one(
+            &|b| {
+                b.tensor("t", &[8], F32, 0);
+            },
+            31,
+        ),
+    );
 
     // Two tensors.
     let two = |second: &str, off: u64| -> Vec<u8> {

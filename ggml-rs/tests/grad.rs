@@ -132,7 +132,12 @@ fn grad_check(
         let got_i: Vec<f32> = idx.iter().map(|&j| got[i][j]).collect();
         let e = grad_err(&got_i, &want);
         println!("{name}: ∂L/∂x{i} {:?}: max rel err {e:.3e} ({} of {n} coordinates)", p.ne, idx.len());
-        assert!(e < TOL, "{name}: gradient of x{i} off by {e:e}\n got  {:?}\n want {:?}", &got_i[..got_i.len().min(12)], &want[..want.len().min(12)]);
+        assert!(
+            e < TOL,
+            "{name}: gradient of x{i} off by {e:e}\n got  {:?}\n want {:?}",
+            &got_i[..got_i.len().min(12)],
+            &want[..want.len().min(12)]
+        );
         worst = worst.max(e);
     }
     worst
@@ -184,13 +189,9 @@ fn mul_mat() {
         };
         let a = rand_param(&mut r, &an, -1.0, 1.0);
         let b = rand_param(&mut r, &bn, -1.0, 1.0);
-        grad_check(
-            &format!("mul_mat {an:?} x {bn:?}"),
-            seed,
-            &[a, b],
-            &|ctx, x| ctx.mul_mat(x[0], x[1]).unwrap(),
-            &|xs| rf::mul_mat(&xs[0], u4(&an), &xs[1], u4(&bn)).0,
-        );
+        grad_check(&format!("mul_mat {an:?} x {bn:?}"), seed, &[a, b], &|ctx, x| ctx.mul_mat(x[0], x[1]).unwrap(), &|xs| {
+            rf::mul_mat(&xs[0], u4(&an), &xs[1], u4(&bn)).0
+        });
     }
 }
 
@@ -221,9 +222,13 @@ fn binary_ops() {
             let a = rand_param(&mut r, &an, -2.0, 2.0);
             let bv = away_from_zero(&mut r, numel(&bn), 0.5, 2.0);
             if matches!(name, "add" | "mul") {
-                grad_check(&format!("{name} {an:?} by broadcast {bn:?}"), seed, &[a, param(&bn, bv)], &|ctx, x| op(ctx, x[0], x[1]).unwrap(), &|xs| {
-                    rf::binary(&xs[0], u4(&an), &xs[1], u4(&bn), f)
-                });
+                grad_check(
+                    &format!("{name} {an:?} by broadcast {bn:?}"),
+                    seed,
+                    &[a, param(&bn, bv)],
+                    &|ctx, x| op(ctx, x[0], x[1]).unwrap(),
+                    &|xs| rf::binary(&xs[0], u4(&an), &xs[1], u4(&bn), f),
+                );
             } else {
                 let (bn2, bv2) = (bn.clone(), bv.clone());
                 grad_check(
@@ -285,7 +290,9 @@ fn norm_layernorm_patched_backward() {
 
 #[test]
 fn rope_ext_both_modes() {
-    for (seed, (mode, neox)) in [(RopeMode::Normal, false), (RopeMode::Neox, true), (RopeMode::Normal, false), (RopeMode::Neox, true)].into_iter().enumerate() {
+    for (seed, (mode, neox)) in
+        [(RopeMode::Normal, false), (RopeMode::Neox, true), (RopeMode::Normal, false), (RopeMode::Neox, true)].into_iter().enumerate()
+    {
         let mut r = rng(700 + seed as u64);
         let half = r.random_range(1..=4usize);
         let head_dim = 2 * half + if seed >= 2 { 2 } else { 0 }; // partial rotation in the last two
@@ -359,7 +366,9 @@ fn unary_ops() {
             // Keep clear of the kink at 0 by more than the difference step.
             x.iter_mut().filter(|v| v.abs() < 1e-2).for_each(|v| *v = 0.5);
         }
-        grad_check(&format!("{name} {ne:?}"), i as u64, &[param(&ne, x)], &|ctx, x| op(ctx, x[0]).unwrap(), &|xs| xs[0].iter().map(|&v| f(v)).collect());
+        grad_check(&format!("{name} {ne:?}"), i as u64, &[param(&ne, x)], &|ctx, x| op(ctx, x[0]).unwrap(), &|xs| {
+            xs[0].iter().map(|&v| f(v)).collect()
+        });
     }
 }
 
@@ -370,7 +379,9 @@ fn gelu_patched_backward() {
         let n0 = if n0 == 0 { r.random_range(2..=40) } else { n0 } as i64;
         let rows = r.random_range(1..=3i64);
         let x = rand_param(&mut r, &[n0, rows], -5.0, 5.0);
-        grad_check(&format!("gelu [{n0}, {rows}]"), seed, &[x], &|ctx, x| ctx.gelu(x[0]).unwrap(), &|xs| xs[0].iter().map(|&v| rf::gelu(v)).collect());
+        grad_check(&format!("gelu [{n0}, {rows}]"), seed, &[x], &|ctx, x| ctx.gelu(x[0]).unwrap(), &|xs| {
+            xs[0].iter().map(|&v| rf::gelu(v)).collect()
+        });
     }
 }
 
@@ -412,8 +423,12 @@ fn layout_ops() {
         },
     );
     let axes = [2usize, 0, 3, 1];
-    grad_check("permute + cont", 2, &[x()], &|ctx, x| ctx.cont(ctx.permute(x[0], axes).unwrap()).unwrap(), &|xs| rf::permute(&xs[0], n4, axes).0);
-    grad_check("transpose + cont", 3, &[x()], &|ctx, x| ctx.cont(ctx.transpose(x[0]).unwrap()).unwrap(), &|xs| rf::permute(&xs[0], n4, [1, 0, 2, 3]).0);
+    grad_check("permute + cont", 2, &[x()], &|ctx, x| ctx.cont(ctx.permute(x[0], axes).unwrap()).unwrap(), &|xs| {
+        rf::permute(&xs[0], n4, axes).0
+    });
+    grad_check("transpose + cont", 3, &[x()], &|ctx, x| ctx.cont(ctx.transpose(x[0]).unwrap()).unwrap(), &|xs| {
+        rf::permute(&xs[0], n4, [1, 0, 2, 3]).0
+    });
     // A parameter read through a transposed copy, then reshaped: the gradient
     // flows back through cont and transpose.
     grad_check(
@@ -453,7 +468,9 @@ fn reductions_and_repeat() {
     let ne = shape(&mut r, &[(1, 9), (1, 4), (1, 3)]);
     let n4 = u4(&ne);
     let x = || rand_param(&mut rng(1301), &ne, -1.0, 1.0);
-    grad_check(&format!("sum_rows {ne:?}"), 0, &[x()], &|ctx, x| ctx.sum_rows(x[0]).unwrap(), &|xs| xs[0].chunks(n4[0]).map(|c| c.iter().sum()).collect());
+    grad_check(&format!("sum_rows {ne:?}"), 0, &[x()], &|ctx, x| ctx.sum_rows(x[0]).unwrap(), &|xs| {
+        xs[0].chunks(n4[0]).map(|c| c.iter().sum()).collect()
+    });
     grad_check(&format!("mean_rows {ne:?}"), 1, &[x()], &|ctx, x| ctx.mean_rows(x[0]).unwrap(), &|xs| {
         xs[0].chunks(n4[0]).map(|c| c.iter().sum::<f64>() / c.len() as f64).collect()
     });
@@ -469,7 +486,9 @@ fn reductions_and_repeat() {
         },
         &|xs| rf::repeat(&xs[0], n4, u4(&to)),
     );
-    grad_check(&format!("repeat_4d {ne:?} to {to:?}"), 4, &[x()], &|ctx, x| ctx.repeat_4d(x[0], to).unwrap(), &|xs| rf::repeat(&xs[0], n4, u4(&to)));
+    grad_check(&format!("repeat_4d {ne:?} to {to:?}"), 4, &[x()], &|ctx, x| ctx.repeat_4d(x[0], to).unwrap(), &|xs| {
+        rf::repeat(&xs[0], n4, u4(&to))
+    });
 }
 
 #[test]
@@ -547,7 +566,8 @@ fn attention_chain() {
                 let mut out = vec![0.0; d * t];
                 for hh in 0..h {
                     for iq in 0..t {
-                        let s: Vec<f64> = (0..t).map(|ik| (0..dh).map(|l| k[at(hn, l, hh, ik, 0)] * q[at(hn, l, hh, iq, 0)]).sum()).collect();
+                        let s: Vec<f64> =
+                            (0..t).map(|ik| (0..dh).map(|l| k[at(hn, l, hh, ik, 0)] * q[at(hn, l, hh, iq, 0)]).sum()).collect();
                         let m = f64s(&mask[iq * t..(iq + 1) * t]);
                         let p = rf::soft_max(&s, [t, 1, 1, 1], Some((&m, [t, 1, 1, 1])), scale as f64);
                         for l in 0..dh {

@@ -63,12 +63,8 @@ fn mul_mat() {
     let cpu = cpu();
     // (a.ne, b.ne): plain 2-d, a long contraction, and broadcasting of a over
     // b's dims 2 (×2) and 3 (×3).
-    let cases: [([i64; 4], [i64; 4]); 4] = [
-        ([7, 5, 1, 1], [7, 3, 1, 1]),
-        ([256, 9, 1, 1], [256, 4, 1, 1]),
-        ([6, 4, 2, 1], [6, 3, 4, 3]),
-        ([5, 3, 3, 2], [5, 2, 3, 2]),
-    ];
+    let cases: [([i64; 4], [i64; 4]); 4] =
+        [([7, 5, 1, 1], [7, 3, 1, 1]), ([256, 9, 1, 1], [256, 4, 1, 1]), ([6, 4, 2, 1], [6, 3, 4, 3]), ([5, 3, 3, 2], [5, 2, 3, 2])];
     for (an, bn) in cases {
         let a = uniform(&mut r, numel(&an), -1.0, 1.0);
         let b = uniform(&mut r, numel(&bn), -1.0, 1.0);
@@ -104,7 +100,8 @@ fn mul_mat_of_permuted_views() {
     for hh in 0..h {
         for iq in 0..t {
             for ik in 0..t {
-                want[at([t, t, h, 1], ik, iq, hh, 0)] = (0..d).map(|l| k[at(src, l, hh, ik, 0)] as f64 * q[at(src, l, hh, iq, 0)] as f64).sum();
+                want[at([t, t, h, 1], ik, iq, hh, 0)] =
+                    (0..d).map(|l| k[at(src, l, hh, ik, 0)] as f64 * q[at(src, l, hh, iq, 0)] as f64).sum();
             }
         }
     }
@@ -179,7 +176,12 @@ fn rope_ext_both_modes() {
             let p = leaf_i32(&ctx, &cpu, &[pos.len() as i64], &pos);
             let y = ctx.rope_ext(t, p, n_dims, mode, 10000.0).unwrap();
             let got = eval(&ctx, &[y]);
-            check(&format!("rope_ext {mode:?} head_dim {head_dim} n_dims {n_dims}"), &got[0], &rf::rope(&f64s(&x), ne, &pos, n_dims, neox, 10000.0), TOL);
+            check(
+                &format!("rope_ext {mode:?} head_dim {head_dim} n_dims {n_dims}"),
+                &got[0],
+                &rf::rope(&f64s(&x), ne, &pos, n_dims, neox, 10000.0),
+                TOL,
+            );
         }
     }
 }
@@ -198,7 +200,8 @@ fn rope_ext_large_positions() {
     let ctx = Context::new(16).unwrap();
     let t = leaf(&ctx, &cpu, &ne.map(|n| n as i64), &x);
     let p = leaf_i32(&ctx, &cpu, &[pos.len() as i64], &pos);
-    let got = eval(&ctx, &[ctx.rope_ext(t, p, 64, RopeMode::Normal, 10000.0).unwrap(), ctx.rope_ext(t, p, 64, RopeMode::Neox, 10000.0).unwrap()]);
+    let got =
+        eval(&ctx, &[ctx.rope_ext(t, p, 64, RopeMode::Normal, 10000.0).unwrap(), ctx.rope_ext(t, p, 64, RopeMode::Neox, 10000.0).unwrap()]);
     let normal = rf::rope(&f64s(&x), ne, &pos, 64, false, 10000.0);
     let neox = rf::rope(&f64s(&x), ne, &pos, 64, true, 10000.0);
     check("rope_ext Normal positions ≤ 2047", &got[0], &normal, 2e-4);
@@ -324,7 +327,7 @@ fn layout_ops() {
     let t = leaf(&ctx, &cpu, &ne.map(|n| n as i64), &x);
     let reshaped = ctx.reshape(t, &[12, 10]).unwrap();
     let rs = ctx.scale(reshaped, 1.0).unwrap(); // a node reading the reshape
-    // Rows 1..3 of every [4, 3] matrix, elements 1..4 of each row: a strided 3-d view.
+                                                // Rows 1..3 of every [4, 3] matrix, elements 1..4 of each row: a strided 3-d view.
     let nb = t.nb();
     let view = ctx.view(t, &[3, 2, 10], &[nb[1], nb[2]], nb[0] + nb[1]).unwrap();
     let perm_axes = [2usize, 0, 3, 1];
@@ -416,8 +419,18 @@ fn cross_entropy_loss() {
         let ts = leaf(&ctx, &cpu, &[nv as i64, rows as i64], &soft);
         let to = leaf(&ctx, &cpu, &[nv as i64, rows as i64], &onehot);
         let got = eval(&ctx, &[ctx.cross_entropy_loss(tl, ts).unwrap(), ctx.cross_entropy_loss(tl, to).unwrap()]);
-        check(&format!("cross_entropy_loss soft labels [{nv}, {rows}]"), &got[0], &[rf::cross_entropy(&f64s(&logits), &f64s(&soft), nv)], TOL);
-        check(&format!("cross_entropy_loss one-hot [{nv}, {rows}]"), &got[1], &[rf::cross_entropy(&f64s(&logits), &f64s(&onehot), nv)], TOL);
+        check(
+            &format!("cross_entropy_loss soft labels [{nv}, {rows}]"),
+            &got[0],
+            &[rf::cross_entropy(&f64s(&logits), &f64s(&soft), nv)],
+            TOL,
+        );
+        check(
+            &format!("cross_entropy_loss one-hot [{nv}, {rows}]"),
+            &got[1],
+            &[rf::cross_entropy(&f64s(&logits), &f64s(&onehot), nv)],
+            TOL,
+        );
     }
 }
 

@@ -176,7 +176,10 @@ fn run_adamw(seed: u64, max_norm: Option<f32>) -> (f64, f64, usize) {
     g.expand(loss).unwrap();
     g.build_backward(loss).unwrap();
     let gts: Vec<Tensor<'_>> = params.iter().map(|&p| g.grad(p).unwrap().set_output()).collect();
-    let groups = [ParamGroup { params: vec![params[0], params[2]], weight_decay: WD[0] as f32 }, ParamGroup { params: vec![params[1]], weight_decay: WD[1] as f32 }];
+    let groups = [
+        ParamGroup { params: vec![params[0], params[2]], weight_decay: WD[0] as f32 },
+        ParamGroup { params: vec![params[1]], weight_decay: WD[1] as f32 },
+    ];
     let cfg = AdamWConfig { lr: 0.02, betas: (0.9, 0.95), eps: 1e-8, weight_decay: 0.1 };
     let mut opt = Optimizer::adamw(&ctx, &mut g, &state, &groups, cfg, max_norm).unwrap();
     g.allocate(&[cpu]).unwrap();
@@ -212,7 +215,17 @@ fn run_adamw(seed: u64, max_norm: Option<f32>) -> (f64, f64, usize) {
             }
         }
         for i in 0..3 {
-            adamw_step(&mut reference.p[i], &gr[i], &mut m[i], &mut v[i], t as i32, lr_at(t) as f64, (0.9f32 as f64, 0.95f32 as f64), 1e-8f32 as f64, WD[i] as f32 as f64);
+            adamw_step(
+                &mut reference.p[i],
+                &gr[i],
+                &mut m[i],
+                &mut v[i],
+                t as i32,
+                lr_at(t) as f64,
+                (0.9f32 as f64, 0.95f32 as f64),
+                1e-8f32 as f64,
+                WD[i] as f32 as f64,
+            );
         }
         let after = read_params(&params);
         for i in 0..3 {
@@ -271,7 +284,9 @@ fn adamw_bias_correction_from_step_one() {
     let gts: Vec<Tensor<'_>> = params.iter().map(|&p| g.grad(p).unwrap().set_output()).collect();
     let groups = [ParamGroup { params: params.to_vec(), weight_decay: 0.0 }];
     let lr = 0.01f32;
-    let mut opt = Optimizer::adamw(&ctx, &mut g, &state, &groups, AdamWConfig { lr, betas: (0.9, 0.999), eps: 1e-8, weight_decay: 0.0 }, None).unwrap();
+    let mut opt =
+        Optimizer::adamw(&ctx, &mut g, &state, &groups, AdamWConfig { lr, betas: (0.9, 0.999), eps: 1e-8, weight_decay: 0.0 }, None)
+            .unwrap();
     g.allocate(&[cpu]).unwrap();
     let before = read_params(&params);
     x.write(&s.x).unwrap();
@@ -310,7 +325,10 @@ fn sgd_groups_with_clipping() {
         g.expand(loss).unwrap();
         g.build_backward(loss).unwrap();
         let gts: Vec<Tensor<'_>> = params.iter().map(|&p| g.grad(p).unwrap().set_output()).collect();
-        let groups = [ParamGroup { params: vec![params[0], params[2]], weight_decay: WD[0] as f32 }, ParamGroup { params: vec![params[1]], weight_decay: WD[1] as f32 }];
+        let groups = [
+            ParamGroup { params: vec![params[0], params[2]], weight_decay: WD[0] as f32 },
+            ParamGroup { params: vec![params[1]], weight_decay: WD[1] as f32 },
+        ];
         let mut opt = Optimizer::sgd(&ctx, &mut g, &groups, max_norm).unwrap();
         g.allocate(&[cpu]).unwrap();
         let mut reference: [Vec<f64>; 3] = s.init.clone().map(|v| f64s(&v));

@@ -18,10 +18,7 @@ pub fn locate(root: &Path) -> Result<PathBuf, String> {
     if let Some(dir) = env::var_os("GGML_SOURCE_DIR") {
         let dir = PathBuf::from(dir);
         if !dir.join("include/ggml.h").is_file() || !dir.join("CMakeLists.txt").is_file() {
-            return Err(format!(
-                "GGML_SOURCE_DIR={} is not a ggml folder (expected include/ggml.h and CMakeLists.txt)",
-                dir.display()
-            ));
+            return Err(format!("GGML_SOURCE_DIR={} is not a ggml folder (expected include/ggml.h and CMakeLists.txt)", dir.display()));
         }
         return Ok(dir);
     }
@@ -46,8 +43,7 @@ pub fn locate(root: &Path) -> Result<PathBuf, String> {
              set GGML_SOURCE_DIR to a ggml 0.26.0 folder to build offline"
         ));
     }
-    let meta: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata output: {e}"))?;
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("cargo metadata output: {e}"))?;
     let pkg = meta["packages"]
         .as_array()
         .and_then(|ps| ps.iter().find(|p| p["name"] == PIN_PACKAGE))
@@ -66,10 +62,7 @@ pub fn locate(root: &Path) -> Result<PathBuf, String> {
 /// Patch files in `dir`, sorted by file name.
 fn patch_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let mut v: Vec<PathBuf> = match fs::read_dir(dir) {
-        Ok(rd) => rd
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().map(|x| x == "patch").unwrap_or(false))
-            .collect(),
+        Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().map(|x| x == "patch").unwrap_or(false)).collect(),
         Err(_) => Vec::new(),
     };
     v.sort();
@@ -123,9 +116,8 @@ fn apply_patch(root: &Path, patch: &Path) -> Result<(), String> {
     let text = fs::read_to_string(patch).map_err(|e| format!("{}: {e}", patch.display()))?;
     let name = patch.file_name().unwrap().to_string_lossy().to_string();
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
-    let starts: Vec<usize> = (0..lines.len())
-        .filter(|&i| lines[i].starts_with("--- ") && lines.get(i + 1).is_some_and(|l| l.starts_with("+++ ")))
-        .collect();
+    let starts: Vec<usize> =
+        (0..lines.len()).filter(|&i| lines[i].starts_with("--- ") && lines.get(i + 1).is_some_and(|l| l.starts_with("+++ "))).collect();
     if starts.is_empty() {
         return Err(format!("patch {name} contains no file diff"));
     }
@@ -143,8 +135,7 @@ fn apply_patch(root: &Path, patch: &Path) -> Result<(), String> {
         let path = root.join(rel);
         let parsed = diffy::Patch::from_str(&chunk).map_err(|e| format!("patch {name}: {rel}: {e}"))?;
         let original = fs::read_to_string(&path).map_err(|e| format!("patch {name}: {rel}: {e}"))?;
-        let patched = diffy::apply(&original, &parsed)
-            .map_err(|e| format!("patch {name} does not apply to {rel}: {e}"))?;
+        let patched = diffy::apply(&original, &parsed).map_err(|e| format!("patch {name} does not apply to {rel}: {e}"))?;
         fs::write(&path, patched).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())

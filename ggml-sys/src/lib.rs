@@ -28,9 +28,6 @@ mod tests {
     fn bindings_current() {
         let fresh = include_str!(concat!(env!("OUT_DIR"), "/bindings.rs"));
         let committed = include_str!("bindings.rs");
-        assert!(
-            fresh == committed,
-            "src/bindings.rs is stale: run scripts/regen-bindings.sh"
-        );
+        assert!(fresh == committed, "src/bindings.rs is stale: run scripts/regen-bindings.sh");
     }
 }

@@ -226,7 +226,12 @@ impl Checkpoint {
     fn load(&self, name: &str, t: Tensor<'_>) -> Result<()> {
         let info = self.file.tensor(name).ok_or_else(|| input(format!("{}: missing tensor {name}", self.file.path().display())))?;
         if info.nelements() != t.nelements() {
-            return Err(input(format!("{}: tensor {name} has shape {:?}, expected {:?}", self.file.path().display(), info.shape(), t.shape())));
+            return Err(input(format!(
+                "{}: tensor {name} has shape {:?}, expected {:?}",
+                self.file.path().display(),
+                info.shape(),
+                t.shape()
+            )));
         }
         Ok(self.file.load_into(name, t)?)
     }
@@ -284,7 +289,14 @@ impl Checkpoint {
 /// Load `ck` onto `backend` with constants for up to `b_max` sequences of `t` tokens, and run
 /// `f` with the weights (scoped, since tensors borrow their context). With
 /// `params`, every weight is marked as a parameter (for gradients).
-pub fn with_loaded<R>(ck: &Checkpoint, backend: &ggml_rs::Backend, t: usize, b_max: usize, params: bool, f: impl FnOnce(&Weights<'_>, &crate::train::step::Consts<'_>) -> Result<R>) -> Result<R> {
+pub fn with_loaded<R>(
+    ck: &Checkpoint,
+    backend: &ggml_rs::Backend,
+    t: usize,
+    b_max: usize,
+    params: bool,
+    f: impl FnOnce(&Weights<'_>, &crate::train::step::Consts<'_>) -> Result<R>,
+) -> Result<R> {
     let wctx = ggml_rs::Context::new(crate::train::step::capacity(ck.config.n_layers))?;
     let weights = Weights::new(&wctx, &ck.config)?;
     if params {

@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Train a model (default recipe: from-scratch) and write a run folder.
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
     /// Sample text from a checkpoint (a .gguf file or a run folder).
     Generate(GenerateArgs),
     /// Loss and perplexity of a checkpoint on a corpus.

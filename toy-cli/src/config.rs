@@ -139,7 +139,7 @@ impl TrainConfig {
         if self.batch == 0 {
             return Err(input("--batch must be at least 1"));
         }
-        if !(self.lr > 0.0 && self.lr.is_finite()) || !(self.min_lr >= 0.0 && self.min_lr <= self.lr) {
+        if !(self.lr > 0.0 && self.lr.is_finite() && self.min_lr >= 0.0 && self.min_lr <= self.lr) {
             return Err(input("--lr must be positive and --min-lr between 0 and --lr"));
         }
         let (b1, b2) = self.betas;

@@ -113,7 +113,9 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
         return Err(input(format!("--donor {p}: no such file")));
     }
     let f = GgufFile::open(o.path).map_err(|e| input(format!("--donor {e}")))?;
-    let info = f.tensor("token_embd.weight").ok_or_else(|| input(format!("--donor {p}: no token_embd.weight tensor (not a llama-family model?)")))?;
+    let info = f
+        .tensor("token_embd.weight")
+        .ok_or_else(|| input(format!("--donor {p}: no token_embd.weight tensor (not a llama-family model?)")))?;
     if !matches!(info.dtype, DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0) {
         return Err(input(format!("--donor {p}: token_embd.weight is {}, only f32, f16, bf16 and q8_0 are supported", info.dtype)));
     }
@@ -137,7 +139,8 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
         LensInit::Pca => Some(pca_rows(&src, width, d_model.min(width), d_model, seed)),
         LensInit::Random => None,
     };
-    let mean: Vec<f32> = (0..width).map(|c| (0..donor_vocab).map(|r| src[r * width + c] as f64).sum::<f64>() as f32 / donor_vocab as f32).collect();
+    let mean: Vec<f32> =
+        (0..width).map(|c| (0..donor_vocab).map(|r| src[r * width + c] as f64).sum::<f64>() as f32 / donor_vocab as f32).collect();
     let var = src.iter().enumerate().map(|(i, &x)| ((x - mean[i % width]) as f64).powi(2)).sum::<f64>() / src.len() as f64;
     let noise = Normal::new(0.0f32, (var.sqrt() as f32).max(1e-6)).expect("valid");
     let mut table = vec![0f32; vocab * width];
@@ -145,13 +148,17 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
     let rows: Vec<Option<usize>> = match o.match_by {
         MatchBy::Index => {
             if vocab > donor_vocab {
-                return Err(input(format!("--match-by index: the student vocabulary ({vocab}) is larger than the donor's ({donor_vocab})")));
+                return Err(input(format!(
+                    "--match-by index: the student vocabulary ({vocab}) is larger than the donor's ({donor_vocab})"
+                )));
             }
             (0..vocab).map(Some).collect()
         }
         MatchBy::Token => {
-            let st = student_tokens.ok_or_else(|| input("token matching needs a corpus with a tokenizer (use toy prep, raw text, or --match-by index)"))?;
-            let dt = gguf_tokens(&f).ok_or_else(|| input(format!("--donor {p}: no tokenizer.ggml.tokens to match against (use --match-by index)")))?;
+            let st = student_tokens
+                .ok_or_else(|| input("token matching needs a corpus with a tokenizer (use toy prep, raw text, or --match-by index)"))?;
+            let dt = gguf_tokens(&f)
+                .ok_or_else(|| input(format!("--donor {p}: no tokenizer.ggml.tokens to match against (use --match-by index)")))?;
             let mut by_bytes = std::collections::HashMap::new();
             for (i, t) in dt.iter().enumerate().take(donor_vocab) {
                 by_bytes.entry(token_bytes(t)).or_insert(i);

@@ -22,7 +22,8 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand)
+            {
                 let _ = e.print();
                 return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
             }
@@ -63,8 +64,11 @@ fn main() -> ExitCode {
         }),
         Command::Eval(a) => toy::commands::eval::run(a).map(|r| {
             if a.json {
-                println!("{}", serde_json::json!({ "format": "toy/eval-v1", "loss": r.loss, "perplexity": r.perplexity, "tokens": r.tokens,
-                                                   "bytes": r.bytes, "bits_per_byte": r.bits_per_byte }));
+                println!(
+                    "{}",
+                    serde_json::json!({ "format": "toy/eval-v1", "loss": r.loss, "perplexity": r.perplexity, "tokens": r.tokens,
+                                                   "bytes": r.bytes, "bits_per_byte": r.bits_per_byte })
+                );
             } else {
                 print!("loss {:.4} · perplexity {:.2} · {} tokens", r.loss, r.perplexity, r.tokens);
                 match r.bits_per_byte {

@@ -9,7 +9,13 @@ use std::process::{Command, Output};
 use toy::data::stories;
 
 fn toy(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_toy")).args(args).current_dir(dir).env("GGML_NO_BACKTRACE", "1").env_remove("TOY_RUN_ID").output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_toy"))
+        .args(args)
+        .current_dir(dir)
+        .env("GGML_NO_BACKTRACE", "1")
+        .env_remove("TOY_RUN_ID")
+        .output()
+        .unwrap()
 }
 
 /// Exit code 2 and one line on stderr starting with `toy <cmd>:`; returns it.

@@ -78,7 +78,14 @@ fn check_gradients(arch: Arch) {
     consts.fill().unwrap();
     init_weights(&w, 3).unwrap();
     for p in w.params() {
-        let v: Vec<f32> = p.tensor.read::<f32>().unwrap().iter().enumerate().map(|(i, x)| x * 10.0 + if p.tensor.name().contains("norm") { 0.1 * ((i % 7) as f32 - 3.0) / 3.0 } else { 0.0 }).collect();
+        let v: Vec<f32> = p
+            .tensor
+            .read::<f32>()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .map(|(i, x)| x * 10.0 + if p.tensor.name().contains("norm") { 0.1 * ((i % 7) as f32 - 3.0) / 3.0 } else { 0.0 })
+            .collect();
         p.tensor.write(&v).unwrap();
     }
     let seqs = sequences(cfg.vocab, T, B, 2);

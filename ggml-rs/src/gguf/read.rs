@@ -212,7 +212,10 @@ impl GgufFile {
         if dst.dtype() == DType::F32 && t.nelements() == dst.nelements() {
             return dst.write(&self.tensor_f32(name)?);
         }
-        Err(Error::gguf(&self.path, format!("tensor {name} is {} {:?}, destination is {} {:?}", t.dtype, t.shape(), dst.dtype(), dst.shape())))
+        Err(Error::gguf(
+            &self.path,
+            format!("tensor {name} is {} {:?}, destination is {} {:?}", t.dtype, t.shape(), dst.dtype(), dst.shape()),
+        ))
     }
 }
 

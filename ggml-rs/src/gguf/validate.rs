@@ -176,7 +176,11 @@ pub fn validate(buf: &[u8]) -> Result<Header, String> {
         let ty = c.u32("tensor type")?;
         let dtype = DType::from_raw(ty).ok_or_else(|| format!("tensor {name:?}: unknown or removed type {ty}"))?;
         if ne[0] % dtype.block_size() != 0 {
-            return Err(format!("tensor {name:?}: {} elements per row is not a multiple of the {dtype} block size {}", ne[0], dtype.block_size()));
+            return Err(format!(
+                "tensor {name:?}: {} elements per row is not a multiple of the {dtype} block size {}",
+                ne[0],
+                dtype.block_size()
+            ));
         }
         let nbytes = (nel / dtype.block_size()) as u128 * dtype.type_size() as u128;
         let offset = c.u64("tensor offset")? as u128;

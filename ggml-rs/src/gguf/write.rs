@@ -55,7 +55,10 @@ impl GgufWriter {
         if key == "general.alignment" && value != Value::U32(super::DEFAULT_ALIGNMENT as u32) {
             return Err(Error::gguf(
                 PathBuf::new(),
-                format!("general.alignment {value:?}: only the u32 {} is supported (ggml's writer always aligns tensor data to it)", super::DEFAULT_ALIGNMENT),
+                format!(
+                    "general.alignment {value:?}: only the u32 {} is supported (ggml's writer always aligns tensor data to it)",
+                    super::DEFAULT_ALIGNMENT
+                ),
             ));
         }
         let k = c(key, "key")?;

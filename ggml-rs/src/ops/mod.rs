@@ -24,7 +24,11 @@ const OP_TENSORS: usize = 4;
 
 impl Context {
     /// Run a ggml constructor after reserving room, and wrap its result.
-    pub(crate) fn op<'a>(&'a self, name: &'static str, f: impl FnOnce(*mut sys::ggml_context) -> *mut sys::ggml_tensor) -> Result<Tensor<'a>> {
+    pub(crate) fn op<'a>(
+        &'a self,
+        name: &'static str,
+        f: impl FnOnce(*mut sys::ggml_context) -> *mut sys::ggml_tensor,
+    ) -> Result<Tensor<'a>> {
         self.reserve(name, OP_TENSORS)?;
         self.wrap(f(self.raw()))
     }
@@ -79,7 +83,10 @@ pub(crate) fn need_contiguous(op: &'static str, t: &Tensor<'_>) -> Result<()> {
 /// Binary elementwise ops: `b` broadcasts to `a`; types a ∈ {f32,f16,bf16}, b ∈ {a's type, f32}.
 pub(crate) fn check_binary(op: &'static str, a: &Tensor<'_>, b: &Tensor<'_>) -> Result<()> {
     if !can_repeat(b, a) {
-        return Err(Error::op(op, format!("cannot broadcast {} to {}: each ne of the second must divide the first's", shape_str(b), shape_str(a))));
+        return Err(Error::op(
+            op,
+            format!("cannot broadcast {} to {}: each ne of the second must divide the first's", shape_str(b), shape_str(a)),
+        ));
     }
     if !is_float(a.dtype()) || !(b.dtype() == a.dtype() || b.dtype() == DType::F32) {
         return Err(Error::op(op, format!("unsupported types {} and {}", a.dtype(), b.dtype())));

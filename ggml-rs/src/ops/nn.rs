@@ -44,7 +44,10 @@ impl Context {
             return Err(Error::op("get_rows", format!("cannot read rows of {}", a.dtype())));
         }
         if a.nb()[0] != a.dtype().type_size() {
-            return Err(Error::op("get_rows", format!("table {} has strided rows (transposed or permuted dimension 0); use cont first", shape_str(&a))));
+            return Err(Error::op(
+                "get_rows",
+                format!("table {} has strided rows (transposed or permuted dimension 0); use cont first", shape_str(&a)),
+            ));
         }
         // SAFETY: checked.
         self.op("get_rows", |ctx| unsafe { sys::ggml_get_rows(ctx, a.raw(), ids.raw()) })
@@ -66,7 +69,10 @@ impl Context {
         }
         for (which, t) in [("first", &a), ("second", &b)] {
             if t.nb()[0] != t.dtype().type_size() {
-                return Err(Error::op("mul_mat", format!("{which} operand {} has strided rows (transposed or permuted dimension 0); use cont first", shape_str(t))));
+                return Err(Error::op(
+                    "mul_mat",
+                    format!("{which} operand {} has strided rows (transposed or permuted dimension 0); use cont first", shape_str(t)),
+                ));
             }
         }
         need_dtype("mul_mat", &b, &[DType::F32])?;
@@ -86,7 +92,10 @@ impl Context {
         }
         need_dtype("out_prod", &a, &[DType::F32])?;
         if a.nb()[0] != a.dtype().type_size() {
-            return Err(Error::op("out_prod", format!("first operand {} has strided rows (transposed or permuted dimension 0); use cont first", shape_str(&a))));
+            return Err(Error::op(
+                "out_prod",
+                format!("first operand {} has strided rows (transposed or permuted dimension 0); use cont first", shape_str(&a)),
+            ));
         }
         need_dtype("out_prod", &b, &[DType::F32])?;
         // SAFETY: checked.
@@ -130,7 +139,21 @@ impl Context {
         }
         // SAFETY: checked; NULL freq factors; no YaRN extension (ext_factor 0).
         self.op("rope_ext", |ctx| unsafe {
-            sys::ggml_rope_ext(ctx, a.raw(), pos.raw(), std::ptr::null_mut(), n_dims as i32, mode.raw(), 0, freq_base, 1.0, 0.0, 1.0, 32.0, 1.0)
+            sys::ggml_rope_ext(
+                ctx,
+                a.raw(),
+                pos.raw(),
+                std::ptr::null_mut(),
+                n_dims as i32,
+                mode.raw(),
+                0,
+                freq_base,
+                1.0,
+                0.0,
+                1.0,
+                32.0,
+                1.0,
+            )
         })
     }
 
@@ -169,7 +192,10 @@ impl Context {
     /// Same shape and type, contiguous rows.
     pub fn swiglu_split<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
         if !same_shape(&a, &b) || a.dtype() != b.dtype() {
-            return Err(Error::op("swiglu_split", format!("operands differ: {} {} and {} {}", shape_str(&a), a.dtype(), shape_str(&b), b.dtype())));
+            return Err(Error::op(
+                "swiglu_split",
+                format!("operands differ: {} {} and {} {}", shape_str(&a), a.dtype(), shape_str(&b), b.dtype()),
+            ));
         }
         need_dtype("swiglu_split", &a, &[DType::F32, DType::F16])?;
         for t in [&a, &b] {
@@ -186,7 +212,10 @@ impl Context {
     /// `[n_vocab, rows]`; the result is a one-element f32 tensor.
     pub fn cross_entropy_loss<'a>(&'a self, logits: Tensor<'a>, labels: Tensor<'a>) -> Result<Tensor<'a>> {
         if !same_shape(&logits, &labels) {
-            return Err(Error::op("cross_entropy_loss", format!("logits {} and labels {} differ in shape", shape_str(&logits), shape_str(&labels))));
+            return Err(Error::op(
+                "cross_entropy_loss",
+                format!("logits {} and labels {} differ in shape", shape_str(&logits), shape_str(&labels)),
+            ));
         }
         for t in [&logits, &labels] {
             need_dtype("cross_entropy_loss", t, &[DType::F32])?;

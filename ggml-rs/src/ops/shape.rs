@@ -43,7 +43,10 @@ impl Context {
         let dense = dt.row_size(ne[0]) as u128 * ne[1..].iter().product::<i64>() as u128 + offset as u128;
         let cap = a.nbytes() as u128;
         if end > cap || dense > cap {
-            return Err(Error::op("view", format!("view {ne:?} strides {nb:?} at offset {offset} runs past the {} bytes of {}", a.nbytes(), shape_str(&a))));
+            return Err(Error::op(
+                "view",
+                format!("view {ne:?} strides {nb:?} at offset {offset} runs past the {} bytes of {}", a.nbytes(), shape_str(&a)),
+            ));
         }
         // SAFETY: bounds checked above.
         self.op("view", |ctx| unsafe {

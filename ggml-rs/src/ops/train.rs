@@ -12,7 +12,14 @@ impl Context {
     /// decay, 1/(1−β1ᵗ), 1/(1−β2ᵗ)]`; per element `m = β1·m + (1−β1)·g`,
     /// `v = β2·v + (1−β2)·g²`, `w = w·(1 − lr·wd) − lr·(m·h1)/(√(v·h2) + eps)`.
     /// `w` must be an f32 parameter; `grad`, `m` and `v` contiguous f32 of its shape.
-    pub fn opt_step_adamw<'a>(&'a self, w: Tensor<'a>, grad: Tensor<'a>, m: Tensor<'a>, v: Tensor<'a>, hp: Tensor<'a>) -> Result<Tensor<'a>> {
+    pub fn opt_step_adamw<'a>(
+        &'a self,
+        w: Tensor<'a>,
+        grad: Tensor<'a>,
+        m: Tensor<'a>,
+        v: Tensor<'a>,
+        hp: Tensor<'a>,
+    ) -> Result<Tensor<'a>> {
         if !w.is_param() {
             return Err(Error::op("opt_step_adamw", format!("{:?} is not a parameter", w.name())));
         }
@@ -49,7 +56,15 @@ impl Context {
 fn check_step_operand(op: &'static str, what: &str, t: Tensor<'_>, w: Tensor<'_>) -> Result<()> {
     if !same_shape(&w, &t) || t.dtype() != DType::F32 || !t.is_contiguous() {
         let layout = if t.is_contiguous() { "" } else { " non-contiguous" };
-        return Err(Error::op(op, format!("{what} {} {}{layout} must be a contiguous f32 tensor shaped like the parameter {}", shape_str(&t), t.dtype(), shape_str(&w))));
+        return Err(Error::op(
+            op,
+            format!(
+                "{what} {} {}{layout} must be a contiguous f32 tensor shaped like the parameter {}",
+                shape_str(&t),
+                t.dtype(),
+                shape_str(&w)
+            ),
+        ));
     }
     Ok(())
 }

@@ -127,7 +127,12 @@ pub fn max_rel_err(got: &[f32], want: &[f64]) -> f64 {
 pub fn check(what: &str, got: &[f32], want: &[f64], tol: f64) -> f64 {
     let e = max_rel_err(got, want);
     println!("{what}: max rel err {e:.3e} over {} values", got.len());
-    assert!(e <= tol, "{what}: max relative error {e:e} > {tol:e}\n got  {:?}\n want {:?}", &got[..got.len().min(16)], &want[..want.len().min(16)]);
+    assert!(
+        e <= tol,
+        "{what}: max relative error {e:e} > {tol:e}\n got  {:?}\n want {:?}",
+        &got[..got.len().min(16)],
+        &want[..want.len().min(16)]
+    );
     e
 }
 

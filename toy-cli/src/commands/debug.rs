@@ -46,7 +46,11 @@ fn bench(a: &BenchArgs) -> Result<()> {
     consts.fill()?;
     init_weights(&w, 0)?;
     let cctx = Context::new(capacity(cfg.model.n_layers) * 2)?;
-    let opt = OptSettings { adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay }, grad_clip: Some(cfg.grad_clip), skip_nonfinite: false };
+    let opt = OptSettings {
+        adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay },
+        grad_clip: Some(cfg.grad_clip),
+        skip_nonfinite: false,
+    };
     let mut step = TrainStep::new(&cctx, &w, &state, &consts, t, b, opt, None, &backends)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
     let mut times = Vec::new();
@@ -63,7 +67,8 @@ fn bench(a: &BenchArgs) -> Result<()> {
     let mut sorted = times.clone();
     sorted.sort_by(f64::total_cmp);
     let median = if sorted.is_empty() { 0.0 } else { sorted[sorted.len() / 2] };
-    let buffers: serde_json::Map<String, serde_json::Value> = step.graph().buffer_sizes().into_iter().map(|(k, v)| (k, serde_json::json!(v))).collect();
+    let buffers: serde_json::Map<String, serde_json::Value> =
+        step.graph().buffer_sizes().into_iter().map(|(k, v)| (k, serde_json::json!(v))).collect();
     let fallbacks: Vec<String> = step.graph().cpu_fallbacks().into_iter().map(|p| format!("{}:{}", p.op, p.name)).collect();
     println!(
         "{}",

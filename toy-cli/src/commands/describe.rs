@@ -22,8 +22,15 @@ pub fn run(args: &DescribeArgs) -> Result<()> {
     let n_params: i64 = f.tensors().iter().map(|t| t.nelements()).sum();
     if args.json {
         let meta: serde_json::Map<String, serde_json::Value> = f.metadata().iter().map(|(k, v)| (k.clone(), json!(short(v)))).collect();
-        let tensors: Vec<_> = f.tensors().iter().map(|t| json!({ "name": t.name, "dtype": t.dtype.name(), "shape": t.shape(), "nbytes": t.nbytes })).collect();
-        println!("{}", json!({ "format": "toy/describe-v1", "path": path, "version": f.version(), "n_params": n_params, "metadata": meta, "tensors": tensors }));
+        let tensors: Vec<_> = f
+            .tensors()
+            .iter()
+            .map(|t| json!({ "name": t.name, "dtype": t.dtype.name(), "shape": t.shape(), "nbytes": t.nbytes }))
+            .collect();
+        println!(
+            "{}",
+            json!({ "format": "toy/describe-v1", "path": path, "version": f.version(), "n_params": n_params, "metadata": meta, "tensors": tensors })
+        );
         return Ok(());
     }
     println!("{} (GGUF v{}, {} tensors, {:.2}M parameters)", path.display(), f.version(), f.tensors().len(), n_params as f64 / 1e6);

@@ -45,7 +45,8 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     let is_text = path.is_file() && path.extension().map(|e| e != "bin").unwrap_or(true);
     let (ids, bytes) = if is_text {
         let raw = std::fs::read(path).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
-        let text = String::from_utf8(raw).map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to())))?;
+        let text = String::from_utf8(raw)
+            .map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to())))?;
         if is_id_text(&text) {
             let c = load_corpus(path, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(ck.config.vocab) })?;
             (c.train, None)
@@ -60,7 +61,11 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
         (all, None)
     };
     if let Some((i, &bad)) = ids.iter().enumerate().find(|(_, &x)| x as usize >= ck.config.vocab) {
-        return Err(input(format!("{}: id {bad} at position {i} is outside the model's vocabulary of {}", path.display(), ck.config.vocab)));
+        return Err(input(format!(
+            "{}: id {bad} at position {i} is outside the model's vocabulary of {}",
+            path.display(),
+            ck.config.vocab
+        )));
     }
     let t = args.context.unwrap_or(ck.config.context).min(ck.config.context);
     if t == 0 {
@@ -68,7 +73,12 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     }
     let starts = eval_starts(ids.len(), t, args.max_windows.unwrap_or(usize::MAX));
     if starts.is_empty() {
-        return Err(input(format!("{} has {} tokens, fewer than one window of {} (try a smaller --context)", path.display(), ids.len(), t + 1)));
+        return Err(input(format!(
+            "{} has {} tokens, fewer than one window of {} (try a smaller --context)",
+            path.display(),
+            ids.len(),
+            t + 1
+        )));
     }
     let b = args.batch.clamp(1, starts.len());
     let backends = backends_for(&args.device, args.threads)?;

@@ -50,8 +50,12 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     if let Some(&bad) = prompt.iter().find(|&&i| i as usize >= ck.config.vocab) {
         return Err(input(format!("prompt id {bad} is outside the vocabulary of {}", ck.config.vocab)));
     }
-    let sampling = if args.greedy { Sampling { temperature: 0.0, top_k: 0, top_p: 1.0 } } else { Sampling { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p } };
-    if !(sampling.temperature >= 0.0 && sampling.temperature.is_finite()) || !(sampling.top_p > 0.0 && sampling.top_p <= 1.0) {
+    let sampling = if args.greedy {
+        Sampling { temperature: 0.0, top_k: 0, top_p: 1.0 }
+    } else {
+        Sampling { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p }
+    };
+    if !(sampling.temperature >= 0.0 && sampling.temperature.is_finite() && sampling.top_p > 0.0 && sampling.top_p <= 1.0) {
         return Err(input("--temperature must be ≥ 0 and --top-p in (0, 1]"));
     }
     let t = ck.config.context.min(prompt.len() + args.n).max(1);

@@ -113,7 +113,11 @@ pub fn run(args: &NewArgs) -> Result<PathBuf> {
     let prepared = dir.join(CORPUS_DIR);
     check_out_dir(&prepared, true)?;
     write_atomic(&dir.join(CORPUS_TEXT), embedded::TEXT.as_bytes())?;
-    let source = SourceFile { path: CORPUS_TEXT.into(), bytes: embedded::TEXT.len() as u64, sha256: hex(&Sha256::digest(embedded::TEXT.as_bytes())) };
+    let source = SourceFile {
+        path: CORPUS_TEXT.into(),
+        bytes: embedded::TEXT.len() as u64,
+        sha256: hex(&Sha256::digest(embedded::TEXT.as_bytes())),
+    };
     write_prepared(&prepared, &tok, &split, n_docs, vec![source], embedded::VAL_FRACTION, embedded::SEED)?;
     write_atomic(&dir.join("toy.toml"), toml_text(&cfg).as_bytes())?;
     Ok(dir.clone())

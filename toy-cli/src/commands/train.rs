@@ -47,7 +47,40 @@ macro_rules! merge {
 fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
     let mut a = args.clone();
     if let Some(t) = file {
-        merge!(a, t, corpus, preset, arch, steps, seed, batch, context, d_model, layers, heads, kv_heads, d_ff, lr, min_lr, warmup_steps, weight_decay, grad_clip, norm_eps, rope_base, eval_every, save_every, log_every, device, threads, keep, donor, init, match_by, lens_init, donor_width);
+        merge!(
+            a,
+            t,
+            corpus,
+            preset,
+            arch,
+            steps,
+            seed,
+            batch,
+            context,
+            d_model,
+            layers,
+            heads,
+            kv_heads,
+            d_ff,
+            lr,
+            min_lr,
+            warmup_steps,
+            weight_decay,
+            grad_clip,
+            norm_eps,
+            rope_base,
+            eval_every,
+            save_every,
+            log_every,
+            device,
+            threads,
+            keep,
+            donor,
+            init,
+            match_by,
+            lens_init,
+            donor_width
+        );
         a.train_table |= t.train_table;
         a.skip_nonfinite |= t.skip_nonfinite;
         a.shuffle |= t.shuffle;
@@ -140,8 +173,10 @@ fn install_signal_handlers() -> Arc<AtomicI32> {
 
 /// Continue the run in `dir` (see `--resume`).
 fn resume(a: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Corpus, RunDir, Plan<'static>)> {
-    let text = std::fs::read_to_string(dir.join("config.toml")).map_err(|e| input(format!("--resume {}: no config.toml ({e}); is it a run folder?", dir.display())))?;
-    let mut cfg: TrainConfig = toml::from_str(&text).map_err(|e| input(format!("{}: {}", dir.join("config.toml").display(), e.message())))?;
+    let text = std::fs::read_to_string(dir.join("config.toml"))
+        .map_err(|e| input(format!("--resume {}: no config.toml ({e}); is it a run folder?", dir.display())))?;
+    let mut cfg: TrainConfig =
+        toml::from_str(&text).map_err(|e| input(format!("{}: {}", dir.join("config.toml").display(), e.message())))?;
     if let Some(s) = a.steps {
         cfg.steps = s;
     }
@@ -182,8 +217,12 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         return Ok(out);
     }
     let recipe = a.recipe.unwrap_or(Recipe::FromScratch);
-    if recipe == Recipe::FromScratch && (a.donor.is_some() || a.init.is_some() || a.match_by.is_some() || a.lens_init.is_some() || a.shuffle) {
-        return Err(input("--donor, --init, --match-by, --lens-init and --shuffle belong to the warm-start recipe (toy train warm-start ...)"));
+    if recipe == Recipe::FromScratch
+        && (a.donor.is_some() || a.init.is_some() || a.match_by.is_some() || a.lens_init.is_some() || a.shuffle)
+    {
+        return Err(input(
+            "--donor, --init, --match-by, --lens-init and --shuffle belong to the warm-start recipe (toy train warm-start ...)",
+        ));
     }
     let corpus = match &a.corpus {
         Some(p) => load_corpus(p, &CorpusOptions::default())?,
@@ -197,7 +236,13 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
             return Err(input("warm-start trains a llama student (--arch llama)"));
         }
         // The donor decides the table width; the lens maps it to d_model.
-        let probe = crate::donor::DonorOptions { path: &path, init: crate::donor::TableInit::Scratch, match_by: crate::donor::MatchBy::Index, lens_init: crate::donor::LensInit::Random, width: a.donor_width };
+        let probe = crate::donor::DonorOptions {
+            path: &path,
+            init: crate::donor::TableInit::Scratch,
+            match_by: crate::donor::MatchBy::Index,
+            lens_init: crate::donor::LensInit::Random,
+            width: a.donor_width,
+        };
         let width = crate::donor::load(&probe, None, 1, 1, 0)?.width;
         a.donor_width = Some(width);
         let cfg = resolve(&a, corpus.vocab_size)?;

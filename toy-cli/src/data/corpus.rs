@@ -86,7 +86,13 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
         return Err(input(format!("corpus {p} is a folder without manifest.json (prepare one with `toy prep`)")));
     }
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-    let corpus = |split: Split, vocab_size, tokenizer| Corpus { train: split.train, val: split.val, vocab_size, tokenizer, source: path.to_path_buf() };
+    let corpus = |split: Split, vocab_size, tokenizer| Corpus {
+        train: split.train,
+        val: split.val,
+        vocab_size,
+        tokenizer,
+        source: path.to_path_buf(),
+    };
     if ext == "bin" {
         let bytes = std::fs::read(path).map_err(|e| input(format!("cannot read corpus {p}: {e}")))?;
         let ids = parse_bin(&bytes, path)?;

@@ -102,7 +102,15 @@ fn pack(ids: &[u32]) -> Vec<u8> {
 /// [`check_out_dir`] accepted): the tokenizer and the two `.bin` files, each
 /// atomically, then the manifest. A stale manifest is removed first, so an
 /// interrupted write never looks complete.
-pub fn write_prepared(out: &Path, tok: &Tokenizer, split: &Split, n_documents: usize, sources: Vec<SourceFile>, val_fraction: f64, seed: u64) -> Result<Manifest> {
+pub fn write_prepared(
+    out: &Path,
+    tok: &Tokenizer,
+    split: &Split,
+    n_documents: usize,
+    sources: Vec<SourceFile>,
+    val_fraction: f64,
+    seed: u64,
+) -> Result<Manifest> {
     let manifest_path = out.join("manifest.json");
     if manifest_path.exists() {
         std::fs::remove_file(&manifest_path).map_err(|e| runtime(format!("cannot replace {}: {e}", manifest_path.display())))?;

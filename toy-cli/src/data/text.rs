@@ -18,7 +18,8 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 /// is not UTF-8.
 pub fn read_text(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
-    String::from_utf8(bytes).map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to())))
+    String::from_utf8(bytes)
+        .map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to())))
 }
 
 /// The documents of `text`: the pieces between lines that are exactly
@@ -107,7 +108,8 @@ pub fn held_out(n: usize, fraction: f64, seed: u64) -> Vec<bool> {
         return out;
     }
     let k = ((n as f64 * fraction).round() as usize).clamp(1, n - 1);
-    let mut keyed: Vec<(u64, usize)> = (0..n).map(|i| (SplitMix64::new(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_u64(), i)).collect();
+    let mut keyed: Vec<(u64, usize)> =
+        (0..n).map(|i| (SplitMix64::new(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_u64(), i)).collect();
     keyed.sort_unstable();
     for &(_, i) in &keyed[..k] {
         out[i] = true;

@@ -111,7 +111,9 @@ impl Tokenizer {
     /// [`Error::Input`](crate::error::Error::Input) when `vocab_size` is below 257.
     pub fn train_bpe<S: AsRef<str> + Send>(docs: impl Iterator<Item = S> + Send, vocab_size: usize) -> Result<Tokenizer> {
         if vocab_size < 257 {
-            return Err(input(format!("--vocab-size {vocab_size} is too small: a byte-level BPE needs at least 257 ids (256 bytes and {EOT})")));
+            return Err(input(format!(
+                "--vocab-size {vocab_size} is too small: a byte-level BPE needs at least 257 ids (256 bytes and {EOT})"
+            )));
         }
         let alphabet: HashSet<char> = (0..=255u8).map(byte_to_unicode).collect();
         let mut trainer = BpeTrainerBuilder::new()
@@ -157,7 +159,8 @@ impl Tokenizer {
         let mut hf = Hf::new(bpe);
         hf.with_pre_tokenizer(Some(byte_level()));
         hf.with_decoder(Some(byte_level()));
-        let special: Vec<AddedToken> = control.iter().filter_map(|&id| tokens.get(id as usize)).map(|t| AddedToken::from(t.clone(), true)).collect();
+        let special: Vec<AddedToken> =
+            control.iter().filter_map(|&id| tokens.get(id as usize)).map(|t| AddedToken::from(t.clone(), true)).collect();
         hf.add_special_tokens(&special);
         Ok(Tokenizer::Bpe(Arc::new(Bpe::new(hf, origin)?)))
     }
@@ -168,8 +171,9 @@ impl Tokenizer {
     /// [`Error::Input`](crate::error::Error::Input) naming `origin` for any
     /// other kind of tokenizer or malformed JSON.
     pub fn from_json(json: &str, origin: &str) -> Result<Tokenizer> {
-        let hf: Hf = serde_json::from_str(json)
-            .map_err(|e| input(format!("{origin}: not a byte-level BPE tokenizer.json (BPE model, ByteLevel pre-tokenizer and decoder): {e}")))?;
+        let hf: Hf = serde_json::from_str(json).map_err(|e| {
+            input(format!("{origin}: not a byte-level BPE tokenizer.json (BPE model, ByteLevel pre-tokenizer and decoder): {e}"))
+        })?;
         let mut b = Bpe::new(hf, origin)?;
         b.json = json.to_string();
         Ok(Tokenizer::Bpe(Arc::new(b)))
@@ -267,7 +271,8 @@ impl Tokenizer {
                 (t, m, Some(b.eot))
             }
         };
-        let types: Vec<i32> = (0..tokens.len() as u32).map(|i| if Some(i) == eot { TOKEN_TYPE_CONTROL } else { TOKEN_TYPE_NORMAL }).collect();
+        let types: Vec<i32> =
+            (0..tokens.len() as u32).map(|i| if Some(i) == eot { TOKEN_TYPE_CONTROL } else { TOKEN_TYPE_NORMAL }).collect();
         g.set("tokenizer.ggml.model", "gpt2")?;
         g.set("tokenizer.ggml.pre", "gpt-2")?;
         g.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)))?;
@@ -314,7 +319,8 @@ impl Tokenizer {
             Some(Value::Array(Array::I32(t))) if t.len() == tokens.len() => t.clone(),
             Some(_) => return Err(input(format!("{origin}: tokenizer.ggml.token_type is not {} i32 values", tokens.len()))),
         };
-        let is_bytes = tokens.len() == 256 && merges.is_empty() && tokens.iter().enumerate().all(|(i, t)| t.chars().eq([byte_to_unicode(i as u8)]));
+        let is_bytes =
+            tokens.len() == 256 && merges.is_empty() && tokens.iter().enumerate().all(|(i, t)| t.chars().eq([byte_to_unicode(i as u8)]));
         if is_bytes {
             return Ok(Some(Tokenizer::Bytes));
         }

@@ -102,7 +102,7 @@ impl ModelConfig {
         if self.donor_width.is_some() && self.tied {
             return Err("a projection lens needs an untied output head".into());
         }
-        if !(self.norm_eps > 0.0 && self.norm_eps.is_finite()) || !(self.rope_base > 1.0 && self.rope_base.is_finite()) {
+        if !(self.norm_eps > 0.0 && self.norm_eps.is_finite() && self.rope_base > 1.0 && self.rope_base.is_finite()) {
             return Err("norm_eps must be positive and rope_base above 1".into());
         }
         if self.vocab > i32::MAX as usize || self.context > (1 << 20) {

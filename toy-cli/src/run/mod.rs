@@ -65,7 +65,10 @@ impl RunDir {
         if path.exists() && !allow_existing {
             let empty = std::fs::read_dir(&path).map(|mut d| d.next().is_none()).unwrap_or(false);
             if !empty {
-                return Err(input(format!("run folder {} already exists; choose another --out or resume it with --resume", path.display())));
+                return Err(input(format!(
+                    "run folder {} already exists; choose another --out or resume it with --resume",
+                    path.display()
+                )));
             }
         }
         std::fs::create_dir_all(path.join("weights")).map_err(|e| input(format!("cannot create run folder {}: {e}", path.display())))?;
@@ -87,7 +90,8 @@ impl RunDir {
         let tmp = dir.join(format!(".latest.tmp-{}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         #[cfg(unix)]
-        std::os::unix::fs::symlink(format!("step_{step}.gguf"), &tmp).map_err(|e| runtime(format!("cannot link {}: {e}", tmp.display())))?;
+        std::os::unix::fs::symlink(format!("step_{step}.gguf"), &tmp)
+            .map_err(|e| runtime(format!("cannot link {}: {e}", tmp.display())))?;
         #[cfg(not(unix))]
         std::fs::write(&tmp, format!("step_{step}.gguf")).map_err(|e| runtime(e.to_string()))?;
         std::fs::rename(&tmp, dir.join("latest")).map_err(|e| runtime(format!("cannot update weights/latest: {e}")))

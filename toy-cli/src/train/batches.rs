@@ -62,7 +62,7 @@ pub enum Sampler {
     Random { rng: Rng, t: usize, b: usize },
     /// Consecutive non-overlapping windows walking the split in order and
     /// wrapping at its end (one epoch); optionally shuffled per epoch.
-    Stream { rng: Rng, epoch_start: Rng, t: usize, b: usize, epoch: u64, index: u64, shuffle: bool, order: Vec<u32> },
+    Stream { rng: Rng, epoch_start: Box<Rng>, t: usize, b: usize, epoch: u64, index: u64, shuffle: bool, order: Vec<u32> },
 }
 
 impl Sampler {
@@ -77,7 +77,7 @@ impl Sampler {
     pub fn stream(seed: u64, t: usize, b: usize, shuffle: bool) -> Sampler {
         use rand::SeedableRng;
         let rng = Rng::seed_from_u64(seed ^ 0x5eed_ba7c_4e55_0002);
-        Sampler::Stream { epoch_start: rng.clone(), rng, t, b, epoch: 0, index: 0, shuffle, order: Vec::new() }
+        Sampler::Stream { epoch_start: Box::new(rng.clone()), rng, t, b, epoch: 0, index: 0, shuffle, order: Vec::new() }
     }
 
     /// Start offsets of the next step's windows in a split of `len` tokens
@@ -100,7 +100,7 @@ impl Sampler {
                         wrapped = true;
                     }
                     if *shuffle && order.is_empty() {
-                        *epoch_start = rng.clone();
+                        **epoch_start = rng.clone();
                         *order = shuffled(rng, n);
                     }
                     let w = if *shuffle { order[*index as usize] as u64 } else { *index };
@@ -147,7 +147,7 @@ impl Sampler {
                 *index = st.index;
                 order.clear();
                 if *shuffle {
-                    *epoch_start = rng.clone();
+                    **epoch_start = rng.clone();
                     *order = shuffled(rng, ((len - 1) / *t) as u64);
                 }
             }

@@ -133,7 +133,13 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     }
     let moments = AdamWState::new(&wctx, &trainable)?;
     let accumulators: Option<Vec<_>> = if opts.skip_nonfinite {
-        Some(trainable.iter().enumerate().map(|(i, p)| wctx.new_tensor(ggml_rs::DType::F32, &p.shape())?.set_name(&format!("grad_acc.{i}"))).collect::<ggml_rs::Result<_>>()?)
+        Some(
+            trainable
+                .iter()
+                .enumerate()
+                .map(|(i, p)| wctx.new_tensor(ggml_rs::DType::F32, &p.shape())?.set_name(&format!("grad_acc.{i}")))
+                .collect::<ggml_rs::Result<_>>()?,
+        )
     } else {
         None
     };
@@ -168,11 +174,16 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     // Compute contexts outlive every graph built in them.
     let cctx = Context::new(capacity(cfg.model.n_layers) * 2)?;
     let ectx = Context::new(capacity(cfg.model.n_layers))?;
-    let mut train = TrainStep::new(&cctx, &weights, &moments, &consts, t, cfg.batch, opt, accumulators.as_deref(), &backends).map_err(|e| runtime(format!("cannot build the training step: {e}")))?;
+    let mut train = TrainStep::new(&cctx, &weights, &moments, &consts, t, cfg.batch, opt, accumulators.as_deref(), &backends)
+        .map_err(|e| runtime(format!("cannot build the training step: {e}")))?;
     train.optimizer().set_step_count(opt_t);
     let val_starts = eval_starts(corpus.val.len(), t, cfg.eval_windows);
     let eb = cfg.batch.min(val_starts.len()).max(1);
-    let mut eval = if val_starts.is_empty() { None } else { Some(EvalStep::new(&ectx, &weights, &consts, t, eb, &backends).map_err(|e| runtime(e.to_string()))?) };
+    let mut eval = if val_starts.is_empty() {
+        None
+    } else {
+        Some(EvalStep::new(&ectx, &weights, &consts, t, eb, &backends).map_err(|e| runtime(e.to_string()))?)
+    };
 
     let mut log = EventLog::open(&run.path.join("events.jsonl"))?;
     let m = &cfg.model;
@@ -202,12 +213,20 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
             }),
         )?;
     } else {
-        log.emit("resume", json!({ "resumed_at": now_rfc3339(), "from_step": start_step, "steps": cfg.steps, "backend": { "device": device.name() } }))?;
+        log.emit(
+            "resume",
+            json!({ "resumed_at": now_rfc3339(), "from_step": start_step, "steps": cfg.steps, "backend": { "device": device.name() } }),
+        )?;
     }
     let fallbacks = train.graph().cpu_fallbacks();
     if !fallbacks.is_empty() {
         let ops: Vec<String> = fallbacks.iter().map(|p| p.op.clone()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
-        eprintln!("toy train: warning: {} graph nodes run on the CPU because {} cannot run them ({})", fallbacks.len(), device.name(), ops.join(", "));
+        eprintln!(
+            "toy train: warning: {} graph nodes run on the CPU because {} cannot run them ({})",
+            fallbacks.len(),
+            device.name(),
+            ops.join(", ")
+        );
         log.emit("fallback", json!({ "device": device.name(), "n_nodes": fallbacks.len(), "ops": ops }))?;
     }
     let prov = |step| Provenance { run_id: run.id.clone(), step, name: format!("toy-{}-{}", m.arch.name(), cfg.preset.name()) };

@@ -65,7 +65,10 @@ impl Loop<'_, '_> {
     }
 
     fn end(&mut self, reason: &str, step: u64, loss: f32, code: i32) -> Result<()> {
-        self.log.emit("run_end", json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": step, "final_loss": loss, "exit_code": code }))
+        self.log.emit(
+            "run_end",
+            json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": step, "final_loss": loss, "exit_code": code }),
+        )
     }
 }
 
@@ -97,7 +100,8 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let bar = (l.opts.progress && !l.opts.quiet).then(|| {
         let pb = indicatif::ProgressBar::new(cfg.steps);
         pb.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]").unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         pb.set_position(l.start_step);
         pb
@@ -147,7 +151,8 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         }
         done = step;
         last_loss = st.loss;
-        let mut ev = json!({ "phase": "train", "step": step, "loss": st.loss, "lr": lr, "tokens": cfg.tokens_per_step(), "wall_us": wall_us });
+        let mut ev =
+            json!({ "phase": "train", "step": step, "loss": st.loss, "lr": lr, "tokens": cfg.tokens_per_step(), "wall_us": wall_us });
         if let Some(g) = st.grad_norm {
             ev["grad_norm"] = json!(g);
         }
@@ -199,7 +204,10 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     if reason == "interrupted" {
         return Err(Error::Interrupted(
             sig,
-            format!("interrupted at step {done}; saved weights/step_{done}.gguf (continue with: toy train --resume {})", l.run.path.display()),
+            format!(
+                "interrupted at step {done}; saved weights/step_{done}.gguf (continue with: toy train --resume {})",
+                l.run.path.display()
+            ),
         ));
     }
     Ok(Outcome {

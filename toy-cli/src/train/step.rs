@@ -37,7 +37,11 @@ impl<'c> Consts<'c> {
         Ok(Consts {
             pos: ctx.new_tensor_1d(DType::I32, (t * b_max.max(1)) as i64)?.set_name("pos")?,
             mask: ctx.new_tensor_2d(DType::F32, t as i64, t as i64)?.set_name("causal_mask")?,
-            eye: if vocab <= MAX_EYE_VOCAB { Some(ctx.new_tensor_2d(DType::F32, vocab as i64, vocab as i64)?.set_name("eye")?) } else { None },
+            eye: if vocab <= MAX_EYE_VOCAB {
+                Some(ctx.new_tensor_2d(DType::F32, vocab as i64, vocab as i64)?.set_name("eye")?)
+            } else {
+                None
+            },
         })
     }
 
@@ -148,7 +152,17 @@ impl<'a> TrainStep<'a> {
     /// With `opt.skip_nonfinite`, `accumulators` holds one allocated f32 tensor
     /// per trainable parameter (in [`Weights::params`] order).
     #[allow(clippy::too_many_arguments)]
-    pub fn new(ctx: &'a Context, w: &Weights<'a>, state: &AdamWState<'a>, consts: &Consts<'a>, t: usize, b: usize, opt: OptSettings, accumulators: Option<&[Tensor<'a>]>, backends: &[Backend]) -> Result<TrainStep<'a>> {
+    pub fn new(
+        ctx: &'a Context,
+        w: &Weights<'a>,
+        state: &AdamWState<'a>,
+        consts: &Consts<'a>,
+        t: usize,
+        b: usize,
+        opt: OptSettings,
+        accumulators: Option<&[Tensor<'a>]>,
+        backends: &[Backend],
+    ) -> Result<TrainStep<'a>> {
         let lg = loss_graph(ctx, w, consts, t, b)?;
         let mut graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
         if !opt.skip_nonfinite {
@@ -185,7 +199,11 @@ impl<'a> TrainStep<'a> {
         let sumsq = sumsq.ok_or_else(|| ggml_rs::Error::Backward("nothing to train".into()))?.set_output();
         graph.expand(sumsq)?;
         graph.allocate(backends)?;
-        let ordered: Vec<Tensor<'a>> = groups.iter().flat_map(|g| g.params.iter()).map(|p| pairs.iter().find(|(q, _)| q == p).expect("every param has an accumulator").1).collect();
+        let ordered: Vec<Tensor<'a>> = groups
+            .iter()
+            .flat_map(|g| g.params.iter())
+            .map(|p| pairs.iter().find(|(q, _)| q == p).expect("every param has an accumulator").1)
+            .collect();
         let mut update = Graph::new(ctx, capacity(w.config().n_layers))?;
         let o = Optimizer::adamw_accumulated(ctx, &mut update, &ordered, state, &groups, opt.adamw, opt.grad_clip)?;
         update.allocate(backends)?;

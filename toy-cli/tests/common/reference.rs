@@ -55,7 +55,9 @@ fn attention(q: &[Vec<f64>], k: &[Vec<f64>], v: &[Vec<f64>], h: usize, hkv: usiz
         let kvh = head / (h / hkv);
         for i in 0..t {
             let qi = &q[i][head * dh..(head + 1) * dh];
-            let scores: Vec<f64> = (0..=i).map(|j| qi.iter().zip(&k[j][kvh * dh..(kvh + 1) * dh]).map(|(a, b)| a * b).sum::<f64>() / (dh as f64).sqrt()).collect();
+            let scores: Vec<f64> = (0..=i)
+                .map(|j| qi.iter().zip(&k[j][kvh * dh..(kvh + 1) * dh]).map(|(a, b)| a * b).sum::<f64>() / (dh as f64).sqrt())
+                .collect();
             let m = scores.iter().cloned().fold(f64::MIN, f64::max);
             let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
             let z: f64 = e.iter().sum();

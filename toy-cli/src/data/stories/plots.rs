@@ -34,10 +34,18 @@ pub const ENDING: Beats = &[
 ];
 
 const LOST: Beats = &[
-    &["{H} had {a_obj}. {h_He} loved it very much.", "{H}'s favorite toy was {a_obj}.", "{h_His} {parent} gave {h_him} {a_obj} for {h_his} birthday."],
+    &[
+        "{H} had {a_obj}. {h_He} loved it very much.",
+        "{H}'s favorite toy was {a_obj}.",
+        "{h_His} {parent} gave {h_him} {a_obj} for {h_his} birthday.",
+    ],
     &["{h_He} took it everywhere, even to bed.", "Every day, {h_he} played with it {in_place}.", ""],
     &[PARA],
-    &["{time}, {H} could not find the {obj_n}.", "{time}, {H} looked for {h_his} {obj_n}, but it was gone!", "{time}, the {obj_n} was not in its box."],
+    &[
+        "{time}, {H} could not find the {obj_n}.",
+        "{time}, {H} looked for {h_his} {obj_n}, but it was gone!",
+        "{time}, the {obj_n} was not in its box.",
+    ],
     &["{h_He} felt very sad.", "{H} began to cry.", "\"Oh no!\" said {H}. \"Where is my {obj_n}?\""],
     &[
         "{h_He} looked under the bed. {h_He} looked behind the door. It was not there.",
@@ -75,12 +83,21 @@ const SHARE: Beats = &[
     ],
     &["{h_He} broke the {food_n} in two and gave half to {F}.", "\"Here, you can have half,\" said {H}."],
     &["{F} smiled a big smile.", "\"Thank you!\" said {F}.", "{F} was very happy."],
-    &["They ate together {in_place}.", "They sat near {thing1} and ate their snack.", "The {food_n} tasted even better when they shared it."],
+    &[
+        "They ate together {in_place}.",
+        "They sat near {thing1} and ate their snack.",
+        "The {food_n} tasted even better when they shared it.",
+    ],
     &["{H} learned that sharing makes everyone happy.", "{H} felt warm inside.", ""],
 ];
 
 const FEAR: Beats = &[
-    &["{H} was afraid of the dark.", "{H} was scared of loud thunder.", "{H} was afraid of the deep water {in_place}.", "{H} was scared of the big dog next door."],
+    &[
+        "{H} was afraid of the dark.",
+        "{H} was scared of loud thunder.",
+        "{H} was afraid of the deep water {in_place}.",
+        "{H} was scared of the big dog next door.",
+    ],
     &["{h_He} did not like to talk about it.", "Every time {h_he} thought about it, {h_his} knees shook.", ""],
     &[PARA],
     &["{time}, {h_his} fear came back.", "{time}, {H} felt the fear again.", "{time}, it happened again."],
@@ -93,7 +110,11 @@ const FEAR: Beats = &[
         "{h_His} {parent} held {h_his} hand and sang a soft song.",
     ],
     &["{H} took a deep breath.", "{H} counted to ten.", "{H} felt a little better."],
-    &["Slowly, {h_he} opened {h_his} eyes. It was not so bad after all.", "Step by step, {h_he} faced {h_his} fear.", "{h_He} was still a bit scared, but {h_he} did it anyway."],
+    &[
+        "Slowly, {h_he} opened {h_his} eyes. It was not so bad after all.",
+        "Step by step, {h_he} faced {h_his} fear.",
+        "{h_He} was still a bit scared, but {h_he} did it anyway.",
+    ],
     &["{h_He} felt proud of {h_him}self.", "\"I did it!\" said {H}.", "Everyone cheered for {H}."],
     &["{H} learned that being brave is easier with someone you love.", "Now {H} is not so scared anymore.", ""],
 ];
@@ -111,11 +132,19 @@ const MAKE: Beats = &[
     &["But it fell down.", "But it did not look right.", "But it went wrong, and {h_he} had to start again.", "But it broke into pieces."],
     &["{H} felt like giving up.", "{H} stamped {h_his} feet.", "\"This is too hard,\" said {H}."],
     &["{F} came to see what was wrong.", "{h_His} {parent} came over.", ""],
-    &["\"Try again, slowly this time,\" said {F}.", "\"Everyone makes mistakes. Let's try again,\" {parent} said.", "\"You can do it,\" said a little voice. It was {F}."],
+    &[
+        "\"Try again, slowly this time,\" said {F}.",
+        "\"Everyone makes mistakes. Let's try again,\" {parent} said.",
+        "\"You can do it,\" said a little voice. It was {F}.",
+    ],
     &[PARA],
     &["So {H} tried again.", "{H} took a deep breath and started over.", "This time, {H} was careful and patient."],
     &["{h_He} went step by step.", "{h_He} did not rush.", ""],
-    &["At last, it was done! It was beautiful.", "At the end, it was the best one {h_he} had ever made.", "When it was finished, everyone said, \"Wow!\""],
+    &[
+        "At last, it was done! It was beautiful.",
+        "At the end, it was the best one {h_he} had ever made.",
+        "When it was finished, everyone said, \"Wow!\"",
+    ],
     &["{H} learned that when you keep trying, you get better.", "{H} was proud of {h_his} work.", "{H} learned to be patient."],
 ];
 
@@ -123,14 +152,23 @@ const NEW_FRIEND: Beats = &[
     &["{time}, {H} was playing alone {in_place}.", "{time}, {H} went to the {place} by {h_him}self.", "{H} felt lonely {time_l}."],
     &["{h_He} had nobody to play with.", "{h_He} wished {h_he} had a friend.", ""],
     &[PARA],
-    &["Then {h_he} saw a {f_kind} sitting near {thing1}.", "Near {thing2}, {h_he} saw a new {f_kind}.", "A {f_adj} {f_kind} was standing all alone."],
+    &[
+        "Then {h_he} saw a {f_kind} sitting near {thing1}.",
+        "Near {thing2}, {h_he} saw a new {f_kind}.",
+        "A {f_adj} {f_kind} was standing all alone.",
+    ],
     &["The {f_kind} looked shy.", "The {f_kind} looked a little sad.", "The {f_kind} was new {in_place}."],
     &["{H} walked over and said, \"Hi! I am {H}. What is your name?\"", "{H} waved and said, \"Hello!\""],
     &["\"My name is {F},\" said the {f_kind}.", "\"I am {F},\" said the {f_kind} quietly."],
     &["\"Do you want to play with me?\" asked {H}.", "\"Would you like to play a game?\" asked {H}."],
     &[PARA],
     &["{F} smiled and said yes.", "{F} nodded and smiled."],
-    &["They played tag all around {thing3}.", "They played hide and seek {in_place}.", "They took turns on {thing1}.", "They built a little house out of sticks."],
+    &[
+        "They played tag all around {thing3}.",
+        "They played hide and seek {in_place}.",
+        "They took turns on {thing1}.",
+        "They built a little house out of sticks.",
+    ],
     &["They laughed and laughed.", "They had so much fun.", "The time went by so fast."],
     &["When it was time to go home, {F} said, \"Can we play again tomorrow?\"", "\"You are my new friend,\" said {F}."],
     &["{H} learned that saying hello can make a new friend.", ""],
@@ -163,12 +201,20 @@ const HELP: Beats = &[
 ];
 
 const TRIP: Beats = &[
-    &["{time}, {H} and {h_his} {parent} went to the {place}.", "{time}, {H} went on an adventure to the {place}.", "{time}, {H} and {F} walked to the {place}."],
+    &[
+        "{time}, {H} and {h_his} {parent} went to the {place}.",
+        "{time}, {H} went on an adventure to the {place}.",
+        "{time}, {H} and {F} walked to the {place}.",
+    ],
     &["{h_He} was so excited.", "{H} packed {food} and {h_his} {obj}.", "The sun was shining and the sky was blue."],
     &[PARA],
     &["First, {h_he} saw {thing1}.", "{In_place}, {h_he} saw {thing1} and {thing2}.", "There were so many things to see."],
     &["\"Look!\" said {H}. \"It is so big!\"", "\"Wow,\" said {H}. \"I have never seen that before!\"", ""],
-    &["Then {h_he} ran to {thing3}.", "Then {h_he} played near {thing3} for a long time.", "Then {h_he} found a little path and followed it."],
+    &[
+        "Then {h_he} ran to {thing3}.",
+        "Then {h_he} played near {thing3} for a long time.",
+        "Then {h_he} found a little path and followed it.",
+    ],
     &[PARA],
     &[
         "Suddenly, it started to rain. {H} and {h_his} {parent} ran under a tree and waited.",
@@ -177,11 +223,19 @@ const TRIP: Beats = &[
         "After a while, {H} got a little lost, but {h_he} remembered the way back.",
     ],
     &["Soon it was time to go home.", "When the sun went down, they walked home."],
-    &["At home, {h_he} told everyone about {h_his} day.", "That night, {H} dreamed about the {place}.", "{H} said, \"Can we go again soon?\""],
+    &[
+        "At home, {h_he} told everyone about {h_his} day.",
+        "That night, {H} dreamed about the {place}.",
+        "{H} said, \"Can we go again soon?\"",
+    ],
 ];
 
 const GARDEN: Beats = &[
-    &["{time}, {H} found a tiny seed.", "{time}, {H}'s {parent} gave {h_him} a little seed.", "{time}, {H} wanted to grow a flower from a tiny seed."],
+    &[
+        "{time}, {H} found a tiny seed.",
+        "{time}, {H}'s {parent} gave {h_him} a little seed.",
+        "{time}, {H} wanted to grow a flower from a tiny seed.",
+    ],
     &["{h_He} dug a small hole and put the seed in.", "{h_He} planted it {in_place}.", "{h_He} put it in a pot by the window."],
     &["{h_He} gave it water every day.", "Every morning, {h_he} gave it a little water.", "{h_He} made sure it had lots of sun."],
     &[PARA],
@@ -238,7 +292,11 @@ const LISTEN: Beats = &[
     ],
     &["But {H} did not listen.", "{H} nodded, but {h_he} was very curious."],
     &[PARA],
-    &["{time}, {h_he} went there anyway.", "When nobody was looking, {h_he} went off alone.", "{time}, {h_he} forgot what {h_his} {parent} said."],
+    &[
+        "{time}, {h_he} went there anyway.",
+        "When nobody was looking, {h_he} went off alone.",
+        "{time}, {h_he} forgot what {h_his} {parent} said.",
+    ],
     &[
         "{h_He} slipped and got all wet and muddy.",
         "{h_He} got stuck and could not get down.",
@@ -281,7 +339,11 @@ const TIDY: Beats = &[
     &["{h_He} looked and looked, but there were too many things.", "{h_He} felt sad and cross."],
     &[PARA],
     &["So {H} began to clean.", "So {h_he} picked up one toy at a time."],
-    &["{h_He} put the books on the shelf and the toys in the box.", "{F} came and helped {h_him}.", "{h_He} sang a song while {h_he} worked."],
+    &[
+        "{h_He} put the books on the shelf and the toys in the box.",
+        "{F} came and helped {h_him}.",
+        "{h_He} sang a song while {h_he} worked.",
+    ],
     &["Under the last pile, {h_he} found the {obj_n}!", "At the very end, there was the {obj_n}!"],
     &["{h_His} room looked so nice and clean.", "{h_His} {parent} smiled and said, \"Well done!\""],
     &["{H} learned that a tidy room is a happy room.", "{H} learned to put things back where they belong.", ""],

@@ -77,11 +77,36 @@ pub const PLACES: &[Place] = &[
 ];
 
 pub const OBJECTS: &[&str] = &[
-    "ball", "kite", "teddy bear", "toy car", "hat", "book", "blanket", "drum", "boat", "shell", "doll", "robot", "scarf", "bucket",
-    "wagon", "balloon", "whistle", "marble", "cup", "crayon", "train", "umbrella", "bell", "box", "sock", "ribbon",
+    "ball",
+    "kite",
+    "teddy bear",
+    "toy car",
+    "hat",
+    "book",
+    "blanket",
+    "drum",
+    "boat",
+    "shell",
+    "doll",
+    "robot",
+    "scarf",
+    "bucket",
+    "wagon",
+    "balloon",
+    "whistle",
+    "marble",
+    "cup",
+    "crayon",
+    "train",
+    "umbrella",
+    "bell",
+    "box",
+    "sock",
+    "ribbon",
 ];
 
-pub const COLORS: &[&str] = &["red", "blue", "green", "yellow", "pink", "purple", "orange", "shiny", "little", "big", "soft", "old", "new", "striped"];
+pub const COLORS: &[&str] =
+    &["red", "blue", "green", "yellow", "pink", "purple", "orange", "shiny", "little", "big", "soft", "old", "new", "striped"];
 
 /// A food with its article, and its noun alone.
 pub const FOODS: &[(&str, &str)] = &[
@@ -101,7 +126,8 @@ pub const FOODS: &[(&str, &str)] = &[
     ("a plum", "plum"),
 ];
 
-pub const TRAITS: &[&str] = &["kind", "brave", "curious", "shy", "happy", "silly", "clever", "gentle", "busy", "sleepy", "friendly", "little", "playful", "quiet"];
+pub const TRAITS: &[&str] =
+    &["kind", "brave", "curious", "shy", "happy", "silly", "clever", "gentle", "busy", "sleepy", "friendly", "little", "playful", "quiet"];
 
 pub const PARENTS: &[&str] = &["mom", "dad", "grandma", "grandpa"];
 
