@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # Preset shapes (d_model, heads, d_ff, layers, context, batch), as toy's config.rs.
 PRESETS = {
     "smoke": (64, 4, 128, 2, 32, 1),
-    "tiny": (128, 4, 344, 4, 128, 16),
+    "tiny": (128, 4, 344, 4, 64, 8),
     "small": (256, 8, 688, 6, 256, 32),
     "medium": (512, 8, 1376, 8, 512, 32),
 }
