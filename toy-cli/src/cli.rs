@@ -158,6 +158,10 @@ pub struct TrainArgs {
     /// Feed-forward width.
     #[arg(long = "d-ff")]
     pub d_ff: Option<usize>,
+    /// Vocabulary: of the BPE trained on the fly for raw text (default 1024), or of
+    /// toy's id files (default: the largest id + 1; larger ids are an error).
+    #[arg(long = "vocab-size")]
+    pub vocab_size: Option<usize>,
     /// Peak learning rate.
     #[arg(long)]
     pub lr: Option<f32>,

@@ -114,6 +114,9 @@ pub fn validate(buf: &[u8]) -> Result<Header, String> {
                 return Err(format!("{key:?}: nested arrays are not supported"));
             }
         }
+        if key == "general.alignment" && (is_array || ty != 4) {
+            return Err("general.alignment must be a u32".into());
+        }
         match (ty, scalar_size(ty)) {
             (8, _) => {
                 if n > (c.left() / 8) as u64 {

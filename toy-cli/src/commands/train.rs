@@ -3,7 +3,7 @@
 
 use crate::cli::{Recipe, TrainArgs};
 use crate::config::{Preset, TrainConfig};
-use crate::data::{load_corpus, Corpus, CorpusOptions};
+use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
 use crate::error::{input, Result};
 use crate::model::Arch;
 use crate::run::{make_run_id, RunDir};
@@ -147,12 +147,19 @@ pub fn run_dir(out: Option<&PathBuf>, arch: Arch) -> Result<RunDir> {
     RunDir::create(id, path, false)
 }
 
-/// Load the corpus a configuration names (`<embedded>` or empty: the built-in one).
-fn corpus_for(name: &str) -> Result<Corpus> {
-    if name.is_empty() || name == "<embedded>" {
-        default_corpus()
-    } else {
-        load_corpus(Path::new(name), &CorpusOptions::default())
+/// Load the corpus at `path` (the built-in one when `None`); `vocab` sizes the
+/// BPE trained for raw text, or bounds the ids of id files.
+pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>) -> Result<Corpus> {
+    match path {
+        None => default_corpus(),
+        Some(p) if p.as_os_str() == "<embedded>" || p.as_os_str().is_empty() => default_corpus(),
+        Some(p) => {
+            if vocab == Some(0) {
+                return Err(input("--vocab-size must be at least 1"));
+            }
+            let text = TextOptions { bpe_vocab_size: vocab.unwrap_or(TextOptions::default().bpe_vocab_size), ..Default::default() };
+            load_corpus_with(p, &CorpusOptions { vocab_size: vocab, ..Default::default() }, &text)
+        }
     }
 }
 
@@ -189,7 +196,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Corpus, RunDir, Pla
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
     let run = RunDir::create(id, dir.to_path_buf(), true)?;
     let ck = run.latest().ok_or_else(|| input(format!("--resume {}: no checkpoint (weights/latest) to resume from", dir.display())))?;
-    let corpus = corpus_for(&cfg.corpus)?;
+    let corpus = load_training_corpus(Some(Path::new(&cfg.corpus)), Some(cfg.model.vocab))?;
     let recipe = if cfg.recipe == "warm-start" { "warm-start" } else { "from-scratch" };
     Ok((cfg.clone(), corpus, run, Plan { recipe, init: Init::Random, stream: cfg.stream, resume: Some(ck) }))
 }
@@ -224,10 +231,7 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
             "--donor, --init, --match-by, --lens-init and --shuffle belong to the warm-start recipe (toy train warm-start ...)",
         ));
     }
-    let corpus = match &a.corpus {
-        Some(p) => load_corpus(p, &CorpusOptions::default())?,
-        None => default_corpus()?,
-    };
+    let corpus = load_training_corpus(a.corpus.as_deref(), a.vocab_size)?;
     let mut donor = None;
     let mut a = a.clone();
     if recipe == Recipe::WarmStart {
