@@ -74,7 +74,7 @@ def parse_args(argv=None):
 
 
 def sh(cmd):
-    """Run a toy command, echoing it; returns its stdout. Exits 2 when it fails."""
+    """Run a toy command, echoing it; returns its stdout. Exits (status 1) with toy's output when it fails."""
     print("$ " + " ".join(str(c) for c in cmd), file=sys.stderr, flush=True)
     r = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
@@ -358,7 +358,8 @@ def main(argv=None):
     try:
         if a.run:
             run = Path(a.run).resolve()
-            a.steps = tomllib.loads((run / "config.toml").read_text())["steps"]
+            cfg = tomllib.loads((run / "config.toml").read_text())
+            a.steps, a.preset, a.arch = cfg["steps"], cfg["preset"], cfg["model"]["arch"]
         else:
             run = work / "run"
             if run.exists():
