@@ -127,8 +127,11 @@ def read_run(run):
 
 
 def lr_at(step, c):
-    """Cosine schedule with linear warmup, step 1-based (TrainConfig fields)."""
-    lr, lo, warm, n = c["lr"], c["min_lr"], c["warmup_steps"], c["steps"]
+    """Cosine schedule with linear warmup, step 1-based (TrainConfig fields).
+    The warmup is at most the run's length (a run shorter than its warmup
+    still reaches the peak learning rate at its last step)."""
+    lr, lo, n = c["lr"], c["min_lr"], c["steps"]
+    warm = min(c["warmup_steps"], n)
     if step <= warm:
         return lr * step / warm
     if n - warm <= 1:

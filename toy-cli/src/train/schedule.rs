@@ -1,7 +1,9 @@
 //! Learning-rate schedule: linear warmup, then cosine decay (Loshchilov & Hutter
 //! 2017, as nanoGPT's `get_lr`).
 
-/// Cosine schedule with linear warmup over `steps` steps.
+/// Cosine schedule with linear warmup over `steps` steps. Runs shorter than
+/// their warmup use `warmup_steps = steps` (the caller clamps), so they still
+/// reach the peak rate at their last step.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Cosine {
     pub lr: f32,
