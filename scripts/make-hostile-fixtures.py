@@ -98,7 +98,7 @@ corpus("odd-size.bin", b"\x01\x00\x00\x00\x02\x00", "not a whole number of i32 i
 corpus("negative-id.bin", struct.pack("<3i", 1, -5, 2), "negative id -5")
 corpus("empty.txt", b"", "is empty")
 corpus("not-utf8.md", b"Once upon a time \xff\xfe there", "not UTF-8")
-corpus("out-of-vocab.txt", b"1 2 3\n4 5 6\n7 8 1000000\n", "line 3")
+corpus("out-of-vocab.txt", b"1 2 3\n4 5 6\n7 8 1000000\n", "out-of-vocab.txt:3:5: id 1000000 is outside the vocabulary of 100")
 corpus("short.bin", struct.pack("<4i", 1, 2, 3, 4), "fewer than one window")
 corpus("missing.bin", None, "does not exist")
 
