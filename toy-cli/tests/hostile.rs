@@ -21,7 +21,19 @@ fn hostile_files_give_one_clear_line() {
         let out = match kind {
             "model" => toy().args(["generate", path.to_str().unwrap(), "-n", "1"]).output().unwrap(),
             _ => toy()
-                .args(["train", "--corpus", path.to_str().unwrap(), "--steps", "1", "--threads", "1", "--vocab-size", "100", "--preset", "smoke"])
+                .args([
+                    "train",
+                    "--corpus",
+                    path.to_str().unwrap(),
+                    "--steps",
+                    "1",
+                    "--threads",
+                    "1",
+                    "--vocab-size",
+                    "100",
+                    "--preset",
+                    "smoke",
+                ])
                 .arg("--out")
                 .arg(out_dir.path().join(file))
                 .output()

@@ -95,7 +95,10 @@ fn kill_9_during_checkpoints_leaves_a_loadable_checkpoint() {
     for (i, delay_ms) in [40u64, 90, 150, 230, 330].iter().enumerate() {
         let run = dir.path().join(format!("k{i}"));
         // A checkpoint every step: a kill lands inside a write most of the time.
-        let mut child = train(&run, &["--preset", "tiny", "--steps", "100000", "--save-every", "1", "--eval-every", "0"]).stdout(Stdio::null()).spawn().unwrap();
+        let mut child = train(&run, &["--preset", "tiny", "--steps", "100000", "--save-every", "1", "--eval-every", "0"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
         wait_for(&run, "checkpoint", 1, &mut child);
         std::thread::sleep(Duration::from_millis(*delay_ms));
         signal(&child, "-KILL");
@@ -103,7 +106,12 @@ fn kill_9_during_checkpoints_leaves_a_loadable_checkpoint() {
         let out = toy().args(["generate"]).arg(&run).args(["-n", "2", "--greedy"]).output().unwrap();
         assert!(out.status.success(), "after kill -9 the latest checkpoint does not load: {}", String::from_utf8_lossy(&out.stderr));
         // ... and the run can continue from it.
-        let out = toy().args(["train", "--resume"]).arg(&run).args(["--steps", &(count(&run, "checkpoint") as u64 + 2).to_string()]).output().unwrap();
+        let out = toy()
+            .args(["train", "--resume"])
+            .arg(&run)
+            .args(["--steps", &(count(&run, "checkpoint") as u64 + 2).to_string()])
+            .output()
+            .unwrap();
         assert!(out.status.success(), "resume after kill -9: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
@@ -112,7 +120,11 @@ fn kill_9_during_checkpoints_leaves_a_loadable_checkpoint() {
 fn an_unwritable_checkpoint_ends_the_run_and_keeps_the_last_good_one() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("r");
-    let mut child = train(&run, &["--preset", "tiny", "--steps", "40", "--save-every", "10", "--eval-every", "0"]).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = train(&run, &["--preset", "tiny", "--steps", "40", "--save-every", "10", "--eval-every", "0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     wait_for(&run, "checkpoint", 1, &mut child);
     // A folder where the next checkpoint should go: no write can replace it.
     std::fs::create_dir_all(run.join("weights/step_20.gguf/blocker")).unwrap();
@@ -138,7 +150,8 @@ fn a_non_finite_step_stops_without_a_checkpoint() {
     assert!(std::fs::read_dir(run.join("weights")).unwrap().next().is_none(), "a checkpoint was written");
 
     let run2 = dir.path().join("s");
-    let out = train(&run2, &["--preset", "smoke", "--steps", "30", "--lr", "1e30", "--warmup-steps", "0", "--skip-nonfinite"]).output().unwrap();
+    let out =
+        train(&run2, &["--preset", "smoke", "--steps", "30", "--lr", "1e30", "--warmup-steps", "0", "--skip-nonfinite"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(count(&run2, "skip") > 0);
     assert_eq!(last_event(&run2)["reason"], "completed");
@@ -149,7 +162,8 @@ fn keep_prunes_old_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("r");
     assert!(train(&run, &["--preset", "smoke", "--steps", "12", "--save-every", "2", "--keep", "2"]).status().unwrap().success());
-    let mut names: Vec<String> = std::fs::read_dir(run.join("weights")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let mut names: Vec<String> =
+        std::fs::read_dir(run.join("weights")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
     assert_eq!(names, ["latest", "step_10.gguf", "step_10.state.gguf", "step_12.gguf", "step_12.state.gguf"]);
 }

@@ -3,7 +3,7 @@
 use crate::checkpoint::{open_checkpoint, with_loaded};
 use crate::cli::EvalArgs;
 use crate::commands::generate::resolve_model;
-use crate::data::{load_corpus, CorpusOptions};
+use crate::data::{load_corpus_with, CorpusOptions, TextOptions};
 use crate::error::{input, Result};
 use crate::train::backends_for;
 use crate::train::batches::{batch_at, eval_starts};
@@ -24,15 +24,17 @@ pub struct EvalResult {
     pub bits_per_byte: Option<f64>,
 }
 
-fn is_id_text(text: &str) -> bool {
-    let mut any = false;
-    for l in text.lines().filter(|l| !l.trim().is_empty()) {
-        if !l.split_whitespace().all(|w| w.parse::<u32>().is_ok()) {
-            return false;
-        }
-        any = true;
+/// UTF-8 bytes of the documents of a raw text file (separator lines excluded),
+/// or `None` for id files and prepared folders.
+fn text_bytes(path: &std::path::Path) -> Option<usize> {
+    if !path.is_file() || path.extension().is_some_and(|e| e == "bin") {
+        return None;
     }
-    any
+    let text = std::fs::read_to_string(path).ok()?;
+    if text.lines().filter(|l| !l.trim().is_empty()).all(|l| l.split_whitespace().all(|w| w.parse::<u32>().is_ok())) {
+        return None;
+    }
+    Some(text.lines().filter(|l| l.trim() != "<|endoftext|>").map(|l| l.len() + 1).sum())
 }
 
 /// Evaluate `args.model` on `args.corpus`.
@@ -42,24 +44,13 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     if !path.exists() {
         return Err(input(format!("corpus {} does not exist", path.display())));
     }
-    let is_text = path.is_file() && path.extension().map(|e| e != "bin").unwrap_or(true);
-    let (ids, bytes) = if is_text {
-        let raw = std::fs::read(path).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
-        let text = String::from_utf8(raw)
-            .map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to())))?;
-        if is_id_text(&text) {
-            let c = load_corpus(path, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(ck.config.vocab) })?;
-            (c.train, None)
-        } else {
-            let tok = ck.tokenizer.as_ref().ok_or_else(|| input(format!("{} has no tokenizer to read text with", args.model.display())))?;
-            (tok.encode(&text)?, Some(text.len()))
-        }
-    } else {
-        let c = load_corpus(path, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(ck.config.vocab) })?;
-        let mut all = c.train;
-        all.extend(c.val);
-        (all, None)
-    };
+    // Text is read as training reads it (documents, end-of-text tokens), with the
+    // checkpoint's tokenizer; id files and prepared folders as they are.
+    let text = TextOptions { tokenizer: ck.tokenizer.clone(), ..Default::default() };
+    let c = load_corpus_with(path, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(ck.config.vocab) }, &text)?;
+    let bytes = c.tokenizer.as_ref().and(text_bytes(path));
+    let mut ids = c.train;
+    ids.extend(c.val);
     if let Some((i, &bad)) = ids.iter().enumerate().find(|(_, &x)| x as usize >= ck.config.vocab) {
         return Err(input(format!(
             "{}: id {bad} at position {i} is outside the model's vocabulary of {}",

@@ -1,0 +1,145 @@
+//! Bad input through the binary: one line `toy <cmd>: ...`, exit code 2, no
+//! panic and no half-made output; plus the warm-start recipe and the
+//! `toy debug` dump formats the parity harness reads.
+
+use ggml_rs::gguf::{GgufFile, GgufWriter};
+use ggml_rs::DType;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn toy(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toy")).args(args).current_dir(dir).env_remove("TOY_RUN_ID").output().unwrap()
+}
+
+fn fails(o: &Output, cmd: &str, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "toy {cmd}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with(&format!("toy {cmd}: ")) && !err.contains("panicked"), "{err}");
+    assert!(err.contains(needle), "{err:?} lacks {needle:?}");
+}
+
+fn ok(o: &Output) {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+const QUICK: &[&str] = &["--preset", "smoke", "--threads", "1", "--log-every", "1000"];
+
+fn train<'a>(dir: &Path, extra: &[&'a str]) -> Output {
+    let mut args = vec!["train"];
+    args.extend_from_slice(QUICK);
+    args.extend_from_slice(extra);
+    toy(dir, &args)
+}
+
+#[test]
+fn flags_and_paths() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    fails(&train(t, &["--steps", "0", "--out", "a"]), "train", "--steps");
+    fails(&train(t, &["--steps", "-3", "--out", "a"]), "train", "-3");
+    fails(&train(t, &["--lr", "fast", "--out", "a"]), "train", "fast");
+    fails(&train(t, &["--context", "100000", "--out", "a"]), "train", "--context 100000");
+    fails(&train(t, &["--heads", "3", "--out", "a"]), "train", "divisible");
+    fails(&train(t, &["--device", "cuda", "--out", "a"]), "train", "no cuda device or backend found");
+    fails(&train(t, &["--resume", "nowhere"]), "train", "nowhere");
+    std::fs::write(t.join("file"), "x").unwrap();
+    fails(&train(t, &["--steps", "1", "--out", "file/run"]), "train", "file/run");
+    fails(&toy(t, &["bogus"]), "bogus", "unrecognized");
+    assert!(!t.join("a").exists() && !t.join("runs").exists(), "bad input left a run folder");
+}
+
+#[test]
+fn generate_and_eval_refuse_bad_checkpoints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&train(t, &["--steps", "2", "--out", "r"]));
+    let good = std::fs::read(t.join("r/weights/step_2.gguf")).unwrap();
+    std::fs::write(t.join("truncated.gguf"), &good[..good.len() / 2]).unwrap();
+    std::fs::write(t.join("text.gguf"), "hello").unwrap();
+    for f in ["truncated.gguf", "text.gguf", "missing.gguf"] {
+        fails(&toy(t, &["generate", f, "-n", "1"]), "generate", f);
+        fails(&toy(t, &["eval", f, "--corpus", "r/config.toml"]), "eval", f);
+    }
+    fails(&toy(t, &["generate", "r", "--temperature=-1"]), "generate", "temperature");
+    fails(&toy(t, &["eval", "r", "--corpus", "missing.txt"]), "eval", "missing.txt");
+    let o = toy(t, &["generate", "r", "-n", "5", "--json", "--seed", "1"]);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["format"], "toy/generate-v1");
+}
+
+/// A GGUF whose token table is `dtype` `[w, v]` with `bytes`.
+fn donor_file(path: &Path, dtype: DType, ne: &[i64], bytes: Vec<u8>) {
+    let mut g = GgufWriter::new();
+    g.set("general.architecture", "llama").unwrap();
+    g.set("llama.embedding_length", ne[0] as u32).unwrap();
+    g.add_tensor_bytes("token_embd.weight", dtype, ne, bytes).unwrap();
+    g.write(path).unwrap();
+}
+
+#[test]
+fn warm_start_checks_donors_and_writes_a_plain_llama() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    // The project makes its own donor: a wider model trained on the default corpus.
+    ok(&train(t, &["--d-model", "32", "--steps", "3", "--out", "donor"]));
+    let donor = t.join("donor/weights/latest");
+    let d = donor.to_str().unwrap();
+    // 45 steps of 64 windows of 32 tokens pass the end of the corpus once.
+    let o = train(t, &["warm-start", "--donor", d, "--steps", "45", "--batch", "64", "--out", "w", "--lens-init", "pca"]);
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("student tokens matched (100.0%)"));
+    let f = GgufFile::open(t.join("w/weights/latest")).unwrap();
+    assert_eq!(f.get_str("general.architecture").unwrap(), "llama");
+    assert_eq!(f.tensor("token_embd.weight").unwrap().shape(), vec![64, 1024], "the lens is folded into a [d_model, vocab] table");
+    assert!(f.tensor("lens.weight").is_none());
+    ok(&toy(t, &["generate", "w", "-n", "3"]));
+    let events = std::fs::read_to_string(t.join("w/events.jsonl")).unwrap();
+    assert!(events.contains("\"recipe\":\"warm-start\"") && events.contains("\"kind\":\"epoch\""), "no epoch event");
+
+    fails(&train(t, &["warm-start", "--steps", "1", "--out", "x"]), "train", "--donor");
+    fails(&train(t, &["warm-start", "--donor", "donor/config.toml", "--steps", "1", "--out", "x"]), "train", "bad magic");
+    fails(
+        &train(t, &["warm-start", "--donor", d, "--donor-width", "48", "--steps", "1", "--out", "x"]),
+        "train",
+        "does not match the donor's embedding width 32",
+    );
+    let mut g = GgufWriter::new();
+    g.set("general.architecture", "llama").unwrap();
+    g.add_tensor_data("output.weight", &[4, 4], &[0f32; 16]).unwrap();
+    g.write(t.join("noembd.gguf")).unwrap();
+    fails(&train(t, &["warm-start", "--donor", "noembd.gguf", "--steps", "1", "--out", "x"]), "train", "no token_embd.weight");
+    // q4_0 blocks: 32 values in 18 bytes.
+    donor_file(&t.join("q4.gguf"), DType::Q4_0, &[32, 8], vec![0u8; 8 * 18]);
+    fails(&train(t, &["warm-start", "--donor", "q4.gguf", "--steps", "1", "--out", "x"]), "train", "only f32, f16, bf16 and q8_0");
+    fails(&train(t, &["--donor", d, "--steps", "1", "--out", "x"]), "train", "warm-start");
+    assert!(!t.join("x").exists());
+}
+
+#[test]
+fn debug_dumps_have_the_layout_the_parity_harness_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&train(t, &["--steps", "3", "--out", "r", "--save-initial", "--record-batches"]));
+    let layout: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(t.join("r/batches.json")).unwrap()).unwrap();
+    assert_eq!((layout["window"].as_u64(), layout["batch"].as_u64()), (Some(33), Some(1)));
+    assert_eq!(std::fs::metadata(t.join("r/batches.bin")).unwrap().len(), 3 * 33 * 4);
+    let o = toy(t, &["debug", "dump-grads", "r/weights/step_0.gguf", "--batches", "r/batches.bin", "--out", "g.gguf"]);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let loss = v["loss"].as_f64().unwrap();
+    let events = std::fs::read_to_string(t.join("r/events.jsonl")).unwrap();
+    let step1: serde_json::Value =
+        events.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|e| e["kind"] == "step").unwrap();
+    let run_loss = step1["loss"].as_f64().unwrap();
+    assert!((loss - run_loss).abs() < 1e-5 * run_loss, "the dump's loss {loss} is not the run's step-1 loss {run_loss}");
+    let ck = GgufFile::open(t.join("r/weights/step_0.gguf")).unwrap();
+    let g = GgufFile::open(t.join("g.gguf")).unwrap();
+    let names = |f: &GgufFile| f.tensors().iter().map(|x| (x.name.clone(), x.ne)).collect::<Vec<_>>();
+    assert_eq!(names(&ck), names(&g), "gradients come in the checkpoint's names and shapes");
+    ok(&toy(t, &["debug", "dump-logits", "r/weights/step_0.gguf", "--batches", "r/batches.bin", "--step", "2", "--out", "l.gguf"]));
+    let l = GgufFile::open(t.join("l.gguf")).unwrap();
+    assert_eq!(l.tensor("logits").unwrap().shape(), vec![1024, 32]);
+    assert!(l.get_f64("toy.loss").unwrap() > 0.0);
+}
