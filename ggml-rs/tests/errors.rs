@@ -276,7 +276,7 @@ fn compute_time_errors() {
     let mut g2 = Graph::new(&ctx, 16).unwrap();
     g2.expand(rows2).unwrap();
     err_with(g2.allocate(&[]), "CPU backend last");
-    g2.allocate(&[cpu]).unwrap();
+    g2.allocate(&backends(&cpu)).unwrap();
     ids2.write(&[0i32, 1, 99]).unwrap();
     err_with(g2.compute(), "index 99");
 
@@ -303,7 +303,7 @@ fn unmarked_leaves_reached_through_views() {
     let mut g = Graph::new(&ctx, 16).unwrap();
     g.expand(y).unwrap();
     g.expand(t).unwrap();
-    g.allocate(&[cpu]).unwrap();
+    g.allocate(&backends(&cpu)).unwrap();
     let v: Vec<f32> = (0..24).map(|i| i as f32).collect();
     x.write(&v).unwrap();
     g.compute().unwrap();

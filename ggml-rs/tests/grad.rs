@@ -98,7 +98,7 @@ fn grad_check(
     g.expand(loss).unwrap();
     g.build_backward(loss).unwrap();
     let grads: Vec<Tensor<'_>> = leaves.iter().map(|&p| g.grad(p).expect("every parameter reaches the loss").set_output()).collect();
-    g.allocate(std::slice::from_ref(&cpu)).unwrap();
+    g.allocate(&backends(&cpu)).unwrap();
     rt.write(&rv).unwrap();
     g.compute().unwrap();
     let got_loss = loss.scalar().unwrap();

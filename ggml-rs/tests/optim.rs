@@ -182,7 +182,7 @@ fn run_adamw(seed: u64, max_norm: Option<f32>) -> (f64, f64, usize) {
     ];
     let cfg = AdamWConfig { lr: 0.02, betas: (0.9, 0.95), eps: 1e-8, weight_decay: 0.1 };
     let mut opt = Optimizer::adamw(&ctx, &mut g, &state, &groups, cfg, max_norm).unwrap();
-    g.allocate(&[cpu]).unwrap();
+    g.allocate(&backends(&cpu)).unwrap();
 
     let mut reference = Params { p: s.init.clone().map(|v| f64s(&v)) };
     let mut m: [Vec<f64>; 3] = reference.p.clone().map(|v| vec![0.0; v.len()]);
@@ -287,7 +287,7 @@ fn adamw_bias_correction_from_step_one() {
     let mut opt =
         Optimizer::adamw(&ctx, &mut g, &state, &groups, AdamWConfig { lr, betas: (0.9, 0.999), eps: 1e-8, weight_decay: 0.0 }, None)
             .unwrap();
-    g.allocate(&[cpu]).unwrap();
+    g.allocate(&backends(&cpu)).unwrap();
     let before = read_params(&params);
     x.write(&s.x).unwrap();
     y.write(&s.y).unwrap();
@@ -330,7 +330,7 @@ fn sgd_groups_with_clipping() {
             ParamGroup { params: vec![params[1]], weight_decay: WD[1] as f32 },
         ];
         let mut opt = Optimizer::sgd(&ctx, &mut g, &groups, max_norm).unwrap();
-        g.allocate(&[cpu]).unwrap();
+        g.allocate(&backends(&cpu)).unwrap();
         let mut reference: [Vec<f64>; 3] = s.init.clone().map(|v| f64s(&v));
         let mut worst = 0.0f64;
         for t in 1..=STEPS {

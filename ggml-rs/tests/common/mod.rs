@@ -32,12 +32,32 @@ pub fn away_from_zero(rng: &mut StdRng, n: usize, lo: f32, hi: f32) -> Vec<f32> 
         .collect()
 }
 
-/// The CPU backend with one thread: the test harness already runs tests in
-/// parallel on a small machine, and one thread keeps results bit-reproducible.
+/// The backend the tests run on: the CPU with one thread (the test harness
+/// already runs tests in parallel on a small machine, and one thread keeps
+/// results bit-reproducible), or the device named by `TOY_TEST_DEVICE`
+/// (`cuda`, `cuda:0`, `metal`; with a build that has or loads that backend).
+/// Leaves are allocated on it and graphs run on it (CPU last for fallbacks).
 pub fn cpu() -> Backend {
-    let b = Backend::cpu().expect("CPU backend");
-    b.set_n_threads(1);
-    b
+    match std::env::var("TOY_TEST_DEVICE") {
+        Ok(d) if !d.is_empty() && d != "cpu" => {
+            ggml_rs::backend::load_default_backends();
+            Backend::by_name(&d).unwrap_or_else(|e| panic!("TOY_TEST_DEVICE={d}: {e}"))
+        }
+        _ => {
+            let b = Backend::cpu().expect("CPU backend");
+            b.set_n_threads(1);
+            b
+        }
+    }
+}
+
+/// The scheduler's backend list for `dev`: `[dev]` when it is the CPU, else `[dev, CPU]`.
+pub fn backends(dev: &Backend) -> Vec<Backend> {
+    if dev.is_cpu() {
+        vec![dev.clone()]
+    } else {
+        vec![dev.clone(), Backend::cpu().expect("CPU backend")]
+    }
 }
 
 /// Number of elements of a shape.
@@ -97,7 +117,7 @@ pub fn eval<'a>(ctx: &'a Context, outs: &[Tensor<'a>]) -> Vec<Vec<f32>> {
         o.set_output();
         g.expand(o).unwrap();
     }
-    g.allocate(&[cpu()]).unwrap();
+    g.allocate(&backends(&cpu())).unwrap();
     g.compute().unwrap();
     outs.iter().map(|o| o.read_f32().unwrap()).collect()
 }
