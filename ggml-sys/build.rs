@@ -132,6 +132,8 @@ fn build_ggml(manifest_dir: &Path, ggml_dir: &Path) -> Vec<PathBuf> {
         cfg.define("CMAKE_CUDA_ARCHITECTURES", archs)
             .define("GGML_CUDA_FA", "OFF")
             .define("GGML_CUDA_NCCL", "OFF")
+            // Replay a training step's kernels as one CUDA graph (off by default in standalone ggml).
+            .define("GGML_CUDA_GRAPHS", "ON")
             .define("CMAKE_CUDA_FLAGS", "-Xcompiler=-fPIC");
     }
     if cfg!(feature = "metal") {

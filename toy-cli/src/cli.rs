@@ -201,7 +201,7 @@ pub struct TrainArgs {
     /// CPU threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Run folder (default: runs/<arch>-<date>-<seq>, or $TOY_RUN_ID under runs/).
+    /// Run folder (default: `runs/{arch}-{date}-{seq}`, or `runs/$TOY_RUN_ID`).
     #[arg(long)]
     #[serde(skip)]
     pub out: Option<PathBuf>,

@@ -60,7 +60,7 @@ fn cut_points(doc: &str, chunk: usize) -> Vec<usize> {
 }
 
 /// Token ids of one document, tokenized in pieces of about `chunk` bytes
-/// (cut only where it changes nothing, see [`cut_points`]).
+/// (cut only where it changes nothing, see `cut_points`).
 pub fn encode_document(tok: &Tokenizer, doc: &str, chunk: usize) -> Result<Vec<u32>> {
     if doc.len() <= chunk {
         return tok.encode(doc);
