@@ -167,3 +167,17 @@ fn keep_prunes_old_checkpoints() {
     names.sort();
     assert_eq!(names, ["latest", "step_10.gguf", "step_10.state.gguf", "step_12.gguf", "step_12.state.gguf"]);
 }
+
+#[test]
+fn same_seed_same_curve_other_seed_other_curve() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, seed: &str| {
+        let p = dir.path().join(name);
+        assert!(train(&p, &["--preset", "smoke", "--steps", "25", "--seed", seed]).status().unwrap().success());
+        losses(&p)
+    };
+    let (a, b, c) = (run("a", "7"), run("b", "7"), run("c", "8"));
+    assert_eq!(a.len(), 25);
+    assert_eq!(a, b, "the same seed must give a byte-identical loss curve");
+    assert_ne!(a, c, "another seed must give another curve");
+}
