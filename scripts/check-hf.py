@@ -53,7 +53,16 @@ def main():
     path = os.path.realpath(args.model)
     folder, name = os.path.dirname(path), os.path.basename(path)
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    from gguf import GGUFReader
+
+    fields = GGUFReader(path).fields
+    arch = fields["general.architecture"].contents()
+    extra = {}
+    if arch == "gpt2":
+        # transformers maps gpt2.context_length to n_ctx but sizes the position
+        # table by n_positions (default 1024): pass it explicitly.
+        extra["n_positions"] = int(fields["gpt2.context_length"].contents())
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, **extra)
     model.eval()
     ids = tok(args.prompt, add_special_tokens=False)["input_ids"]
     with torch.no_grad():
