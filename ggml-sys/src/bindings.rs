@@ -29,18 +29,12 @@ pub const GGUF_MAGIC: &[u8; 5] = b"GGUF\0";
 pub const GGUF_VERSION: u32 = 3;
 pub const GGUF_KEY_GENERAL_ALIGNMENT: &[u8; 18] = b"general.alignment\0";
 pub const GGUF_DEFAULT_ALIGNMENT: u32 = 32;
-pub type ggml_abort_callback_t =
-    ::std::option::Option<unsafe extern "C" fn(error_message: *const ::std::os::raw::c_char)>;
+pub type ggml_abort_callback_t = ::std::option::Option<unsafe extern "C" fn(error_message: *const ::std::os::raw::c_char)>;
 unsafe extern "C" {
     pub fn ggml_set_abort_callback(callback: ggml_abort_callback_t) -> ggml_abort_callback_t;
 }
 unsafe extern "C" {
-    pub fn ggml_abort(
-        file: *const ::std::os::raw::c_char,
-        line: ::std::os::raw::c_int,
-        fmt: *const ::std::os::raw::c_char,
-        ...
-    );
+    pub fn ggml_abort(file: *const ::std::os::raw::c_char, line: ::std::os::raw::c_int, fmt: *const ::std::os::raw::c_char, ...);
 }
 pub const GGML_STATUS_ALLOC_FAILED: ggml_status = -2;
 pub const GGML_STATUS_FAILED: ggml_status = -1;
@@ -359,8 +353,7 @@ pub struct ggml_tensor {
     pub padding: [::std::os::raw::c_char; 8usize],
 }
 pub const GGML_TENSOR_SIZE: usize = 336;
-pub type ggml_abort_callback =
-    ::std::option::Option<unsafe extern "C" fn(data: *mut ::std::os::raw::c_void) -> bool>;
+pub type ggml_abort_callback = ::std::option::Option<unsafe extern "C" fn(data: *mut ::std::os::raw::c_void) -> bool>;
 pub type ggml_guid = [u8; 16usize];
 pub type ggml_guid_t = *mut ggml_guid;
 unsafe extern "C" {
@@ -388,10 +381,7 @@ unsafe extern "C" {
     pub fn ggml_cycles_per_ms() -> i64;
 }
 unsafe extern "C" {
-    pub fn ggml_fopen(
-        fname: *const ::std::os::raw::c_char,
-        mode: *const ::std::os::raw::c_char,
-    ) -> *mut FILE;
+    pub fn ggml_fopen(fname: *const ::std::os::raw::c_char, mode: *const ::std::os::raw::c_char) -> *mut FILE;
 }
 unsafe extern "C" {
     pub fn ggml_print_object(obj: *const ggml_object);
@@ -520,11 +510,7 @@ unsafe extern "C" {
     pub fn ggml_tensor_overhead() -> usize;
 }
 unsafe extern "C" {
-    pub fn ggml_validate_row_data(
-        type_: ggml_type,
-        data: *const ::std::os::raw::c_void,
-        nbytes: usize,
-    ) -> bool;
+    pub fn ggml_validate_row_data(type_: ggml_type, data: *const ::std::os::raw::c_void, nbytes: usize) -> bool;
 }
 unsafe extern "C" {
     pub fn ggml_init(params: ggml_init_params) -> *mut ggml_context;
@@ -554,46 +540,19 @@ unsafe extern "C" {
     pub fn ggml_get_max_tensor_size(ctx: *const ggml_context) -> usize;
 }
 unsafe extern "C" {
-    pub fn ggml_new_tensor(
-        ctx: *mut ggml_context,
-        type_: ggml_type,
-        n_dims: ::std::os::raw::c_int,
-        ne: *const i64,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_new_tensor(ctx: *mut ggml_context, type_: ggml_type, n_dims: ::std::os::raw::c_int, ne: *const i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_new_tensor_1d(
-        ctx: *mut ggml_context,
-        type_: ggml_type,
-        ne0: i64,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_new_tensor_1d(ctx: *mut ggml_context, type_: ggml_type, ne0: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_new_tensor_2d(
-        ctx: *mut ggml_context,
-        type_: ggml_type,
-        ne0: i64,
-        ne1: i64,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_new_tensor_2d(ctx: *mut ggml_context, type_: ggml_type, ne0: i64, ne1: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_new_tensor_3d(
-        ctx: *mut ggml_context,
-        type_: ggml_type,
-        ne0: i64,
-        ne1: i64,
-        ne2: i64,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_new_tensor_3d(ctx: *mut ggml_context, type_: ggml_type, ne0: i64, ne1: i64, ne2: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_new_tensor_4d(
-        ctx: *mut ggml_context,
-        type_: ggml_type,
-        ne0: i64,
-        ne1: i64,
-        ne2: i64,
-        ne3: i64,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_new_tensor_4d(ctx: *mut ggml_context, type_: ggml_type, ne0: i64, ne1: i64, ne2: i64, ne3: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_new_buffer(ctx: *mut ggml_context, nbytes: usize) -> *mut ::std::os::raw::c_void;
@@ -608,26 +567,13 @@ unsafe extern "C" {
     pub fn ggml_get_first_tensor(ctx: *const ggml_context) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_get_next_tensor(
-        ctx: *const ggml_context,
-        tensor: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_get_next_tensor(ctx: *const ggml_context, tensor: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_get_tensor(
-        ctx: *mut ggml_context,
-        name: *const ::std::os::raw::c_char,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_get_tensor(ctx: *mut ggml_context, name: *const ::std::os::raw::c_char) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_unravel_index(
-        tensor: *const ggml_tensor,
-        i: i64,
-        i0: *mut i64,
-        i1: *mut i64,
-        i2: *mut i64,
-        i3: *mut i64,
-    );
+    pub fn ggml_unravel_index(tensor: *const ggml_tensor, i: i64, i0: *mut i64, i1: *mut i64, i2: *mut i64, i3: *mut i64);
 }
 unsafe extern "C" {
     pub fn ggml_get_unary_op(tensor: *const ggml_tensor) -> ggml_unary_op;
@@ -645,17 +591,10 @@ unsafe extern "C" {
     pub fn ggml_get_name(tensor: *const ggml_tensor) -> *const ::std::os::raw::c_char;
 }
 unsafe extern "C" {
-    pub fn ggml_set_name(
-        tensor: *mut ggml_tensor,
-        name: *const ::std::os::raw::c_char,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_set_name(tensor: *mut ggml_tensor, name: *const ::std::os::raw::c_char) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_format_name(
-        tensor: *mut ggml_tensor,
-        fmt: *const ::std::os::raw::c_char,
-        ...
-    ) -> *mut ggml_tensor;
+    pub fn ggml_format_name(tensor: *mut ggml_tensor, fmt: *const ::std::os::raw::c_char, ...) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_set_input(tensor: *mut ggml_tensor);
@@ -676,48 +615,22 @@ unsafe extern "C" {
     pub fn ggml_dup_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_add(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_add(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_add_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_add_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_add_cast(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        type_: ggml_type,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_add_cast(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, type_: ggml_type) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_add_id(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        ids: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_add_id(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, ids: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_add1(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_add1(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_add1_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_add1_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_acc(
@@ -742,46 +655,22 @@ unsafe extern "C" {
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_sub(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_sub(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_sub_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_sub_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_mul(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_mul(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_mul_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_mul_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_div(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_div(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_div_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_div_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_sqr(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
@@ -841,43 +730,19 @@ unsafe extern "C" {
     pub fn ggml_argmax(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_count_equal(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_count_equal(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_repeat(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_repeat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_repeat_4d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        ne0: i64,
-        ne1: i64,
-        ne2: i64,
-        ne3: i64,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_repeat_4d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64, ne2: i64, ne3: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_repeat_back(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_repeat_back(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_concat(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        dim: ::std::os::raw::c_int,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_concat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, dim: ::std::os::raw::c_int) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_abs(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
@@ -919,12 +784,7 @@ unsafe extern "C" {
     pub fn ggml_relu(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_leaky_relu(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        negative_slope: f32,
-        inplace: bool,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_leaky_relu(ctx: *mut ggml_context, a: *mut ggml_tensor, negative_slope: f32, inplace: bool) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_relu_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
@@ -951,8 +811,7 @@ unsafe extern "C" {
     pub fn ggml_gelu_quick(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_gelu_quick_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor)
-        -> *mut ggml_tensor;
+    pub fn ggml_gelu_quick_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_silu(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
@@ -961,11 +820,7 @@ unsafe extern "C" {
     pub fn ggml_silu_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_silu_back(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_silu_back(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_hardswish(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
@@ -1004,22 +859,10 @@ unsafe extern "C" {
     pub fn ggml_trunc_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_xielu(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        alpha_n: f32,
-        alpha_p: f32,
-        beta: f32,
-        eps: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_xielu(ctx: *mut ggml_context, a: *mut ggml_tensor, alpha_n: f32, alpha_p: f32, beta: f32, eps: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_glu(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        op: ggml_glu_op,
-        swapped: bool,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_glu(ctx: *mut ggml_context, a: *mut ggml_tensor, op: ggml_glu_op, swapped: bool) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_reglu(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
@@ -1049,99 +892,46 @@ unsafe extern "C" {
     pub fn ggml_geglu_quick(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_geglu_quick_swapped(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_geglu_quick_swapped(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_glu_split(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        op: ggml_glu_op,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_glu_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, op: ggml_glu_op) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_reglu_split(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_reglu_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_geglu_split(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_geglu_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_swiglu_split(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_swiglu_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_geglu_erf_split(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_geglu_erf_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_geglu_quick_split(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_geglu_quick_split(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_swiglu_oai(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        alpha: f32,
-        limit: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_swiglu_oai(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, alpha: f32, limit: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_swiglu_clamp(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        limit: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_swiglu_clamp(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, limit: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_norm(ctx: *mut ggml_context, a: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_norm_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        eps: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_norm_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_rms_norm(ctx: *mut ggml_context, a: *mut ggml_tensor, eps: f32)
-        -> *mut ggml_tensor;
+    pub fn ggml_rms_norm(ctx: *mut ggml_context, a: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_rms_norm_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        eps: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_rms_norm_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_group_norm(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        n_groups: ::std::os::raw::c_int,
-        eps: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_group_norm(ctx: *mut ggml_context, a: *mut ggml_tensor, n_groups: ::std::os::raw::c_int, eps: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_group_norm_inplace(
@@ -1155,36 +945,19 @@ unsafe extern "C" {
     pub fn ggml_l2_norm(ctx: *mut ggml_context, a: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_l2_norm_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        eps: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_l2_norm_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_rms_norm_back(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        eps: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_rms_norm_back(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_prec_set_acc(a: *mut ggml_tensor, prec: ggml_prec) -> bool;
 }
 unsafe extern "C" {
-    pub fn ggml_prec_set_src(
-        a: *mut ggml_tensor,
-        prec: ggml_prec,
-        idx: ::std::os::raw::c_int,
-    ) -> bool;
+    pub fn ggml_prec_set_src(a: *mut ggml_tensor, prec: ggml_prec, idx: ::std::os::raw::c_int) -> bool;
 }
 unsafe extern "C" {
-    pub fn ggml_mul_mat(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_mul_mat(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_mul_mat_set_prec(a: *mut ggml_tensor, prec: ggml_prec);
@@ -1193,45 +966,22 @@ unsafe extern "C" {
     pub fn ggml_mul_mat_set_hint(a: *mut ggml_tensor, hint: ggml_op_hint);
 }
 unsafe extern "C" {
-    pub fn ggml_mul_mat_id(
-        ctx: *mut ggml_context,
-        as_: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        ids: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_mul_mat_id(ctx: *mut ggml_context, as_: *mut ggml_tensor, b: *mut ggml_tensor, ids: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_out_prod(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_out_prod(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_scale(ctx: *mut ggml_context, a: *mut ggml_tensor, s: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_scale_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        s: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_scale_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, s: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_scale_bias(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        s: f32,
-        b: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_scale_bias(ctx: *mut ggml_context, a: *mut ggml_tensor, s: f32, b: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_scale_bias_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        s: f32,
-        b: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_scale_bias_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, s: f32, b: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_set(
@@ -1256,29 +1006,13 @@ unsafe extern "C" {
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_set_1d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        offset: usize,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_set_1d(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, offset: usize) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_set_1d_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        offset: usize,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_set_1d_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, offset: usize) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_set_2d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        nb1: usize,
-        offset: usize,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_set_2d(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, nb1: usize, offset: usize) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_set_2d_inplace(
@@ -1290,18 +1024,10 @@ unsafe extern "C" {
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_cpy(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_cpy(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_cast(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        type_: ggml_type,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_cast(ctx: *mut ggml_context, a: *mut ggml_tensor, type_: ggml_type) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_cont(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
@@ -1310,90 +1036,34 @@ unsafe extern "C" {
     pub fn ggml_cont_1d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_cont_2d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        ne0: i64,
-        ne1: i64,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_cont_2d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_cont_3d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        ne0: i64,
-        ne1: i64,
-        ne2: i64,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_cont_3d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64, ne2: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_cont_4d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        ne0: i64,
-        ne1: i64,
-        ne2: i64,
-        ne3: i64,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_cont_4d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64, ne2: i64, ne3: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_reshape(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_reshape(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_reshape_1d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        ne0: i64,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_reshape_1d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_reshape_2d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        ne0: i64,
-        ne1: i64,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_reshape_2d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_reshape_3d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        ne0: i64,
-        ne1: i64,
-        ne2: i64,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_reshape_3d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64, ne2: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_reshape_4d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        ne0: i64,
-        ne1: i64,
-        ne2: i64,
-        ne3: i64,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_reshape_4d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64, ne2: i64, ne3: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_view_1d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        ne0: i64,
-        offset: usize,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_view_1d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, offset: usize) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_view_2d(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        ne0: i64,
-        ne1: i64,
-        nb1: usize,
-        offset: usize,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_view_2d(ctx: *mut ggml_context, a: *mut ggml_tensor, ne0: i64, ne1: i64, nb1: usize, offset: usize) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_view_3d(
@@ -1435,74 +1105,34 @@ unsafe extern "C" {
     pub fn ggml_transpose(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_get_rows(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_get_rows(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_get_rows_back(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        c: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_get_rows_back(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, c: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_set_rows(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-        c: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_set_rows(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, c: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_diag(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_diag_mask_inf(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        n_past: ::std::os::raw::c_int,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_diag_mask_inf(ctx: *mut ggml_context, a: *mut ggml_tensor, n_past: ::std::os::raw::c_int) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_diag_mask_inf_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        n_past: ::std::os::raw::c_int,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_diag_mask_inf_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, n_past: ::std::os::raw::c_int) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_diag_mask_zero(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        n_past: ::std::os::raw::c_int,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_diag_mask_zero(ctx: *mut ggml_context, a: *mut ggml_tensor, n_past: ::std::os::raw::c_int) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_diag_mask_zero_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        n_past: ::std::os::raw::c_int,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_diag_mask_zero_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, n_past: ::std::os::raw::c_int) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_clamp(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        min: f32,
-        max: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_clamp(ctx: *mut ggml_context, a: *mut ggml_tensor, min: f32, max: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_clamp_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        min: f32,
-        max: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_clamp_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, min: f32, max: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_soft_max(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
@@ -1715,10 +1345,7 @@ unsafe extern "C" {
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_rope_set_offset(
-        a: *mut ggml_tensor,
-        n_offs: ::std::os::raw::c_int,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_rope_set_offset(a: *mut ggml_tensor, n_offs: ::std::os::raw::c_int) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_im2col(
@@ -1856,18 +1483,10 @@ unsafe extern "C" {
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_conv_2d_sk_p0(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_conv_2d_sk_p0(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_conv_2d_s1_ph(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_conv_2d_s1_ph(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_conv_2d_dw(
@@ -2081,21 +1700,13 @@ unsafe extern "C" {
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_tri(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        type_: ggml_tri_type,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_tri(ctx: *mut ggml_context, a: *mut ggml_tensor, type_: ggml_tri_type) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_fill(ctx: *mut ggml_context, a: *mut ggml_tensor, c: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_fill_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        c: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_fill_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, c: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_timestep_embedding(
@@ -2109,33 +1720,16 @@ pub const GGML_SORT_ORDER_ASC: ggml_sort_order = 0;
 pub const GGML_SORT_ORDER_DESC: ggml_sort_order = 1;
 pub type ggml_sort_order = ::std::os::raw::c_uint;
 unsafe extern "C" {
-    pub fn ggml_argsort(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        order: ggml_sort_order,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_argsort(ctx: *mut ggml_context, a: *mut ggml_tensor, order: ggml_sort_order) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_argsort_top_k(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        k: ::std::os::raw::c_int,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_argsort_top_k(ctx: *mut ggml_context, a: *mut ggml_tensor, k: ::std::os::raw::c_int) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_top_k(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        k: ::std::os::raw::c_int,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_top_k(ctx: *mut ggml_context, a: *mut ggml_tensor, k: ::std::os::raw::c_int) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_arange(
-        ctx: *mut ggml_context,
-        start: f32,
-        stop: f32,
-        step: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_arange(ctx: *mut ggml_context, start: f32, stop: f32, step: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_flash_attn_ext(
@@ -2172,11 +1766,7 @@ unsafe extern "C" {
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_ssm_conv(
-        ctx: *mut ggml_context,
-        sx: *mut ggml_tensor,
-        c: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_ssm_conv(ctx: *mut ggml_context, sx: *mut ggml_tensor, c: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_ssm_scan(
@@ -2192,11 +1782,7 @@ unsafe extern "C" {
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_win_part(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        w: ::std::os::raw::c_int,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_win_part(ctx: *mut ggml_context, a: *mut ggml_tensor, w: ::std::os::raw::c_int) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_win_unpart(
@@ -2208,18 +1794,10 @@ unsafe extern "C" {
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_unary(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        op: ggml_unary_op,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_unary(ctx: *mut ggml_context, a: *mut ggml_tensor, op: ggml_unary_op) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_unary_inplace(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        op: ggml_unary_op,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_unary_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, op: ggml_unary_op) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_get_rel_pos(
@@ -2230,12 +1808,7 @@ unsafe extern "C" {
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_add_rel_pos(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        pw: *mut ggml_tensor,
-        ph: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_add_rel_pos(ctx: *mut ggml_context, a: *mut ggml_tensor, pw: *mut ggml_tensor, ph: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_add_rel_pos_inplace(
@@ -2321,19 +1894,10 @@ unsafe extern "C" {
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_dsv4_hc_pre(
-        ctx: *mut ggml_context,
-        x: *mut ggml_tensor,
-        weights: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_dsv4_hc_pre(ctx: *mut ggml_context, x: *mut ggml_tensor, weights: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_dsv4_hc_pre_gated(
-        ctx: *mut ggml_context,
-        x: *mut ggml_tensor,
-        gate: *mut ggml_tensor,
-        scale: f32,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_dsv4_hc_pre_gated(ctx: *mut ggml_context, x: *mut ggml_tensor, gate: *mut ggml_tensor, scale: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_dsv4_hc_post(
@@ -2469,11 +2033,7 @@ unsafe extern "C" {
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_cross_entropy_loss(
-        ctx: *mut ggml_context,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_cross_entropy_loss(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_cross_entropy_loss_back(
@@ -2516,28 +2076,16 @@ unsafe extern "C" {
     pub fn ggml_build_forward_order(cgraph: *mut ggml_cgraph, tensor: *mut ggml_tensor);
 }
 unsafe extern "C" {
-    pub fn ggml_build_backward_expand(
-        ctx: *mut ggml_context,
-        cgraph: *mut ggml_cgraph,
-        grad_accs: *mut *mut ggml_tensor,
-    );
+    pub fn ggml_build_backward_expand(ctx: *mut ggml_context, cgraph: *mut ggml_cgraph, grad_accs: *mut *mut ggml_tensor);
 }
 unsafe extern "C" {
     pub fn ggml_new_graph(ctx: *mut ggml_context) -> *mut ggml_cgraph;
 }
 unsafe extern "C" {
-    pub fn ggml_new_graph_custom(
-        ctx: *mut ggml_context,
-        size: usize,
-        grads: bool,
-    ) -> *mut ggml_cgraph;
+    pub fn ggml_new_graph_custom(ctx: *mut ggml_context, size: usize, grads: bool) -> *mut ggml_cgraph;
 }
 unsafe extern "C" {
-    pub fn ggml_graph_dup(
-        ctx: *mut ggml_context,
-        cgraph: *mut ggml_cgraph,
-        force_grads: bool,
-    ) -> *mut ggml_cgraph;
+    pub fn ggml_graph_dup(ctx: *mut ggml_context, cgraph: *mut ggml_cgraph, force_grads: bool) -> *mut ggml_cgraph;
 }
 unsafe extern "C" {
     pub fn ggml_graph_cpy(src: *mut ggml_cgraph, dst: *mut ggml_cgraph);
@@ -2570,45 +2118,25 @@ unsafe extern "C" {
     pub fn ggml_graph_overhead_custom(size: usize, grads: bool) -> usize;
 }
 unsafe extern "C" {
-    pub fn ggml_graph_get_tensor(
-        cgraph: *const ggml_cgraph,
-        name: *const ::std::os::raw::c_char,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_graph_get_tensor(cgraph: *const ggml_cgraph, name: *const ::std::os::raw::c_char) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_graph_get_grad(
-        cgraph: *const ggml_cgraph,
-        node: *const ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_graph_get_grad(cgraph: *const ggml_cgraph, node: *const ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_graph_get_grad_acc(
-        cgraph: *const ggml_cgraph,
-        node: *const ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_graph_get_grad_acc(cgraph: *const ggml_cgraph, node: *const ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_graph_print(cgraph: *const ggml_cgraph);
 }
 unsafe extern "C" {
-    pub fn ggml_graph_dump_dot(
-        gb: *const ggml_cgraph,
-        cgraph: *const ggml_cgraph,
-        filename: *const ::std::os::raw::c_char,
-    );
+    pub fn ggml_graph_dump_dot(gb: *const ggml_cgraph, cgraph: *const ggml_cgraph, filename: *const ::std::os::raw::c_char);
 }
 pub type ggml_log_callback = ::std::option::Option<
-    unsafe extern "C" fn(
-        level: ggml_log_level,
-        text: *const ::std::os::raw::c_char,
-        user_data: *mut ::std::os::raw::c_void,
-    ),
+    unsafe extern "C" fn(level: ggml_log_level, text: *const ::std::os::raw::c_char, user_data: *mut ::std::os::raw::c_void),
 >;
 unsafe extern "C" {
-    pub fn ggml_log_get(
-        log_callback: *mut ggml_log_callback,
-        user_data: *mut *mut ::std::os::raw::c_void,
-    );
+    pub fn ggml_log_get(log_callback: *mut ggml_log_callback, user_data: *mut *mut ::std::os::raw::c_void);
 }
 unsafe extern "C" {
     pub fn ggml_log_set(log_callback: ggml_log_callback, user_data: *mut ::std::os::raw::c_void);
@@ -2636,12 +2164,8 @@ unsafe extern "C" {
         imatrix: *const f32,
     ) -> usize;
 }
-pub type ggml_to_float_t = ::std::option::Option<
-    unsafe extern "C" fn(x: *const ::std::os::raw::c_void, y: *mut f32, k: i64),
->;
-pub type ggml_from_float_t = ::std::option::Option<
-    unsafe extern "C" fn(x: *const f32, y: *mut ::std::os::raw::c_void, k: i64),
->;
+pub type ggml_to_float_t = ::std::option::Option<unsafe extern "C" fn(x: *const ::std::os::raw::c_void, y: *mut f32, k: i64)>;
+pub type ggml_from_float_t = ::std::option::Option<unsafe extern "C" fn(x: *const f32, y: *mut ::std::os::raw::c_void, k: i64)>;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ggml_type_traits {
@@ -2679,21 +2203,13 @@ pub struct ggml_threadpool {
 }
 pub type ggml_threadpool_t = *mut ggml_threadpool;
 unsafe extern "C" {
-    pub fn ggml_threadpool_params_default(
-        n_threads: ::std::os::raw::c_int,
-    ) -> ggml_threadpool_params;
+    pub fn ggml_threadpool_params_default(n_threads: ::std::os::raw::c_int) -> ggml_threadpool_params;
 }
 unsafe extern "C" {
-    pub fn ggml_threadpool_params_init(
-        p: *mut ggml_threadpool_params,
-        n_threads: ::std::os::raw::c_int,
-    );
+    pub fn ggml_threadpool_params_init(p: *mut ggml_threadpool_params, n_threads: ::std::os::raw::c_int);
 }
 unsafe extern "C" {
-    pub fn ggml_threadpool_params_match(
-        p0: *const ggml_threadpool_params,
-        p1: *const ggml_threadpool_params,
-    ) -> bool;
+    pub fn ggml_threadpool_params_match(p0: *const ggml_threadpool_params, p1: *const ggml_threadpool_params) -> bool;
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -2732,10 +2248,7 @@ unsafe extern "C" {
     pub fn ggml_gallocr_new(buft: ggml_backend_buffer_type_t) -> ggml_gallocr_t;
 }
 unsafe extern "C" {
-    pub fn ggml_gallocr_new_n(
-        bufts: *mut ggml_backend_buffer_type_t,
-        n_bufs: ::std::os::raw::c_int,
-    ) -> ggml_gallocr_t;
+    pub fn ggml_gallocr_new_n(bufts: *mut ggml_backend_buffer_type_t, n_bufs: ::std::os::raw::c_int) -> ggml_gallocr_t;
 }
 unsafe extern "C" {
     pub fn ggml_gallocr_free(galloc: ggml_gallocr_t);
@@ -2764,28 +2277,16 @@ unsafe extern "C" {
     pub fn ggml_gallocr_alloc_graph(galloc: ggml_gallocr_t, graph: *mut ggml_cgraph) -> bool;
 }
 unsafe extern "C" {
-    pub fn ggml_gallocr_get_buffer_size(
-        galloc: ggml_gallocr_t,
-        buffer_id: ::std::os::raw::c_int,
-    ) -> usize;
+    pub fn ggml_gallocr_get_buffer_size(galloc: ggml_gallocr_t, buffer_id: ::std::os::raw::c_int) -> usize;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_alloc_ctx_tensors_from_buft_size(
-        ctx: *mut ggml_context,
-        buft: ggml_backend_buffer_type_t,
-    ) -> usize;
+    pub fn ggml_backend_alloc_ctx_tensors_from_buft_size(ctx: *mut ggml_context, buft: ggml_backend_buffer_type_t) -> usize;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_alloc_ctx_tensors_from_buft(
-        ctx: *mut ggml_context,
-        buft: ggml_backend_buffer_type_t,
-    ) -> *mut ggml_backend_buffer;
+    pub fn ggml_backend_alloc_ctx_tensors_from_buft(ctx: *mut ggml_context, buft: ggml_backend_buffer_type_t) -> *mut ggml_backend_buffer;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_alloc_ctx_tensors(
-        ctx: *mut ggml_context,
-        backend: ggml_backend_t,
-    ) -> *mut ggml_backend_buffer;
+    pub fn ggml_backend_alloc_ctx_tensors(ctx: *mut ggml_context, backend: ggml_backend_t) -> *mut ggml_backend_buffer;
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -2807,15 +2308,10 @@ pub struct ggml_backend_device {
 }
 pub type ggml_backend_dev_t = *mut ggml_backend_device;
 unsafe extern "C" {
-    pub fn ggml_backend_buft_name(
-        buft: ggml_backend_buffer_type_t,
-    ) -> *const ::std::os::raw::c_char;
+    pub fn ggml_backend_buft_name(buft: ggml_backend_buffer_type_t) -> *const ::std::os::raw::c_char;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_buft_alloc_buffer(
-        buft: ggml_backend_buffer_type_t,
-        size: usize,
-    ) -> ggml_backend_buffer_t;
+    pub fn ggml_backend_buft_alloc_buffer(buft: ggml_backend_buffer_type_t, size: usize) -> ggml_backend_buffer_t;
 }
 unsafe extern "C" {
     pub fn ggml_backend_buft_alloc_buffer_n(
@@ -2831,10 +2327,7 @@ unsafe extern "C" {
     pub fn ggml_backend_buft_get_max_size(buft: ggml_backend_buffer_type_t) -> usize;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_buft_get_alloc_size(
-        buft: ggml_backend_buffer_type_t,
-        tensor: *const ggml_tensor,
-    ) -> usize;
+    pub fn ggml_backend_buft_get_alloc_size(buft: ggml_backend_buffer_type_t, tensor: *const ggml_tensor) -> usize;
 }
 unsafe extern "C" {
     pub fn ggml_backend_buft_get_alloc_size_n(
@@ -2854,25 +2347,19 @@ pub const GGML_BACKEND_BUFFER_USAGE_WEIGHTS: ggml_backend_buffer_usage = 1;
 pub const GGML_BACKEND_BUFFER_USAGE_COMPUTE: ggml_backend_buffer_usage = 2;
 pub type ggml_backend_buffer_usage = ::std::os::raw::c_uint;
 unsafe extern "C" {
-    pub fn ggml_backend_buffer_name(buffer: ggml_backend_buffer_t)
-        -> *const ::std::os::raw::c_char;
+    pub fn ggml_backend_buffer_name(buffer: ggml_backend_buffer_t) -> *const ::std::os::raw::c_char;
 }
 unsafe extern "C" {
     pub fn ggml_backend_buffer_free(buffer: ggml_backend_buffer_t);
 }
 unsafe extern "C" {
-    pub fn ggml_backend_buffer_get_base(
-        buffer: ggml_backend_buffer_t,
-    ) -> *mut ::std::os::raw::c_void;
+    pub fn ggml_backend_buffer_get_base(buffer: ggml_backend_buffer_t) -> *mut ::std::os::raw::c_void;
 }
 unsafe extern "C" {
     pub fn ggml_backend_buffer_get_size(buffer: ggml_backend_buffer_t) -> usize;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_buffer_init_tensor(
-        buffer: ggml_backend_buffer_t,
-        tensor: *mut ggml_tensor,
-    ) -> ggml_status;
+    pub fn ggml_backend_buffer_init_tensor(buffer: ggml_backend_buffer_t, tensor: *mut ggml_tensor) -> ggml_status;
 }
 unsafe extern "C" {
     pub fn ggml_backend_buffer_get_alignment(buffer: ggml_backend_buffer_t) -> usize;
@@ -2881,10 +2368,7 @@ unsafe extern "C" {
     pub fn ggml_backend_buffer_get_max_size(buffer: ggml_backend_buffer_t) -> usize;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_buffer_get_alloc_size(
-        buffer: ggml_backend_buffer_t,
-        tensor: *const ggml_tensor,
-    ) -> usize;
+    pub fn ggml_backend_buffer_get_alloc_size(buffer: ggml_backend_buffer_t, tensor: *const ggml_tensor) -> usize;
 }
 unsafe extern "C" {
     pub fn ggml_backend_buffer_clear(buffer: ggml_backend_buffer_t, value: u8);
@@ -2893,20 +2377,13 @@ unsafe extern "C" {
     pub fn ggml_backend_buffer_is_host(buffer: ggml_backend_buffer_t) -> bool;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_buffer_set_usage(
-        buffer: ggml_backend_buffer_t,
-        usage: ggml_backend_buffer_usage,
-    );
+    pub fn ggml_backend_buffer_set_usage(buffer: ggml_backend_buffer_t, usage: ggml_backend_buffer_usage);
 }
 unsafe extern "C" {
-    pub fn ggml_backend_buffer_get_usage(
-        buffer: ggml_backend_buffer_t,
-    ) -> ggml_backend_buffer_usage;
+    pub fn ggml_backend_buffer_get_usage(buffer: ggml_backend_buffer_t) -> ggml_backend_buffer_usage;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_buffer_get_type(
-        buffer: ggml_backend_buffer_t,
-    ) -> ggml_backend_buffer_type_t;
+    pub fn ggml_backend_buffer_get_type(buffer: ggml_backend_buffer_t) -> ggml_backend_buffer_type_t;
 }
 unsafe extern "C" {
     pub fn ggml_backend_buffer_reset(buffer: ggml_backend_buffer_t);
@@ -2924,13 +2401,10 @@ unsafe extern "C" {
     pub fn ggml_backend_free(backend: ggml_backend_t);
 }
 unsafe extern "C" {
-    pub fn ggml_backend_get_default_buffer_type(
-        backend: ggml_backend_t,
-    ) -> ggml_backend_buffer_type_t;
+    pub fn ggml_backend_get_default_buffer_type(backend: ggml_backend_t) -> ggml_backend_buffer_type_t;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_alloc_buffer(backend: ggml_backend_t, size: usize)
-        -> ggml_backend_buffer_t;
+    pub fn ggml_backend_alloc_buffer(backend: ggml_backend_t, size: usize) -> ggml_backend_buffer_t;
 }
 unsafe extern "C" {
     pub fn ggml_backend_get_alignment(backend: ggml_backend_t) -> usize;
@@ -2981,20 +2455,10 @@ unsafe extern "C" {
     );
 }
 unsafe extern "C" {
-    pub fn ggml_backend_tensor_set(
-        tensor: *mut ggml_tensor,
-        data: *const ::std::os::raw::c_void,
-        offset: usize,
-        size: usize,
-    );
+    pub fn ggml_backend_tensor_set(tensor: *mut ggml_tensor, data: *const ::std::os::raw::c_void, offset: usize, size: usize);
 }
 unsafe extern "C" {
-    pub fn ggml_backend_tensor_get(
-        tensor: *const ggml_tensor,
-        data: *mut ::std::os::raw::c_void,
-        offset: usize,
-        size: usize,
-    );
+    pub fn ggml_backend_tensor_get(tensor: *const ggml_tensor, data: *mut ::std::os::raw::c_void, offset: usize, size: usize);
 }
 unsafe extern "C" {
     pub fn ggml_backend_tensor_set_2d(
@@ -3019,51 +2483,31 @@ unsafe extern "C" {
     );
 }
 unsafe extern "C" {
-    pub fn ggml_backend_tensor_memset(
-        tensor: *mut ggml_tensor,
-        value: u8,
-        offset: usize,
-        size: usize,
-    );
+    pub fn ggml_backend_tensor_memset(tensor: *mut ggml_tensor, value: u8, offset: usize, size: usize);
 }
 unsafe extern "C" {
     pub fn ggml_backend_synchronize(backend: ggml_backend_t);
 }
 unsafe extern "C" {
-    pub fn ggml_backend_graph_plan_create(
-        backend: ggml_backend_t,
-        cgraph: *mut ggml_cgraph,
-    ) -> ggml_backend_graph_plan_t;
+    pub fn ggml_backend_graph_plan_create(backend: ggml_backend_t, cgraph: *mut ggml_cgraph) -> ggml_backend_graph_plan_t;
 }
 unsafe extern "C" {
     pub fn ggml_backend_graph_plan_free(backend: ggml_backend_t, plan: ggml_backend_graph_plan_t);
 }
 unsafe extern "C" {
-    pub fn ggml_backend_graph_plan_compute(
-        backend: ggml_backend_t,
-        plan: ggml_backend_graph_plan_t,
-    ) -> ggml_status;
+    pub fn ggml_backend_graph_plan_compute(backend: ggml_backend_t, plan: ggml_backend_graph_plan_t) -> ggml_status;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_graph_compute(
-        backend: ggml_backend_t,
-        cgraph: *mut ggml_cgraph,
-    ) -> ggml_status;
+    pub fn ggml_backend_graph_compute(backend: ggml_backend_t, cgraph: *mut ggml_cgraph) -> ggml_status;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_graph_compute_async(
-        backend: ggml_backend_t,
-        cgraph: *mut ggml_cgraph,
-    ) -> ggml_status;
+    pub fn ggml_backend_graph_compute_async(backend: ggml_backend_t, cgraph: *mut ggml_cgraph) -> ggml_status;
 }
 unsafe extern "C" {
     pub fn ggml_backend_supports_op(backend: ggml_backend_t, op: *const ggml_tensor) -> bool;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_supports_buft(
-        backend: ggml_backend_t,
-        buft: ggml_backend_buffer_type_t,
-    ) -> bool;
+    pub fn ggml_backend_supports_buft(backend: ggml_backend_t, buft: ggml_backend_buffer_type_t) -> bool;
 }
 unsafe extern "C" {
     pub fn ggml_backend_offload_op(backend: ggml_backend_t, op: *const ggml_tensor) -> bool;
@@ -3124,9 +2568,7 @@ unsafe extern "C" {
     pub fn ggml_backend_dev_name(device: ggml_backend_dev_t) -> *const ::std::os::raw::c_char;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_dev_description(
-        device: ggml_backend_dev_t,
-    ) -> *const ::std::os::raw::c_char;
+    pub fn ggml_backend_dev_description(device: ggml_backend_dev_t) -> *const ::std::os::raw::c_char;
 }
 unsafe extern "C" {
     pub fn ggml_backend_dev_memory(device: ggml_backend_dev_t, free: *mut usize, total: *mut usize);
@@ -3135,27 +2577,19 @@ unsafe extern "C" {
     pub fn ggml_backend_dev_type(device: ggml_backend_dev_t) -> ggml_backend_dev_type;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_dev_get_props(
-        device: ggml_backend_dev_t,
-        props: *mut ggml_backend_dev_props,
-    );
+    pub fn ggml_backend_dev_get_props(device: ggml_backend_dev_t, props: *mut ggml_backend_dev_props);
 }
 unsafe extern "C" {
     pub fn ggml_backend_dev_backend_reg(device: ggml_backend_dev_t) -> ggml_backend_reg_t;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_dev_init(
-        device: ggml_backend_dev_t,
-        params: *const ::std::os::raw::c_char,
-    ) -> ggml_backend_t;
+    pub fn ggml_backend_dev_init(device: ggml_backend_dev_t, params: *const ::std::os::raw::c_char) -> ggml_backend_t;
 }
 unsafe extern "C" {
     pub fn ggml_backend_dev_buffer_type(device: ggml_backend_dev_t) -> ggml_backend_buffer_type_t;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_dev_host_buffer_type(
-        device: ggml_backend_dev_t,
-    ) -> ggml_backend_buffer_type_t;
+    pub fn ggml_backend_dev_host_buffer_type(device: ggml_backend_dev_t) -> ggml_backend_buffer_type_t;
 }
 unsafe extern "C" {
     pub fn ggml_backend_dev_buffer_from_host_ptr(
@@ -3166,14 +2600,10 @@ unsafe extern "C" {
     ) -> ggml_backend_buffer_t;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_dev_supports_op(device: ggml_backend_dev_t, op: *const ggml_tensor)
-        -> bool;
+    pub fn ggml_backend_dev_supports_op(device: ggml_backend_dev_t, op: *const ggml_tensor) -> bool;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_dev_supports_buft(
-        device: ggml_backend_dev_t,
-        buft: ggml_backend_buffer_type_t,
-    ) -> bool;
+    pub fn ggml_backend_dev_supports_buft(device: ggml_backend_dev_t, buft: ggml_backend_buffer_type_t) -> bool;
 }
 unsafe extern "C" {
     pub fn ggml_backend_dev_offload_op(device: ggml_backend_dev_t, op: *const ggml_tensor) -> bool;
@@ -3188,43 +2618,21 @@ unsafe extern "C" {
     pub fn ggml_backend_reg_dev_get(reg: ggml_backend_reg_t, index: usize) -> ggml_backend_dev_t;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_reg_get_proc_address(
-        reg: ggml_backend_reg_t,
-        name: *const ::std::os::raw::c_char,
-    ) -> *mut ::std::os::raw::c_void;
+    pub fn ggml_backend_reg_get_proc_address(reg: ggml_backend_reg_t, name: *const ::std::os::raw::c_char) -> *mut ::std::os::raw::c_void;
 }
-pub type ggml_backend_comm_init_t = ::std::option::Option<
-    unsafe extern "C" fn(
-        backends: *mut ggml_backend_t,
-        n_backends: usize,
-    ) -> *mut ::std::os::raw::c_void,
->;
-pub type ggml_backend_comm_free_t =
-    ::std::option::Option<unsafe extern "C" fn(comm_ctx: *mut ::std::os::raw::c_void)>;
-pub type ggml_backend_comm_allreduce_tensor_t = ::std::option::Option<
-    unsafe extern "C" fn(
-        comm_ctx: *mut ::std::os::raw::c_void,
-        tensors: *mut *mut ggml_tensor,
-    ) -> bool,
->;
-pub type ggml_backend_split_buffer_type_t = ::std::option::Option<
-    unsafe extern "C" fn(
-        main_device: ::std::os::raw::c_int,
-        tensor_split: *const f32,
-    ) -> ggml_backend_buffer_type_t,
->;
-pub type ggml_backend_set_n_threads_t = ::std::option::Option<
-    unsafe extern "C" fn(backend: ggml_backend_t, n_threads: ::std::os::raw::c_int),
->;
-pub type ggml_backend_dev_get_extra_bufts_t = ::std::option::Option<
-    unsafe extern "C" fn(device: ggml_backend_dev_t) -> *mut ggml_backend_buffer_type_t,
->;
+pub type ggml_backend_comm_init_t =
+    ::std::option::Option<unsafe extern "C" fn(backends: *mut ggml_backend_t, n_backends: usize) -> *mut ::std::os::raw::c_void>;
+pub type ggml_backend_comm_free_t = ::std::option::Option<unsafe extern "C" fn(comm_ctx: *mut ::std::os::raw::c_void)>;
+pub type ggml_backend_comm_allreduce_tensor_t =
+    ::std::option::Option<unsafe extern "C" fn(comm_ctx: *mut ::std::os::raw::c_void, tensors: *mut *mut ggml_tensor) -> bool>;
+pub type ggml_backend_split_buffer_type_t =
+    ::std::option::Option<unsafe extern "C" fn(main_device: ::std::os::raw::c_int, tensor_split: *const f32) -> ggml_backend_buffer_type_t>;
+pub type ggml_backend_set_n_threads_t =
+    ::std::option::Option<unsafe extern "C" fn(backend: ggml_backend_t, n_threads: ::std::os::raw::c_int)>;
+pub type ggml_backend_dev_get_extra_bufts_t =
+    ::std::option::Option<unsafe extern "C" fn(device: ggml_backend_dev_t) -> *mut ggml_backend_buffer_type_t>;
 pub type ggml_backend_set_abort_callback_t = ::std::option::Option<
-    unsafe extern "C" fn(
-        backend: ggml_backend_t,
-        abort_callback: ggml_abort_callback,
-        abort_callback_data: *mut ::std::os::raw::c_void,
-    ),
+    unsafe extern "C" fn(backend: ggml_backend_t, abort_callback: ggml_abort_callback, abort_callback_data: *mut ::std::os::raw::c_void),
 >;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -3232,9 +2640,7 @@ pub struct ggml_backend_feature {
     pub name: *const ::std::os::raw::c_char,
     pub value: *const ::std::os::raw::c_char,
 }
-pub type ggml_backend_get_features_t = ::std::option::Option<
-    unsafe extern "C" fn(reg: ggml_backend_reg_t) -> *mut ggml_backend_feature,
->;
+pub type ggml_backend_get_features_t = ::std::option::Option<unsafe extern "C" fn(reg: ggml_backend_reg_t) -> *mut ggml_backend_feature>;
 unsafe extern "C" {
     pub fn ggml_backend_register(reg: ggml_backend_reg_t);
 }
@@ -3263,16 +2669,10 @@ unsafe extern "C" {
     pub fn ggml_backend_dev_by_type(type_: ggml_backend_dev_type) -> ggml_backend_dev_t;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_init_by_name(
-        name: *const ::std::os::raw::c_char,
-        params: *const ::std::os::raw::c_char,
-    ) -> ggml_backend_t;
+    pub fn ggml_backend_init_by_name(name: *const ::std::os::raw::c_char, params: *const ::std::os::raw::c_char) -> ggml_backend_t;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_init_by_type(
-        type_: ggml_backend_dev_type,
-        params: *const ::std::os::raw::c_char,
-    ) -> ggml_backend_t;
+    pub fn ggml_backend_init_by_type(type_: ggml_backend_dev_type, params: *const ::std::os::raw::c_char) -> ggml_backend_t;
 }
 unsafe extern "C" {
     pub fn ggml_backend_init_best() -> ggml_backend_t;
@@ -3295,13 +2695,8 @@ pub struct ggml_backend_sched {
     _unused: [u8; 0],
 }
 pub type ggml_backend_sched_t = *mut ggml_backend_sched;
-pub type ggml_backend_sched_eval_callback = ::std::option::Option<
-    unsafe extern "C" fn(
-        t: *mut ggml_tensor,
-        ask: bool,
-        user_data: *mut ::std::os::raw::c_void,
-    ) -> bool,
->;
+pub type ggml_backend_sched_eval_callback =
+    ::std::option::Option<unsafe extern "C" fn(t: *mut ggml_tensor, ask: bool, user_data: *mut ::std::os::raw::c_void) -> bool>;
 unsafe extern "C" {
     pub fn ggml_backend_sched_new(
         backends: *mut ggml_backend_t,
@@ -3316,26 +2711,16 @@ unsafe extern "C" {
     pub fn ggml_backend_sched_free(sched: ggml_backend_sched_t);
 }
 unsafe extern "C" {
-    pub fn ggml_backend_sched_reserve_size(
-        sched: ggml_backend_sched_t,
-        measure_graph: *mut ggml_cgraph,
-        sizes: *mut usize,
-    );
+    pub fn ggml_backend_sched_reserve_size(sched: ggml_backend_sched_t, measure_graph: *mut ggml_cgraph, sizes: *mut usize);
 }
 unsafe extern "C" {
-    pub fn ggml_backend_sched_reserve(
-        sched: ggml_backend_sched_t,
-        measure_graph: *mut ggml_cgraph,
-    ) -> bool;
+    pub fn ggml_backend_sched_reserve(sched: ggml_backend_sched_t, measure_graph: *mut ggml_cgraph) -> bool;
 }
 unsafe extern "C" {
     pub fn ggml_backend_sched_get_n_backends(sched: ggml_backend_sched_t) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_sched_get_backend(
-        sched: ggml_backend_sched_t,
-        i: ::std::os::raw::c_int,
-    ) -> ggml_backend_t;
+    pub fn ggml_backend_sched_get_backend(sched: ggml_backend_sched_t, i: ::std::os::raw::c_int) -> ggml_backend_t;
 }
 unsafe extern "C" {
     pub fn ggml_backend_sched_get_n_splits(sched: ggml_backend_sched_t) -> ::std::os::raw::c_int;
@@ -3344,50 +2729,28 @@ unsafe extern "C" {
     pub fn ggml_backend_sched_get_n_copies(sched: ggml_backend_sched_t) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_sched_get_buffer_type(
-        sched: ggml_backend_sched_t,
-        backend: ggml_backend_t,
-    ) -> ggml_backend_buffer_type_t;
+    pub fn ggml_backend_sched_get_buffer_type(sched: ggml_backend_sched_t, backend: ggml_backend_t) -> ggml_backend_buffer_type_t;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_sched_get_buffer_size(
-        sched: ggml_backend_sched_t,
-        backend: ggml_backend_t,
-    ) -> usize;
+    pub fn ggml_backend_sched_get_buffer_size(sched: ggml_backend_sched_t, backend: ggml_backend_t) -> usize;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_sched_set_tensor_backend(
-        sched: ggml_backend_sched_t,
-        node: *mut ggml_tensor,
-        backend: ggml_backend_t,
-    );
+    pub fn ggml_backend_sched_set_tensor_backend(sched: ggml_backend_sched_t, node: *mut ggml_tensor, backend: ggml_backend_t);
 }
 unsafe extern "C" {
-    pub fn ggml_backend_sched_get_tensor_backend(
-        sched: ggml_backend_sched_t,
-        node: *mut ggml_tensor,
-    ) -> ggml_backend_t;
+    pub fn ggml_backend_sched_get_tensor_backend(sched: ggml_backend_sched_t, node: *mut ggml_tensor) -> ggml_backend_t;
 }
 unsafe extern "C" {
     pub fn ggml_backend_sched_split_graph(sched: ggml_backend_sched_t, graph: *mut ggml_cgraph);
 }
 unsafe extern "C" {
-    pub fn ggml_backend_sched_alloc_graph(
-        sched: ggml_backend_sched_t,
-        graph: *mut ggml_cgraph,
-    ) -> bool;
+    pub fn ggml_backend_sched_alloc_graph(sched: ggml_backend_sched_t, graph: *mut ggml_cgraph) -> bool;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_sched_graph_compute(
-        sched: ggml_backend_sched_t,
-        graph: *mut ggml_cgraph,
-    ) -> ggml_status;
+    pub fn ggml_backend_sched_graph_compute(sched: ggml_backend_sched_t, graph: *mut ggml_cgraph) -> ggml_status;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_sched_graph_compute_async(
-        sched: ggml_backend_sched_t,
-        graph: *mut ggml_cgraph,
-    ) -> ggml_status;
+    pub fn ggml_backend_sched_graph_compute_async(sched: ggml_backend_sched_t, graph: *mut ggml_cgraph) -> ggml_status;
 }
 unsafe extern "C" {
     pub fn ggml_backend_sched_synchronize(sched: ggml_backend_sched_t);
@@ -3412,9 +2775,7 @@ pub const GGML_BACKEND_SPLIT_AXIS_NONE: ggml_backend_meta_split_axis = 98;
 pub const GGML_BACKEND_SPLIT_AXIS_UNKNOWN: ggml_backend_meta_split_axis = 99;
 pub type ggml_backend_meta_split_axis = ::std::os::raw::c_uint;
 unsafe extern "C" {
-    pub fn ggml_backend_meta_split_axis_name(
-        split_axis: ggml_backend_meta_split_axis,
-    ) -> *const ::std::os::raw::c_char;
+    pub fn ggml_backend_meta_split_axis_name(split_axis: ggml_backend_meta_split_axis) -> *const ::std::os::raw::c_char;
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -3425,10 +2786,7 @@ pub struct ggml_backend_meta_split_state {
     pub n_segments: u32,
 }
 pub type ggml_backend_meta_get_split_state_t = ::std::option::Option<
-    unsafe extern "C" fn(
-        tensor: *const ggml_tensor,
-        userdata: *mut ::std::os::raw::c_void,
-    ) -> ggml_backend_meta_split_state,
+    unsafe extern "C" fn(tensor: *const ggml_tensor, userdata: *mut ::std::os::raw::c_void) -> ggml_backend_meta_split_state,
 >;
 unsafe extern "C" {
     pub fn ggml_backend_meta_device(
@@ -3447,10 +2805,7 @@ pub struct ggml_backend_graph_copy {
     pub graph: *mut ggml_cgraph,
 }
 unsafe extern "C" {
-    pub fn ggml_backend_graph_copy(
-        backend: ggml_backend_t,
-        graph: *mut ggml_cgraph,
-    ) -> ggml_backend_graph_copy;
+    pub fn ggml_backend_graph_copy(backend: ggml_backend_t, graph: *mut ggml_cgraph) -> ggml_backend_graph_copy;
 }
 unsafe extern "C" {
     pub fn ggml_backend_graph_copy_free(copy: ggml_backend_graph_copy);
@@ -3485,10 +2840,7 @@ unsafe extern "C" {
     pub fn ggml_backend_view_init(tensor: *mut ggml_tensor) -> ggml_status;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_cpu_buffer_from_ptr(
-        ptr: *mut ::std::os::raw::c_void,
-        size: usize,
-    ) -> ggml_backend_buffer_t;
+    pub fn ggml_backend_cpu_buffer_from_ptr(ptr: *mut ::std::os::raw::c_void, size: usize) -> ggml_backend_buffer_t;
 }
 unsafe extern "C" {
     pub fn ggml_backend_cpu_buffer_type() -> ggml_backend_buffer_type_t;
@@ -3586,8 +2938,7 @@ unsafe extern "C" {
     pub fn ggml_threadpool_free(threadpool: *mut ggml_threadpool);
 }
 unsafe extern "C" {
-    pub fn ggml_threadpool_get_n_threads(threadpool: *mut ggml_threadpool)
-        -> ::std::os::raw::c_int;
+    pub fn ggml_threadpool_get_n_threads(threadpool: *mut ggml_threadpool) -> ::std::os::raw::c_int;
 }
 unsafe extern "C" {
     pub fn ggml_threadpool_pause(threadpool: *mut ggml_threadpool);
@@ -3596,21 +2947,13 @@ unsafe extern "C" {
     pub fn ggml_threadpool_resume(threadpool: *mut ggml_threadpool);
 }
 unsafe extern "C" {
-    pub fn ggml_graph_plan(
-        cgraph: *const ggml_cgraph,
-        n_threads: ::std::os::raw::c_int,
-        threadpool: *mut ggml_threadpool,
-    ) -> ggml_cplan;
+    pub fn ggml_graph_plan(cgraph: *const ggml_cgraph, n_threads: ::std::os::raw::c_int, threadpool: *mut ggml_threadpool) -> ggml_cplan;
 }
 unsafe extern "C" {
     pub fn ggml_graph_compute(cgraph: *mut ggml_cgraph, cplan: *mut ggml_cplan) -> ggml_status;
 }
 unsafe extern "C" {
-    pub fn ggml_graph_compute_with_ctx(
-        ctx: *mut ggml_context,
-        cgraph: *mut ggml_cgraph,
-        n_threads: ::std::os::raw::c_int,
-    ) -> ggml_status;
+    pub fn ggml_graph_compute_with_ctx(ctx: *mut ggml_context, cgraph: *mut ggml_cgraph, n_threads: ::std::os::raw::c_int) -> ggml_status;
 }
 unsafe extern "C" {
     pub fn ggml_cpu_has_sse3() -> ::std::os::raw::c_int;
@@ -3729,16 +3072,10 @@ unsafe extern "C" {
     pub fn ggml_backend_is_cpu(backend: ggml_backend_t) -> bool;
 }
 unsafe extern "C" {
-    pub fn ggml_backend_cpu_set_n_threads(
-        backend_cpu: ggml_backend_t,
-        n_threads: ::std::os::raw::c_int,
-    );
+    pub fn ggml_backend_cpu_set_n_threads(backend_cpu: ggml_backend_t, n_threads: ::std::os::raw::c_int);
 }
 unsafe extern "C" {
-    pub fn ggml_backend_cpu_set_threadpool(
-        backend_cpu: ggml_backend_t,
-        threadpool: ggml_threadpool_t,
-    );
+    pub fn ggml_backend_cpu_set_threadpool(backend_cpu: ggml_backend_t, threadpool: ggml_threadpool_t);
 }
 unsafe extern "C" {
     pub fn ggml_backend_cpu_set_abort_callback(
@@ -3798,12 +3135,7 @@ pub struct gguf_init_params {
     pub ctx: *mut *mut ggml_context,
 }
 pub type gguf_reader_callback_t = ::std::option::Option<
-    unsafe extern "C" fn(
-        userdata: *mut ::std::os::raw::c_void,
-        output: *mut ::std::os::raw::c_void,
-        offset: u64,
-        len: usize,
-    ) -> usize,
+    unsafe extern "C" fn(userdata: *mut ::std::os::raw::c_void, output: *mut ::std::os::raw::c_void, offset: u64, len: usize) -> usize,
 >;
 unsafe extern "C" {
     pub fn gguf_init_empty() -> *mut gguf_context;
@@ -3812,17 +3144,10 @@ unsafe extern "C" {
     pub fn gguf_init_from_file_ptr(file: *mut FILE, params: gguf_init_params) -> *mut gguf_context;
 }
 unsafe extern "C" {
-    pub fn gguf_init_from_file(
-        fname: *const ::std::os::raw::c_char,
-        params: gguf_init_params,
-    ) -> *mut gguf_context;
+    pub fn gguf_init_from_file(fname: *const ::std::os::raw::c_char, params: gguf_init_params) -> *mut gguf_context;
 }
 unsafe extern "C" {
-    pub fn gguf_init_from_buffer(
-        data: *const ::std::os::raw::c_void,
-        size: usize,
-        params: gguf_init_params,
-    ) -> *mut gguf_context;
+    pub fn gguf_init_from_buffer(data: *const ::std::os::raw::c_void, size: usize, params: gguf_init_params) -> *mut gguf_context;
 }
 unsafe extern "C" {
     pub fn gguf_init_from_callback(
@@ -3897,30 +3222,19 @@ unsafe extern "C" {
     pub fn gguf_get_val_bool(ctx: *const gguf_context, key_id: i64) -> bool;
 }
 unsafe extern "C" {
-    pub fn gguf_get_val_str(ctx: *const gguf_context, key_id: i64)
-        -> *const ::std::os::raw::c_char;
+    pub fn gguf_get_val_str(ctx: *const gguf_context, key_id: i64) -> *const ::std::os::raw::c_char;
 }
 unsafe extern "C" {
-    pub fn gguf_get_val_data(
-        ctx: *const gguf_context,
-        key_id: i64,
-    ) -> *const ::std::os::raw::c_void;
+    pub fn gguf_get_val_data(ctx: *const gguf_context, key_id: i64) -> *const ::std::os::raw::c_void;
 }
 unsafe extern "C" {
     pub fn gguf_get_arr_n(ctx: *const gguf_context, key_id: i64) -> usize;
 }
 unsafe extern "C" {
-    pub fn gguf_get_arr_data(
-        ctx: *const gguf_context,
-        key_id: i64,
-    ) -> *const ::std::os::raw::c_void;
+    pub fn gguf_get_arr_data(ctx: *const gguf_context, key_id: i64) -> *const ::std::os::raw::c_void;
 }
 unsafe extern "C" {
-    pub fn gguf_get_arr_str(
-        ctx: *const gguf_context,
-        key_id: i64,
-        i: usize,
-    ) -> *const ::std::os::raw::c_char;
+    pub fn gguf_get_arr_str(ctx: *const gguf_context, key_id: i64, i: usize) -> *const ::std::os::raw::c_char;
 }
 unsafe extern "C" {
     pub fn gguf_get_n_tensors(ctx: *const gguf_context) -> i64;
@@ -3932,10 +3246,7 @@ unsafe extern "C" {
     pub fn gguf_get_tensor_offset(ctx: *const gguf_context, tensor_id: i64) -> usize;
 }
 unsafe extern "C" {
-    pub fn gguf_get_tensor_name(
-        ctx: *const gguf_context,
-        tensor_id: i64,
-    ) -> *const ::std::os::raw::c_char;
+    pub fn gguf_get_tensor_name(ctx: *const gguf_context, tensor_id: i64) -> *const ::std::os::raw::c_char;
 }
 unsafe extern "C" {
     pub fn gguf_get_tensor_ne(ctx: *const gguf_context, tensor_id: i64) -> *const i64;
@@ -3983,11 +3294,7 @@ unsafe extern "C" {
     pub fn gguf_set_val_bool(ctx: *mut gguf_context, key: *const ::std::os::raw::c_char, val: bool);
 }
 unsafe extern "C" {
-    pub fn gguf_set_val_str(
-        ctx: *mut gguf_context,
-        key: *const ::std::os::raw::c_char,
-        val: *const ::std::os::raw::c_char,
-    );
+    pub fn gguf_set_val_str(ctx: *mut gguf_context, key: *const ::std::os::raw::c_char, val: *const ::std::os::raw::c_char);
 }
 unsafe extern "C" {
     pub fn gguf_set_arr_data(
@@ -3999,12 +3306,7 @@ unsafe extern "C" {
     );
 }
 unsafe extern "C" {
-    pub fn gguf_set_arr_str(
-        ctx: *mut gguf_context,
-        key: *const ::std::os::raw::c_char,
-        data: *mut *const ::std::os::raw::c_char,
-        n: usize,
-    );
+    pub fn gguf_set_arr_str(ctx: *mut gguf_context, key: *const ::std::os::raw::c_char, data: *mut *const ::std::os::raw::c_char, n: usize);
 }
 unsafe extern "C" {
     pub fn gguf_set_kv(ctx: *mut gguf_context, src: *const gguf_context);
@@ -4013,32 +3315,16 @@ unsafe extern "C" {
     pub fn gguf_add_tensor(ctx: *mut gguf_context, tensor: *const ggml_tensor);
 }
 unsafe extern "C" {
-    pub fn gguf_set_tensor_type(
-        ctx: *mut gguf_context,
-        name: *const ::std::os::raw::c_char,
-        type_: ggml_type,
-    );
+    pub fn gguf_set_tensor_type(ctx: *mut gguf_context, name: *const ::std::os::raw::c_char, type_: ggml_type);
 }
 unsafe extern "C" {
-    pub fn gguf_set_tensor_data(
-        ctx: *mut gguf_context,
-        name: *const ::std::os::raw::c_char,
-        data: *const ::std::os::raw::c_void,
-    );
+    pub fn gguf_set_tensor_data(ctx: *mut gguf_context, name: *const ::std::os::raw::c_char, data: *const ::std::os::raw::c_void);
 }
 unsafe extern "C" {
-    pub fn gguf_write_to_file_ptr(
-        ctx: *const gguf_context,
-        file: *mut FILE,
-        only_meta: bool,
-    ) -> bool;
+    pub fn gguf_write_to_file_ptr(ctx: *const gguf_context, file: *mut FILE, only_meta: bool) -> bool;
 }
 unsafe extern "C" {
-    pub fn gguf_write_to_file(
-        ctx: *const gguf_context,
-        fname: *const ::std::os::raw::c_char,
-        only_meta: bool,
-    ) -> bool;
+    pub fn gguf_write_to_file(ctx: *const gguf_context, fname: *const ::std::os::raw::c_char, only_meta: bool) -> bool;
 }
 unsafe extern "C" {
     pub fn gguf_get_meta_size(ctx: *const gguf_context) -> usize;
