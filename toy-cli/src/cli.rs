@@ -235,7 +235,8 @@ pub struct TrainArgs {
     /// warm-start: match donor rows to student tokens by token text or by index.
     #[arg(long = "match-by", value_enum)]
     pub match_by: Option<crate::donor::MatchBy>,
-    /// warm-start: initialise the lens randomly or with the donor table's principal directions.
+    /// warm-start: initialise the lens with the donor table's principal directions
+    /// (default) or randomly.
     #[arg(long = "lens-init", value_enum)]
     pub lens_init: Option<crate::donor::LensInit>,
     /// Width of the token table behind a projection lens (llama); with --donor it

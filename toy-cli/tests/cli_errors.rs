@@ -25,7 +25,7 @@ fn ok(o: &Output) {
 
 const QUICK: &[&str] = &["--preset", "smoke", "--threads", "1", "--log-every", "1000"];
 
-fn train<'a>(dir: &Path, extra: &[&'a str]) -> Output {
+fn train(dir: &Path, extra: &[&str]) -> Output {
     let mut args = vec!["train"];
     args.extend_from_slice(QUICK);
     args.extend_from_slice(extra);
@@ -114,6 +114,11 @@ fn warm_start_checks_donors_and_writes_a_plain_llama() {
     donor_file(&t.join("q4.gguf"), DType::Q4_0, &[32, 8], vec![0u8; 8 * 18]);
     fails(&train(t, &["warm-start", "--donor", "q4.gguf", "--steps", "1", "--out", "x"]), "train", "only f32, f16, bf16 and q8_0");
     fails(&train(t, &["--donor", d, "--steps", "1", "--out", "x"]), "train", "warm-start");
+    fails(
+        &train(t, &["warm-start", "--donor", d, "--init", "scratch", "--lens-init", "pca", "--steps", "1", "--out", "x"]),
+        "train",
+        "--init donor",
+    );
     assert!(!t.join("x").exists());
 }
 

@@ -250,11 +250,14 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         let width = crate::donor::load(&probe, None, 1, 1, 0)?.width;
         a.donor_width = Some(width);
         let cfg = resolve(&a, corpus.vocab_size)?;
+        if a.init == Some(crate::donor::TableInit::Scratch) && a.lens_init == Some(crate::donor::LensInit::Pca) {
+            return Err(input("--lens-init pca needs the donor's table (--init donor)"));
+        }
         let opts = crate::donor::DonorOptions {
             path: &path,
             init: a.init.unwrap_or(crate::donor::TableInit::Donor),
             match_by: a.match_by.unwrap_or(crate::donor::MatchBy::Token),
-            lens_init: a.lens_init.unwrap_or(crate::donor::LensInit::Random),
+            lens_init: a.lens_init.unwrap_or(crate::donor::LensInit::Pca),
             width: Some(width),
         };
         let tokens = corpus.tokenizer.as_ref().and_then(|t| t.tokens());

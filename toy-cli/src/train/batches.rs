@@ -32,7 +32,8 @@ pub struct SamplerState {
     pub seed: String,
     /// ChaCha word position (u128, decimal).
     pub word_pos: String,
-    /// Streaming samplers: epoch and window index within it.
+    /// Streaming samplers: the epoch, and the position within it (steps when
+    /// in order, windows when shuffled).
     pub epoch: u64,
     pub index: u64,
 }
@@ -60,8 +61,13 @@ fn rng_restore(seed: &str, word_pos: &str) -> Option<Rng> {
 pub enum Sampler {
     /// Uniformly random windows, with replacement (nanoGPT's `get_batch`).
     Random { rng: Rng, t: usize, b: usize },
-    /// Consecutive non-overlapping windows walking the split in order and
-    /// wrapping at its end (one epoch); optionally shuffled per epoch.
+    /// Non-overlapping windows walking the split in order, wrapping at its end
+    /// (one epoch). In order, the split is cut into `b` contiguous lanes and row
+    /// `k` of every step takes the next window of lane `k` (the layout of
+    /// PyTorch's word-language-model `batchify`), so one step's rows come from
+    /// `b` distant places instead of one stretch of text; the last
+    /// `n mod b` windows of the `n` in a split are left out. Shuffled, every
+    /// epoch takes all `n` windows in a fresh random order.
     Stream { rng: Rng, epoch_start: Box<Rng>, t: usize, b: usize, epoch: u64, index: u64, shuffle: bool, order: Vec<u32> },
 }
 
@@ -91,6 +97,18 @@ impl Sampler {
             Sampler::Stream { rng, epoch_start, t, b, epoch, index, shuffle, order } => {
                 let n = ((len - 1) / *t) as u64; // windows per epoch
                 let mut wrapped = false;
+                if !*shuffle {
+                    // `index` counts steps into the epoch; lane k holds windows k·m .. (k+1)·m.
+                    let m = (n / *b as u64).max(1);
+                    if *index >= m {
+                        *index = 0;
+                        *epoch += 1;
+                        wrapped = true;
+                    }
+                    let starts = (0..*b as u64).map(|k| (((k * m + *index) % n) as usize) * *t).collect();
+                    *index += 1;
+                    return (starts, wrapped);
+                }
                 let mut starts = Vec::with_capacity(*b);
                 for _ in 0..*b {
                     if *index >= n {
@@ -99,12 +117,11 @@ impl Sampler {
                         order.clear();
                         wrapped = true;
                     }
-                    if *shuffle && order.is_empty() {
+                    if order.is_empty() {
                         **epoch_start = rng.clone();
                         *order = shuffled(rng, n);
                     }
-                    let w = if *shuffle { order[*index as usize] as u64 } else { *index };
-                    starts.push((w as usize) * *t);
+                    starts.push(order[*index as usize] as usize * *t);
                     *index += 1;
                 }
                 (starts, wrapped)
@@ -254,5 +271,72 @@ impl Recorded {
         let chunk = &self.windows[(step - 1) * w * b..step * w * b];
         let starts: Vec<usize> = (0..b).map(|i| i * w).collect();
         Ok(batch_at(chunk, &starts, w - 1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Window indices (start / t) of the next `steps` steps.
+    fn walk(s: &mut Sampler, len: usize, t: usize, steps: usize) -> (Vec<Vec<usize>>, Vec<bool>) {
+        (0..steps)
+            .map(|_| {
+                let (starts, wrapped) = s.next_starts(len);
+                (starts.iter().map(|x| x / t).collect::<Vec<_>>(), wrapped)
+            })
+            .unzip()
+    }
+
+    #[test]
+    fn in_order_rows_walk_their_lanes() {
+        // 3 rows, 10 windows of 4 tokens: lanes of 3 windows, window 9 left out.
+        let (t, len) = (4, 41);
+        let mut s = Sampler::stream(7, t, 3, false);
+        let (w, wrapped) = walk(&mut s, len, t, 4);
+        assert_eq!(w, [vec![0, 3, 6], vec![1, 4, 7], vec![2, 5, 8], vec![0, 3, 6]]);
+        assert_eq!(wrapped, [false, false, false, true]);
+        assert_eq!(s.epoch(), 1);
+    }
+
+    #[test]
+    fn in_order_with_fewer_windows_than_rows() {
+        let (t, len) = (4, 9); // 2 windows, 3 rows
+        let mut s = Sampler::stream(7, t, 3, false);
+        let (w, wrapped) = walk(&mut s, len, t, 2);
+        assert_eq!(w, [vec![0, 1, 0], vec![0, 1, 0]]);
+        assert_eq!(wrapped, [false, true]);
+    }
+
+    #[test]
+    fn shuffled_epochs_are_permutations() {
+        let (t, len) = (4, 4 * 12 + 1); // 12 windows, 4 rows: 3 steps per epoch
+        let mut s = Sampler::stream(7, t, 4, true);
+        let (w, wrapped) = walk(&mut s, len, t, 6);
+        let epoch = |r: &[Vec<usize>]| {
+            let mut v: Vec<usize> = r.concat();
+            v.sort();
+            v
+        };
+        assert_eq!(epoch(&w[..3]), (0..12).collect::<Vec<_>>());
+        assert_eq!(epoch(&w[3..]), (0..12).collect::<Vec<_>>());
+        assert_ne!(w[..3], w[3..], "a new order every epoch");
+        assert_eq!(wrapped, [false, false, false, true, false, false]);
+    }
+
+    #[test]
+    fn restored_samplers_continue_the_same_sequence() {
+        let (t, len) = (4, 4 * 50 + 1);
+        for mut s in [Sampler::random(3, t, 4), Sampler::stream(3, t, 4, false), Sampler::stream(3, t, 4, true)] {
+            walk(&mut s, len, t, 17);
+            let st = s.state();
+            let expect = walk(&mut s, len, t, 20);
+            let mut r = match s {
+                Sampler::Random { .. } => Sampler::random(99, t, 4),
+                Sampler::Stream { shuffle, .. } => Sampler::stream(99, t, 4, shuffle),
+            };
+            r.restore(&st, len).unwrap();
+            assert_eq!(walk(&mut r, len, t, 20), expect);
+        }
     }
 }
