@@ -196,7 +196,10 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
         }
         sys::GGML_OP_MUL_MAT if need(0) => {
             let (a, b) = (srcs[0].ne(), srcs[1].ne());
-            if (a[2] != b[2] || a[3] != b[3]) && b[3] != 1 {
+            // Patch 0003 folds a 2-d weight broadcast over any batch; other broadcasts
+            // take ggml's OUT_PROD path, which asserts ne3 = 1.
+            let matrix = a[2] == 1 && a[3] == 1;
+            if (a[2] != b[2] || a[3] != b[3]) && !matrix && b[3] != 1 {
                 Err(fail(n, "the weight gradient of a broadcast mul_mat needs ne3 = 1 (repeat the operand explicitly)"))
             } else {
                 Ok(())

@@ -177,15 +177,17 @@ fn get_rows() {
 
 #[test]
 fn mul_mat() {
-    // (a.ne, b.ne) with random k, m, n; the last two broadcast a over b's ne2.
-    for seed in 0..5 {
+    // (a.ne, b.ne) with random k, m, n; the last three broadcast a over b's
+    // ne2 (and ne3), the last two a weight matrix over a batch (patch 0003).
+    for seed in 0..6 {
         let mut r = rng(200 + seed);
         let (k, m, n) = (r.random_range(1..=9i64), r.random_range(1..=6i64), r.random_range(1..=6i64));
         let (an, bn): ([i64; 4], [i64; 4]) = match seed {
             0 | 1 => ([k, m, 1, 1], [k, n, 1, 1]),
             2 => ([k, m, 2, 3], [k, n, 2, 3]),
             3 => ([k, m, 2, 1], [k, n, 4, 1]),
-            _ => ([k, m, 1, 1], [k, n, 3, 1]),
+            4 => ([k, m, 1, 1], [k, n, 3, 1]),
+            _ => ([k, m, 1, 1], [k, n, 2, 3]),
         };
         let a = rand_param(&mut r, &an, -1.0, 1.0);
         let b = rand_param(&mut r, &bn, -1.0, 1.0);
@@ -193,6 +195,34 @@ fn mul_mat() {
             rf::mul_mat(&xs[0], u4(&an), &xs[1], u4(&bn)).0
         });
     }
+}
+
+#[test]
+fn mul_mat_of_a_weight_and_a_permuted_batch() {
+    // b is a non-contiguous view [k, n, 3] of [k, 3, n]: the folded backward must copy it first.
+    let (k, m, n) = (5i64, 4i64, 6i64);
+    let mut r = rng(210);
+    let a = rand_param(&mut r, &[k, m, 1, 1], -1.0, 1.0);
+    let b = rand_param(&mut r, &[k, 3, n, 1], -1.0, 1.0);
+    grad_check(
+        "mul_mat [k,m] x permute([k,3,n])",
+        210,
+        &[a, b],
+        &|ctx, x| ctx.mul_mat(x[0], ctx.permute(x[1], [0, 2, 1, 3]).unwrap()).unwrap(),
+        &|xs| {
+            let (n_, k_) = (n as usize, k as usize);
+            let mut bp = vec![0f64; xs[1].len()];
+            for z in 0..3 {
+                for i in 0..n_ {
+                    for j in 0..k_ {
+                        // [k, n, 3] element (j, i, z) is [k, 3, n] element (j, z, i)
+                        bp[z * n_ * k_ + i * k_ + j] = xs[1][i * 3 * k_ + z * k_ + j];
+                    }
+                }
+            }
+            rf::mul_mat(&xs[0], u4(&[k, m, 1, 1]), &bp, u4(&[k, n, 3, 1])).0
+        },
+    );
 }
 
 #[test]

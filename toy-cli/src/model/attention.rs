@@ -10,11 +10,13 @@ use ggml_rs::{Context, Result, RopeMode, Tensor};
 pub fn causal_attention<'a>(ctx: &'a Context, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>, mask: Tensor<'a>) -> Result<Tensor<'a>> {
     let [dh, n_head, t, b] = q.ne();
     let n_kv = k.ne()[1];
-    let q = ctx.permute(q, [0, 2, 1, 3])?; // [dh, T, H, B]
-    let mut k = ctx.permute(k, [0, 2, 1, 3])?; // [dh, T, Hkv, B]
+    // Contiguous operands let ggml's CPU mul_mat use its tiled sgemm (llamafile)
+    // instead of one dot product per output element.
+    let q = ctx.cont(ctx.permute(q, [0, 2, 1, 3])?)?; // [dh, T, H, B]
+    let mut k = ctx.cont(ctx.permute(k, [0, 2, 1, 3])?)?; // [dh, T, Hkv, B]
     let mut v = ctx.cont(ctx.permute(v, [1, 2, 0, 3])?)?; // [T, dh, Hkv, B]
     if n_kv < n_head {
-        k = repeat_kv(ctx, ctx.cont(k)?, n_head / n_kv)?;
+        k = repeat_kv(ctx, k, n_head / n_kv)?;
         v = repeat_kv(ctx, v, n_head / n_kv)?;
     }
     let kq = ctx.mul_mat(k, q)?; // [T_k, T_q, H, B]
