@@ -265,7 +265,7 @@ fn unary_activations() {
     // Spread over the interesting range, plus large magnitudes where the
     // activations saturate.
     let mut x = uniform(&mut r, 997, -6.0, 6.0);
-    x.extend([-30.0f32, -10.0, -1e-4, 0.0, 1e-4, 10.0, 30.0]);
+    x.extend([-30.0f32, -10.0, -1e-4, 0.0, 1e-4, 10.0, 30.0, 1e-7, -0.5, 0.4999, 0.5001, 8.99, 9.01]);
     let n = x.len() as i64;
     let pos: Vec<f32> = x.iter().map(|v| v.abs() + 0.01).collect();
     let small: Vec<f32> = x.iter().map(|v| v / 3.0).collect();
@@ -299,6 +299,15 @@ fn unary_activations() {
     check("log", &got[8], &map(&pos, &f64::ln), TOL);
     check("exp", &got[9], &map(&small, &f64::exp), TOL);
     check("clamp", &got[10], &map(&x, &|v| v.clamp(-0.5, 2.0)), 0.0);
+
+    // Non-finite values stay non-finite through the vectorized tanh (patch 0005).
+    let bad = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1.0, f32::NAN, -1.0, 0.0, 2.0, f32::NAN];
+    let ctx = Context::new(8).unwrap();
+    let t = leaf(&ctx, &cpu, &[bad.len() as i64], &bad);
+    let got = eval(&ctx, &[ctx.tanh(t).unwrap(), ctx.gelu(t).unwrap()]);
+    assert!(got[0][0].is_nan() && got[0][4].is_nan() && got[0][8].is_nan(), "tanh(NaN) {:?}", got[0]);
+    assert_eq!((got[0][1], got[0][2]), (1.0, -1.0));
+    assert!(got[1][0].is_nan() && got[1][8].is_nan(), "gelu(NaN) {:?}", got[1]);
 }
 
 #[test]
