@@ -55,6 +55,7 @@ pub enum DebugCommand {
 }
 
 #[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)]
 pub struct BenchArgs {
     /// Model and batch shape.
     #[arg(long, value_enum, default_value = "small")]
@@ -86,6 +87,7 @@ pub struct BenchArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)]
 pub struct DumpArgs {
     /// Checkpoint (e.g. a run's weights/step_0.gguf).
     pub model: PathBuf,
@@ -115,6 +117,7 @@ pub enum Recipe {
 
 #[derive(Args, Debug, Default, Clone, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[command(allow_negative_numbers = true)]
 pub struct TrainArgs {
     /// Recipe.
     #[arg(value_enum)]
@@ -259,6 +262,7 @@ pub struct DevicesArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(allow_negative_numbers = true)]
 pub struct GenerateArgs {
     /// Checkpoint (.gguf) or run folder (uses weights/latest).
     pub model: PathBuf,
@@ -301,6 +305,7 @@ pub struct GenerateArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(allow_negative_numbers = true)]
 pub struct EvalArgs {
     /// Checkpoint (.gguf) or run folder.
     pub model: PathBuf,
@@ -337,6 +342,7 @@ pub struct DescribeArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(allow_negative_numbers = true)]
 pub struct PrepArgs {
     /// UTF-8 text files; documents are separated by lines that are exactly
     /// `<|endoftext|>` (each file ends a document).

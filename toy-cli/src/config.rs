@@ -143,8 +143,31 @@ impl TrainConfig {
             return Err(input("--lr must be positive and --min-lr between 0 and --lr"));
         }
         let (b1, b2) = self.betas;
-        if !(0.0..1.0).contains(&b1) || !(0.0..1.0).contains(&b2) || self.eps <= 0.0 || self.weight_decay < 0.0 || self.grad_clip < 0.0 {
-            return Err(input("betas must be in [0, 1), eps positive, weight decay and grad clip non-negative"));
+        let finite_nonneg = |x: f32| x.is_finite() && x >= 0.0;
+        let valid = (0.0..1.0).contains(&b1)
+            && (0.0..1.0).contains(&b2)
+            && self.eps > 0.0
+            && self.eps.is_finite()
+            && finite_nonneg(self.weight_decay)
+            && finite_nonneg(self.grad_clip);
+        if !valid {
+            return Err(input("betas must be in [0, 1), eps positive, weight decay and grad clip finite and non-negative"));
+        }
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        if self.threads > 4 * cpus.max(16) {
+            return Err(input(format!("--threads {} is more than this machine can use ({cpus} CPUs)", self.threads)));
+        }
+        // Weights, gradients and two AdamW moments, f32: refuse what cannot fit
+        // before anything is created.
+        let bytes = 16.0 * self.model.n_params() as f64;
+        if let Some(total) = physical_memory() {
+            if bytes > total as f64 {
+                return Err(input(format!(
+                    "the model needs {:.1} GiB for weights, gradients and AdamW state; this machine has {:.1} GiB",
+                    bytes / (1u64 << 30) as f64,
+                    total as f64 / (1u64 << 30) as f64
+                )));
+            }
         }
         if self.model.context * self.batch > (1 << 24) {
             return Err(input("--context × --batch is too large"));
@@ -156,4 +179,12 @@ impl TrainConfig {
     pub fn tokens_per_step(&self) -> u64 {
         (self.model.context * self.batch) as u64
     }
+}
+
+/// Total physical memory in bytes, where the system says (Linux: /proc/meminfo).
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }

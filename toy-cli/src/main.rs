@@ -17,7 +17,21 @@ fn command_name(c: &Command) -> &'static str {
     }
 }
 
+/// The subcommand named on the command line, if any (global flags may come first).
+fn named_command() -> Option<String> {
+    const NAMES: [&str; 8] = ["train", "generate", "eval", "describe", "devices", "prep", "new", "debug"];
+    std::env::args().skip(1).find(|a| NAMES.contains(&a.as_str()))
+}
+
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when stdout is a closed pipe (`toy describe x | head -1`)
+    // instead of panicking in println!. Checkpoints are written to temp files and renamed, so
+    // dying mid-write leaves no partial file.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of a signal, before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -27,12 +41,18 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
             }
-            // One line: clap's first line without its "error: " prefix.
+            // One line: clap's message up to its usage block, without the "error: " prefix
+            // (a missing argument's name is on the lines after the first).
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("bad arguments").trim_start_matches("error: ");
-            let cmd = std::env::args().nth(1).filter(|a| !a.starts_with('-')).unwrap_or_default();
-            let prefix = if cmd.is_empty() { "toy".to_string() } else { format!("toy {cmd}") };
-            eprintln!("{prefix}: {first} (see `toy {cmd} --help`)");
+            let msg: Vec<&str> =
+                text.lines().map(str::trim).take_while(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("tip:")).collect();
+            let msg = msg.join(" ");
+            let msg = msg.trim_start_matches("error: ");
+            let prefix = match named_command() {
+                Some(cmd) => format!("toy {cmd}"),
+                None => "toy".to_string(),
+            };
+            eprintln!("{prefix}: {} (see `{prefix} --help`)", if msg.is_empty() { "bad arguments" } else { msg });
             return ExitCode::from(2);
         }
     };

@@ -45,7 +45,19 @@ fn flags_and_paths() {
     fails(&train(t, &["--resume", "nowhere"]), "train", "nowhere");
     std::fs::write(t.join("file"), "x").unwrap();
     fails(&train(t, &["--steps", "1", "--out", "file/run"]), "train", "file/run");
-    fails(&toy(t, &["bogus"]), "bogus", "unrecognized");
+    fails(&train(t, &["--steps", "1", "--out", "file"]), "train", "is a file");
+    let o = toy(t, &["bogus"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.code() == Some(2) && err.starts_with("toy: unrecognized subcommand") && err.contains("`toy --help`"), "{err}");
+    fails(&toy(t, &["eval", "r"]), "eval", "--corpus <CORPUS>");
+    fails(&train(t, &["--grad-clip", "nan", "--out", "a"]), "train", "grad clip");
+    fails(&train(t, &["--weight-decay", "inf", "--out", "a"]), "train", "weight decay");
+    fails(&toy(t, &["train", "--threads", "100000", "--out", "a"]), "train", "--threads 100000");
+    fails(&train(t, &["--d-model", "1000000", "--out", "a"]), "train", "d_model");
+    fails(&train(t, &["--d-model", "16384", "--layers", "1000", "--out", "a"]), "train", "GiB");
+    fails(&train(t, &["--train-table", "--out", "a"]), "train", "--train-table");
+    // Without --out the run would go to runs/<id>: nothing may be left there either.
+    fails(&train(t, &["--device", "cuda"]), "train", "no cuda device");
     assert!(!t.join("a").exists() && !t.join("runs").exists(), "bad input left a run folder");
 }
 
@@ -63,6 +75,8 @@ fn generate_and_eval_refuse_bad_checkpoints() {
     }
     fails(&toy(t, &["generate", "r", "--temperature=-1"]), "generate", "temperature");
     fails(&toy(t, &["eval", "r", "--corpus", "missing.txt"]), "eval", "missing.txt");
+    fails(&toy(t, &["eval", "r", "--corpus", "r/config.toml", "--batch", "0"]), "eval", "--batch");
+    fails(&toy(t, &["eval", "r", "--corpus", "r/config.toml", "--context", "100000"]), "eval", "longer than the model's context");
     let o = toy(t, &["generate", "r", "-n", "5", "--json", "--seed", "1"]);
     ok(&o);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

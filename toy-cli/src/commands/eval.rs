@@ -58,7 +58,13 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
             ck.config.vocab
         )));
     }
-    let t = args.context.unwrap_or(ck.config.context).min(ck.config.context);
+    if args.context.is_some_and(|c| c > ck.config.context) {
+        return Err(input(format!("--context {} is longer than the model's context {}", args.context.unwrap_or(0), ck.config.context)));
+    }
+    if args.batch == 0 {
+        return Err(input("--batch must be at least 1"));
+    }
+    let t = args.context.unwrap_or(ck.config.context);
     if t == 0 {
         return Err(input("--context must be at least 1"));
     }

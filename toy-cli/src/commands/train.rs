@@ -231,6 +231,9 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
             "--donor, --init, --match-by, --lens-init and --shuffle belong to the warm-start recipe (toy train warm-start ...)",
         ));
     }
+    if recipe == Recipe::FromScratch && a.train_table && a.donor_width.is_none() {
+        return Err(input("--train-table applies to a projection lens (toy train warm-start ..., or --donor-width)"));
+    }
     let corpus = load_training_corpus(a.corpus.as_deref(), a.vocab_size)?;
     let mut donor = None;
     let mut a = a.clone();
@@ -288,6 +291,9 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         // A run that never got going leaves no half-made folder behind.
         if matches!(e, crate::error::Error::Input(_)) && !run.path.join("events.jsonl").exists() {
             let _ = std::fs::remove_dir_all(&run.path);
+            if a.out.is_none() {
+                let _ = std::fs::remove_dir("runs"); // only when empty
+            }
         }
     }
     let out = out?;

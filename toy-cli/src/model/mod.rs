@@ -108,6 +108,10 @@ impl ModelConfig {
         if self.vocab > i32::MAX as usize || self.context > (1 << 20) {
             return Err("vocab or context too large".into());
         }
+        // Bounds that keep every size computed from the shape far from overflow.
+        if self.d_model > 1 << 16 || self.d_ff > 1 << 18 || self.n_layers > 1 << 10 || self.donor_width.unwrap_or(0) > 1 << 16 {
+            return Err("d_model (max 65536), d_ff (max 262144), n_layers (max 1024) or donor width too large".into());
+        }
         Ok(())
     }
 

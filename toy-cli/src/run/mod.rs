@@ -62,6 +62,9 @@ impl RunDir {
     /// Create the folder `path` (and `weights/`). An existing folder is refused
     /// unless `allow_existing` (resuming); an unwritable place is bad input.
     pub fn create(id: String, path: PathBuf, allow_existing: bool) -> Result<RunDir> {
+        if path.exists() && !path.is_dir() {
+            return Err(input(format!("{} is a file, not a run folder", path.display())));
+        }
         if path.exists() && !allow_existing {
             let empty = std::fs::read_dir(&path).map(|mut d| d.next().is_none()).unwrap_or(false);
             if !empty {
