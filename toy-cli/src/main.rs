@@ -19,8 +19,8 @@ fn command_name(c: &Command) -> &'static str {
 
 /// The subcommand named on the command line, if any (global flags may come first).
 fn named_command() -> Option<String> {
-    const NAMES: [&str; 8] = ["train", "generate", "eval", "describe", "devices", "prep", "new", "debug"];
-    std::env::args().skip(1).find(|a| NAMES.contains(&a.as_str()))
+    let cli = <Cli as clap::CommandFactory>::command();
+    std::env::args().skip(1).find(|a| cli.find_subcommand(a).is_some())
 }
 
 fn main() -> ExitCode {

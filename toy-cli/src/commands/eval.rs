@@ -58,8 +58,8 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
             ck.config.vocab
         )));
     }
-    if args.context.is_some_and(|c| c > ck.config.context) {
-        return Err(input(format!("--context {} is longer than the model's context {}", args.context.unwrap_or(0), ck.config.context)));
+    if let Some(c) = args.context.filter(|&c| c > ck.config.context) {
+        return Err(input(format!("--context {c} is longer than the model's context {}", ck.config.context)));
     }
     if args.batch == 0 {
         return Err(input("--batch must be at least 1"));
