@@ -270,7 +270,8 @@ pub const GGML_OP_CROSS_ENTROPY_LOSS_BACK: ggml_op = 97;
 pub const GGML_OP_OPT_STEP_ADAMW: ggml_op = 98;
 pub const GGML_OP_OPT_STEP_SGD: ggml_op = 99;
 pub const GGML_OP_GLU: ggml_op = 100;
-pub const GGML_OP_COUNT: ggml_op = 101;
+pub const GGML_OP_GELU_BACK: ggml_op = 101;
+pub const GGML_OP_COUNT: ggml_op = 102;
 pub type ggml_op = ::std::os::raw::c_uint;
 pub const GGML_UNARY_OP_ABS: ggml_unary_op = 0;
 pub const GGML_UNARY_OP_SGN: ggml_unary_op = 1;
@@ -821,6 +822,15 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn ggml_silu_back(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+}
+pub const GGML_MUL_MAT_GRAD_MUL_MAT: ggml_mul_mat_grad = 0;
+pub const GGML_MUL_MAT_GRAD_OUT_PROD: ggml_mul_mat_grad = 1;
+pub type ggml_mul_mat_grad = ::std::os::raw::c_uint;
+unsafe extern "C" {
+    pub fn ggml_mul_mat_set_grad(a: *mut ggml_tensor, grad: ggml_mul_mat_grad);
+}
+unsafe extern "C" {
+    pub fn ggml_gelu_back(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_hardswish(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
