@@ -34,6 +34,28 @@ impl DeviceKind {
     }
 }
 
+/// Precision of f32 matrix products, with PyTorch's names
+/// (`torch.set_float32_matmul_precision`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MatmulPrecision {
+    /// Full f32 arithmetic.
+    Highest,
+    /// TF32 tensor cores where the device has them (10-bit mantissa inputs,
+    /// f32 accumulation): ggml's, llama.cpp's and nanoGPT's choice on CUDA.
+    #[default]
+    High,
+}
+
+impl MatmulPrecision {
+    /// The name (`"highest"`, `"high"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MatmulPrecision::Highest => "highest",
+            MatmulPrecision::High => "high",
+        }
+    }
+}
+
 /// A device known to ggml's registry. Devices live as long as the process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Device {
@@ -216,21 +238,58 @@ pub fn load_backends_from(dir: &Path) -> Result<()> {
 static DEFAULT_BACKENDS: std::sync::Once = std::sync::Once::new();
 
 /// In builds with loadable backends, load the modules next to the executable
-/// (the CPU module among them) and the one named by `GGML_BACKEND_PATH`, once;
-/// a no-op when backends are linked in.
+/// and next to the shared ggml library it loaded (the CPU module among them),
+/// and the one named by `GGML_BACKEND_PATH`, once; a no-op when backends are
+/// linked in.
 pub fn load_default_backends() {
     log::init();
     if !sys::BACKEND_DL {
         return;
     }
     DEFAULT_BACKENDS.call_once(|| {
-        if let Some(dir) = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf)) {
+        let exe_dir = std::env::current_exe().ok().and_then(|p| p.parent().map(Path::to_path_buf));
+        if let Some(dir) = &exe_dir {
+            let _ = load_backends_from(dir);
+        }
+        // The modules are built beside the shared ggml libraries, which the
+        // executable may have found elsewhere (rpath, LD_LIBRARY_PATH).
+        let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        if let Some(dir) = ggml_library_dir().filter(|d| exe_dir.as_deref().map(canon) != Some(canon(d))) {
             let _ = load_backends_from(&dir);
         }
         if let Some(p) = std::env::var_os("GGML_BACKEND_PATH") {
             let _ = load_backend(Path::new(&p));
         }
     });
+}
+
+/// The folder of the shared library that holds ggml's code (`libggml-base`),
+/// from the dynamic loader (`dladdr`).
+#[cfg(unix)]
+fn ggml_library_dir() -> Option<std::path::PathBuf> {
+    #[repr(C)]
+    struct DlInfo {
+        fname: *const std::ffi::c_char,
+        fbase: *mut std::ffi::c_void,
+        sname: *const std::ffi::c_char,
+        saddr: *mut std::ffi::c_void,
+    }
+    extern "C" {
+        fn dladdr(addr: *const std::ffi::c_void, info: *mut DlInfo) -> std::ffi::c_int;
+    }
+    let mut info = DlInfo { fname: std::ptr::null(), fbase: std::ptr::null_mut(), sname: std::ptr::null(), saddr: std::ptr::null_mut() };
+    // SAFETY: dladdr only reads the loader's tables and fills `info`.
+    let ok = unsafe { dladdr(sys::ggml_init as *const std::ffi::c_void, &mut info) };
+    if ok == 0 || info.fname.is_null() {
+        return None;
+    }
+    let path = std::path::PathBuf::from(cstr(info.fname));
+    path.parent().filter(|p| p.is_dir()).map(Path::to_path_buf)
+}
+
+#[cfg(not(unix))]
+fn ggml_library_dir() -> Option<std::path::PathBuf> {
+    None
 }
 
 struct BackendInner {
@@ -303,19 +362,45 @@ impl Backend {
         self.device().kind() == DeviceKind::Cpu
     }
 
+    /// A function the backend's registry exports by name
+    /// (`ggml_backend_reg_get_proc_address`), or null.
+    fn proc_address(&self, name: &CStr) -> *mut std::ffi::c_void {
+        // SAFETY: live device; lookup only.
+        unsafe {
+            let reg = sys::ggml_backend_dev_backend_reg(self.inner.device.raw());
+            sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr())
+        }
+    }
+
     /// Set the number of threads, for backends that have threads (the CPU).
     /// Returns false when the backend has no such setting.
     pub fn set_n_threads(&self, n: usize) -> bool {
-        let name = c"ggml_backend_set_n_threads";
-        // SAFETY: live backend; the registry returns NULL or a function of the documented type.
+        let f = self.proc_address(c"ggml_backend_set_n_threads");
+        if f.is_null() {
+            return false;
+        }
+        // SAFETY: the registry exports this name with this signature (ggml-cpu.h); live backend.
         unsafe {
-            let reg = sys::ggml_backend_dev_backend_reg(self.inner.device.raw());
-            let f = sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr());
-            if f.is_null() {
-                return false;
-            }
             let f: unsafe extern "C" fn(sys::ggml_backend_t, i32) = std::mem::transmute(f);
             f(self.inner.ptr, n.max(1) as i32);
+        }
+        true
+    }
+
+    /// Choose how f32 matrix products are computed, for backends with a choice
+    /// (CUDA through our patch 0009: `High` is ggml's TF32 tensor-core default,
+    /// `Highest` full f32). Returns false, changing nothing, when the backend
+    /// has no such setting (the CPU always computes in f32).
+    pub fn set_matmul_precision(&self, p: MatmulPrecision) -> bool {
+        let f = self.proc_address(c"ggml_backend_cuda_set_matmul_precision");
+        if f.is_null() {
+            return false;
+        }
+        // SAFETY: patch 0009 exports this name as void(ggml_backend_t, int); it
+        // ignores backends that are not CUDA; live backend.
+        unsafe {
+            let f: unsafe extern "C" fn(sys::ggml_backend_t, i32) = std::mem::transmute(f);
+            f(self.inner.ptr, (p == MatmulPrecision::Highest) as i32);
         }
         true
     }

@@ -23,6 +23,31 @@ pub struct Placement {
     pub backend: String,
 }
 
+/// How the backward pass differentiates matrix products (our patch 0011,
+/// `ggml_mul_mat_set_grad`). Both give the same gradients; they differ in speed
+/// per backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MulMatGrad {
+    /// `mul_mat` of contiguous transposed operands (patch 0003): fast on the
+    /// CPU, whose `out_prod` kernel is slow.
+    #[default]
+    MulMat,
+    /// `out_prod` of the operands as they are: no transposing copies, for
+    /// backends whose matrix library reads transposed operands (CUDA/cuBLAS).
+    OutProd,
+}
+
+impl MulMatGrad {
+    /// The faster choice for a graph whose matrix products run on `backend`.
+    pub fn for_backend(backend: &Backend) -> MulMatGrad {
+        if backend.is_cpu() {
+            MulMatGrad::MulMat
+        } else {
+            MulMatGrad::OutProd
+        }
+    }
+}
+
 struct Allocation {
     sched: NonNull<sys::ggml_backend_sched>,
     backends: Vec<Backend>,
@@ -53,6 +78,7 @@ pub struct Graph<'a> {
     loss: Option<*mut sys::ggml_tensor>,
     /// Contiguous copies of parameter gradients that ggml left as strided views.
     cont_grads: HashMap<*mut sys::ggml_tensor, *mut sys::ggml_tensor>,
+    mul_mat_grad: MulMatGrad,
     alloc: Option<Allocation>,
 }
 
@@ -78,7 +104,18 @@ impl<'a> Graph<'a> {
         // SAFETY: the context was sized for exactly this graph.
         let ptr = unsafe { sys::ggml_new_graph_custom(gctx.as_ptr(), size, grads) };
         let ptr = NonNull::new(ptr).ok_or_else(|| Error::Capacity("cannot allocate a graph".into()))?;
-        Ok(Graph { ctx, gctx, ptr, size, grads, members: HashSet::new(), loss: None, cont_grads: HashMap::new(), alloc: None })
+        Ok(Graph {
+            ctx,
+            gctx,
+            ptr,
+            size,
+            grads,
+            members: HashSet::new(),
+            loss: None,
+            cont_grads: HashMap::new(),
+            mul_mat_grad: MulMatGrad::default(),
+            alloc: None,
+        })
     }
 
     fn raw(&self) -> *mut sys::ggml_cgraph {
@@ -193,6 +230,13 @@ impl<'a> Graph<'a> {
         self.backward_impl(loss, &[])
     }
 
+    /// How [`build_backward`](Self::build_backward) will differentiate the
+    /// graph's matrix products (default [`MulMatGrad::MulMat`]; pick
+    /// [`MulMatGrad::for_backend`] of the backend that will run the graph).
+    pub fn set_mul_mat_grad(&mut self, mode: MulMatGrad) {
+        self.mul_mat_grad = mode;
+    }
+
     /// Like [`build_backward`](Self::build_backward), but each parameter's
     /// gradient is added into its accumulator (a tensor of the parameter's shape
     /// in an allocated context, so it outlives the graph): `(param, accumulator)`
@@ -247,6 +291,14 @@ impl<'a> Graph<'a> {
             accs[i] = acc.raw();
         }
         let accs_ptr = if accumulators.is_empty() { std::ptr::null_mut() } else { accs.as_mut_ptr() };
+        let mode = match self.mul_mat_grad {
+            MulMatGrad::MulMat => sys::GGML_MUL_MAT_GRAD_MUL_MAT,
+            MulMatGrad::OutProd => sys::GGML_MUL_MAT_GRAD_OUT_PROD,
+        };
+        for n in nodes.iter().filter(|n| n.op() == sys::GGML_OP_MUL_MAT) {
+            // SAFETY: a MUL_MAT node of this graph; sets op_params[2] only.
+            unsafe { sys::ggml_mul_mat_set_grad(n.raw(), mode) };
+        }
         // SAFETY: preconditions of ggml_set_loss and ggml_build_backward_expand checked above.
         unsafe {
             sys::ggml_set_loss(loss.raw());
@@ -344,6 +396,18 @@ impl<'a> Graph<'a> {
             unsafe {
                 if (*t).op == sys::GGML_OP_NONE && (*t).view_src.is_null() && (*t).data.is_null() {
                     sys::ggml_set_input(t);
+                }
+            }
+        }
+        // An output that is a view (a reshape, a cpy into another tensor) reads its
+        // source's memory: keep that memory from being reused by later nodes.
+        for &t in &nodes {
+            // SAFETY: live tensors of the graph; flag updates only.
+            unsafe {
+                let mut v = t;
+                while ((*v).flags & sys::GGML_TENSOR_FLAG_OUTPUT as i32) != 0 && !(*v).view_src.is_null() {
+                    v = (*v).view_src;
+                    sys::ggml_set_output(v);
                 }
             }
         }

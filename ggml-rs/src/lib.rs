@@ -45,11 +45,11 @@ pub mod log;
 mod ops;
 pub mod optim;
 
-pub use backend::{devices, Backend, Device, DeviceKind};
+pub use backend::{devices, Backend, Device, DeviceKind, MatmulPrecision};
 pub use context::{Context, Tensor, MAX_DIMS};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
-pub use graph::{Graph, Placement};
+pub use graph::{Graph, MulMatGrad, Placement};
 pub use ops::RopeMode;
 
 /// The raw bindings, for what the safe API does not cover.

@@ -257,7 +257,7 @@ fn compute_time_errors() {
     let mut g = Graph::new(&ctx, 16).unwrap();
     g.expand(rows).unwrap();
     err_with(g.compute(), "allocate the graph");
-    g.allocate(std::slice::from_ref(&cpu)).unwrap();
+    g.allocate(&backends(&cpu)).unwrap();
     let e = err_with(g.compute(), "index 4");
     assert!(matches!(e, Error::Compute(_)));
     ids.write(&[-1i32, 0]).unwrap();
@@ -268,7 +268,7 @@ fn compute_time_errors() {
     assert_eq!(rows.read::<f32>().unwrap(), vec![9.0, 10.0, 11.0, 0.0, 1.0, 2.0]);
     // Building after allocation, and allocating twice, are refused.
     err_with(g.expand(ctx.sqr(rows).unwrap()), "already allocated");
-    err_with(g.allocate(std::slice::from_ref(&cpu)), "already allocated");
+    err_with(g.allocate(&backends(&cpu)), "already allocated");
 
     // Indices fed through the scheduler (not pre-allocated) are checked too.
     let ids2 = ctx.new_tensor(DType::I32, &[3]).unwrap().set_input();

@@ -206,6 +206,22 @@ impl Context {
         self.op("swiglu_split", |ctx| unsafe { sys::ggml_swiglu_split(ctx, a.raw(), b.raw()) })
     }
 
+    /// The gradient of [`gelu`](Context::gelu) (tanh form): `dy ⊙ gelu'(x)` with
+    /// `t = tanh(√(2/π)(x + 0.044715x³))`, `gelu'(x) = ½(1 + t) + ½x(1 − t²)√(2/π)(1 + 3·0.044715x²)`
+    /// (`ggml_gelu_back`, our patch 0010; what the backward of `gelu` uses).
+    /// `dy` and `x` contiguous f32 of the same shape.
+    pub fn gelu_back<'a>(&'a self, dy: Tensor<'a>, x: Tensor<'a>) -> Result<Tensor<'a>> {
+        if !same_shape(&dy, &x) {
+            return Err(Error::op("gelu_back", format!("dy {} and x {} differ in shape", shape_str(&dy), shape_str(&x))));
+        }
+        for t in [&dy, &x] {
+            need_dtype("gelu_back", t, &[DType::F32])?;
+            need_contiguous("gelu_back", t)?;
+        }
+        // SAFETY: checked.
+        self.op("gelu_back", |ctx| unsafe { sys::ggml_gelu_back(ctx, dy.raw(), x.raw()) })
+    }
+
     /// Cross-entropy of softmax(`logits`) against the distributions `labels`, over
     /// `ne0`, averaged over the rows: `−(1/rows)·Σ labels·log_softmax(logits)`
     /// (`ggml_cross_entropy_loss`). Both contiguous f32 of the same shape

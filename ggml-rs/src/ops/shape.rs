@@ -99,9 +99,20 @@ impl Context {
     }
 
     /// Copy `a` into `b`'s memory, converting type (`ggml_cpy`); returns a view of `b`.
+    ///
+    /// When `b` is a leaf without data (not allocated in a context), the result is
+    /// instead a new tensor of `b`'s type and shape holding the converted values
+    /// (`ggml_cast`, reshaped), and `b` stays empty: a graph cannot write into a
+    /// leaf the scheduler treats as the caller's input (it may place it on another
+    /// device than the copy).
     pub fn cpy<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
         if a.nelements() != b.nelements() {
             return Err(Error::op("cpy", format!("{} and {} differ in element count", shape_str(&a), shape_str(&b))));
+        }
+        if b.op() == sys::GGML_OP_NONE && !b.is_view() && !b.is_allocated() {
+            // SAFETY: checked; ggml_cast makes a new tensor of a's shape.
+            let c = self.op("cpy", |ctx| unsafe { sys::ggml_cast(ctx, a.raw(), b.dtype().to_raw()) })?;
+            return if c.ne() == b.ne() { Ok(c) } else { self.reshape(if c.is_contiguous() { c } else { self.cont(c)? }, &b.shape()) };
         }
         // SAFETY: checked.
         self.op("cpy", |ctx| unsafe { sys::ggml_cpy(ctx, a.raw(), b.raw()) })

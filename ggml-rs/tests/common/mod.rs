@@ -2,6 +2,7 @@
 //! the CPU, error measures and `ne`-order indexing.
 #![allow(dead_code)]
 
+pub mod gradcheck;
 pub mod reference;
 
 use ggml_rs::{Backend, Context, DType, Graph, Tensor};
@@ -35,13 +36,17 @@ pub fn away_from_zero(rng: &mut StdRng, n: usize, lo: f32, hi: f32) -> Vec<f32> 
 /// The backend the tests run on: the CPU with one thread (the test harness
 /// already runs tests in parallel on a small machine, and one thread keeps
 /// results bit-reproducible), or the device named by `TOY_TEST_DEVICE`
-/// (`cuda`, `cuda:0`, `metal`; with a build that has or loads that backend).
+/// (`cuda`, `cuda:0`, `metal`; with a build that has or loads that backend),
+/// with f32 matrix products at full precision.
 /// Leaves are allocated on it and graphs run on it (CPU last for fallbacks).
 pub fn cpu() -> Backend {
     match std::env::var("TOY_TEST_DEVICE") {
         Ok(d) if !d.is_empty() && d != "cpu" => {
             ggml_rs::backend::load_default_backends();
-            Backend::by_name(&d).unwrap_or_else(|e| panic!("TOY_TEST_DEVICE={d}: {e}"))
+            let b = Backend::by_name(&d).unwrap_or_else(|e| panic!("TOY_TEST_DEVICE={d}: {e}"));
+            // The references are f64: compare with f32 products, not TF32.
+            b.set_matmul_precision(ggml_rs::MatmulPrecision::Highest);
+            b
         }
         _ => {
             let b = Backend::cpu().expect("CPU backend");
@@ -110,14 +115,19 @@ pub fn leaf_i32<'a>(ctx: &'a Context, cpu: &Backend, ne: &[i64], data: &[i32]) -
     t
 }
 
-/// Compute `outs` in one forward graph on the CPU and read them as f32.
+/// Compute `outs` in one forward graph on the test device and read them as f32.
 pub fn eval<'a>(ctx: &'a Context, outs: &[Tensor<'a>]) -> Vec<Vec<f32>> {
+    eval_on(&cpu(), ctx, outs)
+}
+
+/// [`eval`] on the backend `dev` (CPU last for fallbacks).
+pub fn eval_on<'a>(dev: &Backend, ctx: &'a Context, outs: &[Tensor<'a>]) -> Vec<Vec<f32>> {
     let mut g = Graph::new(ctx, 1024).unwrap();
     for &o in outs {
         o.set_output();
         g.expand(o).unwrap();
     }
-    g.allocate(&backends(&cpu())).unwrap();
+    g.allocate(&backends(dev)).unwrap();
     g.compute().unwrap();
     outs.iter().map(|o| o.read_f32().unwrap()).collect()
 }

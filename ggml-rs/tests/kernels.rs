@@ -1,0 +1,303 @@
+//! The kernels and backward rules of our patches 0006-0011 on the test device
+//! (`TOY_TEST_DEVICE`, default the CPU) against f64 references: REPEAT_BACK
+//! over each dimension and many rows, GET_ROWS_BACK with repeated and unused
+//! rows, copies of permuted tensors, GELU_BACK, the OUT_PROD mul_mat gradient,
+//! and the matmul precision switch. On CUDA these exercise the new kernels; on
+//! the CPU they pin the semantics the CUDA kernels must match.
+
+mod common;
+
+use common::gradcheck::*;
+use common::reference as rf;
+use common::*;
+use ggml_rs::{Context, DType, Graph, MatmulPrecision, MulMatGrad};
+use half::f16;
+use rand::Rng;
+
+/// `|got − want| ≤ tol · (Σ|summands| + 1)` per element, for sums of many terms
+/// whose f32 rounding grows with their count.
+fn check_sums(what: &str, got: &[f32], want: &[f64], scale: &[f64], tol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let mut worst = 0.0f64;
+    for ((&g, &w), &s) in got.iter().zip(want).zip(scale) {
+        let e = (g as f64 - w).abs() / (s + 1.0);
+        assert!(e.is_finite() && e <= tol, "{what}: {g} vs {w} (error {e:e} of the summands' scale)");
+        worst = worst.max(e);
+    }
+    println!("{what}: max error {worst:.3e} of the summands' scale over {} values", got.len());
+}
+
+/// Reference of `repeat_back`: `x` `[ne]` summed down to `to`, and Σ|x| per output.
+fn repeat_back_ref(x: &[f32], ne: [usize; 4], to: [usize; 4]) -> (Vec<f64>, Vec<f64>) {
+    let n: usize = to.iter().product();
+    let (mut sum, mut abs) = (vec![0f64; n], vec![0f64; n]);
+    for_each(ne, |i0, i1, i2, i3| {
+        let v = x[at(ne, i0, i1, i2, i3)] as f64;
+        let o = at(to, i0 % to[0], i1 % to[1], i2 % to[2], i3 % to[3]);
+        sum[o] += v;
+        abs[o] += v.abs();
+    });
+    (sum, abs)
+}
+
+#[test]
+fn repeat_back_over_each_dim_and_many_rows() {
+    let dev = cpu();
+    // (source ne, destination ne): rows not a multiple of 32, each of the four
+    // dims reduced alone, all at once, > 100k rows, and a sum down to one value.
+    let cases: [([i64; 4], [i64; 4]); 9] = [
+        ([37, 1000, 1, 1], [37, 1, 1, 1]),
+        ([210, 5, 1, 1], [3, 5, 1, 1]),
+        ([33, 4, 14, 1], [33, 4, 2, 1]),
+        ([40, 3, 2, 9], [40, 3, 2, 1]),
+        ([10, 9, 4, 6], [5, 3, 2, 2]),
+        ([256, 8192, 1, 1], [256, 1, 1, 1]),
+        ([64, 131_077, 1, 1], [64, 1, 1, 1]),
+        ([200_003, 1, 1, 1], [1, 1, 1, 1]),
+        ([96, 7, 5, 3], [96, 7, 5, 3]),
+    ];
+    for (i, (ne, to)) in cases.into_iter().enumerate() {
+        let mut r = rng(3000 + i as u64);
+        let x = uniform(&mut r, numel(&ne), -1.0, 1.0);
+        let ctx = Context::new(16).unwrap();
+        let tx = leaf(&ctx, &dev, &ne, &x);
+        let like = ctx.new_tensor(DType::F32, &to).unwrap();
+        let y = ctx.repeat_back(tx, like).unwrap();
+        let got = eval(&ctx, &[y]);
+        let (want, abs) = repeat_back_ref(&x, ne4(&ne), ne4(&to));
+        check_sums(&format!("repeat_back {ne:?} -> {to:?}"), &got[0], &want, &abs, 1e-6);
+    }
+}
+
+#[test]
+fn repeat_back_of_a_permuted_input() {
+    // x [24, 5, 70] viewed as [24, 70, 5] (rows kept, dims 1 and 2 swapped), summed to [24, 1, 5].
+    let dev = cpu();
+    let ne = [24i64, 5, 70, 1];
+    let mut r = rng(3100);
+    let x = uniform(&mut r, numel(&ne), -1.0, 1.0);
+    let ctx = Context::new(16).unwrap();
+    let tx = leaf(&ctx, &dev, &ne, &x);
+    let p = ctx.permute(tx, [0, 2, 1, 3]).unwrap(); // [24, 70, 5]
+    let like = ctx.new_tensor(DType::F32, &[24, 1, 5]).unwrap();
+    let y = ctx.repeat_back(p, like).unwrap();
+    let got = eval(&ctx, &[y]);
+    let (xp, pn) = rf::permute(&f64s(&x), ne4(&ne), [0, 2, 1, 3]);
+    let xp32: Vec<f32> = xp.iter().map(|&v| v as f32).collect();
+    let (want, abs) = repeat_back_ref(&xp32, pn, [24, 1, 5, 1]);
+    check_sums("repeat_back of permute([24, 5, 70])", &got[0], &want, &abs, 1e-6);
+}
+
+/// `∂/∂table Σ get_rows(table, ids) ⊙ R` computed by the backward pass
+/// (GET_ROWS_BACK), against `Σ_{i: ids[i] = r} R[i]`.
+fn get_rows_back_case(d: usize, rows: usize, ids: &[i32], seed: u64) {
+    let dev = cpu();
+    let mut r = rng(seed);
+    let table = uniform(&mut r, d * rows, -1.0, 1.0);
+    let weight = uniform(&mut r, d * ids.len(), -1.0, 1.0);
+    let ctx = Context::new(64).unwrap();
+    let t = ctx.new_tensor(DType::F32, &[d as i64, rows as i64]).unwrap();
+    ctx.set_param(t).unwrap();
+    ctx.allocate(&dev).unwrap();
+    t.write(&table).unwrap();
+    let ti = leaf_i32(&ctx, &dev, &[ids.len() as i64], ids);
+    let w = leaf(&ctx, &dev, &[d as i64, ids.len() as i64], &weight);
+    let loss = ctx.sum(ctx.mul(ctx.get_rows(t, ti).unwrap(), w).unwrap()).unwrap();
+    let mut g = Graph::with_grads(&ctx, 256).unwrap();
+    g.expand(loss).unwrap();
+    g.build_backward(loss).unwrap();
+    let grad = g.grad(t).unwrap().set_output();
+    g.allocate(&backends(&dev)).unwrap();
+    g.compute().unwrap();
+    let got = grad.read::<f32>().unwrap();
+    let (mut want, mut abs) = (vec![0f64; d * rows], vec![0f64; d * rows]);
+    for (i, &id) in ids.iter().enumerate() {
+        for c in 0..d {
+            want[id as usize * d + c] += weight[i * d + c] as f64;
+            abs[id as usize * d + c] += weight[i * d + c].abs() as f64;
+        }
+    }
+    check_sums(&format!("get_rows_back d={d} rows={rows} ids={}", ids.len()), &got, &want, &abs, 1e-6);
+}
+
+#[test]
+fn get_rows_back_repeated_and_unused_rows() {
+    let mut r = rng(3200);
+    // Many tokens over a vocabulary, some rows never used.
+    let ids: Vec<i32> = (0..5000).map(|_| r.random_range(0..700)).collect();
+    get_rows_back_case(33, 1000, &ids, 3201);
+    // > 100k tokens over few rows (long segments), and a single token.
+    let ids: Vec<i32> = (0..100_003).map(|_| r.random_range(0..37)).collect();
+    get_rows_back_case(4, 37, &ids, 3202);
+    get_rows_back_case(300, 5, &[3], 3203);
+    // Every id the same, and the ids in decreasing order.
+    get_rows_back_case(8, 3, &[1; 777], 3204);
+    let ids: Vec<i32> = (0..513).rev().collect();
+    get_rows_back_case(7, 513, &ids, 3205);
+}
+
+#[test]
+fn cont_of_permuted_and_transposed_tensors() {
+    let dev = cpu();
+    let cases: [([i64; 4], [usize; 4]); 7] = [
+        ([33, 7, 65, 3], [0, 2, 1, 3]), // rows kept: the q/k/o conts of attention
+        ([19, 40, 6, 5], [1, 2, 0, 3]), // dim 0 strided: the v cont of attention
+        ([70, 45, 1, 1], [1, 0, 2, 3]), // a transpose
+        ([31, 9, 4, 2], [1, 0, 2, 3]),  // batched transposes
+        ([5, 6, 7, 8], [2, 0, 3, 1]),   // dim 0 strided, unit stride in dim 3 of the view
+        ([64, 3, 2, 40], [3, 1, 2, 0]), // dim 0 strided, long batch
+        ([1, 37, 5, 1], [1, 0, 2, 3]),  // a dimension of one
+    ];
+    for (i, (ne, axes)) in cases.into_iter().enumerate() {
+        let mut r = rng(3300 + i as u64);
+        let x = uniform(&mut r, numel(&ne), -10.0, 10.0);
+        let x16: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
+        let ctx = Context::new(16).unwrap();
+        let t32 = leaf(&ctx, &dev, &ne, &x);
+        let t16 = ctx.new_tensor(DType::F16, &ne).unwrap();
+        ctx.allocate(&dev).unwrap();
+        t16.write(&x16).unwrap();
+        let c32 = ctx.cont(ctx.permute(t32, axes).unwrap()).unwrap();
+        let c16 = ctx.cont(ctx.permute(t16, axes).unwrap()).unwrap();
+        for c in [c32, c16] {
+            c.set_output();
+        }
+        let mut g = Graph::new(&ctx, 64).unwrap();
+        g.expand(c32).unwrap();
+        g.expand(c16).unwrap();
+        g.allocate(&backends(&dev)).unwrap();
+        g.compute().unwrap();
+        let (want, _) = rf::permute(&f64s(&x), ne4(&ne), axes);
+        let want16: Vec<f64> = {
+            let (w, _) = rf::permute(&x16.iter().map(|h| h.to_f64()).collect::<Vec<_>>(), ne4(&ne), axes);
+            w
+        };
+        check(&format!("cont(permute({ne:?}, {axes:?})) f32"), &c32.read_f32().unwrap(), &want, 0.0);
+        check(&format!("cont(permute({ne:?}, {axes:?})) f16"), &c16.read_f32().unwrap(), &want16, 0.0);
+    }
+}
+
+#[test]
+fn gelu_back_op() {
+    let dev = cpu();
+    let mut r = rng(3400);
+    let n = [300i64, 17, 3, 1];
+    let x = uniform(&mut r, numel(&n), -6.0, 6.0);
+    let dy = uniform(&mut r, numel(&n), -2.0, 2.0);
+    let ctx = Context::new(16).unwrap();
+    let tx = leaf(&ctx, &dev, &n, &x);
+    let tdy = leaf(&ctx, &dev, &n, &dy);
+    let y = ctx.gelu_back(tdy, tx).unwrap();
+    let got = eval(&ctx, &[y]);
+    let (k, a) = ((2.0f64 / std::f64::consts::PI).sqrt(), 0.044715f64);
+    let want: Vec<f64> = x
+        .iter()
+        .zip(&dy)
+        .map(|(&x, &dy)| {
+            let (x, dy) = (x as f64, dy as f64);
+            let t = (k * (x + a * x * x * x)).tanh();
+            dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * a * x * x))
+        })
+        .collect();
+    check("gelu_back", &got[0], &want, 1e-5);
+    assert!(ctx.gelu_back(tdy, ctx.new_tensor(DType::F32, &[3]).unwrap()).is_err());
+}
+
+#[test]
+fn mul_mat_gradients_as_out_prod() {
+    // The shapes of grad.rs's mul_mat check: plain, batched without broadcast,
+    // a weight over a batch (folded), and a weight over a permuted batch.
+    let cases: [([i64; 4], [i64; 4]); 4] =
+        [([7, 5, 1, 1], [7, 4, 1, 1]), ([6, 3, 2, 3], [6, 4, 2, 3]), ([9, 4, 1, 1], [9, 5, 3, 2]), ([5, 6, 1, 1], [5, 7, 4, 1])];
+    for (i, (an, bn)) in cases.into_iter().enumerate() {
+        let mut r = rng(3500 + i as u64);
+        let a = rand_param(&mut r, &an, -1.0, 1.0);
+        let b = rand_param(&mut r, &bn, -1.0, 1.0);
+        grad_check_with(
+            MulMatGrad::OutProd,
+            &format!("mul_mat {an:?} x {bn:?} (out_prod gradients)"),
+            i as u64,
+            &[a, b],
+            &|ctx, x| ctx.mul_mat(x[0], x[1]).unwrap(),
+            &|xs| rf::mul_mat(&xs[0], u4(&an), &xs[1], u4(&bn)).0,
+        );
+    }
+    // A weight over a permuted batch: b is a view [k, n, 3] of [k, 3, n].
+    let (k, m, n) = (5i64, 4i64, 6i64);
+    let mut r = rng(3510);
+    let a = rand_param(&mut r, &[k, m, 1, 1], -1.0, 1.0);
+    let b = rand_param(&mut r, &[k, 3, n, 1], -1.0, 1.0);
+    grad_check_with(
+        MulMatGrad::OutProd,
+        "mul_mat [k,m] x permute([k,3,n]) (out_prod gradients)",
+        3510,
+        &[a, b],
+        &|ctx, x| ctx.mul_mat(x[0], ctx.permute(x[1], [0, 2, 1, 3]).unwrap()).unwrap(),
+        &|xs| {
+            let (bp, pn) = rf::permute(&xs[1], [k as usize, 3, n as usize, 1], [0, 2, 1, 3]);
+            rf::mul_mat(&xs[0], u4(&[k, m, 1, 1]), &bp, pn).0
+        },
+    );
+}
+
+#[test]
+fn attention_gradients_as_out_prod() {
+    // Batched attention scores and output: mul_mat(k, q) and mul_mat(v, p) over
+    // [., T, H, B], the products whose out_prod gradients run as strided batches.
+    let (dh, t, h, b) = (4i64, 5i64, 2i64, 3i64);
+    let mut r = rng(3600);
+    let params = [
+        rand_param(&mut r, &[dh, t, h, b], -1.0, 1.0),
+        rand_param(&mut r, &[dh, t, h, b], -1.0, 1.0),
+        rand_param(&mut r, &[t, dh, h, b], -1.0, 1.0),
+    ];
+    let n = |ne: [i64; 4]| ne.map(|v| v as usize);
+    grad_check_with(
+        MulMatGrad::OutProd,
+        "mul_mat(v, soft_max(mul_mat(k, q))) (out_prod gradients)",
+        3600,
+        &params,
+        &|ctx, x| {
+            let kq = ctx.mul_mat(x[0], x[1]).unwrap(); // [T, T, H, B]
+            let p = ctx.soft_max_ext(kq, None, 0.5).unwrap();
+            ctx.mul_mat(x[2], p).unwrap() // [dh, T, H, B]
+        },
+        &|xs| {
+            let (kq, kn) = rf::mul_mat(&xs[0], n([dh, t, h, b]), &xs[1], n([dh, t, h, b]));
+            let p = rf::soft_max(&kq, kn, None, 0.5);
+            rf::mul_mat(&xs[2], n([t, dh, h, b]), &p, kn).0
+        },
+    );
+}
+
+#[test]
+fn matmul_precision_switch() {
+    let dev = cpu();
+    // A long contraction, where TF32's 10-bit mantissa shows.
+    let (k, m, nn) = (4096i64, 8i64, 8i64);
+    let mut r = rng(3700);
+    let a = uniform(&mut r, (k * m) as usize, -1.0, 1.0);
+    let b = uniform(&mut r, (k * nn) as usize, -1.0, 1.0);
+    let (want, _) = rf::mul_mat(&f64s(&a), [k as usize, m as usize, 1, 1], &f64s(&b), [k as usize, nn as usize, 1, 1]);
+    let run = |p: MatmulPrecision| -> (bool, f64) {
+        let has = dev.set_matmul_precision(p);
+        let ctx = Context::new(16).unwrap();
+        let ta = leaf(&ctx, &dev, &[k, m], &a);
+        let tb = leaf(&ctx, &dev, &[k, nn], &b);
+        let c = ctx.mul_mat(ta, tb).unwrap();
+        let got = eval_on(&dev, &ctx, &[c]);
+        (has, max_rel_err(&got[0], &want))
+    };
+    let (has_high, e_high) = run(MatmulPrecision::High);
+    let (has_highest, e_highest) = run(MatmulPrecision::Highest);
+    println!("matmul precision on {}: high {e_high:.3e}, highest {e_highest:.3e} (setting available: {has_high})", dev.name());
+    assert_eq!(has_high, has_highest);
+    assert!(e_highest < 1e-5, "highest precision off by {e_highest:e}");
+    if dev.is_cpu() {
+        assert!(!has_high, "the CPU has no precision setting");
+        assert!(e_high < 1e-5);
+    } else if dev.name().starts_with("CUDA") {
+        assert!(has_high);
+        assert!(e_high > 1e-5, "high precision should use TF32 on CUDA (error {e_high:e})");
+    }
+}
