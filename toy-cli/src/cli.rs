@@ -84,6 +84,10 @@ pub struct BenchArgs {
     /// CPU threads (default: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);
+    /// no effect on the CPU.
+    #[arg(long = "matmul-precision", value_enum, default_value = "high")]
+    pub matmul_precision: crate::config::MatmulPrecision,
 }
 
 #[derive(Args, Debug)]
@@ -103,6 +107,9 @@ pub struct DumpArgs {
     /// Device.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// f32 matrix products on CUDA: highest (f32) or high (TF32).
+    #[arg(long = "matmul-precision", value_enum, default_value = "high")]
+    pub matmul_precision: crate::config::MatmulPrecision,
 }
 
 /// How a model is trained.
@@ -204,6 +211,10 @@ pub struct TrainArgs {
     /// CPU threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);
+    /// no effect on the CPU.
+    #[arg(long = "matmul-precision", value_enum)]
+    pub matmul_precision: Option<crate::config::MatmulPrecision>,
     /// Run folder (default: `runs/{arch}-{date}-{seq}`, or `runs/$TOY_RUN_ID`).
     #[arg(long)]
     #[serde(skip)]
@@ -299,6 +310,10 @@ pub struct GenerateArgs {
     /// CPU threads (default: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);
+    /// no effect on the CPU.
+    #[arg(long = "matmul-precision", value_enum, default_value = "high")]
+    pub matmul_precision: crate::config::MatmulPrecision,
     /// Print JSON {text, ids} instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -327,6 +342,10 @@ pub struct EvalArgs {
     /// CPU threads (default: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);
+    /// no effect on the CPU.
+    #[arg(long = "matmul-precision", value_enum, default_value = "high")]
+    pub matmul_precision: crate::config::MatmulPrecision,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

@@ -40,6 +40,34 @@ impl Preset {
     }
 }
 
+/// Precision of f32 matrix products (`--matmul-precision`), PyTorch's names
+/// (`torch.set_float32_matmul_precision`). Only CUDA has a choice; the CPU
+/// computes in f32 whatever is asked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum MatmulPrecision {
+    /// Full f32.
+    Highest,
+    /// TF32 tensor cores on CUDA (ggml's, llama.cpp's and nanoGPT's default).
+    #[default]
+    High,
+}
+
+impl MatmulPrecision {
+    /// ggml-rs's value.
+    pub fn ggml(self) -> ggml_rs::MatmulPrecision {
+        match self {
+            MatmulPrecision::Highest => ggml_rs::MatmulPrecision::Highest,
+            MatmulPrecision::High => ggml_rs::MatmulPrecision::High,
+        }
+    }
+
+    /// The name (`highest`, `high`).
+    pub fn name(self) -> &'static str {
+        self.ggml().name()
+    }
+}
+
 /// Everything a training run needs, resolved. Serialized to `config.toml` in the run folder.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TrainConfig {
@@ -72,6 +100,9 @@ pub struct TrainConfig {
     pub device: String,
     /// CPU threads (0: all cores).
     pub threads: usize,
+    /// f32 matrix products on CUDA: `highest` (f32) or `high` (TF32).
+    #[serde(default)]
+    pub matmul_precision: MatmulPrecision,
     /// The corpus path (`<embedded>` for the built-in one), to resume with.
     #[serde(default)]
     pub corpus: String,
@@ -124,6 +155,7 @@ impl TrainConfig {
             log_every: 1,
             device: "cpu".into(),
             threads: 0,
+            matmul_precision: MatmulPrecision::High,
             corpus: String::new(),
             recipe: default_recipe(),
             stream: None,

@@ -33,7 +33,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
     cfg.device = a.device.clone();
     cfg.validate()?;
     let (t, b) = (cfg.model.context, cfg.batch);
-    let backends = backends_for(&a.device, a.threads)?;
+    let backends = backends_for(&a.device, a.threads, a.matmul_precision)?;
     let wctx = Context::new(capacity(cfg.model.n_layers))?;
     let w = Weights::new(&wctx, &cfg.model)?;
     let params: Vec<_> = w.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
@@ -74,6 +74,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         "{}",
         serde_json::json!({
             "format": "toy/bench-v1", "preset": a.preset.name(), "arch": a.arch.name(), "device": backends[0].name(),
+            "matmul_precision": a.matmul_precision.name(),
             "batch": b, "context": t, "vocab": cfg.model.vocab, "n_params": cfg.model.n_params(),
             "step_ms": times, "median_ms": median, "tokens_per_step": t * b,
             "tokens_per_s": (t * b) as f64 / (median / 1e3).max(1e-12),
@@ -97,7 +98,7 @@ pub fn run(args: &DebugArgs) -> Result<()> {
             if t > ck.config.context && ck.config.arch == crate::model::Arch::Gpt2 {
                 return Err(input(format!("windows of {t} tokens exceed the model's context {}", ck.config.context)));
             }
-            let backends = backends_for(&a.device, 0)?;
+            let backends = backends_for(&a.device, 0, a.matmul_precision)?;
             with_loaded(&ck, &backends[0], t, nb, true, |w, consts| {
                 let cctx = Context::new(capacity(ck.config.n_layers) * 2)?;
                 let mut gs = GradStep::new(&cctx, w, consts, t, nb, &backends)?;

@@ -74,6 +74,7 @@ fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
             log_every,
             device,
             threads,
+            matmul_precision,
             keep,
             donor,
             init,
@@ -120,6 +121,9 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     c.min_lr = a.min_lr.unwrap_or(c.lr / 10.0);
     if let Some(d) = &a.device {
         c.device = d.clone();
+    }
+    if let Some(p) = a.matmul_precision {
+        c.matmul_precision = p;
     }
     if c.model.context > MAX_CONTEXT {
         return Err(input(format!("--context {} is larger than the maximum {MAX_CONTEXT}", c.model.context)));
@@ -192,6 +196,9 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Corpus, RunDir, Pla
     }
     if let Some(t) = a.threads {
         cfg.threads = t;
+    }
+    if let Some(p) = a.matmul_precision {
+        cfg.matmul_precision = p;
     }
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
     let run = RunDir::create(id, dir.to_path_buf(), true)?;

@@ -9,7 +9,7 @@ pub mod state;
 pub mod step;
 
 use crate::checkpoint::{write_checkpoint, Provenance};
-use crate::config::TrainConfig;
+use crate::config::{MatmulPrecision, TrainConfig};
 use crate::data::Corpus;
 use crate::error::{input, runtime, Result};
 use crate::model::{init::init_weights, Weights};
@@ -57,8 +57,9 @@ pub struct Outcome {
     pub wall_seconds: f64,
 }
 
-/// The backends of a run: the chosen device first, the CPU last.
-pub fn backends_for(device: &str, threads: usize) -> Result<Vec<Backend>> {
+/// The backends of a run: the chosen device first (its f32 matrix products at
+/// `precision` where it has the choice), the CPU last.
+pub fn backends_for(device: &str, threads: usize, precision: MatmulPrecision) -> Result<Vec<Backend>> {
     ggml_rs::backend::load_default_backends();
     let cpu = Backend::cpu().map_err(|e| runtime(e.to_string()))?;
     cpu.set_n_threads(if threads == 0 { ggml_rs::backend::default_n_threads() } else { threads });
@@ -70,6 +71,7 @@ pub fn backends_for(device: &str, threads: usize) -> Result<Vec<Backend>> {
     if main.is_cpu() {
         return Ok(vec![cpu]);
     }
+    main.set_matmul_precision(precision.ggml());
     Ok(vec![main, cpu])
 }
 
@@ -121,7 +123,7 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     if corpus.vocab_size > cfg.model.vocab {
         return Err(input(format!("the corpus uses {} ids but the model vocabulary is {}", corpus.vocab_size, cfg.model.vocab)));
     }
-    let backends = backends_for(&cfg.device, cfg.threads)?;
+    let backends = backends_for(&cfg.device, cfg.threads, cfg.matmul_precision)?;
     let device = backends[0].clone();
 
     // Weights, optimizer moments and constants: one context on the device.
@@ -208,6 +210,7 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
                 "config": { "context": t, "batch": cfg.batch, "steps": cfg.steps, "lr": cfg.lr, "min_lr": cfg.min_lr,
                             "warmup_steps": cfg.warmup_steps, "betas": [cfg.betas.0, cfg.betas.1], "eps": cfg.eps,
                             "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip, "seed": cfg.seed,
+                            "matmul_precision": cfg.matmul_precision.name(),
                             "preset": cfg.preset.name(), "corpus": corpus.source.display().to_string(),
                             "train_tokens": corpus.train.len(), "val_tokens": corpus.val.len() },
             }),

@@ -3,7 +3,7 @@
 
 use crate::model::{Batch, Param, Weights};
 use ggml_rs::optim::{AdamWConfig, AdamWState, Optimizer, ParamGroup};
-use ggml_rs::{Backend, Context, DType, Graph, Result, Tensor};
+use ggml_rs::{Backend, Context, DType, Graph, MulMatGrad, Result, Tensor};
 
 /// Vocabularies up to this size get their one-hot labels from `get_rows` on an
 /// identity matrix kept on the device (no dense label upload); larger ones
@@ -164,7 +164,9 @@ impl<'a> TrainStep<'a> {
         backends: &[Backend],
     ) -> Result<TrainStep<'a>> {
         let lg = loss_graph(ctx, w, consts, t, b)?;
+        let grad_mode = backends.first().map(MulMatGrad::for_backend).unwrap_or_default();
         let mut graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
+        graph.set_mul_mat_grad(grad_mode);
         if !opt.skip_nonfinite {
             graph.expand(lg.loss)?;
             graph.build_backward(lg.loss)?;
@@ -185,6 +187,7 @@ impl<'a> TrainStep<'a> {
         let accs = accumulators.ok_or_else(|| ggml_rs::Error::Backward("skipping non-finite steps needs gradient accumulators".into()))?;
         let pairs: Vec<_> = params.iter().map(|p| p.tensor).zip(accs.iter().copied()).collect();
         graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
+        graph.set_mul_mat_grad(grad_mode);
         graph.expand(lg.loss)?;
         graph.build_backward_accumulate(lg.loss, &pairs)?;
         let mut sumsq: Option<Tensor<'a>> = None;
@@ -263,6 +266,7 @@ impl<'a> GradStep<'a> {
         let lg = loss_graph(ctx, w, consts, t, b)?;
         lg.logits.set_output();
         let mut graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
+        graph.set_mul_mat_grad(backends.first().map(MulMatGrad::for_backend).unwrap_or_default());
         graph.expand(lg.loss)?;
         graph.build_backward(lg.loss)?;
         for p in w.params() {
