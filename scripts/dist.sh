@@ -11,17 +11,20 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$here/target-dyn}
 cargo build --release --locked -p toy-cli --features dynamic
-rm -rf dist && mkdir -p dist
+mkdir -p dist/ggml-src/src
+rm -f dist/toy dist/libggml*.so*
 cp "$CARGO_TARGET_DIR/release/toy" dist/
 cp -P "$CARGO_TARGET_DIR"/release/libggml*.so* dist/
-# The patched source the build used (ggml-sys prints it as `source_dir`).
+# The patched source the build used (ggml-sys prints it as `source_dir`). Files
+# whose content did not change keep their time stamps, so a CUDA build folder
+# kept from an earlier scripts/cuda-backend.sh run recompiles only what changed.
 src=$(ls -td "$CARGO_TARGET_DIR"/release/build/toy-ggml-sys-*/out/ggml-src/ggml | head -1)
-mkdir -p dist/ggml-src/src
-cp -r "$src/CMakeLists.txt" "$src/cmake" "$src/include" dist/ggml-src/
+sync() { if command -v rsync >/dev/null; then rsync -rc --delete "$@"; else cp -r "$@"; fi; }
+for f in CMakeLists.txt cmake include; do sync "$src/$f" dist/ggml-src/; done
 # Only the parts the CPU and CUDA builds read.
 for f in "$src"/src/*; do
   case "$(basename "$f")" in
-    ggml-cpu|ggml-cuda|*.c|*.cpp|*.h|*.in|CMakeLists.txt) cp -r "$f" dist/ggml-src/src/ ;;
+    ggml-cpu|ggml-cuda|*.c|*.cpp|*.h|*.in|CMakeLists.txt) sync "$f" dist/ggml-src/src/ ;;
   esac
 done
 du -sh dist

@@ -3,9 +3,13 @@
 
 For each preset, alternating toy and PyTorch over several repetitions, it
 measures the median time of a full training step (forward, cross-entropy,
-backward, global-norm clipping, AdamW; fp32, same shapes and vocabulary, random
-tokens) and prints median ms/step, tokens/s, peak memory and the ratio
-toy/PyTorch. On a GPU it also times PyTorch with torch.compile.
+backward, global-norm clipping, AdamW; f32 weights, same shapes and vocabulary,
+random tokens) and prints median ms/step, tokens/s, peak memory and the ratio
+toy/PyTorch. PyTorch variants (--torch): eager or torch.compile, each with the
+explicit attention of scripts/parity/models.py or with
+F.scaled_dot_product_attention(is_causal=True) (nanoGPT's path). Precisions
+(--precisions): toy --matmul-precision highest|high against PyTorch
+torch.set_float32_matmul_precision("highest"|"high") (TF32 on CUDA).
 
 toy runs as a subprocess (`toy debug bench`, which builds the step graph once
 and times steps after a warm-up); each PyTorch variant runs in a fresh Python
@@ -13,7 +17,8 @@ subprocess too, so peak memory (max RSS on CPU, max allocated on CUDA) is
 measured the same way for every side.
 
     python3 scripts/bench/bench.py --toy target/release/toy --device cpu --threads 2 --presets smoke,small
-    python3 scripts/bench/bench.py --toy dist/toy --device cuda --presets smoke,small,medium --compile
+    python3 scripts/bench/bench.py --toy dist/toy --device cuda --archs llama,gpt2 --presets small,medium \
+        --precisions highest,high --torch eager,eager-sdpa,compile,compile-sdpa
 """
 
 import argparse
@@ -40,11 +45,12 @@ def torch_worker(args):
     import torch
 
     sys.path.insert(0, os.path.join(HERE, "..", "parity"))
-    from models import Gpt2, Llama  # noqa: E402
+    from models import Gpt2, Llama, causal_attention, causal_attention_sdpa  # noqa: E402
     from toygguf import ToyConfig  # noqa: E402
 
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
+    torch.set_float32_matmul_precision(args.precision)
     dev = torch.device(args.device)
     d, h, f, n_layers, t, b = PRESETS[args.preset]
     if args.arch == "gpt2":
@@ -68,7 +74,8 @@ def torch_worker(args):
                 shapes[f"blk.{i}.{name}.weight"] = s
                 shapes[f"blk.{i}.{name}.bias"] = (s[0],)
     tensors = {k: (torch.randn(s, generator=g) * 0.02).numpy() for k, s in shapes.items()}
-    model = (Llama if args.arch == "llama" else Gpt2)(cfg, tensors).to(dev)
+    attention = causal_attention_sdpa if args.variant.endswith("sdpa") else causal_attention
+    model = (Llama if args.arch == "llama" else Gpt2)(cfg, tensors, attention=attention).to(dev)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
@@ -82,7 +89,8 @@ def torch_worker(args):
         opt.step()
         return loss
 
-    if args.compile:
+    compile_s = None
+    if args.variant.startswith("compile"):
         step = torch.compile(step)
     times = []
     for i in range(args.warmup + args.steps):
@@ -97,10 +105,34 @@ def torch_worker(args):
             torch.cuda.synchronize()
         if i >= args.warmup:
             times.append((time.perf_counter() - t0) * 1e3)
+        elif i == 0 and args.variant.startswith("compile"):
+            compile_s = time.perf_counter() - t0
+        if args.barrier and i == min(1, args.warmup + args.steps - 1):
+            # Compiled (the optimizer's first step recompiles once): wait for the
+            # other workers, then time alone on the GPU, holding the lock.
+            barrier_wait(args.barrier, args.n_barrier)
+            lock = gpu_lock(args.barrier)
     import resource
     peak = torch.cuda.max_memory_allocated() if dev.type == "cuda" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"median_ms": statistics.median(times), "step_ms": times, "peak_bytes": peak,
+    print(json.dumps({"median_ms": statistics.median(times), "step_ms": times, "peak_bytes": peak, "compile_s": compile_s,
                       "tokens_per_step": t * b, "torch": torch.__version__}))
+
+
+def barrier_wait(folder, n, timeout=900):
+    """Mark this process ready in `folder`, then wait until `n` are (or `timeout` s pass)."""
+    open(os.path.join(folder, f"ready-{os.getpid()}"), "w").close()
+    deadline = time.time() + timeout
+    while len([f for f in os.listdir(folder) if f.startswith("ready-")]) < n and time.time() < deadline:
+        time.sleep(0.2)
+
+
+def gpu_lock(folder):
+    """An exclusive lock on `folder`/gpu.lock (released when the file object goes)."""
+    import fcntl
+
+    fh = open(os.path.join(folder, "gpu.lock"), "w")
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    return fh
 
 
 def run_json(cmd, env=None):
@@ -116,53 +148,107 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--presets", default="smoke,small")
-    ap.add_argument("--arch", default="llama", choices=["llama", "gpt2"])
+    ap.add_argument("--arch", default="llama", choices=["llama", "gpt2"], help="one architecture (see --archs)")
+    ap.add_argument("--archs", help="comma list of architectures (overrides --arch)")
     ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--precisions", default="highest", help="comma list of highest, high")
+    ap.add_argument("--torch", default="eager", help="comma list of PyTorch variants: eager, eager-sdpa, compile, compile-sdpa")
+    ap.add_argument("--compile", action="store_true", help="shorthand: add the compile variant")
     ap.add_argument("--reps", type=int, default=3, help="alternating repetitions of each side")
     ap.add_argument("--steps", type=int, default=10, help="timed steps per repetition")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--compile", action="store_true", help="also time torch.compile (GPU)")
     ap.add_argument("--json-out", help="write all measurements here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--preset", help=argparse.SUPPRESS)
+    ap.add_argument("--variant", default="eager", help=argparse.SUPPRESS)
+    ap.add_argument("--precision", default="highest", help=argparse.SUPPRESS)
+    ap.add_argument("--barrier", help=argparse.SUPPRESS)
+    ap.add_argument("--n-barrier", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--parallel-compile", action="store_true",
+                    help="compile all torch.compile variants of an architecture at once (on the CPU), then time every side "
+                         "alone on the GPU, one after the other (saves minutes of compiling on a GPU machine)")
     args = ap.parse_args()
     if args.worker:
         return torch_worker(args)
 
-    rows, raw = [], []
-    for preset in args.presets.split(","):
-        sides = {"toy": [], "torch": []}
-        if args.compile:
-            sides["torch.compile"] = []
-        peaks = {}
-        for rep in range(args.reps):
-            order = list(sides) if rep % 2 == 0 else list(reversed(list(sides)))
-            for side in order:
-                if side == "toy":
-                    r = run_json([args.toy, "debug", "bench", "--preset", preset, "--arch", args.arch, "--vocab", str(args.vocab),
-                                  "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device,
-                                  "--threads", str(args.threads)])
-                    peak = (sum(r["compute_bytes"].values()) + r["weights_bytes"]) if args.device == "cuda" else r["peak_rss_bytes"]
-                else:
-                    cmd = [sys.executable, __file__, "--worker", "--preset", preset, "--arch", args.arch, "--vocab", str(args.vocab),
-                           "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device, "--threads", str(args.threads)]
-                    if side == "torch.compile":
-                        cmd.append("--compile")
-                    r = run_json(cmd)
-                    peak = r["peak_bytes"]
-                sides[side].extend(r["step_ms"])
-                peaks[side] = max(peaks.get(side, 0), peak)
-                raw.append({"preset": preset, "side": side, "rep": rep, **r})
-        tokens = PRESETS[preset][4] * PRESETS[preset][5]
-        med = {s: statistics.median(v) for s, v in sides.items()}
-        for s in sides:
-            rows.append((preset, s, med[s], tokens / med[s] * 1e3, peaks[s] / 2**20, med["toy"] / med[s] if s != "toy" else None))
-    print(f"\n{'preset':<8} {'side':<14} {'median ms':>10} {'tokens/s':>12} {'peak MiB':>10} {'toy/this':>9}")
-    for p, s, m, tps, mib, ratio in rows:
-        print(f"{p:<8} {s:<14} {m:>10.2f} {tps:>12.0f} {mib:>10.0f} {'' if ratio is None else f'{ratio:>9.3f}'}")
+    variants = [v for v in args.torch.split(",") if v]
+    if args.compile and "compile" not in variants:
+        variants.append("compile")
+    for v in variants:
+        if v not in ("eager", "eager-sdpa", "compile", "compile-sdpa"):
+            sys.exit(f"bench: unknown PyTorch variant {v!r}")
+    archs = (args.archs or args.arch).split(",")
+    presets, precisions = args.presets.split(","), args.precisions.split(",")
+    sides = ["toy"] + [f"torch {v}" for v in variants]
+
+    def command(arch, preset, prec, side, extra=()):
+        if side == "toy":
+            return [args.toy, "debug", "bench", "--preset", preset, "--arch", arch, "--vocab", str(args.vocab), "--steps", str(args.steps),
+                    "--warmup", str(args.warmup), "--device", args.device, "--threads", str(args.threads), "--matmul-precision", prec]
+        return [sys.executable, __file__, "--worker", "--preset", preset, "--arch", arch, "--vocab", str(args.vocab),
+                "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device, "--threads", str(args.threads),
+                "--variant", side.split(" ", 1)[1], "--precision", prec, *extra]
+
+    results = {}  # (arch, preset, prec, side) -> list of runs
+
+    def record(key, rep, r):
+        results.setdefault(key, []).append(r)
+        raw.append({"arch": key[0], "preset": key[1], "precision": key[2], "side": key[3], "rep": rep, **r})
+        print(f"{' '.join(key)} rep {rep}: median {statistics.median(r['step_ms']):.2f} ms", file=sys.stderr, flush=True)
+
+    raw = []
+    for arch in archs:
+        keys = [(arch, p, prec) for p in presets for prec in precisions]
+        if args.parallel_compile and any(s.startswith("torch compile") for s in sides):
+            import tempfile
+
+            for rep in range(args.reps):
+                folder = tempfile.mkdtemp(prefix="toy-bench-")
+                jobs = [(k + (s,)) for k in keys for s in sides if s.startswith("torch compile")]
+                procs = [(j, subprocess.Popen(command(*j, extra=("--barrier", folder, "--n-barrier", str(len(jobs)))),
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) for j in jobs]
+                while len([f for f in os.listdir(folder) if f.startswith("ready-")]) < len(jobs):
+                    if any(p.poll() not in (None, 0) for _, p in procs):
+                        break
+                    time.sleep(0.5)
+                for k in keys:
+                    for s in sides:
+                        if not s.startswith("torch compile"):
+                            lock = gpu_lock(folder)
+                            record(k + (s,), rep, run_json(command(*k, s)))
+                            lock.close()
+                for j, p in procs:
+                    out, err = p.communicate()
+                    if p.returncode != 0:
+                        raise RuntimeError(f"{' '.join(j)} failed:\n{err[-2000:]}")
+                    record(j, rep, json.loads(out.strip().splitlines()[-1]))
+        else:
+            for k in keys:
+                for rep in range(args.reps):
+                    for s in (sides if rep % 2 == 0 else list(reversed(sides))):
+                        record(k + (s,), rep, run_json(command(*k, s)))
+    rows = []
+    for arch in archs:
+        for preset in presets:
+            for prec in precisions:
+                tokens = PRESETS[preset][4] * PRESETS[preset][5]
+                med, peak = {}, {}
+                for s in sides:
+                    runs = results[(arch, preset, prec, s)]
+                    med[s] = statistics.median([x for r in runs for x in r["step_ms"]])
+                    if s == "toy":
+                        peak[s] = max((sum(r["compute_bytes"].values()) + r["weights_bytes"]) if args.device == "cuda" else r["peak_rss_bytes"]
+                                      for r in runs)
+                    else:
+                        peak[s] = max(r["peak_bytes"] for r in runs)
+                for s in sides:
+                    rows.append((arch, preset, prec, s, med[s], tokens / med[s] * 1e3, peak[s] / 2**20, med["toy"] / med[s] if s != "toy" else None))
+    print(f"\n{'arch':<6} {'preset':<8} {'precision':<9} {'side':<20} {'median ms':>10} {'tokens/s':>12} {'peak MiB':>10} {'toy/this':>9}")
+    for a, p, prec, s, m, tps, mib, ratio in rows:
+        print(f"{a:<6} {p:<8} {prec:<9} {s:<20} {m:>10.2f} {tps:>12.0f} {mib:>10.0f} {'' if ratio is None else f'{ratio:>9.3f}'}")
     if args.json_out:
         with open(args.json_out, "w") as fh:
-            json.dump({"device": args.device, "threads": args.threads, "arch": args.arch, "vocab": args.vocab, "runs": raw}, fh, indent=1)
+            json.dump({"device": args.device, "threads": args.threads, "archs": archs, "vocab": args.vocab, "runs": raw}, fh, indent=1)
 
 
 if __name__ == "__main__":

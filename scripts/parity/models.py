@@ -49,12 +49,25 @@ def causal_attention(q, k, v):
     return (p @ v).transpose(1, 2).reshape(b, t, h * dh)
 
 
+def causal_attention_sdpa(q, k, v):
+    """causal_attention through F.scaled_dot_product_attention(is_causal=True)
+    (nanoGPT's path: PyTorch picks a fused kernel). Same shapes and grouping."""
+    b, t, h, dh = q.shape
+    group = h // k.shape[2]
+    k = k.repeat_interleave(group, dim=2)
+    v = v.repeat_interleave(group, dim=2)
+    q, k, v = (z.transpose(1, 2) for z in (q, k, v))  # (B, H, T, dh)
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return o.transpose(1, 2).reshape(b, t, h * dh)
+
+
 class ToyModel(nn.Module):
     """Weights by checkpoint name, loaded from a toy GGUF."""
 
-    def __init__(self, cfg: ToyConfig, tensors: dict, dtype=torch.float32):
+    def __init__(self, cfg: ToyConfig, tensors: dict, dtype=torch.float32, attention=causal_attention):
         super().__init__()
         self.cfg = cfg
+        self.attention = attention
         self.w = {}
         for name, a in tensors.items():
             p = nn.Parameter(torch.from_numpy(a.copy()).to(dtype))
@@ -83,7 +96,7 @@ class Llama(ToyModel):
             k = (h @ self.blk(i, "attn_k.weight").T).view(b, t, c.n_kv_heads, c.d_head)
             v = (h @ self.blk(i, "attn_v.weight").T).view(b, t, c.n_kv_heads, c.d_head)
             q, k = rope(q, c.rope_base), rope(k, c.rope_base)
-            x = x + causal_attention(q, k, v) @ self.blk(i, "attn_output.weight").T
+            x = x + self.attention(q, k, v) @ self.blk(i, "attn_output.weight").T
             h = rms_norm(x, self.blk(i, "ffn_norm.weight"), c.norm_eps)
             gate = F.silu(h @ self.blk(i, "ffn_gate.weight").T)
             x = x + (gate * (h @ self.blk(i, "ffn_up.weight").T)) @ self.blk(i, "ffn_down.weight").T
@@ -112,7 +125,7 @@ class Gpt2(ToyModel):
             h = layer_norm(x, f"blk.{i}.attn_norm")
             q, k, v = linear(h, i, "attn_qkv").split(d, dim=-1)  # q|k|v stacked along the output dim
             heads = lambda z: z.view(b, t, c.n_heads, c.d_head)  # noqa: E731
-            x = x + linear(causal_attention(heads(q), heads(k), heads(v)), i, "attn_output")
+            x = x + linear(self.attention(heads(q), heads(k), heads(v)), i, "attn_output")
             h = layer_norm(x, f"blk.{i}.ffn_norm")
             x = x + linear(F.gelu(linear(h, i, "ffn_up"), approximate="tanh"), i, "ffn_down")
         x = layer_norm(x, "output_norm")

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# One call on a GPU machine (nvcc/PyTorch there, no Rust): the stages named on
+# the command line, logs and tables under $OUT. Prepare here with
+#   scripts/dist.sh && scripts/gpu/pack-tests.sh && scripts/gpu/pack-carry.sh
+# which fills .devcarry/ (toy, shared ggml, the CUDA module as .xz, test
+# binaries, the gguf wheel); carry that folder. Without a prebuilt module the
+# script builds it from dist/ggml-src (scripts/cuda-backend.sh, ~160 s).
+#
+#   bash scripts/gpu/cuda-session.sh info tests ncu bench-toy bench-eager parity
+#
+# Stages: info, tests (ggml-rs tests with TOY_TEST_DEVICE=cuda), ncu (kernel
+# times of one llama and one gpt2 small step), bench-toy (toy alone, both
+# precisions), bench-eager / bench-compile / bench-all (scripts/bench/bench.py
+# against PyTorch), parity (scripts/parity on CUDA, both precisions).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/../.."
+C=${CARRY:-.devcarry}
+export PYTHONUNBUFFERED=1 GGML_NO_BACKTRACE=1
+
+if [ ! -f "$C/libggml-cuda.so" ]; then
+  if [ -f "$C/libggml-cuda.so.xz" ]; then
+    xz -dk "$C/libggml-cuda.so.xz"
+  else
+    s=$(date +%s)
+    JOBS=$(nproc) bash scripts/cuda-backend.sh dist/ggml-src "$C" > "$OUT/cuda-build.log" 2>&1 || { tail -30 "$OUT/cuda-build.log"; exit 1; }
+    echo "libggml-cuda.so built in $(( $(date +%s) - s )) s"
+  fi
+fi
+# The module needs CUDA 13's runtime and cuBLAS; find them if the loader does not.
+if ! ldd "$C/libggml-cuda.so" | grep -q "libcublas.so.13 => /"; then
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib $(python3 -c 'import nvidia,os;print(os.path.join(os.path.dirname(nvidia.__path__[0]),"nvidia/cu13/lib"))' 2>/dev/null); do
+    [ -f "$d/libcublas.so.13" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}" && break
+  done
+fi
+if [ -d "$C/whl" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$C"/whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+T=$(pwd)/$C/toy
+
+stage_info() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv
+  ldd "$C/libggml-cuda.so" | grep -E "cu|not found"
+  $T devices
+}
+
+stage_tests() {
+  for t in "$C"/tests/*; do
+    echo "== $(basename "$t")"
+    TOY_TEST_DEVICE=cuda timeout 300 "$t" --test-threads 4 > "$OUT/test-$(basename "$t").log" 2>&1
+    echo "rc=$?"; grep -E "^test result|FAILED|panicked" "$OUT/test-$(basename "$t").log" | head -20
+  done
+}
+
+stage_ncu() {
+  for arch in llama gpt2; do
+    GGML_CUDA_DISABLE_GRAPHS=1 timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      $T debug bench --preset small --arch $arch --device cuda --steps 1 --warmup 0 > "$OUT/ncu-$arch-small.csv" 2> "$OUT/ncu-$arch-small.err"
+    echo "== ncu $arch small (rc=$?)"
+    python3 scripts/gpu/ncu_top.py "$OUT/ncu-$arch-small.csv" --top 15 | tee "$OUT/ncu-$arch-small.md"
+  done
+  gzip -f "$OUT"/ncu-*.csv
+}
+
+stage_bench_toy() {
+  for arch in llama gpt2; do for p in small medium; do for prec in highest high; do
+    $T debug bench --preset $p --arch $arch --device cuda --steps 20 --warmup 5 --matmul-precision $prec | tee -a "$OUT/bench-toy.jsonl" |
+      python3 -c "import json,sys; d=json.load(sys.stdin); print('$arch', d['preset'], '$prec', 'median ms', round(d['median_ms'],2), 'fallbacks', len(d['cpu_fallbacks']), 'splits', d['n_splits'])"
+  done; done; done
+}
+
+bench() { # bench NAME ARGS...: scripts/bench/bench.py on CUDA
+  local name=$1; shift
+  python3 scripts/bench/bench.py --toy $T --device cuda --threads "$(nproc)" --archs llama,gpt2 --steps 20 --warmup 5 \
+    --json-out "$OUT/bench-$name.json" "$@" 2> "$OUT/bench-$name.err" | tee "$OUT/bench-$name.txt"
+}
+stage_bench_eager() { bench eager --presets small,medium --precisions highest,high --torch eager,eager-sdpa --reps 2; }
+stage_bench_compile() { bench compile --presets small,medium --precisions highest,high --torch compile,compile-sdpa --reps 1; }
+stage_bench_eager_small() { bench eager-small --presets small --precisions highest,high --torch eager,eager-sdpa --reps 1; }
+stage_compile_probe() { bench compile-probe --archs llama --presets small --precisions high --torch compile-sdpa --reps 1; }
+stage_bench_all() { bench all --presets small,medium --precisions highest,high --torch eager,eager-sdpa,compile,compile-sdpa --reps 1; }
+
+# parity RUN...: each RUN is "arch preset steps precision".
+parity() {
+  local run
+  for run in "$@"; do
+    set -- $run
+    timeout 300 python3 scripts/parity/parity.py --toy $T --arch $1 --preset $2 --steps $3 --matmul-precision $4 \
+      --corpus data/default-corpus.txt --device cuda --torch-device cuda --work /tmp/parity-$1-$4 > "$OUT/parity-$1-$2-$4.txt" 2> "$OUT/parity-$1-$2-$4.err"
+    echo "== parity $run (rc=$?)"; tail -14 "$OUT/parity-$1-$2-$4.txt"
+  done
+}
+stage_parity_quick() { parity "llama small 100 highest"; }
+stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
+
+for s in "$@"; do
+  echo "######## $s ($(date +%T))"
+  "stage_${s//-/_}"
+done 2>&1 | tee -a "$OUT/session.log"
+# At most 8 files come back from a call: everything in one archive.
+(cd "$OUT" && tar czf /tmp/results.tgz --exclude=results.tgz . && rm -rf ./* && mv /tmp/results.tgz .)
