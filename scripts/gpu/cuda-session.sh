@@ -79,7 +79,10 @@ stage_bench_eager() { bench eager --presets small,medium --precisions highest,hi
 stage_bench_compile() { bench compile --presets small,medium --precisions highest,high --torch compile,compile-sdpa --reps 1; }
 stage_bench_eager_small() { bench eager-small --presets small --precisions highest,high --torch eager,eager-sdpa --reps 1; }
 stage_compile_probe() { bench compile-probe --archs llama --presets small --precisions high --torch compile-sdpa --reps 1; }
-stage_bench_all() { bench all --presets small,medium --precisions highest,high --torch eager,eager-sdpa,compile,compile-sdpa --reps 1; }
+stage_bench_all() { bench all --presets small,medium --precisions highest,high --torch eager,eager-sdpa,compile,compile-sdpa --reps 1 --parallel-compile; }
+# One architecture of bench-all (a call's time limit holds about one).
+stage_bench_llama() { bench llama --archs llama --presets small,medium --precisions highest,high --torch eager,eager-sdpa,compile,compile-sdpa --reps 1 --parallel-compile; }
+stage_bench_gpt2() { bench gpt2 --archs gpt2 --presets small,medium --precisions highest,high --torch eager,eager-sdpa,compile,compile-sdpa --reps 1 --parallel-compile; }
 
 # parity RUN...: each RUN is "arch preset steps precision".
 parity() {
