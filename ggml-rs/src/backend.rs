@@ -121,6 +121,35 @@ impl Device {
         }
     }
 
+    /// The feature flags its registry reports (`ggml_backend_get_features`), as
+    /// `(name, value)` pairs: for CUDA `ARCHS`, `USE_GRAPHS`, `NCCL` (patch 0015), ...
+    pub fn features(&self) -> Vec<(String, String)> {
+        let name = c"ggml_backend_get_features";
+        // SAFETY: registry lookup; the function returns a NULL-name-terminated
+        // static array (ggml-backend.h, ggml_backend_get_features_t).
+        unsafe {
+            let reg = sys::ggml_backend_dev_backend_reg(self.ptr);
+            let f = sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr());
+            if f.is_null() {
+                return Vec::new();
+            }
+            let f: unsafe extern "C" fn(sys::ggml_backend_reg_t) -> *mut sys::ggml_backend_feature = std::mem::transmute(f);
+            let mut p = f(reg);
+            let mut out = Vec::new();
+            while !p.is_null() && !(*p).name.is_null() {
+                out.push((cstr((*p).name), cstr((*p).value)));
+                p = p.add(1);
+            }
+            out
+        }
+    }
+
+    /// A function its registry exports by name, or null.
+    pub(crate) fn proc_address(&self, name: &CStr) -> *mut std::ffi::c_void {
+        // SAFETY: valid registry device; lookup only.
+        unsafe { sys::ggml_backend_reg_get_proc_address(sys::ggml_backend_dev_backend_reg(self.ptr), name.as_ptr()) }
+    }
+
     pub(crate) fn raw(&self) -> sys::ggml_backend_dev_t {
         self.ptr
     }
@@ -364,12 +393,8 @@ impl Backend {
 
     /// A function the backend's registry exports by name
     /// (`ggml_backend_reg_get_proc_address`), or null.
-    fn proc_address(&self, name: &CStr) -> *mut std::ffi::c_void {
-        // SAFETY: live device; lookup only.
-        unsafe {
-            let reg = sys::ggml_backend_dev_backend_reg(self.inner.device.raw());
-            sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr())
-        }
+    pub(crate) fn proc_address(&self, name: &CStr) -> *mut std::ffi::c_void {
+        self.inner.device.proc_address(name)
     }
 
     /// Set the number of threads, for backends that have threads (the CPU).

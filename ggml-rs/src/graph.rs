@@ -496,6 +496,16 @@ impl<'a> Graph<'a> {
     /// [`Error::Compute`] when the graph is not allocated, an index is out of
     /// range, or a backend reports failure.
     pub fn compute(&mut self) -> Result<()> {
+        self.compute_async()?;
+        self.synchronize();
+        Ok(())
+    }
+
+    /// Start the graph (`ggml_backend_sched_graph_compute_async`) and return
+    /// before a device backend has finished it, so graphs on several devices run
+    /// at once; [`synchronize`](Self::synchronize) waits. The CPU backend
+    /// computes before returning. Checks as [`compute`](Self::compute).
+    pub fn compute_async(&mut self) -> Result<()> {
         let alloc = self.alloc.as_ref().ok_or_else(|| Error::Compute("allocate the graph before computing it".into()))?;
         for &t in &alloc.external {
             // SAFETY: the tensor structs live in contexts that outlive the graph.
@@ -515,11 +525,20 @@ impl<'a> Graph<'a> {
             }
         }
         // SAFETY: allocated graph; inputs are plain memory the user wrote.
-        let st = unsafe { sys::ggml_backend_sched_graph_compute(alloc.sched.as_ptr(), self.raw()) };
+        let st = unsafe { sys::ggml_backend_sched_graph_compute_async(alloc.sched.as_ptr(), self.raw()) };
         if st != sys::GGML_STATUS_SUCCESS {
             return Err(Error::Compute(format!("ggml status {st}: {}", log::take_last_error().unwrap_or_default())));
         }
         Ok(())
+    }
+
+    /// Wait until the graph started by [`compute_async`](Self::compute_async)
+    /// has finished on every backend (a no-op for an unallocated graph).
+    pub fn synchronize(&self) {
+        if let Some(a) = &self.alloc {
+            // SAFETY: live scheduler.
+            unsafe { sys::ggml_backend_sched_synchronize(a.sched.as_ptr()) };
+        }
     }
 
     /// The backend each node runs on (after [`allocate`](Self::allocate)).

@@ -11,6 +11,7 @@
 //!   once through the backend scheduler (CPU last, as ggml requires), computed
 //!   many times, reporting where each node ran.
 //! - [`optim`]: AdamW with parameter groups and gradient clipping, SGD.
+//! - [`comm`]: all-reduce between devices (data-parallel training).
 //! - [`gguf`]: validated, memory-mapped reading and atomic writing.
 //!
 //! Shapes are always given in ggml's `ne` order: `ne[0]` is the contiguous
@@ -36,6 +37,7 @@
 
 pub mod backend;
 mod backward;
+pub mod comm;
 mod context;
 mod dtype;
 mod error;

@@ -19,9 +19,9 @@ pub fn peak_rss() -> Option<u64> {
 
 fn bench(a: &BenchArgs) -> Result<()> {
     use crate::config::TrainConfig;
-    use crate::model::{init::init_weights, Weights};
-    use crate::train::step::{Consts, OptSettings, TrainStep};
-    use ggml_rs::optim::{AdamWConfig, AdamWState};
+    use crate::train::step::OptSettings;
+    use crate::train::{build_trainer, devices, parallel::Trainer, Plan, ReplicaState};
+    use ggml_rs::optim::AdamWConfig;
     use rand::{Rng, SeedableRng};
     let mut cfg = TrainConfig::from_preset(a.preset, a.arch, a.vocab);
     if let Some(b) = a.batch {
@@ -33,27 +33,27 @@ fn bench(a: &BenchArgs) -> Result<()> {
     cfg.device = a.device.clone();
     cfg.validate()?;
     let (t, b) = (cfg.model.context, cfg.batch);
-    let backends = backends_for(&a.device, a.threads, a.matmul_precision)?;
-    let wctx = Context::new(capacity(cfg.model.n_layers))?;
-    let w = Weights::new(&wctx, &cfg.model)?;
-    let params: Vec<_> = w.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
-    for &p in &params {
-        wctx.set_param(p)?;
+    let devs = devices::parse(&a.device)?;
+    let n = devs.len();
+    if b % n != 0 {
+        return Err(input(format!("--batch {b} does not divide evenly over the {n} devices of --device {}", a.device)));
     }
-    let state = AdamWState::new(&wctx, &params)?;
-    let consts = Consts::new(&wctx, t, b, cfg.model.vocab)?;
-    wctx.allocate(&backends[0])?;
-    consts.fill()?;
-    init_weights(&w, 0)?;
-    let cctx = Context::new(capacity(cfg.model.n_layers) * 2)?;
+    let backends = devices::backends(&devs, a.threads, a.matmul_precision)?;
+    let wctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers))).collect::<ggml_rs::Result<Vec<_>>>()?;
+    let cctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers) * 2)).collect::<ggml_rs::Result<Vec<_>>>()?;
+    let mut states = Vec::with_capacity(n);
+    for (wctx, bk) in wctxs.iter().zip(&backends) {
+        states.push(ReplicaState::new(wctx, &cfg, &Plan::from_scratch(), &bk[0], n > 1)?);
+    }
     let opt = OptSettings {
         adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay },
         grad_clip: Some(cfg.grad_clip),
         skip_nonfinite: false,
+        grad_scale: 1.0 / n as f32,
     };
-    let mut step = TrainStep::new(&cctx, &w, &state, &consts, t, b, opt, None, &backends)?;
+    let mut step = build_trainer(&cctxs, &states, &backends, t, b / n, opt)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
-    let mut times = Vec::new();
+    let (mut times, mut reduce_ms) = (Vec::new(), Vec::new());
     let mut last = 0.0;
     for i in 0..a.warmup + a.steps {
         let tokens: Vec<i32> = (0..t * b).map(|_| rng.random_range(0..cfg.model.vocab as i32)).collect();
@@ -62,24 +62,36 @@ fn bench(a: &BenchArgs) -> Result<()> {
         last = step.step(&tokens, &targets, cfg.lr)?.loss;
         if i >= a.warmup {
             times.push(t0.elapsed().as_secs_f64() * 1e3);
+            if let Trainer::Parallel(p) = &step {
+                reduce_ms.push(p.last_allreduce_s * 1e3);
+            }
         }
     }
-    let mut sorted = times.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median = if sorted.is_empty() { 0.0 } else { sorted[sorted.len() / 2] };
+    let median = |v: &[f64]| {
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        if s.is_empty() {
+            0.0
+        } else {
+            s[s.len() / 2]
+        }
+    };
+    let med = median(&times);
+    let graph = step.graph();
     let buffers: serde_json::Map<String, serde_json::Value> =
-        step.graph().buffer_sizes().into_iter().map(|(k, v)| (k, serde_json::json!(v))).collect();
-    let fallbacks: Vec<String> = step.graph().cpu_fallbacks().into_iter().map(|p| format!("{}:{}", p.op, p.name)).collect();
+        graph.buffer_sizes().into_iter().map(|(k, v)| (k, serde_json::json!(v))).collect();
+    let fallbacks: Vec<String> = graph.cpu_fallbacks().into_iter().map(|p| format!("{}:{}", p.op, p.name)).collect();
     println!(
         "{}",
         serde_json::json!({
-            "format": "toy/bench-v1", "preset": a.preset.name(), "arch": a.arch.name(), "device": backends[0].name(),
+            "format": "toy/bench-v1", "preset": a.preset.name(), "arch": a.arch.name(), "device": backends[0][0].name(),
+            "devices": devs, "allreduce": step.allreduce_kind().name(), "allreduce_ms_median": median(&reduce_ms),
             "matmul_precision": a.matmul_precision.name(),
             "batch": b, "context": t, "vocab": cfg.model.vocab, "n_params": cfg.model.n_params(),
-            "step_ms": times, "median_ms": median, "tokens_per_step": t * b,
-            "tokens_per_s": (t * b) as f64 / (median / 1e3).max(1e-12),
-            "weights_bytes": wctx.allocated_bytes(), "compute_bytes": buffers, "peak_rss_bytes": peak_rss(),
-            "n_splits": step.graph().n_splits(), "cpu_fallbacks": fallbacks, "last_loss": last,
+            "step_ms": times, "median_ms": med, "tokens_per_step": t * b,
+            "tokens_per_s": (t * b) as f64 / (med / 1e3).max(1e-12),
+            "weights_bytes": wctxs[0].allocated_bytes(), "compute_bytes": buffers, "peak_rss_bytes": peak_rss(),
+            "n_splits": graph.n_splits(), "cpu_fallbacks": fallbacks, "last_loss": last,
         })
     );
     Ok(())

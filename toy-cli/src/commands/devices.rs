@@ -17,11 +17,11 @@ pub fn run(args: &DevicesArgs) -> Result<()> {
                         "description": d.description(), "memory_free": free, "memory_total": total })
             })
             .collect();
-        println!("{}", json!({ "format": "toy/devices-v1", "devices": list }));
+        println!("{}", json!({ "format": "toy/devices-v1", "devices": list, "allreduce": allreduce(&devs) }));
         return Ok(());
     }
     println!("{:<10} {:<8} {:<8} {:>12} {:>12}  description", "device", "backend", "kind", "free MiB", "total MiB");
-    for d in devs {
+    for d in &devs {
         let (free, total) = d.memory();
         println!(
             "{:<10} {:<8} {:<8} {:>12} {:>12}  {}",
@@ -33,5 +33,31 @@ pub fn run(args: &DevicesArgs) -> Result<()> {
             d.description()
         );
     }
+    for a in allreduce(&devs) {
+        println!("{}", a["summary"].as_str().unwrap_or_default());
+    }
     Ok(())
+}
+
+/// For every backend with several devices: which all-reduce data-parallel
+/// training (`--device a,b`) would use between them.
+fn allreduce(devs: &[ggml_rs::Device]) -> Vec<serde_json::Value> {
+    let mut families: Vec<String> = devs.iter().filter(|d| d.kind() != ggml_rs::DeviceKind::Cpu).map(|d| d.backend_name()).collect();
+    families.dedup();
+    let mut out = Vec::new();
+    for f in families {
+        let same: Vec<_> = devs.iter().filter(|d| d.backend_name() == f).collect();
+        if same.len() < 2 {
+            continue;
+        }
+        let kind = ggml_rs::comm::AllReduceKind::for_devices(same[0], same.len());
+        let how = match kind {
+            ggml_rs::comm::AllReduceKind::Nccl => "NCCL".to_string(),
+            ggml_rs::comm::AllReduceKind::Ggml => "ggml's own (two GPUs, through pinned host memory; build with GGML_CUDA_NCCL for NCCL)".to_string(),
+            ggml_rs::comm::AllReduceKind::None => "none (gradients are summed through host memory)".to_string(),
+        };
+        out.push(json!({ "backend": f, "devices": same.len(), "kind": kind.name(),
+                         "summary": format!("all-reduce between the {} {f} devices: {how}", same.len()) }));
+    }
+    out
 }

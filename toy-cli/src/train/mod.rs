@@ -3,6 +3,8 @@
 //! corpus; `warm-start` starts from a donor's embeddings and streams the corpus.
 
 pub mod batches;
+pub mod devices;
+pub mod parallel;
 mod runner;
 pub mod schedule;
 pub mod state;
@@ -22,6 +24,8 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
+use ggml_rs::comm::{AllReduceKind, Comm};
+use parallel::{DataParallel, Replica, Trainer};
 use step::{capacity, Consts, EvalStep, OptSettings, TrainStep};
 
 /// How a run reports and what it writes besides the essentials.
@@ -57,22 +61,15 @@ pub struct Outcome {
     pub wall_seconds: f64,
 }
 
-/// The backends of a run: the chosen device first (its f32 matrix products at
-/// `precision` where it has the choice), the CPU last.
+/// The backends of a single-device command (`eval`, `generate`, `debug`): the
+/// chosen device first (its f32 matrix products at `precision` where it has the
+/// choice), the CPU (`threads` threads, 0: all cores) last.
 pub fn backends_for(device: &str, threads: usize, precision: MatmulPrecision) -> Result<Vec<Backend>> {
-    ggml_rs::backend::load_default_backends();
-    let cpu = Backend::cpu().map_err(|e| runtime(e.to_string()))?;
-    cpu.set_n_threads(if threads == 0 { ggml_rs::backend::default_n_threads() } else { threads });
     let dev = device.trim().to_lowercase();
-    if dev == "cpu" {
-        return Ok(vec![cpu]);
+    if dev.contains(',') {
+        return Err(input(format!("--device {device}: this command runs on one device")));
     }
-    let main = Backend::by_name(&dev).map_err(|e| input(format!("--device {device}: {e}")))?;
-    if main.is_cpu() {
-        return Ok(vec![cpu]);
-    }
-    main.set_matmul_precision(precision.ggml());
-    Ok(vec![main, cpu])
+    devices::replica_backends(&dev, if threads == 0 { ggml_rs::backend::default_n_threads() } else { threads }, precision)
 }
 
 /// How the weights start.
@@ -123,34 +120,23 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     if corpus.vocab_size > cfg.model.vocab {
         return Err(input(format!("the corpus uses {} ids but the model vocabulary is {}", corpus.vocab_size, cfg.model.vocab)));
     }
-    let backends = backends_for(&cfg.device, cfg.threads, cfg.matmul_precision)?;
+    let devices = devices::parse(&cfg.device)?;
+    let n = devices.len();
+    if cfg.batch % n != 0 {
+        return Err(input(format!("--batch {} does not divide evenly over the {n} devices of --device {}", cfg.batch, cfg.device)));
+    }
+    let all_backends = devices::backends(&devices, cfg.threads, cfg.matmul_precision)?;
+    let backends = all_backends[0].clone();
     let device = backends[0].clone();
 
-    // Weights, optimizer moments and constants: one context on the device.
-    let wctx = Context::new(capacity(cfg.model.n_layers))?;
-    let weights = Weights::new(&wctx, &cfg.model)?;
-    let trainable: Vec<_> = weights.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
-    for &p in &trainable {
-        wctx.set_param(p)?;
-    }
-    let moments = AdamWState::new(&wctx, &trainable)?;
-    let accumulators: Option<Vec<_>> = if opts.skip_nonfinite {
-        Some(
-            trainable
-                .iter()
-                .enumerate()
-                .map(|(i, p)| wctx.new_tensor(ggml_rs::DType::F32, &p.shape())?.set_name(&format!("grad_acc.{i}")))
-                .collect::<ggml_rs::Result<_>>()?,
-        )
-    } else {
-        None
-    };
-    let consts = Consts::new(&wctx, t, cfg.batch, cfg.model.vocab)?;
-    wctx.allocate(&device).map_err(|e| runtime(e.to_string()))?;
-    consts.fill()?;
-    init_weights(&weights, cfg.seed)?;
-    if let Init::Donor(d) = plan.init {
-        d.apply(&weights)?;
+    // Per replica: weights, optimizer moments, gradient accumulators and
+    // constants in one context on its device; the graphs in a compute context.
+    let wctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers))).collect::<ggml_rs::Result<Vec<_>>>()?;
+    let cctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers) * 2)).collect::<ggml_rs::Result<Vec<_>>>()?;
+    let split = opts.skip_nonfinite || n > 1;
+    let mut states = Vec::with_capacity(n);
+    for (wctx, bk) in wctxs.iter().zip(&all_backends) {
+        states.push(ReplicaState::new(wctx, cfg, plan, &bk[0], split)?);
     }
     let mut sampler = match plan.stream {
         Some(shuffle) => Sampler::stream(cfg.seed, t, cfg.batch, shuffle),
@@ -159,7 +145,11 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     let mut start_step = 0;
     let mut opt_t = 0;
     if let Some(ck) = &plan.resume {
-        let p = state::load(&state::state_path(ck), &weights, &moments)?;
+        let mut p = None;
+        for st in &states {
+            p = Some(state::load(&state::state_path(ck), &st.weights, &st.moments)?);
+        }
+        let p = p.expect("at least one replica");
         sampler.restore(&p.sampler, corpus.train.len()).map_err(|e| input(format!("{}: {e}", ck.display())))?;
         start_step = p.step;
         opt_t = p.opt_t;
@@ -172,19 +162,21 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay },
         grad_clip: (cfg.grad_clip > 0.0).then_some(cfg.grad_clip),
         skip_nonfinite: opts.skip_nonfinite,
+        grad_scale: 1.0 / n as f32,
     };
-    // Compute contexts outlive every graph built in them.
-    let cctx = Context::new(capacity(cfg.model.n_layers) * 2)?;
     let ectx = Context::new(capacity(cfg.model.n_layers))?;
-    let mut train = TrainStep::new(&cctx, &weights, &moments, &consts, t, cfg.batch, opt, accumulators.as_deref(), &backends)
+    let mut train = build_trainer(&cctxs, &states, &all_backends, t, cfg.batch / n, opt)
         .map_err(|e| runtime(format!("cannot build the training step: {e}")))?;
-    train.optimizer().set_step_count(opt_t);
+    train.set_step_count(opt_t);
+    let weights = &states[0].weights;
+    let moments = &states[0].moments;
+    let consts = &states[0].consts;
     let val_starts = eval_starts(corpus.val.len(), t, cfg.eval_windows);
     let eb = cfg.batch.min(val_starts.len()).max(1);
     let mut eval = if val_starts.is_empty() {
         None
     } else {
-        Some(EvalStep::new(&ectx, &weights, &consts, t, eb, &backends).map_err(|e| runtime(e.to_string()))?)
+        Some(EvalStep::new(&ectx, weights, consts, t, eb, &backends).map_err(|e| runtime(e.to_string()))?)
     };
 
     let mut log = EventLog::open(&run.path.join("events.jsonl"))?;
@@ -202,7 +194,8 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
                 "phase": "train",
                 "recipe": plan.recipe,
                 "host": host_info(),
-                "backend": { "kind": device.device().backend_name().to_lowercase(), "device": device.name(), "description": device.device().description() },
+                "backend": { "kind": device.device().backend_name().to_lowercase(), "device": device.name(), "description": device.device().description(),
+                             "devices": devices, "allreduce": train.allreduce_kind().name() },
                 "git": git_info(),
                 "model": { "arch": m.arch.name(), "name": format!("toy-{}", cfg.preset.name()), "vocab": m.vocab, "d_model": m.d_model,
                            "n_layers": m.n_layers, "n_heads": m.n_heads, "n_kv": m.n_kv_heads, "d_head": m.d_head(), "d_ff": m.d_ff,
@@ -234,7 +227,7 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     }
     let prov = |step| Provenance { run_id: run.id.clone(), step, name: format!("toy-{}-{}", m.arch.name(), cfg.preset.name()) };
     if opts.save_initial && plan.resume.is_none() {
-        write_checkpoint(&run.checkpoint_path(0), &weights, corpus.tokenizer.as_ref(), &prov(0))?;
+        write_checkpoint(&run.checkpoint_path(0), weights, corpus.tokenizer.as_ref(), &prov(0))?;
     }
     runner::run(runner::Loop {
         cfg,
@@ -245,10 +238,80 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         train: &mut train,
         eval: eval.as_mut(),
         val_starts: &val_starts,
-        weights: &weights,
-        moments: &moments,
+        weights,
+        moments,
         sampler: &mut sampler,
         start_step,
         prov: &prov,
     })
+}
+
+/// One replica's tensors that outlive its graphs, in a context allocated on its device.
+pub(crate) struct ReplicaState<'w> {
+    weights: Weights<'w>,
+    moments: AdamWState<'w>,
+    /// One f32 tensor per trainable parameter when the step graphs are split.
+    accumulators: Option<Vec<ggml_rs::Tensor<'w>>>,
+    consts: Consts<'w>,
+}
+
+impl<'w> ReplicaState<'w> {
+    /// Create, allocate on `device` and initialise (random from the seed, then
+    /// the donor's table) the tensors of one replica.
+    pub(crate) fn new(wctx: &'w Context, cfg: &TrainConfig, plan: &Plan<'_>, device: &Backend, split: bool) -> Result<ReplicaState<'w>> {
+        let weights = Weights::new(wctx, &cfg.model)?;
+        let trainable: Vec<_> = weights.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
+        for &p in &trainable {
+            wctx.set_param(p)?;
+        }
+        let moments = AdamWState::new(wctx, &trainable)?;
+        let accumulators = if split {
+            Some(
+                trainable
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| wctx.new_tensor(ggml_rs::DType::F32, &p.shape())?.set_name(&format!("grad_acc.{i}")))
+                    .collect::<ggml_rs::Result<Vec<_>>>()?,
+            )
+        } else {
+            None
+        };
+        let consts = Consts::new(wctx, cfg.model.context, cfg.batch, cfg.model.vocab)?;
+        wctx.allocate(device).map_err(|e| runtime(e.to_string()))?;
+        consts.fill()?;
+        init_weights(&weights, cfg.seed)?;
+        if let Init::Donor(d) = plan.init {
+            d.apply(&weights)?;
+        }
+        Ok(ReplicaState { weights, moments, accumulators, consts })
+    }
+}
+
+/// The training step of every replica (`b` sequences of `t` tokens each): one
+/// device's [`TrainStep`], or replicas summing their gradients.
+pub(crate) fn build_trainer<'a>(
+    cctxs: &'a [Context],
+    states: &'a [ReplicaState<'a>],
+    backends: &[Vec<Backend>],
+    t: usize,
+    b: usize,
+    opt: OptSettings,
+) -> ggml_rs::Result<Trainer<'a>> {
+    let mut replicas = Vec::with_capacity(states.len());
+    for ((cctx, st), bk) in cctxs.iter().zip(states).zip(backends) {
+        let step = TrainStep::new(cctx, &st.weights, &st.moments, &st.consts, t, b, opt, st.accumulators.as_deref(), bk)?;
+        replicas.push(Replica { step, accumulators: st.accumulators.clone().unwrap_or_default() });
+    }
+    if replicas.len() == 1 {
+        return Ok(Trainer::Single(replicas.pop().expect("one replica").step));
+    }
+    let mains: Vec<Backend> = backends.iter().map(|b| b[0].clone()).collect();
+    let kind = AllReduceKind::for_devices(&mains[0].device(), mains.len());
+    if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
+        // NVLink multicast can take shared GPU hosts out of service; keep it off
+        // unless the environment says otherwise (read when NCCL starts, below).
+        std::env::set_var("NCCL_NVLS_ENABLE", "0");
+    }
+    let comm = if mains[0].is_cpu() { None } else { Comm::new(&mains) };
+    Ok(Trainer::Parallel(DataParallel::new(replicas, comm, kind)))
 }

@@ -4,7 +4,8 @@
 use super::batches::{batch_at, Recorder, Sampler};
 use super::schedule::Cosine;
 use super::state::{self, Progress};
-use super::step::{EvalStep, TrainStep};
+use super::parallel::Trainer;
+use super::step::EvalStep;
 use super::{Outcome, RunOptions};
 use crate::checkpoint::{write_checkpoint, Provenance};
 use crate::config::TrainConfig;
@@ -24,7 +25,7 @@ pub struct Loop<'l, 'a> {
     pub run: &'l RunDir,
     pub opts: &'l RunOptions,
     pub log: &'l mut EventLog,
-    pub train: &'l mut TrainStep<'a>,
+    pub train: &'l mut Trainer<'a>,
     pub eval: Option<&'l mut EvalStep<'a>>,
     pub val_starts: &'l [usize],
     pub weights: &'l Weights<'a>,
@@ -52,7 +53,7 @@ impl Loop<'_, '_> {
     /// Write checkpoint + resume state for `step`, move `weights/latest`, prune.
     fn save(&mut self, step: u64) -> Result<()> {
         let path = self.run.checkpoint_path(step);
-        let progress = Progress { step, opt_t: self.train.optimizer().step_count(), sampler: self.sampler.state() };
+        let progress = Progress { step, opt_t: self.train.step_count(), sampler: self.sampler.state() };
         // The state first: `latest` moves only once both files are complete.
         state::save(&state::state_path(&path), self.weights, self.moments, &progress)?;
         write_checkpoint(&path, self.weights, self.corpus.tokenizer.as_ref(), &(self.prov)(step))?;

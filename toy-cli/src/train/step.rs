@@ -124,6 +124,9 @@ pub struct OptSettings {
     /// Check loss and gradients before updating, and skip non-finite steps
     /// (two graphs per step instead of one).
     pub skip_nonfinite: bool,
+    /// Gradients are of `loss × grad_scale` (1 / replicas in data-parallel
+    /// training, whose all-reduce then sums to the mean; needs the split graphs).
+    pub grad_scale: f32,
 }
 
 /// The training step: one graph doing forward, backward and update, or (when
@@ -165,9 +168,10 @@ impl<'a> TrainStep<'a> {
     ) -> Result<TrainStep<'a>> {
         let lg = loss_graph(ctx, w, consts, t, b)?;
         let grad_mode = backends.first().map(MulMatGrad::for_backend).unwrap_or_default();
+        let split = opt.skip_nonfinite || opt.grad_scale != 1.0;
         let mut graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
         graph.set_mul_mat_grad(grad_mode);
-        if !opt.skip_nonfinite {
+        if !split {
             graph.expand(lg.loss)?;
             graph.build_backward(lg.loss)?;
         }
@@ -177,19 +181,21 @@ impl<'a> TrainStep<'a> {
             weight_decay: if decay { opt.adamw.weight_decay } else { 0.0 },
         };
         let groups: Vec<ParamGroup<'a>> = [group(true), group(false)].into_iter().filter(|g| !g.params.is_empty()).collect();
-        if !opt.skip_nonfinite {
+        if !split {
             let o = Optimizer::adamw(ctx, &mut graph, state, &groups, opt.adamw, opt.grad_clip)?;
             graph.allocate(backends)?;
             return Ok(TrainStep { lg, update: None, graph, opt: o });
         }
         // Split: gradients into accumulators (and their squared norm) first, the
-        // update, reading the accumulators, only if finite.
-        let accs = accumulators.ok_or_else(|| ggml_rs::Error::Backward("skipping non-finite steps needs gradient accumulators".into()))?;
+        // update, reading the accumulators (after an all-reduce between replicas),
+        // only if finite.
+        let accs = accumulators.ok_or_else(|| ggml_rs::Error::Backward("split training graphs need gradient accumulators".into()))?;
         let pairs: Vec<_> = params.iter().map(|p| p.tensor).zip(accs.iter().copied()).collect();
         graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
         graph.set_mul_mat_grad(grad_mode);
         graph.expand(lg.loss)?;
-        graph.build_backward_accumulate(lg.loss, &pairs)?;
+        let objective = if opt.grad_scale == 1.0 { lg.loss } else { ctx.scale(lg.loss, opt.grad_scale)? };
+        graph.build_backward_accumulate(objective, &pairs)?;
         let mut sumsq: Option<Tensor<'a>> = None;
         for p in &params {
             let g = graph.grad(p.tensor).ok_or_else(|| ggml_rs::Error::Backward(format!("no gradient for {}", p.tensor.name())))?;
@@ -217,24 +223,60 @@ impl<'a> TrainStep<'a> {
     /// learning rate `lr` (skipped in split mode when loss or gradients are not
     /// finite). Returns the loss before the update.
     pub fn step(&mut self, tokens: &[i32], targets: &[i32], lr: f32) -> Result<StepStats> {
+        if self.update.is_none() {
+            self.lg.write(tokens, targets)?;
+            self.opt.prepare_step(lr)?;
+            self.graph.compute()?;
+            let loss = self.lg.loss.scalar()?;
+            self.opt.finish_step();
+            return Ok(StepStats { loss, grad_norm: self.opt.grad_norm().map(|g| g.scalar()).transpose()?, skipped: false });
+        }
+        self.start_backward(tokens, targets, lr)?;
+        let (loss, sumsq) = self.finish_backward()?;
+        let norm = sumsq.sqrt();
+        if !loss.is_finite() || !norm.is_finite() {
+            return Ok(StepStats { loss, grad_norm: Some(norm), skipped: true });
+        }
+        self.start_update()?;
+        self.finish_update();
+        Ok(StepStats { loss, grad_norm: Some(norm), skipped: false })
+    }
+
+    /// Split mode, first half: write the batch and the hyper-parameters for
+    /// learning rate `lr`, and start forward and backward into the gradient
+    /// accumulators (without waiting for a device).
+    pub fn start_backward(&mut self, tokens: &[i32], targets: &[i32], lr: f32) -> Result<()> {
         self.lg.write(tokens, targets)?;
         self.opt.prepare_step(lr)?;
-        if self.update.is_some() {
-            self.graph.reset_grads()?;
+        self.graph.reset_grads()?;
+        self.graph.compute_async()
+    }
+
+    /// Split mode: wait for [`start_backward`](Self::start_backward); the loss
+    /// and the sum of the squared gradients (as scaled by `grad_scale`).
+    pub fn finish_backward(&mut self) -> Result<(f32, f32)> {
+        self.graph.synchronize();
+        let sumsq = match &self.update {
+            Some((_, s)) => s.scalar()?,
+            None => return Err(ggml_rs::Error::Compute("finish_backward needs the split training graphs".into())),
+        };
+        Ok((self.lg.loss.scalar()?, sumsq))
+    }
+
+    /// Split mode, second half: start the update from the accumulators.
+    pub fn start_update(&mut self) -> Result<()> {
+        match &mut self.update {
+            Some((u, _)) => u.compute_async(),
+            None => Err(ggml_rs::Error::Compute("start_update needs the split training graphs".into())),
         }
-        self.graph.compute()?;
-        let loss = self.lg.loss.scalar()?;
-        if let Some((update, sumsq)) = &mut self.update {
-            let norm = sumsq.scalar()?.sqrt();
-            if !loss.is_finite() || !norm.is_finite() {
-                return Ok(StepStats { loss, grad_norm: Some(norm), skipped: true });
-            }
-            update.compute()?;
-            self.opt.finish_step();
-            return Ok(StepStats { loss, grad_norm: Some(norm), skipped: false });
+    }
+
+    /// Split mode: wait for the update and count the step.
+    pub fn finish_update(&mut self) {
+        if let Some((u, _)) = &self.update {
+            u.synchronize();
         }
         self.opt.finish_step();
-        Ok(StepStats { loss, grad_norm: self.opt.grad_norm().map(|g| g.scalar()).transpose()?, skipped: false })
     }
 
     /// The graph, for describing it (`flow.json`) and reporting placements.

@@ -1,0 +1,85 @@
+//! `--device`: one device (`cpu`, `cuda`, `cuda:1`, `metal`) or a comma list
+//! for data-parallel training (`cuda:0,cuda:1`, `cuda:all`, `cpu,cpu`), and the
+//! backends each replica runs on.
+
+use crate::config::MatmulPrecision;
+use crate::error::{input, runtime, Result};
+use ggml_rs::Backend;
+
+/// The devices of `spec`, as given (lower case), `cuda:all` expanded.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input), naming the entry, for an empty
+/// entry, a device that does not exist, a list mixing the CPU with other
+/// devices, or a device other than the CPU named twice.
+pub fn parse(spec: &str) -> Result<Vec<String>> {
+    ggml_rs::backend::load_default_backends();
+    let mut out = Vec::new();
+    for raw in spec.split(',') {
+        let d = raw.trim().to_lowercase();
+        if d.is_empty() {
+            return Err(input(format!("--device {spec}: an empty entry in the device list")));
+        }
+        if d == "cuda:all" {
+            let n = ggml_rs::devices().iter().filter(|x| x.backend_name().eq_ignore_ascii_case("cuda")).count();
+            if n == 0 {
+                return Err(input(format!("--device {spec}: no CUDA device (see `toy devices`)")));
+            }
+            out.extend((0..n).map(|i| format!("cuda:{i}")));
+            continue;
+        }
+        out.push(d);
+    }
+    let cpus = out.iter().filter(|d| d.as_str() == "cpu").count();
+    if cpus != 0 && cpus != out.len() {
+        return Err(input(format!("--device {spec}: a data-parallel run uses devices of one kind; it cannot mix the CPU with other devices")));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for d in out.iter().filter(|d| d.as_str() != "cpu") {
+        let dev = ggml_rs::backend::device_by_name(d).map_err(|e| input(format!("--device {spec}: {e}")))?;
+        if !seen.insert(dev.name()) {
+            return Err(input(format!("--device {spec}: {d} is listed twice (each replica needs its own device)")));
+        }
+    }
+    Ok(out)
+}
+
+/// The backends of one replica on `device`: the device first (its f32 matrix
+/// products at `precision` where it has the choice), a CPU backend of
+/// `threads` threads last.
+pub fn replica_backends(device: &str, threads: usize, precision: MatmulPrecision) -> Result<Vec<Backend>> {
+    ggml_rs::backend::load_default_backends();
+    let cpu = Backend::cpu().map_err(|e| runtime(e.to_string()))?;
+    cpu.set_n_threads(threads.max(1));
+    if device == "cpu" {
+        return Ok(vec![cpu]);
+    }
+    let main = Backend::by_name(device).map_err(|e| input(format!("--device {device}: {e}")))?;
+    if main.is_cpu() {
+        return Ok(vec![cpu]);
+    }
+    main.set_matmul_precision(precision.ggml());
+    Ok(vec![main, cpu])
+}
+
+/// The backends of every replica of `devices`, the CPU threads (`threads`, 0:
+/// all cores) split evenly between CPU replicas.
+pub fn backends(devices: &[String], threads: usize, precision: MatmulPrecision) -> Result<Vec<Vec<Backend>>> {
+    let total = if threads == 0 { ggml_rs::backend::default_n_threads() } else { threads };
+    let per = if devices.iter().all(|d| d == "cpu") { (total / devices.len()).max(1) } else { total };
+    devices.iter().map(|d| replica_backends(d, per, precision)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_of_cpus_and_bad_lists() {
+        assert_eq!(parse("cpu").unwrap(), vec!["cpu"]);
+        assert_eq!(parse(" CPU , cpu").unwrap(), vec!["cpu", "cpu"]);
+        assert!(parse("cpu,").unwrap_err().to_string().contains("empty entry"));
+        assert!(parse("cpu,cuda:3").unwrap_err().to_string().contains("cannot mix"));
+        assert!(parse("nosuch:3").unwrap_err().to_string().contains("nosuch"));
+    }
+}

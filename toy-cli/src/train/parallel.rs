@@ -1,0 +1,161 @@
+//! Data-parallel training over several devices of one host (PyTorch DDP's
+//! scheme): one full replica of weights and AdamW state per device, the global
+//! batch split evenly, each replica's gradients of `loss / n` summed across
+//! devices (ggml's all-reduce where the backend has one, a host-side sum
+//! otherwise), then the same update on every replica. The weights stay equal,
+//! so checkpoints, resume state and validation come from the first replica.
+
+use super::step::{StepStats, TrainStep};
+use crate::error::{runtime, Result};
+use ggml_rs::comm::{AllReduceKind, Comm};
+use ggml_rs::{Graph, Tensor};
+
+/// A training step on one device, or on several in data parallel.
+pub enum Trainer<'a> {
+    Single(TrainStep<'a>),
+    Parallel(DataParallel<'a>),
+}
+
+impl<'a> Trainer<'a> {
+    /// One step on `tokens`/`targets` (the global batch, sequence-major) at
+    /// learning rate `lr`; the loss before the update.
+    pub fn step(&mut self, tokens: &[i32], targets: &[i32], lr: f32) -> Result<StepStats> {
+        match self {
+            Trainer::Single(s) => Ok(s.step(tokens, targets, lr)?),
+            Trainer::Parallel(p) => p.step(tokens, targets, lr),
+        }
+    }
+
+    /// The first (or only) replica's step.
+    pub fn first(&mut self) -> &mut TrainStep<'a> {
+        match self {
+            Trainer::Single(s) => s,
+            Trainer::Parallel(p) => &mut p.replicas[0].step,
+        }
+    }
+
+    /// The graph of the first replica (flow.json, placements).
+    pub fn graph(&self) -> &Graph<'a> {
+        match self {
+            Trainer::Single(s) => s.graph(),
+            Trainer::Parallel(p) => p.replicas[0].step.graph(),
+        }
+    }
+
+    /// Optimizer steps taken.
+    pub fn step_count(&mut self) -> u64 {
+        self.first().optimizer().step_count()
+    }
+
+    /// Which all-reduce sums the replicas' gradients (`none` for one device or a host-side sum).
+    pub fn allreduce_kind(&self) -> AllReduceKind {
+        match self {
+            Trainer::Single(_) => AllReduceKind::None,
+            Trainer::Parallel(p) => p.allreduce_kind(),
+        }
+    }
+
+    /// Set the optimizer step count of every replica (resuming).
+    pub fn set_step_count(&mut self, t: u64) {
+        match self {
+            Trainer::Single(s) => s.optimizer().set_step_count(t),
+            Trainer::Parallel(p) => p.replicas.iter_mut().for_each(|r| r.step.optimizer().set_step_count(t)),
+        }
+    }
+}
+
+/// One replica: its step graphs and its gradient accumulators (in the order of
+/// the trainable parameters).
+pub struct Replica<'a> {
+    pub step: TrainStep<'a>,
+    pub accumulators: Vec<Tensor<'a>>,
+}
+
+/// Replicas on several devices and how their gradients are summed.
+pub struct DataParallel<'a> {
+    replicas: Vec<Replica<'a>>,
+    comm: Option<Comm>,
+    kind: AllReduceKind,
+    /// Seconds spent in the last step's all-reduce.
+    pub last_allreduce_s: f64,
+}
+
+impl<'a> DataParallel<'a> {
+    /// Replicas whose steps were built with `grad_scale = 1 / replicas.len()`
+    /// in split mode; `comm`, when the devices have one.
+    pub fn new(replicas: Vec<Replica<'a>>, comm: Option<Comm>, kind: AllReduceKind) -> DataParallel<'a> {
+        let kind = if comm.is_some() { kind } else { AllReduceKind::None };
+        DataParallel { replicas, comm, kind, last_allreduce_s: 0.0 }
+    }
+
+    /// Which all-reduce sums the gradients (`none`: on the host).
+    pub fn allreduce_kind(&self) -> AllReduceKind {
+        self.kind
+    }
+
+    /// Number of replicas.
+    pub fn len(&self) -> usize {
+        self.replicas.len()
+    }
+
+    fn step(&mut self, tokens: &[i32], targets: &[i32], lr: f32) -> Result<StepStats> {
+        let n = self.replicas.len();
+        let per = tokens.len() / n;
+        for (i, r) in self.replicas.iter_mut().enumerate() {
+            r.step.start_backward(&tokens[i * per..(i + 1) * per], &targets[i * per..(i + 1) * per], lr)?;
+        }
+        let (mut loss, mut finite) = (0f64, true);
+        for r in &mut self.replicas {
+            let (l, sumsq) = r.step.finish_backward()?;
+            loss += l as f64;
+            finite &= l.is_finite() && sumsq.is_finite();
+        }
+        let loss = (loss / n as f64) as f32;
+        if !finite {
+            return Ok(StepStats { loss, grad_norm: None, skipped: true });
+        }
+        let t0 = std::time::Instant::now();
+        self.allreduce()?;
+        self.last_allreduce_s = t0.elapsed().as_secs_f64();
+        for r in &mut self.replicas {
+            r.step.start_update()?;
+        }
+        for r in &mut self.replicas {
+            r.step.finish_update();
+        }
+        let grad_norm = self.replicas[0].step.optimizer().grad_norm().map(|g| g.scalar()).transpose()?;
+        Ok(StepStats { loss, grad_norm, skipped: false })
+    }
+
+    /// Sum every parameter's accumulator over the replicas, in place.
+    fn allreduce(&mut self) -> Result<()> {
+        let n_params = self.replicas[0].accumulators.len();
+        for i in 0..n_params {
+            let ts: Vec<Tensor<'a>> = self.replicas.iter().map(|r| r.accumulators[i]).collect();
+            if let Some(c) = &self.comm {
+                if c.allreduce(&ts)? {
+                    continue;
+                }
+            }
+            host_sum(&ts)?;
+        }
+        Ok(())
+    }
+}
+
+/// `tensors[k] ← Σ_j tensors[j]` for every k, through host memory, in replica
+/// order (so the sum does not depend on timing).
+fn host_sum(tensors: &[Tensor<'_>]) -> Result<()> {
+    let mut sum = tensors[0].read::<f32>()?;
+    for t in &tensors[1..] {
+        let v = t.read::<f32>()?;
+        if v.len() != sum.len() {
+            return Err(runtime(format!("replica gradients of {} differ in size", t.name())));
+        }
+        sum.iter_mut().zip(v).for_each(|(s, x)| *s += x);
+    }
+    for t in tensors {
+        t.write(&sum)?;
+    }
+    Ok(())
+}
