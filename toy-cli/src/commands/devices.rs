@@ -53,7 +53,9 @@ fn allreduce(devs: &[ggml_rs::Device]) -> Vec<serde_json::Value> {
         let kind = ggml_rs::comm::AllReduceKind::for_devices(same[0], same.len());
         let how = match kind {
             ggml_rs::comm::AllReduceKind::Nccl => "NCCL".to_string(),
-            ggml_rs::comm::AllReduceKind::Ggml => "ggml's own (two GPUs, through pinned host memory; build with GGML_CUDA_NCCL for NCCL)".to_string(),
+            ggml_rs::comm::AllReduceKind::Ggml => {
+                "ggml's own (two GPUs, through pinned host memory; build with GGML_CUDA_NCCL for NCCL)".to_string()
+            }
             ggml_rs::comm::AllReduceKind::None => "none (gradients are summed through host memory)".to_string(),
         };
         out.push(json!({ "backend": f, "devices": same.len(), "kind": kind.name(),

@@ -49,9 +49,9 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     let text = TextOptions { tokenizer: ck.tokenizer.clone(), ..Default::default() };
     let c = load_corpus_with(path, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(ck.config.vocab) }, &text)?;
     let bytes = c.tokenizer.as_ref().and(text_bytes(path));
-    let mut ids = c.train;
-    ids.extend(c.val);
-    if let Some((i, &bad)) = ids.iter().enumerate().find(|(_, &x)| x as usize >= ck.config.vocab) {
+    // The whole corpus (a prepared folder's splits one after the other).
+    let ids: crate::data::Tokens = if c.val.is_empty() { c.train } else { c.train.iter().chain(c.val.iter()).collect::<Vec<u32>>().into() };
+    if let Some((i, bad)) = ids.iter().enumerate().find(|&(_, x)| x as usize >= ck.config.vocab) {
         return Err(input(format!(
             "{}: id {bad} at position {i} is outside the model's vocabulary of {}",
             path.display(),

@@ -14,14 +14,16 @@
 use super::prep::read_prepared;
 use super::text::{encode_documents, read_text, split_documents, split_documents_ids, split_tail, Split};
 use super::tokenizer::{Tokenizer, DEFAULT_VOCAB_SIZE};
+use super::tokens::Tokens;
 use crate::error::{input, Result};
 use std::path::{Path, PathBuf};
 
 /// Token ids split for training and validation, and how to read them back.
 #[derive(Clone, Debug)]
 pub struct Corpus {
-    pub train: Vec<u32>,
-    pub val: Vec<u32>,
+    /// In memory, or mapped from a prepared folder's `train.bin`.
+    pub train: Tokens,
+    pub val: Tokens,
     pub vocab_size: usize,
     /// The tokenizer, when the corpus came from text or a prepared folder.
     pub tokenizer: Option<Tokenizer>,
@@ -87,8 +89,8 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
     }
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     let corpus = |split: Split, vocab_size, tokenizer| Corpus {
-        train: split.train,
-        val: split.val,
+        train: split.train.into(),
+        val: split.val.into(),
         vocab_size,
         tokenizer,
         source: path.to_path_buf(),

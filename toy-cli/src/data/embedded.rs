@@ -39,5 +39,5 @@ pub fn split() -> Result<(Tokenizer, Split, usize)> {
 /// The default corpus.
 pub fn corpus() -> Result<Corpus> {
     let (tok, s, _) = split()?;
-    Ok(Corpus { train: s.train, val: s.val, vocab_size: tok.vocab_size(), tokenizer: Some(tok), source: "<embedded>".into() })
+    Ok(Corpus { train: s.train.into(), val: s.val.into(), vocab_size: tok.vocab_size(), tokenizer: Some(tok), source: "<embedded>".into() })
 }

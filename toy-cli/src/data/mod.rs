@@ -7,6 +7,8 @@ pub mod prep;
 pub mod stories;
 pub mod text;
 pub mod tokenizer;
+pub mod tokens;
 
 pub use corpus::{load_corpus, load_corpus_with, Corpus, CorpusOptions, TextOptions};
 pub use tokenizer::Tokenizer;
+pub use tokens::Tokens;

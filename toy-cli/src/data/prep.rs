@@ -13,6 +13,7 @@
 use super::corpus::Corpus;
 use super::text::{encode_documents, read_text, split_documents, split_documents_ids, Split};
 use super::tokenizer::{hex, Tokenizer};
+use super::tokens::Tokens;
 use crate::error::{input, runtime, Result};
 use crate::run::write_atomic;
 use serde::{Deserialize, Serialize};
@@ -188,36 +189,66 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
     Ok(m)
 }
 
-/// Ids of a packed `.bin` file of a prepared corpus, checked against the
-/// manifest's count and vocabulary. The file is memory-mapped, so a large
-/// corpus is read once, straight into the id vector.
-fn read_packed(path: &Path, dtype: &str, count: u64, vocab: usize) -> Result<Vec<u32>> {
+/// The ids of a packed `.bin` file of a prepared corpus, memory-mapped (read in
+/// place, never copied), after checking its size against the manifest's count
+/// and every id against the vocabulary. The check reads the file through a
+/// buffer, not the map, so the mapped pages stay out of the process's memory
+/// until training touches them.
+fn read_packed(path: &Path, dtype: &str, count: u64, vocab: usize) -> Result<Tokens> {
     let p = path.display();
-    let width = match dtype {
+    let width: usize = match dtype {
         "u32" => 4,
         "u16" => 2,
         other => return Err(input(format!("{p}: dtype {other:?} is not u16 or u32"))),
     };
     let file = std::fs::File::open(path).map_err(|e| input(format!("cannot read {p}: {e}")))?;
-    let len = file.metadata().map_err(|e| input(format!("cannot read {p}: {e}")))?.len();
-    if len != count * width {
-        return Err(input(format!("{p}: {len} bytes, but the manifest says {count} {dtype} tokens ({} bytes)", count * width)));
+    let meta = file.metadata().map_err(|e| input(format!("cannot read {p}: {e}")))?;
+    if !meta.is_file() {
+        return Err(input(format!("{p} is not a regular file")));
+    }
+    let len = meta.len();
+    if Some(len) != count.checked_mul(width as u64) {
+        return Err(input(format!("{p}: {len} bytes, but the manifest says {count} {dtype} tokens")));
     }
     if len == 0 {
-        return Ok(Vec::new());
+        return Ok(Tokens::default());
     }
-    // SAFETY: a read-only mapping, copied out at once. As with every mapped
-    // reader (ggml-rs maps GGUF files the same way), another process
-    // truncating the file meanwhile could fault; changed ids are checked below.
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, &file);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut i = 0u64;
+    loop {
+        let n = read_full(&mut reader, &mut buf).map_err(|e| input(format!("cannot read {p}: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        for c in buf[..n - n % width].chunks_exact(width) {
+            let id = if width == 4 { u32::from_le_bytes([c[0], c[1], c[2], c[3]]) } else { u16::from_le_bytes([c[0], c[1]]) as u32 };
+            if id as usize >= vocab {
+                return Err(input(format!("{p}: token {i} is id {id}, outside the vocabulary of {vocab}")));
+            }
+            i += 1;
+        }
+    }
+    // SAFETY: a read-only mapping. As with every mapped reader (ggml-rs maps
+    // GGUF files the same way), another process truncating the file meanwhile
+    // could fault; its size was checked just above.
     let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| input(format!("cannot map {p}: {e}")))?;
-    let ids: Vec<u32> = match width {
-        4 => map.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-        _ => map.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]) as u32).collect(),
-    };
-    if let Some(i) = ids.iter().position(|&x| x as usize >= vocab) {
-        return Err(input(format!("{p}: token {i} is id {}, outside the vocabulary of {vocab}", ids[i])));
+    if map.len() as u64 != len {
+        return Err(input(format!("{p} changed while it was read")));
     }
-    Ok(ids)
+    Ok(Tokens::mapped(std::sync::Arc::new(map), 0, count as usize, width))
+}
+
+/// Read until `buf` is full or the end of the file; the bytes read.
+fn read_full(r: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
 }
 
 /// Read the prepared corpus in `dir`, checking the tokenizer's hash, the

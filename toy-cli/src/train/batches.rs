@@ -1,5 +1,6 @@
 //! Windows of T+1 tokens drawn from a token stream.
 
+use crate::data::Tokens;
 use rand::Rng as _;
 
 /// One batch: B windows, inputs `t0..t(T−1)` and targets `t1..tT` of each,
@@ -11,12 +12,12 @@ pub struct Batch {
 }
 
 /// Build a batch from the start offsets of its windows.
-pub fn batch_at(data: &[u32], starts: &[usize], t: usize) -> Batch {
+pub fn batch_at(data: &Tokens, starts: &[usize], t: usize) -> Batch {
     let mut tokens = Vec::with_capacity(starts.len() * t);
     let mut targets = Vec::with_capacity(starts.len() * t);
     for &s in starts {
-        tokens.extend(data[s..s + t].iter().map(|&x| x as i32));
-        targets.extend(data[s + 1..s + t + 1].iter().map(|&x| x as i32));
+        data.extend_i32(s, t, &mut tokens);
+        data.extend_i32(s + 1, t, &mut targets);
     }
     Batch { tokens, targets }
 }
@@ -224,11 +225,13 @@ impl Recorder {
     }
 
     /// Append the windows starting at `starts` (each `window` tokens) of `data`.
-    pub fn record(&mut self, data: &[u32], starts: &[usize], window: usize) -> crate::error::Result<()> {
+    pub fn record(&mut self, data: &Tokens, starts: &[usize], window: usize) -> crate::error::Result<()> {
         use std::io::Write;
         for &s in starts {
-            for &x in &data[s..s + window] {
-                self.file.write_all(&x.to_le_bytes()).map_err(|e| crate::error::runtime(format!("cannot record batches: {e}")))?;
+            for i in s..s + window {
+                self.file
+                    .write_all(&data.get(i).to_le_bytes())
+                    .map_err(|e| crate::error::runtime(format!("cannot record batches: {e}")))?;
             }
         }
         self.file.flush().map_err(|e| crate::error::runtime(format!("cannot record batches: {e}")))
@@ -268,9 +271,9 @@ impl Recorded {
             return Err(crate::error::input(format!("step {step} is not recorded (1..={})", self.steps())));
         }
         let (w, b) = (self.layout.window, self.layout.batch);
-        let chunk = &self.windows[(step - 1) * w * b..step * w * b];
+        let chunk = Tokens::from(self.windows[(step - 1) * w * b..step * w * b].to_vec());
         let starts: Vec<usize> = (0..b).map(|i| i * w).collect();
-        Ok(batch_at(chunk, &starts, w - 1))
+        Ok(batch_at(&chunk, &starts, w - 1))
     }
 }
 

@@ -32,7 +32,9 @@ pub fn parse(spec: &str) -> Result<Vec<String>> {
     }
     let cpus = out.iter().filter(|d| d.as_str() == "cpu").count();
     if cpus != 0 && cpus != out.len() {
-        return Err(input(format!("--device {spec}: a data-parallel run uses devices of one kind; it cannot mix the CPU with other devices")));
+        return Err(input(format!(
+            "--device {spec}: a data-parallel run uses devices of one kind; it cannot mix the CPU with other devices"
+        )));
     }
     let mut seen = std::collections::HashSet::new();
     for d in out.iter().filter(|d| d.as_str() != "cpu") {

@@ -18,14 +18,14 @@ use crate::model::{init::init_weights, Weights};
 use crate::run::events::{now_rfc3339, EventLog, SCHEMA};
 use crate::run::{flow, git_info, host_info, write_atomic, RunDir};
 use batches::{eval_starts, Sampler};
+use ggml_rs::comm::{AllReduceKind, Comm};
 use ggml_rs::optim::{AdamWConfig, AdamWState};
 use ggml_rs::{Backend, Context};
+use parallel::{DataParallel, Replica, Trainer};
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
-use ggml_rs::comm::{AllReduceKind, Comm};
-use parallel::{DataParallel, Replica, Trainer};
 use step::{capacity, Consts, EvalStep, OptSettings, TrainStep};
 
 /// How a run reports and what it writes besides the essentials.

@@ -2,9 +2,9 @@
 //! checkpoint (with resume state), stop cleanly on a signal.
 
 use super::batches::{batch_at, Recorder, Sampler};
+use super::parallel::Trainer;
 use super::schedule::Cosine;
 use super::state::{self, Progress};
-use super::parallel::Trainer;
 use super::step::EvalStep;
 use super::{Outcome, RunOptions};
 use crate::checkpoint::{write_checkpoint, Provenance};
