@@ -363,8 +363,9 @@ pub struct DescribeArgs {
 #[derive(Args, Debug, Clone)]
 #[command(allow_negative_numbers = true)]
 pub struct PrepArgs {
-    /// UTF-8 text files; documents are separated by lines that are exactly
-    /// `<|endoftext|>` (each file ends a document).
+    /// Inputs: UTF-8 text files (documents separated by lines that are exactly
+    /// `<|endoftext|>`; each file ends a document), JSON Lines (`.jsonl`, one
+    /// document per record), folders of those, and their `.gz`.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
     /// Largest vocabulary the BPE may learn, `<|endoftext|>` and the 256 bytes
@@ -383,6 +384,13 @@ pub struct PrepArgs {
     /// Write into a non-empty output folder.
     #[arg(long)]
     pub force: bool,
+    /// The field of a JSON Lines record (`.jsonl`) that holds its text.
+    #[arg(long = "text-field", default_value = "text")]
+    pub text_field: String,
+    /// Train the BPE on a uniform sample of at most this many MB of the
+    /// documents (the whole text when smaller).
+    #[arg(long = "bpe-sample", default_value_t = (crate::data::prep::DEFAULT_BPE_SAMPLE_BYTES >> 20) as f64)]
+    pub bpe_sample: f64,
     /// Print the manifest as JSON.
     #[arg(long)]
     pub json: bool,

@@ -46,7 +46,7 @@ fn prep_from_the_command_line() {
     assert!(e.contains("not empty"), "{e}");
     std::fs::write(t.join("bad.txt"), b"abc\x80").unwrap();
     let e = fails_with_input(&toy(t, &["prep", "bad.txt", "--out", "q"]), "prep");
-    assert!(e.contains("bad.txt") && e.contains("offset 3"), "{e}");
+    assert!(e.contains("bad.txt:1") && e.contains("column 4"), "{e}");
     let e = fails_with_input(&toy(t, &["prep", "a.txt", "--out", "a.txt/q"]), "prep");
     assert!(e.contains("a.txt/q"), "{e}");
     fails_with_input(&toy(t, &["prep", "a.txt", "--out", "q", "--vocab-size", "-3"]), "prep");

@@ -22,7 +22,7 @@ fn fixture(dir: &Path, name: &str, n: usize) -> PathBuf {
 }
 
 fn opts(vocab_size: usize) -> PrepOptions {
-    PrepOptions { vocab_size, val_fraction: 0.1, seed: 0, force: false }
+    PrepOptions { vocab_size, val_fraction: 0.1, seed: 0, force: false, ..PrepOptions::default() }
 }
 
 /// The error message of an input error (exit code 2); panics on anything else.

@@ -1,12 +1,34 @@
-//! `toy prep`: train a byte-level BPE on text files and write a prepared corpus
+//! `toy prep`: train a byte-level BPE on text and write a prepared corpus
 //! (see [`crate::data::prep`]).
 
 use crate::cli::PrepArgs;
 use crate::data::prep::{prep, Manifest, PrepOptions};
-use crate::error::Result;
+use crate::error::{input, Result};
+use std::io::IsTerminal;
+use std::sync::atomic::AtomicI32;
+use std::sync::Arc;
 
-/// Run `toy prep` with `args`.
+/// Run `toy prep` with `args`. SIGINT and SIGTERM stop it within a second and
+/// leave no partial output.
 pub fn run(args: &PrepArgs) -> Result<Manifest> {
-    let opts = PrepOptions { vocab_size: args.vocab_size, val_fraction: args.val_fraction, seed: args.seed, force: args.force };
+    if !(args.bpe_sample.is_finite() && args.bpe_sample > 0.0 && args.bpe_sample <= 1e9) {
+        return Err(input(format!("--bpe-sample {} must be a positive number of MB", args.bpe_sample)));
+    }
+    let stop = Arc::new(AtomicI32::new(0));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let flag = stop.clone();
+        // SAFETY: the handler only stores to an atomic.
+        let _ = unsafe { signal_hook::low_level::register(sig, move || flag.store(sig, std::sync::atomic::Ordering::SeqCst)) };
+    }
+    let opts = PrepOptions {
+        vocab_size: args.vocab_size,
+        val_fraction: args.val_fraction,
+        seed: args.seed,
+        force: args.force,
+        text_field: args.text_field.clone(),
+        bpe_sample_bytes: (args.bpe_sample * (1u64 << 20) as f64) as u64,
+        stop: Some(stop),
+        progress: std::io::stderr().is_terminal(),
+    };
     prep(&args.files, &args.out, &opts)
 }

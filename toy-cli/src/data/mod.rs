@@ -4,6 +4,8 @@
 pub mod corpus;
 pub mod embedded;
 pub mod prep;
+pub mod prepared;
+pub mod sources;
 pub mod stories;
 pub mod text;
 pub mod tokenizer;

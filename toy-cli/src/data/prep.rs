@@ -1,63 +1,39 @@
-//! Prepared corpora (`toy prep`): a folder holding
+//! `toy prep`: turn text into a prepared corpus, streaming, in bounded memory.
 //!
+//! The folder it writes:
 //! - `tokenizer.json`: the byte-level BPE trained on the text (Hugging Face format);
 //! - `train.bin`, `val.bin`: the token ids of the two splits, packed as
 //!   little-endian u32 — the same bytes as toy's i32 `.bin` files, so each is
 //!   also a valid toy corpus on its own;
 //! - `manifest.json` ([`Manifest`], format `toy/prep-v1`), written last.
 //!
-//! Documents (separated by `<|endoftext|>` lines; each file ends one) are
-//! tokenized one by one, each followed by the end-of-text id, and a seeded
-//! choice of them (default 5%) forms the validation split.
+//! Two passes over the input ([`sources`](super::sources): text, JSON Lines,
+//! folders, `.gz`): the first counts the documents, hashes the files and keeps a
+//! seeded uniform sample of documents (at most `--bpe-sample` bytes) for the
+//! BPE; the second encodes every document in parallel batches and appends its
+//! ids, each document followed by the end-of-text id, to the split a seeded
+//! choice by document gave it (default 5% held out). Memory stays bounded by
+//! the sample, one batch of documents and the longest line.
 
-use super::corpus::Corpus;
-use super::text::{encode_documents, read_text, split_documents, split_documents_ids, Split};
-use super::tokenizer::{hex, Tokenizer};
-use super::tokens::Tokens;
-use crate::error::{input, runtime, Result};
+pub use super::prepared::{read_manifest, read_prepared, Manifest, SourceFile, DTYPE, FORMAT};
+use super::sources::{discover, Documents, FileDigest, Source};
+use super::stories::SplitMix64;
+use super::text::{held_out, Split};
+use super::tokenizer::Tokenizer;
+use crate::error::{input, runtime, Error, Result};
 use crate::run::write_atomic;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 
-/// `format` of a [`Manifest`].
-pub const FORMAT: &str = "toy/prep-v1";
+/// Default `--bpe-sample`: the BPE is trained on at most this many bytes of
+/// whole documents, drawn uniformly (see bench/data.md for the measurements
+/// behind it).
+pub const DEFAULT_BPE_SAMPLE_BYTES: u64 = 64 << 20;
 
-/// The element type of `train.bin` / `val.bin` written by this version.
-pub const DTYPE: &str = "u32";
-
-/// One input file of a prepared corpus.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SourceFile {
-    /// As given on the command line.
-    pub path: String,
-    pub bytes: u64,
-    /// Hex SHA-256 of the file.
-    pub sha256: String,
-}
-
-/// `manifest.json` of a prepared corpus.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Manifest {
-    /// [`FORMAT`].
-    pub format: String,
-    pub vocab_size: usize,
-    /// Element type of the `.bin` files, little-endian: `u32` (or `u16` when read).
-    pub dtype: String,
-    pub train_tokens: u64,
-    pub val_tokens: u64,
-    pub n_documents: usize,
-    /// Documents in the validation split (0 when one document was split by tokens).
-    pub val_documents: usize,
-    pub val_fraction: f64,
-    /// Seed of the choice of validation documents.
-    pub seed: u64,
-    pub source_files: Vec<SourceFile>,
-    /// Hex SHA-256 of `tokenizer.json`.
-    pub tokenizer_sha256: String,
-    /// Id of `<|endoftext|>`, which ends every document in the `.bin` files.
-    pub eot_id: Option<u32>,
-}
+/// Documents are encoded in batches of about this many bytes of text.
+const BATCH_BYTES: usize = 16 << 20;
 
 /// Settings of `toy prep`.
 #[derive(Clone, Debug)]
@@ -69,14 +45,38 @@ pub struct PrepOptions {
     pub seed: u64,
     /// Write into a non-empty folder.
     pub force: bool,
+    /// The field of a JSON Lines record that holds its text.
+    pub text_field: String,
+    /// Bytes of documents the BPE is trained on, at most.
+    pub bpe_sample_bytes: u64,
+    /// Set to a signal number to stop (the output folder is then cleaned up).
+    pub stop: Option<Arc<AtomicI32>>,
+    /// Show progress bars on stderr.
+    pub progress: bool,
+}
+
+impl Default for PrepOptions {
+    fn default() -> Self {
+        PrepOptions {
+            vocab_size: super::tokenizer::DEFAULT_VOCAB_SIZE,
+            val_fraction: 0.05,
+            seed: 0,
+            force: false,
+            text_field: "text".into(),
+            bpe_sample_bytes: DEFAULT_BPE_SAMPLE_BYTES,
+            stop: None,
+            progress: false,
+        }
+    }
 }
 
 /// Make sure `out` can receive a prepared corpus: create it, refuse a
 /// non-empty one without `force`, and check that a file can be written there.
+/// Returns whether the folder was created.
 ///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) for each of those.
-pub fn check_out_dir(out: &Path, force: bool) -> Result<()> {
+pub fn check_out_dir(out: &Path, force: bool) -> Result<bool> {
     let o = out.display();
     if out.exists() && !out.is_dir() {
         return Err(input(format!("--out {o} exists and is not a folder")));
@@ -84,24 +84,33 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<()> {
     if !force && std::fs::read_dir(out).map(|mut d| d.next().is_some()).unwrap_or(false) {
         return Err(input(format!("--out {o} is not empty (use --force to write into it)")));
     }
+    let created = !out.exists();
     std::fs::create_dir_all(out).map_err(|e| input(format!("cannot create --out {o}: {e}")))?;
     let probe = out.join(format!(".toy-write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(|e| input(format!("cannot write into --out {o}: {e}")))?;
+    if let Err(e) = std::fs::write(&probe, b"") {
+        if created {
+            let _ = std::fs::remove_dir(out);
+        }
+        return Err(input(format!("cannot write into --out {o}: {e}")));
+    }
     let _ = std::fs::remove_file(&probe);
-    Ok(())
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
+    Ok(created)
 }
 
 fn pack(ids: &[u32]) -> Vec<u8> {
     ids.iter().flat_map(|i| i.to_le_bytes()).collect()
 }
 
-/// Write a prepared corpus of `split` tokenized by `tok` into `out` (which
-/// [`check_out_dir`] accepted): the tokenizer and the two `.bin` files, each
-/// atomically, then the manifest. A stale manifest is removed first, so an
+/// Write the manifest of a prepared corpus in `out` whose other files are in place.
+fn write_manifest(out: &Path, m: &Manifest) -> Result<()> {
+    let mut json = serde_json::to_string_pretty(m).map_err(|e| runtime(e.to_string()))?;
+    json.push('\n');
+    write_atomic(&out.join("manifest.json"), json.as_bytes())
+}
+
+/// Write a prepared corpus of `split` (in memory) tokenized by `tok` into `out`
+/// (which [`check_out_dir`] accepted): the tokenizer and the two `.bin` files,
+/// each atomically, then the manifest. A stale manifest is removed first, so an
 /// interrupted write never looks complete.
 pub fn write_prepared(
     out: &Path,
@@ -112,43 +121,255 @@ pub fn write_prepared(
     val_fraction: f64,
     seed: u64,
 ) -> Result<Manifest> {
-    let manifest_path = out.join("manifest.json");
-    if manifest_path.exists() {
-        std::fs::remove_file(&manifest_path).map_err(|e| runtime(format!("cannot replace {}: {e}", manifest_path.display())))?;
-    }
+    remove_stale_manifest(out)?;
     tok.save(&out.join("tokenizer.json"))?;
     write_atomic(&out.join("train.bin"), &pack(&split.train))?;
     write_atomic(&out.join("val.bin"), &pack(&split.val))?;
-    let m = Manifest {
-        format: FORMAT.into(),
-        vocab_size: tok.vocab_size(),
-        dtype: DTYPE.into(),
-        train_tokens: split.train.len() as u64,
-        val_tokens: split.val.len() as u64,
-        n_documents,
-        val_documents: split.val_documents,
-        val_fraction,
-        seed,
-        source_files: sources,
-        tokenizer_sha256: tok.sha256(),
-        eot_id: tok.eot(),
-    };
-    let mut json = serde_json::to_string_pretty(&m).map_err(|e| runtime(e.to_string()))?;
-    json.push('\n');
-    write_atomic(&manifest_path, json.as_bytes())?;
+    let m = manifest(tok, split.train.len() as u64, split.val.len() as u64, n_documents, split.val_documents, sources, val_fraction, seed, None);
+    write_manifest(out, &m)?;
     Ok(m)
 }
 
-/// `toy prep`: train a byte-level BPE on `files`, tokenize them and write a
-/// prepared corpus into `out`.
+#[allow(clippy::too_many_arguments)]
+fn manifest(
+    tok: &Tokenizer,
+    train_tokens: u64,
+    val_tokens: u64,
+    n_documents: usize,
+    val_documents: usize,
+    source_files: Vec<SourceFile>,
+    val_fraction: f64,
+    seed: u64,
+    bpe_sample_bytes: Option<u64>,
+) -> Manifest {
+    Manifest {
+        format: FORMAT.into(),
+        vocab_size: tok.vocab_size(),
+        dtype: DTYPE.into(),
+        train_tokens,
+        val_tokens,
+        n_documents,
+        val_documents,
+        val_fraction,
+        seed,
+        source_files,
+        tokenizer_sha256: tok.sha256(),
+        eot_id: tok.eot(),
+        bpe_sample_bytes,
+    }
+}
+
+fn remove_stale_manifest(out: &Path) -> Result<()> {
+    let p = out.join("manifest.json");
+    if p.exists() {
+        std::fs::remove_file(&p).map_err(|e| runtime(format!("cannot replace {}: {e}", p.display())))?;
+    }
+    Ok(())
+}
+
+/// Removes what an unfinished prep wrote (temporary files, a tokenizer without a
+/// manifest, the folder when it created it) unless [`commit`](Self::commit)ted.
+struct Cleanup {
+    out: PathBuf,
+    created: bool,
+    files: Vec<PathBuf>,
+    done: bool,
+}
+
+impl Cleanup {
+    fn commit(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+        if self.created {
+            let _ = std::fs::remove_dir(&self.out);
+        }
+    }
+}
+
+fn check_stop(stop: &Option<Arc<AtomicI32>>) -> Result<()> {
+    match stop.as_ref().map(|s| s.load(Ordering::SeqCst)).unwrap_or(0) {
+        0 => Ok(()),
+        sig => Err(Error::Interrupted(sig, "interrupted; nothing was written".into())),
+    }
+}
+
+fn bar(show: bool, total: u64, what: &str) -> Option<indicatif::ProgressBar> {
+    show.then(|| {
+        let pb = indicatif::ProgressBar::new(total);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(&format!(
+                "{what:<9} {{bar:30}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} {{msg}} [{{elapsed_precise}} < {{eta_precise}}]"
+            ))
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb
+    })
+}
+
+/// What the first pass learns: documents, files, and the BPE sample.
+struct Scan {
+    n_docs: usize,
+    digests: Vec<FileDigest>,
+    /// (key, document, piece) of the sampled pieces; the smallest keys win.
+    sample: std::collections::BinaryHeap<(u64, usize, String)>,
+    sample_bytes: u64,
+}
+
+/// First pass: count documents and keep the pieces with the smallest seeded keys
+/// up to `budget` bytes (a uniform sample of the text, the same for every run).
+fn scan(sources: &[Source], opts: &PrepOptions, total: u64) -> Result<Scan> {
+    let mut docs = Documents::new(sources, &opts.text_field);
+    let pb = bar(opts.progress, total, "reading");
+    let mut sample = std::collections::BinaryHeap::new();
+    let (mut bytes, mut piece_no) = (0u64, 0u64);
+    let key_seed = opts.seed ^ 0xB9E5_3C1F_5A77_D00D;
+    while let Some(p) = docs.next() {
+        let p = p?;
+        piece_no += 1;
+        let key = SplitMix64::new(key_seed ^ piece_no.wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_u64();
+        bytes += p.text.len() as u64;
+        sample.push((key, p.doc, p.text));
+        while bytes > opts.bpe_sample_bytes {
+            let Some((_, _, t)) = sample.pop() else { break };
+            bytes -= t.len() as u64;
+        }
+        if piece_no % 1024 == 0 {
+            check_stop(&opts.stop)?;
+            if let Some(pb) = &pb {
+                pb.set_position(docs.bytes_read.load(Ordering::Relaxed));
+                pb.set_message(format!("{} documents", docs.documents()));
+            }
+        }
+    }
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    Ok(Scan { n_docs: docs.documents(), digests: docs.digests().to_vec(), sample, sample_bytes: bytes })
+}
+
+/// A `.bin` being written through a buffer, to a temporary name.
+struct BinWriter {
+    tmp: PathBuf,
+    file: std::io::BufWriter<std::fs::File>,
+    tokens: u64,
+}
+
+impl BinWriter {
+    fn create(tmp: PathBuf) -> Result<BinWriter> {
+        let f = std::fs::File::create(&tmp).map_err(|e| runtime(format!("cannot write {}: {e}", tmp.display())))?;
+        Ok(BinWriter { tmp, file: std::io::BufWriter::with_capacity(1 << 20, f), tokens: 0 })
+    }
+
+    fn push(&mut self, ids: &[u32]) -> Result<()> {
+        self.file.write_all(&pack(ids)).map_err(|e| runtime(format!("cannot write {}: {e}", self.tmp.display())))?;
+        self.tokens += ids.len() as u64;
+        Ok(())
+    }
+
+    fn finish(self) -> Result<(PathBuf, u64)> {
+        let f = self.file.into_inner().map_err(|e| runtime(format!("cannot write {}: {e}", self.tmp.display())))?;
+        f.sync_all().map_err(|e| runtime(format!("cannot write {}: {e}", self.tmp.display())))?;
+        Ok((self.tmp, self.tokens))
+    }
+}
+
+/// Second pass: encode every piece in parallel batches and append the ids to
+/// the split of its document. Returns the validation documents seen.
+fn encode(
+    sources: &[Source],
+    tok: &Tokenizer,
+    held: &[bool],
+    opts: &PrepOptions,
+    train: &mut BinWriter,
+    val: &mut BinWriter,
+    total: u64,
+) -> Result<usize> {
+    let end: Vec<u32> = match tok.eot() {
+        Some(e) => vec![e],
+        None => tok.encode("\n")?,
+    };
+    let mut docs = Documents::new(sources, &opts.text_field);
+    let pb = bar(opts.progress, total, "encoding");
+    let t0 = std::time::Instant::now();
+    let mut batch: Vec<super::sources::Piece> = Vec::new();
+    let (mut batch_bytes, mut val_docs, mut tokens) = (0usize, 0usize, 0u64);
+    let mut flush = |batch: &mut Vec<super::sources::Piece>, tokens: &mut u64, val_docs: &mut usize| -> Result<()> {
+        let texts: Vec<&str> = batch.iter().map(|p| p.text.as_str()).collect();
+        let ids = tok.encode_batch(&texts)?;
+        for (p, ids) in batch.iter().zip(ids) {
+            let w = if held[p.doc] { &mut *val } else { &mut *train };
+            w.push(&ids)?;
+            *tokens += ids.len() as u64;
+            if p.last {
+                w.push(&end)?;
+                *tokens += end.len() as u64;
+                *val_docs += held[p.doc] as usize;
+            }
+        }
+        batch.clear();
+        Ok(())
+    };
+    while let Some(p) = docs.next() {
+        let p = p?;
+        if p.doc >= held.len() {
+            return Err(input("the input changed between the two passes of toy prep (more documents the second time)"));
+        }
+        batch_bytes += p.text.len();
+        batch.push(p);
+        if batch_bytes >= BATCH_BYTES {
+            check_stop(&opts.stop)?;
+            flush(&mut batch, &mut tokens, &mut val_docs)?;
+            batch_bytes = 0;
+            if let Some(pb) = &pb {
+                pb.set_position(docs.bytes_read.load(Ordering::Relaxed));
+                pb.set_message(format!("{:.0} tokens/s", tokens as f64 / t0.elapsed().as_secs_f64().max(1e-9)));
+            }
+        }
+    }
+    flush(&mut batch, &mut tokens, &mut val_docs)?;
+    if let Some(pb) = pb {
+        pb.finish_and_clear();
+    }
+    Ok(val_docs)
+}
+
+/// One document split by tokens (as [`super::text::split_tail`]): move the last
+/// `fraction` of `train`'s tokens into `val`.
+fn split_single_document(train: &Path, val: &Path, tokens: u64, fraction: f64) -> Result<(u64, u64)> {
+    let n_val = ((tokens as f64) * fraction.clamp(0.0, 1.0)) as u64;
+    let n_train = tokens - n_val;
+    let io = |e: std::io::Error| runtime(format!("cannot write {}: {e}", train.display()));
+    let mut src = std::fs::File::open(train).map_err(io)?;
+    std::io::Seek::seek(&mut src, std::io::SeekFrom::Start(n_train * 4)).map_err(io)?;
+    let mut dst = std::fs::File::create(val).map_err(io)?;
+    std::io::copy(&mut src, &mut dst).map_err(io)?;
+    dst.sync_all().map_err(io)?;
+    std::fs::OpenOptions::new().write(true).open(train).and_then(|f| f.set_len(n_train * 4)).map_err(io)?;
+    Ok((n_train, n_val))
+}
+
+/// `toy prep`: train a byte-level BPE on `files` (text, JSON Lines, folders,
+/// `.gz`), tokenize them and write a prepared corpus into `out`.
 ///
 /// # Errors
-/// [`Error::Input`](crate::error::Error::Input) for a missing, non-UTF-8 or
-/// empty input, bad options, or an output folder that is not empty (without
-/// `force`) or cannot be written.
+/// [`Error::Input`](crate::error::Error::Input) for a missing, malformed
+/// (non-UTF-8, bad JSON, naming file and line) or empty input, bad options, or
+/// an output folder that is not empty (without `force`) or cannot be written;
+/// [`Error::Interrupted`](crate::error::Error::Interrupted) when `opts.stop` is
+/// set. Either way nothing that looks like a prepared corpus is left behind.
 pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifest> {
     if files.is_empty() {
-        return Err(input("no input files (give one or more text files)"));
+        return Err(input("no input files (give one or more text files or folders)"));
     }
     if !(0.0..1.0).contains(&opts.val_fraction) {
         return Err(input(format!("--val-fraction must be in [0, 1), not {}", opts.val_fraction)));
@@ -156,117 +377,66 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
     if opts.vocab_size > u32::MAX as usize {
         return Err(input(format!("--vocab-size {} is too large", opts.vocab_size)));
     }
-    let mut texts = Vec::with_capacity(files.len());
-    let mut sources = Vec::with_capacity(files.len());
-    for f in files {
-        if !f.is_file() {
-            return Err(input(format!("{} does not exist or is not a file", f.display())));
-        }
-        let text = read_text(f)?;
-        sources.push(SourceFile { path: f.display().to_string(), bytes: text.len() as u64, sha256: sha256_hex(text.as_bytes()) });
-        texts.push(text);
+    if opts.vocab_size < 257 {
+        return Err(input(format!(
+            "--vocab-size {} is too small: a byte-level BPE needs at least 257 ids (256 bytes and <|endoftext|>)",
+            opts.vocab_size
+        )));
     }
-    let docs: Vec<&str> = texts.iter().flat_map(|t| split_documents(t)).collect();
-    if docs.is_empty() {
+    if opts.bpe_sample_bytes == 0 {
+        return Err(input("--bpe-sample must be above 0"));
+    }
+    let sources = discover(files)?;
+    let total: u64 = sources.iter().map(|s| s.bytes).sum();
+    let created = check_out_dir(out, opts.force)?;
+    let pid = std::process::id();
+    let (train_tmp, val_tmp) = (out.join(format!(".train.bin.tmp-{pid}")), out.join(format!(".val.bin.tmp-{pid}")));
+    let mut guard = Cleanup { out: out.to_path_buf(), created, files: vec![train_tmp.clone(), val_tmp.clone()], done: false };
+
+    let scan = scan(&sources, opts, total)?;
+    if scan.n_docs == 0 {
         let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
         return Err(input(format!("no text in {} (empty, or only <|endoftext|> lines)", names.join(", "))));
     }
-    check_out_dir(out, opts.force)?;
-    let tok = Tokenizer::train_bpe(docs.iter().copied(), opts.vocab_size)?;
-    let ids = encode_documents(&tok, &docs)?;
-    let split = split_documents_ids(ids, opts.val_fraction, opts.seed);
-    write_prepared(out, &tok, &split, docs.len(), sources, opts.val_fraction, opts.seed)
-}
-
-/// Read `dir/manifest.json`.
-pub fn read_manifest(dir: &Path) -> Result<Manifest> {
-    let path = dir.join("manifest.json");
-    let text = std::fs::read_to_string(&path).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
-    let m: Manifest = serde_json::from_str(&text).map_err(|e| input(format!("{}: not a toy/prep-v1 manifest: {e}", path.display())))?;
-    if m.format != FORMAT {
-        return Err(input(format!("{}: format {:?} is not {FORMAT}", path.display(), m.format)));
+    let sample: Vec<String> = scan.sample.into_sorted_vec().into_iter().map(|(_, _, t)| t).collect();
+    if opts.progress {
+        eprintln!("training the BPE on {:.1} MB of {} documents…", scan.sample_bytes as f64 / 1e6, scan.n_docs);
     }
-    Ok(m)
-}
-
-/// The ids of a packed `.bin` file of a prepared corpus, memory-mapped (read in
-/// place, never copied), after checking its size against the manifest's count
-/// and every id against the vocabulary. The check reads the file through a
-/// buffer, not the map, so the mapped pages stay out of the process's memory
-/// until training touches them.
-fn read_packed(path: &Path, dtype: &str, count: u64, vocab: usize) -> Result<Tokens> {
-    let p = path.display();
-    let width: usize = match dtype {
-        "u32" => 4,
-        "u16" => 2,
-        other => return Err(input(format!("{p}: dtype {other:?} is not u16 or u32"))),
+    let tok = match &opts.stop {
+        Some(s) => Tokenizer::train_bpe_interruptible(sample, opts.vocab_size, s)?,
+        None => Tokenizer::train_bpe(sample.iter().map(String::as_str), opts.vocab_size)?,
     };
-    let file = std::fs::File::open(path).map_err(|e| input(format!("cannot read {p}: {e}")))?;
-    let meta = file.metadata().map_err(|e| input(format!("cannot read {p}: {e}")))?;
-    if !meta.is_file() {
-        return Err(input(format!("{p} is not a regular file")));
-    }
-    let len = meta.len();
-    if Some(len) != count.checked_mul(width as u64) {
-        return Err(input(format!("{p}: {len} bytes, but the manifest says {count} {dtype} tokens")));
-    }
-    if len == 0 {
-        return Ok(Tokens::default());
-    }
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, &file);
-    let mut buf = vec![0u8; 1 << 20];
-    let mut i = 0u64;
-    loop {
-        let n = read_full(&mut reader, &mut buf).map_err(|e| input(format!("cannot read {p}: {e}")))?;
-        if n == 0 {
-            break;
-        }
-        for c in buf[..n - n % width].chunks_exact(width) {
-            let id = if width == 4 { u32::from_le_bytes([c[0], c[1], c[2], c[3]]) } else { u16::from_le_bytes([c[0], c[1]]) as u32 };
-            if id as usize >= vocab {
-                return Err(input(format!("{p}: token {i} is id {id}, outside the vocabulary of {vocab}")));
-            }
-            i += 1;
-        }
-    }
-    // SAFETY: a read-only mapping. As with every mapped reader (ggml-rs maps
-    // GGUF files the same way), another process truncating the file meanwhile
-    // could fault; its size was checked just above.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| input(format!("cannot map {p}: {e}")))?;
-    if map.len() as u64 != len {
-        return Err(input(format!("{p} changed while it was read")));
-    }
-    Ok(Tokens::mapped(std::sync::Arc::new(map), 0, count as usize, width))
-}
+    check_stop(&opts.stop)?;
 
-/// Read until `buf` is full or the end of the file; the bytes read.
-fn read_full(r: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..])? {
-            0 => break,
-            k => n += k,
-        }
+    remove_stale_manifest(out)?;
+    let held = if scan.n_docs == 1 { vec![false] } else { held_out(scan.n_docs, opts.val_fraction, opts.seed) };
+    let (mut train, mut val) = (BinWriter::create(train_tmp)?, BinWriter::create(val_tmp)?);
+    let val_docs = encode(&sources, &tok, &held, opts, &mut train, &mut val, total)?;
+    let (train_tmp, mut n_train) = train.finish()?;
+    let (val_tmp, mut n_val) = val.finish()?;
+    if scan.n_docs == 1 {
+        (n_train, n_val) = split_single_document(&train_tmp, &val_tmp, n_train, opts.val_fraction)?;
     }
-    Ok(n)
-}
-
-/// Read the prepared corpus in `dir`, checking the tokenizer's hash, the
-/// files' sizes and every id against the manifest.
-pub fn read_prepared(dir: &Path) -> Result<Corpus> {
-    let m = read_manifest(dir)?;
-    let d = dir.display();
-    let tok = Tokenizer::load(&dir.join("tokenizer.json"))?;
-    if tok.sha256() != m.tokenizer_sha256 {
-        return Err(input(format!("{d}/tokenizer.json does not match manifest.json (sha256 {} ≠ {})", tok.sha256(), m.tokenizer_sha256)));
+    check_stop(&opts.stop)?;
+    guard.files.push(out.join("tokenizer.json"));
+    tok.save(&out.join("tokenizer.json"))?;
+    for (tmp, name) in [(&train_tmp, "train.bin"), (&val_tmp, "val.bin")] {
+        std::fs::rename(tmp, out.join(name)).map_err(|e| runtime(format!("cannot write {}: {e}", out.join(name).display())))?;
+        guard.files.push(out.join(name));
     }
-    if tok.vocab_size() != m.vocab_size {
-        return Err(input(format!("{d}: the tokenizer has {} ids but manifest.json says {}", tok.vocab_size(), m.vocab_size)));
-    }
-    let train = read_packed(&dir.join("train.bin"), &m.dtype, m.train_tokens, m.vocab_size)?;
-    let val = read_packed(&dir.join("val.bin"), &m.dtype, m.val_tokens, m.vocab_size)?;
-    if train.is_empty() {
-        return Err(input(format!("corpus {d} is empty (train.bin holds no tokens)")));
-    }
-    Ok(Corpus { train, val, vocab_size: m.vocab_size, tokenizer: Some(tok), source: dir.to_path_buf() })
+    let digest = |d: &FileDigest| SourceFile { path: d.path.display().to_string(), bytes: d.bytes, sha256: d.sha256.clone() };
+    let m = manifest(
+        &tok,
+        n_train,
+        n_val,
+        scan.n_docs,
+        if scan.n_docs == 1 { 0 } else { val_docs },
+        scan.digests.iter().map(digest).collect(),
+        opts.val_fraction,
+        opts.seed,
+        Some(scan.sample_bytes),
+    );
+    write_manifest(out, &m)?;
+    guard.commit();
+    Ok(m)
 }

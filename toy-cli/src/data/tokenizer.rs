@@ -15,13 +15,20 @@ use std::path::Path;
 use std::sync::Arc;
 use tokenizers::models::bpe::{BpeTrainerBuilder, Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::{AddedToken, NormalizerWrapper, PostProcessorWrapper, TokenizerImpl};
+use tokenizers::{
+    AddedToken, NormalizerWrapper, OffsetReferential, OffsetType, PostProcessorWrapper, PreTokenizedString, PreTokenizer, TokenizerImpl,
+    Trainer,
+};
 
 /// The end-of-text token of BPE tokenizers, and the line that separates documents.
 pub const EOT: &str = "<|endoftext|>";
 
 /// Default vocabulary size of a BPE trained on the fly for a raw text corpus.
 pub const DEFAULT_VOCAB_SIZE: usize = 1024;
+
+/// Longest pre-token, in bytes, that BPE training sees whole (longer ones are
+/// cut into pieces of this length for training only).
+pub const MAX_TRAIN_WORD: usize = 64;
 
 /// llama.cpp's `llama_token_type`: a normal token.
 pub const TOKEN_TYPE_NORMAL: i32 = 1;
@@ -123,11 +130,73 @@ impl Tokenizer {
             .special_tokens(vec![AddedToken::from(EOT, true)])
             .initial_alphabet(alphabet)
             .build();
-        let mut hf = Hf::new(BPE::default());
+        // What `TokenizerImpl::train` does, except that pre-tokens longer than
+        // MAX_TRAIN_WORD bytes reach the trainer in pieces: its work grows with
+        // the square of a word's length (a 2 MB line of letters ran for an hour),
+        // and merges longer than that are not worth learning. Encoding is
+        // unchanged, so llama.cpp still tokenizes as toy does.
+        let pre = byte_level();
+        trainer
+            .feed(docs, |seq| {
+                let mut pts = PreTokenizedString::from(seq);
+                pre.pre_tokenize(&mut pts)?;
+                let mut words = Vec::new();
+                for (w, _, _) in pts.get_splits(OffsetReferential::Original, OffsetType::Byte) {
+                    if w.len() <= MAX_TRAIN_WORD {
+                        words.push(w.to_owned());
+                    } else {
+                        let chars: Vec<char> = w.chars().collect();
+                        words.extend(chars.chunks(MAX_TRAIN_WORD).map(|c| c.iter().collect::<String>()));
+                    }
+                }
+                Ok(words)
+            })
+            .map_err(|e| hf_err("BPE training failed", e))?;
+        let mut model = BPE::default();
+        let special = trainer.train(&mut model).map_err(|e| hf_err("BPE training failed", e))?;
+        let mut hf = Hf::new(model);
         hf.with_pre_tokenizer(Some(byte_level()));
         hf.with_decoder(Some(byte_level()));
-        hf.train(&mut trainer, docs).map_err(|e| hf_err("BPE training failed", e))?;
+        hf.add_special_tokens(&special);
         Ok(Tokenizer::Bpe(Arc::new(Bpe::new(hf, "training")?)))
+    }
+
+    /// [`train_bpe`](Self::train_bpe) on a thread, waiting for it while `stop`
+    /// stays 0 (it is set by a signal handler): returns within 50 ms of a signal
+    /// with [`Error::Interrupted`](crate::error::Error::Interrupted), leaving the
+    /// thread to end with the process.
+    pub fn train_bpe_interruptible(docs: Vec<String>, vocab_size: usize, stop: &std::sync::atomic::AtomicI32) -> Result<Tokenizer> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(Tokenizer::train_bpe(docs.iter().map(String::as_str), vocab_size));
+        });
+        loop {
+            match rx.recv_timeout(std::time::Duration::from_millis(50)) {
+                Ok(r) => return r,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    let sig = stop.load(std::sync::atomic::Ordering::SeqCst);
+                    if sig != 0 {
+                        return Err(crate::error::Error::Interrupted(sig, "interrupted while training the tokenizer".into()));
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Err(runtime("BPE training stopped unexpectedly")),
+            }
+        }
+    }
+
+    /// Token ids of each of `texts`, encoded in parallel on all cores (the
+    /// `tokenizers` crate's batch encoding).
+    pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
+        match self {
+            Tokenizer::Bytes => Ok(texts.iter().map(|t| t.bytes().map(u32::from).collect()).collect()),
+            Tokenizer::Bpe(b) => Ok(b
+                .hf
+                .encode_batch(texts.to_vec(), false)
+                .map_err(|e| hf_err("cannot tokenize", e))?
+                .into_iter()
+                .map(|e| e.get_ids().to_vec())
+                .collect()),
+        }
     }
 
     /// Rebuild a byte-level BPE from its tokens (id order), merges (`"a b"`,

@@ -1,0 +1,144 @@
+//! Reading a prepared corpus (`toy prep`'s folder): the manifest, the
+//! tokenizer it names, and the two token files, memory-mapped.
+
+use super::corpus::Corpus;
+use super::tokenizer::Tokenizer;
+use super::tokens::Tokens;
+use crate::error::{input, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// `format` of a [`Manifest`].
+pub const FORMAT: &str = "toy/prep-v1";
+
+/// The element type of `train.bin` / `val.bin` written by this version.
+pub const DTYPE: &str = "u32";
+
+/// One input file of a prepared corpus.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SourceFile {
+    /// As given on the command line.
+    pub path: String,
+    pub bytes: u64,
+    /// Hex SHA-256 of the file.
+    pub sha256: String,
+}
+
+/// `manifest.json` of a prepared corpus.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// [`FORMAT`].
+    pub format: String,
+    pub vocab_size: usize,
+    /// Element type of the `.bin` files, little-endian: `u32` (or `u16` when read).
+    pub dtype: String,
+    pub train_tokens: u64,
+    pub val_tokens: u64,
+    pub n_documents: usize,
+    /// Documents in the validation split (0 when one document was split by tokens).
+    pub val_documents: usize,
+    pub val_fraction: f64,
+    /// Seed of the choice of validation documents.
+    pub seed: u64,
+    pub source_files: Vec<SourceFile>,
+    /// Hex SHA-256 of `tokenizer.json`.
+    pub tokenizer_sha256: String,
+    /// Id of `<|endoftext|>`, which ends every document in the `.bin` files.
+    pub eot_id: Option<u32>,
+    /// Bytes of text the BPE was trained on (a sample of the documents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bpe_sample_bytes: Option<u64>,
+}
+
+/// Read `dir/manifest.json`.
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let path = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
+    let m: Manifest = serde_json::from_str(&text).map_err(|e| input(format!("{}: not a toy/prep-v1 manifest: {e}", path.display())))?;
+    if m.format != FORMAT {
+        return Err(input(format!("{}: format {:?} is not {FORMAT}", path.display(), m.format)));
+    }
+    Ok(m)
+}
+
+/// The ids of a packed `.bin` file of a prepared corpus, memory-mapped (read in
+/// place, never copied), after checking its size against the manifest's count
+/// and every id against the vocabulary. The check reads the file through a
+/// buffer, not the map, so the mapped pages stay out of the process's memory
+/// until training touches them.
+fn read_packed(path: &Path, dtype: &str, count: u64, vocab: usize) -> Result<Tokens> {
+    let p = path.display();
+    let width: usize = match dtype {
+        "u32" => 4,
+        "u16" => 2,
+        other => return Err(input(format!("{p}: dtype {other:?} is not u16 or u32"))),
+    };
+    let file = std::fs::File::open(path).map_err(|e| input(format!("cannot read {p}: {e}")))?;
+    let meta = file.metadata().map_err(|e| input(format!("cannot read {p}: {e}")))?;
+    if !meta.is_file() {
+        return Err(input(format!("{p} is not a regular file")));
+    }
+    let len = meta.len();
+    if Some(len) != count.checked_mul(width as u64) {
+        return Err(input(format!("{p}: {len} bytes, but the manifest says {count} {dtype} tokens")));
+    }
+    if len == 0 {
+        return Ok(Tokens::default());
+    }
+    let mut reader = std::io::BufReader::with_capacity(1 << 20, &file);
+    let mut buf = vec![0u8; 1 << 20];
+    let mut i = 0u64;
+    loop {
+        let n = read_full(&mut reader, &mut buf).map_err(|e| input(format!("cannot read {p}: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        for c in buf[..n - n % width].chunks_exact(width) {
+            let id = if width == 4 { u32::from_le_bytes([c[0], c[1], c[2], c[3]]) } else { u16::from_le_bytes([c[0], c[1]]) as u32 };
+            if id as usize >= vocab {
+                return Err(input(format!("{p}: token {i} is id {id}, outside the vocabulary of {vocab}")));
+            }
+            i += 1;
+        }
+    }
+    // SAFETY: a read-only mapping. As with every mapped reader (ggml-rs maps
+    // GGUF files the same way), another process truncating the file meanwhile
+    // could fault; its size was checked just above.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| input(format!("cannot map {p}: {e}")))?;
+    if map.len() as u64 != len {
+        return Err(input(format!("{p} changed while it was read")));
+    }
+    Ok(Tokens::mapped(std::sync::Arc::new(map), 0, count as usize, width))
+}
+
+/// Read until `buf` is full or the end of the file; the bytes read.
+fn read_full(r: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// Read the prepared corpus in `dir`, checking the tokenizer's hash, the
+/// files' sizes and every id against the manifest.
+pub fn read_prepared(dir: &Path) -> Result<Corpus> {
+    let m = read_manifest(dir)?;
+    let d = dir.display();
+    let tok = Tokenizer::load(&dir.join("tokenizer.json"))?;
+    if tok.sha256() != m.tokenizer_sha256 {
+        return Err(input(format!("{d}/tokenizer.json does not match manifest.json (sha256 {} ≠ {})", tok.sha256(), m.tokenizer_sha256)));
+    }
+    if tok.vocab_size() != m.vocab_size {
+        return Err(input(format!("{d}: the tokenizer has {} ids but manifest.json says {}", tok.vocab_size(), m.vocab_size)));
+    }
+    let train = read_packed(&dir.join("train.bin"), &m.dtype, m.train_tokens, m.vocab_size)?;
+    let val = read_packed(&dir.join("val.bin"), &m.dtype, m.val_tokens, m.vocab_size)?;
+    if train.is_empty() {
+        return Err(input(format!("corpus {d} is empty (train.bin holds no tokens)")));
+    }
+    Ok(Corpus { train, val, vocab_size: m.vocab_size, tokenizer: Some(tok), source: dir.to_path_buf() })
+}

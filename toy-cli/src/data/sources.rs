@@ -1,0 +1,407 @@
+//! Text inputs as a stream of documents, read in bounded pieces: plain UTF-8
+//! text (documents separated by lines that are exactly `<|endoftext|>`, each
+//! file ending one), JSON Lines with a string field per record (one document
+//! each, as Hugging Face `datasets` exports), folders of such files, and their
+//! gzip-compressed versions (`.gz`).
+//!
+//! A document longer than [`PIECE_BYTES`] comes in several pieces, cut only
+//! just after a `\n` that has non-whitespace on both sides: the `ByteLevel`
+//! pre-tokenizer makes such a newline a piece of its own, so tokenizing the
+//! pieces one by one gives the document's ids (see `text::cut_points`).
+
+use super::tokenizer::EOT;
+use crate::error::{input, Result};
+use sha2::{Digest, Sha256};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// Documents are handed out in pieces of about this many bytes at most.
+pub const PIECE_BYTES: usize = 1 << 20;
+
+/// How a file's records are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Lines of text, `<|endoftext|>` lines between documents.
+    Text,
+    /// One JSON object per line; the document is its `text_field`.
+    JsonLines,
+}
+
+/// One input file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Source {
+    pub path: PathBuf,
+    pub format: Format,
+    /// Compressed with gzip.
+    pub gzip: bool,
+    /// Size on disk.
+    pub bytes: u64,
+}
+
+/// The format of `path` from its name: `x.jsonl` / `x.ndjson` (and `.gz` of
+/// them) are JSON Lines, anything else text.
+pub fn format_of(path: &Path) -> (Format, bool) {
+    let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+    let (stem, gzip) = match name.strip_suffix(".gz") {
+        Some(s) => (s.to_string(), true),
+        None => (name, false),
+    };
+    let json = stem.ends_with(".jsonl") || stem.ends_with(".ndjson");
+    (if json { Format::JsonLines } else { Format::Text }, gzip)
+}
+
+fn is_input_file(p: &Path) -> bool {
+    let name = p.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
+    let stem = name.strip_suffix(".gz").unwrap_or(&name);
+    !name.starts_with('.') && [".txt", ".text", ".md", ".jsonl", ".ndjson"].iter().any(|e| stem.ends_with(e))
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let rd = std::fs::read_dir(dir).map_err(|e| input(format!("cannot read folder {}: {e}", dir.display())))?;
+    let mut entries: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for p in entries {
+        if p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+            continue;
+        }
+        if p.is_dir() {
+            walk(&p, out)?;
+        } else if p.is_file() && is_input_file(&p) {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// The input files of `paths`: files as given, folders walked (sorted,
+/// recursively) for `.txt`, `.text`, `.md`, `.jsonl`, `.ndjson` and their `.gz`.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) for a path that does not exist,
+/// is not a regular file or folder (a device, a pipe), or a folder without
+/// input files.
+pub fn discover(paths: &[PathBuf]) -> Result<Vec<Source>> {
+    let mut files = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p).map_err(|_| input(format!("{} does not exist", p.display())))?;
+        if meta.is_dir() {
+            let before = files.len();
+            walk(p, &mut files)?;
+            if files.len() == before {
+                return Err(input(format!("{} holds no .txt or .jsonl files (nor .gz of them)", p.display())));
+            }
+        } else if meta.is_file() {
+            files.push(p.clone());
+        } else {
+            return Err(input(format!("{} is not a regular file or a folder", p.display())));
+        }
+    }
+    files
+        .into_iter()
+        .map(|path| {
+            let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            let (format, gzip) = format_of(&path);
+            Ok(Source { path, format, gzip, bytes })
+        })
+        .collect()
+}
+
+/// A piece of a document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// 0-based index of its document in the whole input.
+    pub doc: usize,
+    pub text: String,
+    /// The document's last piece.
+    pub last: bool,
+}
+
+/// Counts the raw (on-disk) bytes read and hashes them.
+struct Tap<R> {
+    inner: R,
+    hasher: Sha256,
+    bytes: u64,
+    counter: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<R: Read> Read for Tap<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        self.counter.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// What was read of one file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileDigest {
+    pub path: PathBuf,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// Hex SHA-256 of the bytes on disk.
+    pub sha256: String,
+}
+
+/// The documents of a list of sources, piece by piece.
+pub struct Documents<'s> {
+    sources: &'s [Source],
+    text_field: String,
+    next_source: usize,
+    reader: Option<(Box<dyn BufRead + 's>, usize)>,
+    /// Where the current line comes from, for messages.
+    line_no: usize,
+    doc: usize,
+    /// The document being gathered (text format), and whether a piece of it was handed out.
+    pending: String,
+    started: bool,
+    /// Raw bytes read so far, over all sources (for progress).
+    pub bytes_read: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    digests: Vec<FileDigest>,
+    tap: Option<std::rc::Rc<std::cell::RefCell<Option<(Sha256, u64)>>>>,
+}
+
+/// A reader that reports its hash and count into a shared cell when dropped.
+struct Reporting<R: Read> {
+    tap: Tap<R>,
+    out: std::rc::Rc<std::cell::RefCell<Option<(Sha256, u64)>>>,
+}
+
+impl<R: Read> Read for Reporting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.tap.read(buf)
+    }
+}
+
+impl<R: Read> Drop for Reporting<R> {
+    fn drop(&mut self) {
+        let h = std::mem::take(&mut self.tap.hasher);
+        *self.out.borrow_mut() = Some((h, self.tap.bytes));
+    }
+}
+
+impl<'s> Documents<'s> {
+    /// Read `sources` in order; JSON Lines records give their `text_field`.
+    pub fn new(sources: &'s [Source], text_field: &str) -> Documents<'s> {
+        Documents {
+            sources,
+            text_field: text_field.to_string(),
+            next_source: 0,
+            reader: None,
+            line_no: 0,
+            doc: 0,
+            pending: String::new(),
+            started: false,
+            bytes_read: Default::default(),
+            digests: Vec::new(),
+            tap: None,
+        }
+    }
+
+    /// Size and SHA-256 of every file read to its end so far.
+    pub fn digests(&self) -> &[FileDigest] {
+        &self.digests
+    }
+
+    /// Documents started so far.
+    pub fn documents(&self) -> usize {
+        self.doc
+    }
+
+    fn open(&mut self, i: usize) -> Result<()> {
+        let s = &self.sources[i];
+        let file = std::fs::File::open(&s.path).map_err(|e| input(format!("cannot read {}: {e}", s.path.display())))?;
+        let cell = std::rc::Rc::new(std::cell::RefCell::new(None));
+        let tap = Tap { inner: file, hasher: Sha256::new(), bytes: 0, counter: self.bytes_read.clone() };
+        let raw = Reporting { tap, out: cell.clone() };
+        let r: Box<dyn BufRead> = if s.gzip {
+            Box::new(BufReader::with_capacity(1 << 16, flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 16, raw))))
+        } else {
+            Box::new(BufReader::with_capacity(1 << 16, raw))
+        };
+        self.reader = Some((r, i));
+        self.tap = Some(cell);
+        self.line_no = 0;
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        if let Some((r, i)) = self.reader.take() {
+            drop(r); // reports the file's hash and size into the cell
+            if let Some((h, bytes)) = self.tap.take().and_then(|c| c.borrow_mut().take()) {
+                self.digests.push(FileDigest { path: self.sources[i].path.clone(), bytes, sha256: super::tokenizer::hex(&h.finalize()) });
+            }
+        }
+    }
+
+    /// The next line of the current file (with its `\n`), or None at its end.
+    fn line(&mut self) -> Result<Option<String>> {
+        let Some((r, i)) = self.reader.as_mut() else { return Ok(None) };
+        let path = &self.sources[*i].path;
+        let mut buf = Vec::new();
+        let n = r.read_until(b'\n', &mut buf).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.line_no += 1;
+        String::from_utf8(buf).map(Some).map_err(|e| {
+            input(format!("{}:{}: not UTF-8 text (invalid byte at column {})", path.display(), self.line_no, e.utf8_error().valid_up_to() + 1))
+        })
+    }
+
+    /// The pending text as a piece: trimmed at the start when it is a document's
+    /// first piece, at the end when it is its last; None when that leaves nothing.
+    fn emit(&mut self, last: bool) -> Option<Piece> {
+        let mut text = std::mem::take(&mut self.pending);
+        if last {
+            text.truncate(text.trim_end().len());
+        }
+        if !self.started {
+            let start = text.len() - text.trim_start().len();
+            text.drain(..start);
+        }
+        if text.is_empty() && !(last && self.started) {
+            self.started = self.started && !last;
+            return None;
+        }
+        let doc = self.doc;
+        self.started = !last;
+        if last {
+            self.doc += 1;
+        }
+        Some(Piece { doc, text, last })
+    }
+
+    /// A long pending document: hand out everything up to its last safe cut.
+    fn cut(&mut self) -> Option<Piece> {
+        let b = self.pending.as_bytes();
+        let ws = |c: u8| c.is_ascii_whitespace();
+        let at = (1..b.len().saturating_sub(1)).rev().find(|&i| b[i] == b'\n' && !ws(b[i - 1]) && !ws(b[i + 1]))?;
+        let rest = self.pending.split_off(at + 1);
+        let piece = self.emit(false);
+        self.pending = rest;
+        piece
+    }
+
+    fn next_piece(&mut self) -> Result<Option<Piece>> {
+        loop {
+            if self.reader.is_none() {
+                if self.next_source >= self.sources.len() {
+                    return Ok(None);
+                }
+                let i = self.next_source;
+                self.next_source += 1;
+                self.open(i)?;
+            }
+            let format = self.sources[self.reader.as_ref().map(|r| r.1).unwrap_or(0)].format;
+            match self.line()? {
+                None => {
+                    // A file ends its last document.
+                    self.close();
+                    if format == Format::Text {
+                        if let Some(p) = self.emit(true) {
+                            return Ok(Some(p));
+                        }
+                    }
+                }
+                Some(line) if format == Format::JsonLines => {
+                    if line.trim().is_empty() {
+                        continue;
+                    }
+                    let i = self.reader.as_ref().map(|r| r.1).unwrap_or(0);
+                    let at = format!("{}:{}", self.sources[i].path.display(), self.line_no);
+                    let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| input(format!("{at}: not a JSON object ({e})")))?;
+                    let text = v
+                        .get(&self.text_field)
+                        .ok_or_else(|| input(format!("{at}: no field {:?} (choose one with --text-field)", self.text_field)))?
+                        .as_str()
+                        .ok_or_else(|| input(format!("{at}: field {:?} is not a string", self.text_field)))?;
+                    self.pending = text.to_string();
+                    self.started = false;
+                    if let Some(p) = self.emit(true) {
+                        return Ok(Some(p));
+                    }
+                }
+                Some(line) => {
+                    if line.trim_end_matches('\n').trim_end_matches('\r') == EOT {
+                        if let Some(p) = self.emit(true) {
+                            return Ok(Some(p));
+                        }
+                        continue;
+                    }
+                    self.pending.push_str(&line);
+                    if self.pending.len() > PIECE_BYTES {
+                        if let Some(p) = self.cut() {
+                            return Ok(Some(p));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Iterator for Documents<'_> {
+    type Item = Result<Piece>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_piece().transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn docs(sources: &[Source]) -> Vec<(usize, String, bool)> {
+        Documents::new(sources, "text").map(|p| p.map(|p| (p.doc, p.text, p.last))).collect::<Result<_>>().unwrap()
+    }
+
+    fn file(dir: &Path, name: &str, bytes: &[u8]) -> Source {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        discover(&[p]).unwrap().remove(0)
+    }
+
+    #[test]
+    fn text_documents_as_split_documents_gives_them() {
+        let d = tempfile::tempdir().unwrap();
+        let t = "  one\ntwo\n<|endoftext|>\n\n<|endoftext|>\r\nthree <|endoftext|>\n<|endoftext|>\n";
+        let s = file(d.path(), "a.txt", t.as_bytes());
+        let got: Vec<String> = docs(&[s]).into_iter().map(|x| x.1).collect();
+        assert_eq!(got, super::super::text::split_documents(t));
+    }
+
+    #[test]
+    fn jsonl_gzip_and_folders() {
+        let d = tempfile::tempdir().unwrap();
+        let j = file(d.path(), "x.jsonl", b"{\"text\": \" first \"}\n\n{\"text\": \"second\\nline\", \"id\": 3}\n");
+        assert_eq!(docs(&[j]), vec![(0, "first".into(), true), (1, "second\nline".into(), true)]);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(b"a\n<|endoftext|>\nb\n").unwrap();
+        let g = file(d.path(), "y.txt.gz", &gz.finish().unwrap());
+        assert!(g.gzip && g.format == Format::Text);
+        assert_eq!(docs(&[g]), vec![(0, "a".into(), true), (1, "b".into(), true)]);
+        let all = discover(&[d.path().to_path_buf()]).unwrap();
+        assert_eq!(all.len(), 2);
+        let bad = file(d.path(), "z.jsonl", b"{\"text\": \"ok\"}\n{\"text\": 5}\n");
+        let e = Documents::new(&[bad], "text").collect::<Result<Vec<_>>>().unwrap_err().to_string();
+        assert!(e.contains("z.jsonl:2") && e.contains("not a string"), "{e}");
+    }
+
+    #[test]
+    fn long_documents_come_in_pieces_at_safe_cuts() {
+        let d = tempfile::tempdir().unwrap();
+        let line = "word ".repeat(40) + "end\n";
+        let text = line.repeat(PIECE_BYTES / line.len() * 3);
+        let s = file(d.path(), "long.txt", text.as_bytes());
+        let got = docs(&[s]);
+        assert!(got.len() >= 3, "{} pieces", got.len());
+        assert!(got.iter().all(|p| p.0 == 0));
+        assert!(got[..got.len() - 1].iter().all(|p| !p.2) && got.last().unwrap().2);
+        let joined: String = got.iter().map(|p| p.1.as_str()).collect();
+        assert_eq!(joined, text.trim());
+    }
+}
