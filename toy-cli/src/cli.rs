@@ -135,6 +135,9 @@ pub struct TrainArgs {
     /// Default: the embedded corpus.
     #[arg(long)]
     pub corpus: Option<PathBuf>,
+    /// The field of JSON Lines records that holds their text (a `.jsonl` corpus).
+    #[arg(long = "text-field")]
+    pub text_field: Option<String>,
     /// Model and batch shape preset.
     #[arg(long, value_enum)]
     pub preset: Option<Preset>,
@@ -330,6 +333,9 @@ pub struct EvalArgs {
     /// Tokens per window (default: the model's context).
     #[arg(long)]
     pub context: Option<usize>,
+    /// The field of JSON Lines records that holds their text (a `.jsonl` corpus).
+    #[arg(long = "text-field", default_value = "text")]
+    pub text_field: String,
     /// Windows per batch.
     #[arg(long, default_value_t = 8)]
     pub batch: usize,

@@ -106,6 +106,9 @@ pub struct TrainConfig {
     /// The corpus path (`<embedded>` for the built-in one), to resume with.
     #[serde(default)]
     pub corpus: String,
+    /// The text field of a JSON Lines corpus.
+    #[serde(default = "default_text_field")]
+    pub text_field: String,
     /// `from-scratch` or `warm-start`.
     #[serde(default = "default_recipe")]
     pub recipe: String,
@@ -116,6 +119,10 @@ pub struct TrainConfig {
 
 fn default_recipe() -> String {
     "from-scratch".into()
+}
+
+fn default_text_field() -> String {
+    "text".into()
 }
 
 impl TrainConfig {
@@ -157,6 +164,7 @@ impl TrainConfig {
             threads: 0,
             matmul_precision: MatmulPrecision::High,
             corpus: String::new(),
+            text_field: default_text_field(),
             recipe: default_recipe(),
             stream: None,
         }

@@ -111,7 +111,7 @@ fn prep_refuses_bad_input_and_output() {
     let bad = t.join("latin1.txt");
     std::fs::write(&bad, b"Once upon a time, caf\xe9.\n").unwrap();
     let e = input_err(prep(&[good.clone(), bad], &t.join("o2"), &opts(300)));
-    assert!(e.contains("latin1.txt") && e.contains("offset 21"), "{e}");
+    assert!(e.contains("latin1.txt:1") && e.contains("column 22"), "{e}");
 
     let empty = t.join("empty.txt");
     std::fs::write(&empty, "\n<|endoftext|>\n  \n").unwrap();
@@ -249,7 +249,7 @@ fn bad_corpora_are_input_errors() {
     let e = input_err(load_corpus(&t.join("bad.txt"), &o));
     assert!(e.contains("bad.txt") && e.contains("offset 3"), "{e}");
     std::fs::create_dir(t.join("folder")).unwrap();
-    assert!(input_err(load_corpus(&t.join("folder"), &o)).contains("without manifest.json"));
+    assert!(input_err(load_corpus(&t.join("folder"), &o)).contains("no .txt or .jsonl files"));
 }
 
 #[test]

@@ -46,7 +46,7 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     }
     // Text is read as training reads it (documents, end-of-text tokens), with the
     // checkpoint's tokenizer; id files and prepared folders as they are.
-    let text = TextOptions { tokenizer: ck.tokenizer.clone(), ..Default::default() };
+    let text = TextOptions { tokenizer: ck.tokenizer.clone(), text_field: args.text_field.clone(), ..Default::default() };
     let c = load_corpus_with(path, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(ck.config.vocab) }, &text)?;
     let bytes = c.tokenizer.as_ref().and(text_bytes(path));
     // The whole corpus (a prepared folder's splits one after the other).

@@ -51,6 +51,7 @@ fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
             a,
             t,
             corpus,
+            text_field,
             preset,
             arch,
             steps,
@@ -153,7 +154,7 @@ pub fn run_dir(out: Option<&PathBuf>, arch: Arch) -> Result<RunDir> {
 
 /// Load the corpus at `path` (the built-in one when `None`); `vocab` sizes the
 /// BPE trained for raw text, or bounds the ids of id files.
-pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>) -> Result<Corpus> {
+pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, text_field: &str) -> Result<Corpus> {
     match path {
         None => default_corpus(),
         Some(p) if p.as_os_str() == "<embedded>" || p.as_os_str().is_empty() => default_corpus(),
@@ -161,7 +162,11 @@ pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>) -> Result
             if vocab == Some(0) {
                 return Err(input("--vocab-size must be at least 1"));
             }
-            let text = TextOptions { bpe_vocab_size: vocab.unwrap_or(TextOptions::default().bpe_vocab_size), ..Default::default() };
+            let text = TextOptions {
+                bpe_vocab_size: vocab.unwrap_or(TextOptions::default().bpe_vocab_size),
+                text_field: text_field.to_string(),
+                ..Default::default()
+            };
             load_corpus_with(p, &CorpusOptions { vocab_size: vocab, ..Default::default() }, &text)
         }
     }
@@ -203,7 +208,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Corpus, RunDir, Pla
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
     let run = RunDir::create(id, dir.to_path_buf(), true)?;
     let ck = run.latest().ok_or_else(|| input(format!("--resume {}: no checkpoint (weights/latest) to resume from", dir.display())))?;
-    let corpus = load_training_corpus(Some(Path::new(&cfg.corpus)), Some(cfg.model.vocab))?;
+    let corpus = load_training_corpus(Some(Path::new(&cfg.corpus)), Some(cfg.model.vocab), &cfg.text_field)?;
     let recipe = if cfg.recipe == "warm-start" { "warm-start" } else { "from-scratch" };
     Ok((cfg.clone(), corpus, run, Plan { recipe, init: Init::Random, stream: cfg.stream, resume: Some(ck) }))
 }
@@ -241,7 +246,7 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
     if recipe == Recipe::FromScratch && a.train_table && a.donor_width.is_none() {
         return Err(input("--train-table applies to a projection lens (toy train warm-start ..., or --donor-width)"));
     }
-    let corpus = load_training_corpus(a.corpus.as_deref(), a.vocab_size)?;
+    let corpus = load_training_corpus(a.corpus.as_deref(), a.vocab_size, a.text_field.as_deref().unwrap_or("text"))?;
     let mut donor = None;
     let mut a = a.clone();
     if recipe == Recipe::WarmStart {
@@ -284,6 +289,9 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         Some(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string(),
         None => "<embedded>".into(),
     };
+    if let Some(f) = &a.text_field {
+        cfg.text_field = f.clone();
+    }
     let run = run_dir(a.out.as_ref(), cfg.model.arch)?;
     let out = match (recipe, &donor) {
         (Recipe::WarmStart, Some(d)) => {

@@ -7,11 +7,14 @@
 //!   sequence per line; the last `val_fraction` of the lines is the validation
 //!   split (of the tokens when there is one line);
 //! - anything else: raw UTF-8 text, documents separated by `<|endoftext|>`
-//!   lines, tokenized with [`TextOptions::tokenizer`] or — when none is given —
-//!   a byte-level BPE of [`DEFAULT_VOCAB_SIZE`] ids trained on the text itself
+//!   lines — or JSON Lines (`.jsonl`, one document per record), a folder of
+//!   text or JSON Lines files, `.gz` of these (see [`super::sources`]) —
+//!   tokenized with [`TextOptions::tokenizer`] or — when none is given — a
+//!   byte-level BPE of [`DEFAULT_VOCAB_SIZE`] ids trained on the text itself
 //!   (fewer when the text is too small); 5% of the documents are held out.
 
 use super::prep::read_prepared;
+use super::sources::{discover, format_of, Documents, Format};
 use super::text::{encode_documents, read_text, split_documents, split_documents_ids, split_tail, Split};
 use super::tokenizer::{Tokenizer, DEFAULT_VOCAB_SIZE};
 use super::tokens::Tokens;
@@ -55,11 +58,13 @@ pub struct TextOptions {
     pub bpe_vocab_size: usize,
     /// Seed of the choice of validation documents.
     pub seed: u64,
+    /// The text field of JSON Lines records.
+    pub text_field: String,
 }
 
 impl Default for TextOptions {
     fn default() -> Self {
-        TextOptions { tokenizer: None, bpe_vocab_size: DEFAULT_VOCAB_SIZE, seed: 0 }
+        TextOptions { tokenizer: None, bpe_vocab_size: DEFAULT_VOCAB_SIZE, seed: 0, text_field: "text".into() }
     }
 }
 
@@ -81,11 +86,11 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
     if !(0.0..1.0).contains(&opts.val_fraction) {
         return Err(input(format!("the validation fraction must be in [0, 1), not {}", opts.val_fraction)));
     }
-    if path.is_dir() {
-        if path.join("manifest.json").is_file() {
-            return read_prepared(path);
-        }
-        return Err(input(format!("corpus {p} is a folder without manifest.json (prepare one with `toy prep`)")));
+    if path.is_dir() && path.join("manifest.json").is_file() {
+        return read_prepared(path);
+    }
+    if !path.is_dir() && !path.is_file() {
+        return Err(input(format!("corpus {p} is not a regular file or a folder")));
     }
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     let corpus = |split: Split, vocab_size, tokenizer| Corpus {
@@ -95,6 +100,15 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
         tokenizer,
         source: path.to_path_buf(),
     };
+    // A folder of text files, JSON Lines, gzip: documents through `sources`.
+    let (format, gzip) = format_of(path);
+    if path.is_dir() || gzip || format == Format::JsonLines {
+        let docs = read_documents(path, &text.text_field)?;
+        if docs.is_empty() {
+            return Err(input(format!("corpus {p} has no text")));
+        }
+        return encode_text(docs.iter().map(String::as_str).collect(), text, opts).map(|(s, v, t)| corpus(s, v, Some(t)));
+    }
     if ext == "bin" {
         let bytes = std::fs::read(path).map_err(|e| input(format!("cannot read corpus {p}: {e}")))?;
         let ids = parse_bin(&bytes, path)?;
@@ -124,13 +138,35 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
     if docs.is_empty() {
         return Err(input(format!("corpus {p} has no text besides <|endoftext|> lines")));
     }
+    encode_text(docs, text, opts).map(|(s, v, t)| corpus(s, v, Some(t)))
+}
+
+/// Tokenize documents (with `text.tokenizer`, or a BPE trained on them) and split them.
+fn encode_text(docs: Vec<&str>, text: &TextOptions, opts: &CorpusOptions) -> Result<(Split, usize, Tokenizer)> {
     let tok = match &text.tokenizer {
         Some(t) => t.clone(),
         None => Tokenizer::train_bpe(docs.iter().copied(), text.bpe_vocab_size)?,
     };
     let ids = encode_documents(&tok, &docs)?;
     let vocab = tok.vocab_size();
-    Ok(corpus(split_documents_ids(ids, opts.val_fraction, text.seed), vocab, Some(tok)))
+    Ok((split_documents_ids(ids, opts.val_fraction, text.seed), vocab, tok))
+}
+
+/// The documents of `path` (a folder, JSON Lines, gzip; see [`super::sources`]), whole.
+pub fn read_documents(path: &Path, text_field: &str) -> Result<Vec<String>> {
+    let sources = discover(&[path.to_path_buf()])?;
+    let mut docs: Vec<String> = Vec::new();
+    let mut open = false;
+    for piece in Documents::new(&sources, text_field) {
+        let piece = piece?;
+        if open {
+            docs.last_mut().expect("an open document").push_str(&piece.text);
+        } else {
+            docs.push(piece.text);
+        }
+        open = !piece.last;
+    }
+    Ok(docs)
 }
 
 /// Ids of a `.bin` file (headerless little-endian i32).

@@ -125,7 +125,17 @@ pub fn write_prepared(
     tok.save(&out.join("tokenizer.json"))?;
     write_atomic(&out.join("train.bin"), &pack(&split.train))?;
     write_atomic(&out.join("val.bin"), &pack(&split.val))?;
-    let m = manifest(tok, split.train.len() as u64, split.val.len() as u64, n_documents, split.val_documents, sources, val_fraction, seed, None);
+    let m = manifest(
+        tok,
+        split.train.len() as u64,
+        split.val.len() as u64,
+        n_documents,
+        split.val_documents,
+        sources,
+        val_fraction,
+        seed,
+        None,
+    );
     write_manifest(out, &m)?;
     Ok(m)
 }
@@ -402,11 +412,15 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
     if opts.progress {
         eprintln!("training the BPE on {:.1} MB of {} documents…", scan.sample_bytes as f64 / 1e6, scan.n_docs);
     }
+    let t_bpe = std::time::Instant::now();
     let tok = match &opts.stop {
         Some(s) => Tokenizer::train_bpe_interruptible(sample, opts.vocab_size, s)?,
         None => Tokenizer::train_bpe(sample.iter().map(String::as_str), opts.vocab_size)?,
     };
     check_stop(&opts.stop)?;
+    if opts.progress {
+        eprintln!("trained a BPE of {} ids in {:.1} s", tok.vocab_size(), t_bpe.elapsed().as_secs_f64());
+    }
 
     remove_stale_manifest(out)?;
     let held = if scan.n_docs == 1 { vec![false] } else { held_out(scan.n_docs, opts.val_fraction, opts.seed) };

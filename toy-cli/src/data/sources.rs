@@ -246,7 +246,12 @@ impl<'s> Documents<'s> {
         }
         self.line_no += 1;
         String::from_utf8(buf).map(Some).map_err(|e| {
-            input(format!("{}:{}: not UTF-8 text (invalid byte at column {})", path.display(), self.line_no, e.utf8_error().valid_up_to() + 1))
+            input(format!(
+                "{}:{}: not UTF-8 text (invalid byte at column {})",
+                path.display(),
+                self.line_no,
+                e.utf8_error().valid_up_to() + 1
+            ))
         })
     }
 
