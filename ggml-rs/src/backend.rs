@@ -447,6 +447,21 @@ impl Backend {
     }
 }
 
+/// [`Error::OutOfMemory`] when `needed` bytes exceed `backend`'s free memory
+/// (as its device reports it; a device reporting 0 is not checked).
+pub(crate) fn check_fits(backend: &Backend, needed: u64, what: &str) -> Result<()> {
+    let (free, _) = backend.device().memory();
+    if free > 0 && needed > free as u64 {
+        return Err(Error::OutOfMemory {
+            device: backend.name(),
+            what: what.to_string(),
+            needed_mib: needed.div_ceil(1 << 20),
+            free_mib: free as u64 >> 20,
+        });
+    }
+    Ok(())
+}
+
 /// The number of CPU threads to use by default: the machine's available parallelism.
 pub fn default_n_threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)

@@ -120,13 +120,16 @@ impl Context {
     /// another call. The memory is zeroed.
     ///
     /// # Errors
-    /// [`Error::Backend`] when the device is out of memory.
+    /// [`Error::OutOfMemory`] when the tensors do not fit in the device's free
+    /// memory (checked first), [`Error::Backend`] when the allocation fails anyway.
     pub fn allocate(&self, backend: &Backend) -> Result<()> {
         // SAFETY: live context and backend. NULL means "nothing to allocate" or failure.
-        let any = self.tensors().any(|t| !t.is_allocated() && !t.is_view());
-        if !any {
+        let pending: Vec<Tensor<'_>> = self.tensors().filter(|t| !t.is_allocated() && !t.is_view()).collect();
+        if pending.is_empty() {
             return Ok(());
         }
+        let needed: u64 = pending.iter().map(|t| t.nbytes() as u64 + 512).sum();
+        crate::backend::check_fits(backend, needed, "the tensors of a context")?;
         let buf = unsafe { sys::ggml_backend_alloc_ctx_tensors(self.raw(), backend.raw()) };
         if buf.is_null() {
             let why = log::take_last_error().unwrap_or_default();

@@ -30,6 +30,10 @@ pub enum Error {
     #[error("compute: {0}")]
     Compute(String),
 
+    /// A buffer would not fit in a device's free memory (checked before asking ggml).
+    #[error("out of memory on {device}: {what} need {needed_mib} MiB, {free_mib} MiB are free")]
+    OutOfMemory { device: String, what: String, needed_mib: u64, free_mib: u64 },
+
     /// A GGUF file is malformed or unsupported.
     #[error("{path}: {msg}", path = path.display())]
     Gguf { path: PathBuf, msg: String },

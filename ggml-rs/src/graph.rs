@@ -446,6 +446,20 @@ impl<'a> Graph<'a> {
         };
         let sched = NonNull::new(sched).ok_or_else(|| Error::Compute("cannot create a scheduler".into()))?;
         let alloc = Allocation { sched, backends: backends.to_vec(), owned, external, index_checks };
+        // What the compute buffers would take on each backend, before asking for
+        // them: refuse what does not fit with one clear error instead of ggml's
+        // allocation failures (and, on Linux, instead of memory that overcommit
+        // grants and the OOM killer takes back).
+        let mut sizes = vec![0usize; backends.len()];
+        // SAFETY: fresh scheduler sized for the graph; one size per backend.
+        unsafe { sys::ggml_backend_sched_reserve_size(sched.as_ptr(), self.raw(), sizes.as_mut_ptr()) };
+        for (b, &size) in backends.iter().zip(&sizes) {
+            if let Err(e) = crate::backend::check_fits(b, size as u64, "the graph's compute buffers") {
+                // SAFETY: nothing allocated yet.
+                unsafe { sys::ggml_backend_sched_free(sched.as_ptr()) };
+                return Err(e);
+            }
+        }
         // SAFETY: fresh scheduler, graph built.
         let ok = unsafe { sys::ggml_backend_sched_alloc_graph(sched.as_ptr(), self.raw()) };
         self.alloc = Some(alloc);

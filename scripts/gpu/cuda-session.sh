@@ -53,21 +53,33 @@ stage_tests() {
   done
 }
 
+# ncu [EXTRA...]: kernel times of one llama and one gpt2 small step (EXTRA: more
+# `toy debug bench` flags, e.g. --matmul-precision highest; NCU_TAG names the files).
 stage_ncu() {
+  local tag=${NCU_TAG:-}
   for arch in llama gpt2; do
     GGML_CUDA_DISABLE_GRAPHS=1 timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-      $T debug bench --preset small --arch $arch --device cuda --steps 1 --warmup 0 > "$OUT/ncu-$arch-small.csv" 2> "$OUT/ncu-$arch-small.err"
-    echo "== ncu $arch small (rc=$?)"
-    python3 scripts/gpu/ncu_top.py "$OUT/ncu-$arch-small.csv" --top 15 | tee "$OUT/ncu-$arch-small.md"
+      $T debug bench --preset small --arch $arch --device cuda --steps 1 --warmup 0 "$@" > "$OUT/ncu-$arch-small$tag.csv" 2> "$OUT/ncu-$arch-small$tag.err"
+    echo "== ncu $arch small $* (rc=$?)"
+    python3 scripts/gpu/ncu_top.py "$OUT/ncu-$arch-small$tag.csv" --top 15 | tee "$OUT/ncu-$arch-small$tag.md"
   done
   gzip -f "$OUT"/ncu-*.csv
 }
+stage_ncu_highest() { NCU_TAG=-highest stage_ncu --matmul-precision highest; }
 
 stage_bench_toy() {
   for arch in llama gpt2; do for p in small medium; do for prec in highest high; do
     $T debug bench --preset $p --arch $arch --device cuda --steps 20 --warmup 5 --matmul-precision $prec | tee -a "$OUT/bench-toy.jsonl" |
       python3 -c "import json,sys; d=json.load(sys.stdin); print('$arch', d['preset'], '$prec', 'median ms', round(d['median_ms'],2), 'fallbacks', len(d['cpu_fallbacks']), 'splits', d['n_splits'])"
   done; done; done
+}
+
+# toy alone, the default precision only (for builds older than --matmul-precision).
+stage_bench_toy_plain() {
+  for arch in llama gpt2; do for p in small medium; do
+    $T debug bench --preset $p --arch $arch --device cuda --steps 20 --warmup 5 | tee -a "$OUT/bench-toy-plain.jsonl" |
+      python3 -c "import json,sys; d=json.load(sys.stdin); print('$arch', d['preset'], 'median ms', round(d['median_ms'],2), 'fallbacks', len(d['cpu_fallbacks']))"
+  done; done
 }
 
 bench() { # bench NAME ARGS...: scripts/bench/bench.py on CUDA
@@ -83,6 +95,31 @@ stage_bench_all() { bench all --presets small,medium --precisions highest,high -
 # One architecture of bench-all (a call's time limit holds about one).
 stage_bench_llama() { bench llama --archs llama --presets small,medium --precisions highest,high --torch eager,eager-sdpa,compile,compile-sdpa --reps 1 --parallel-compile; }
 stage_bench_gpt2() { bench gpt2 --archs gpt2 --presets small,medium --precisions highest,high --torch eager,eager-sdpa,compile,compile-sdpa --reps 1 --parallel-compile; }
+
+# Data-parallel training on two virtual CUDA devices of one GPU (GGML_CUDA_DEVICES=2):
+# the multi-device code path and its loss curve against one device; no speed-up
+# is possible on one GPU.
+stage_dp_virtual() {
+  GGML_CUDA_DEVICES=2 $T devices
+  for arch in llama gpt2; do
+    for dev in cuda:0 cuda:0,cuda:1; do
+      GGML_CUDA_DEVICES=2 $T train --arch $arch --preset small --steps 100 --device $dev --matmul-precision highest \
+        --corpus data/default-corpus.txt --eval-every 0 --out /tmp/dp-$arch-${dev//[:,]/_} --json > /dev/null 2> "$OUT/dp-$arch-${dev//[:,]/_}.err"
+    done
+    cp /tmp/dp-$arch-cuda_0_cuda_1/events.jsonl "$OUT/dp-$arch-events.jsonl"
+    python3 - $arch <<'PY'
+import json, sys
+a = sys.argv[1]
+L = lambda p: {e["step"]: e["loss"] for e in map(json.loads, open(p)) if e["kind"] == "step"}
+one, two = L(f"/tmp/dp-{a}-cuda_0/events.jsonl"), L(f"/tmp/dp-{a}-cuda_0_cuda_1/events.jsonl")
+start = json.loads(open(f"/tmp/dp-{a}-cuda_0_cuda_1/events.jsonl").readline())
+print(f"{a} small, highest: 1 device vs 2 virtual devices over {len(one)} steps: max relative loss difference "
+      f"{max(abs(one[k] - two[k]) / abs(one[k]) for k in one):.2e}; all-reduce {start['backend']['allreduce']}")
+PY
+  done
+  GGML_CUDA_DEVICES=2 $T debug bench --preset small --device cuda:0,cuda:1 --steps 10 --warmup 3 --matmul-precision highest |
+    python3 -c "import json,sys; d=json.load(sys.stdin); print('debug bench small on 2 virtual devices: median', round(d['median_ms'],2), 'ms, all-reduce', d['allreduce'], round(d['allreduce_ms_median'],2), 'ms')"
+}
 
 # parity RUN...: each RUN is "arch preset steps precision".
 parity() {

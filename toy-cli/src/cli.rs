@@ -205,7 +205,7 @@ pub struct TrainArgs {
     /// Checkpoint every N steps (0: only at the end).
     #[arg(long = "save-every")]
     pub save_every: Option<u64>,
-    /// Print a loss line every N steps.
+    /// Print a loss line every N steps (default: 10 on a terminal, every step when piped).
     #[arg(long = "log-every")]
     pub log_every: Option<u64>,
     /// Device: cpu, cuda, cuda:N, metal.

@@ -78,15 +78,21 @@ pub struct TrainConfig {
     pub steps: u64,
     pub seed: u64,
     /// Peak learning rate.
+    #[serde(serialize_with = "short_f32")]
     pub lr: f32,
     /// Final learning rate of the cosine schedule.
+    #[serde(serialize_with = "short_f32")]
     pub min_lr: f32,
     pub warmup_steps: u64,
+    #[serde(serialize_with = "short_f32_pair")]
     pub betas: (f32, f32),
+    #[serde(serialize_with = "short_f32")]
     pub eps: f32,
     /// Applied to matrices only.
+    #[serde(serialize_with = "short_f32")]
     pub weight_decay: f32,
     /// Global-norm clipping threshold (0 disables).
+    #[serde(serialize_with = "short_f32")]
     pub grad_clip: f32,
     /// Validation loss every N steps (0: only at the start and end).
     pub eval_every: u64,
@@ -115,6 +121,20 @@ pub struct TrainConfig {
     /// Streamed (in-order) windows, shuffled per epoch or not; random windows when absent.
     #[serde(default)]
     pub stream: Option<bool>,
+}
+
+/// An f32 as the shortest decimal that reads back to it (`0.001`, not the f64
+/// widening `0.0010000000474974513`), so config.toml shows values as given.
+pub fn short_f32<S: serde::Serializer>(x: &f32, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(x.to_string().parse::<f64>().unwrap_or(*x as f64))
+}
+
+fn short_f32_pair<S: serde::Serializer>(x: &(f32, f32), s: S) -> std::result::Result<S::Ok, S::Error> {
+    use serde::ser::SerializeTuple;
+    let mut t = s.serialize_tuple(2)?;
+    t.serialize_element(&x.0.to_string().parse::<f64>().unwrap_or(x.0 as f64))?;
+    t.serialize_element(&x.1.to_string().parse::<f64>().unwrap_or(x.1 as f64))?;
+    t.end()
 }
 
 fn default_recipe() -> String {

@@ -34,6 +34,15 @@ pub fn input(msg: impl Into<String>) -> Error {
     Error::Input(msg.into())
 }
 
+/// An error while building `what` (a step's graph): bad input when the
+/// machine cannot hold it, a failure otherwise.
+pub fn building(what: &str, e: ggml_rs::Error) -> Error {
+    match Error::from(e) {
+        Error::Input(m) => Error::Input(format!("{what}: {m}")),
+        other => Error::Runtime(format!("cannot build {what}: {other}")),
+    }
+}
+
 /// Shorthand for a runtime failure.
 pub fn runtime(msg: impl Into<String>) -> Error {
     Error::Runtime(msg.into())
@@ -45,6 +54,8 @@ impl From<ggml_rs::Error> for Error {
             // A malformed file or an impossible shape comes from the user's input.
             ggml_rs::Error::Gguf { .. } | ggml_rs::Error::Op { .. } => Error::Input(e.to_string()),
             ggml_rs::Error::Backend(m) => Error::Input(m),
+            // A shape the machine cannot hold is the user's choice to change.
+            ggml_rs::Error::OutOfMemory { .. } => Error::Input(format!("{e} (use a smaller --batch, --context or model)")),
             other => Error::Runtime(other.to_string()),
         }
     }

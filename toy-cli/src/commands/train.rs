@@ -120,6 +120,12 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     set!(batch => c.batch, steps => c.steps, seed => c.seed, lr => c.lr, warmup_steps => c.warmup_steps, weight_decay => c.weight_decay,
          grad_clip => c.grad_clip, eval_every => c.eval_every, save_every => c.save_every, log_every => c.log_every, threads => c.threads);
     c.min_lr = a.min_lr.unwrap_or(c.lr / 10.0);
+    if a.log_every.is_none() {
+        // A terminal shows the progress bar: a loss line every 10 steps above it.
+        // Scripts reading a pipe get every step, as before.
+        use std::io::IsTerminal;
+        c.log_every = if std::io::stdout().is_terminal() { 10 } else { 1 };
+    }
     if let Some(d) = &a.device {
         c.device = d.clone();
     }

@@ -48,8 +48,10 @@ pub struct ModelConfig {
     /// Maximum sequence length (GPT-2: rows of the position table).
     pub context: usize,
     /// RoPE base θ (llama).
+    #[serde(serialize_with = "crate::config::short_f32")]
     pub rope_base: f32,
     /// Epsilon of RMSNorm (llama) / LayerNorm (GPT-2).
+    #[serde(serialize_with = "crate::config::short_f32")]
     pub norm_eps: f32,
     /// Output head shares the token embedding (always true for GPT-2).
     pub tied: bool,

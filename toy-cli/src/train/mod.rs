@@ -165,8 +165,8 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         grad_scale: 1.0 / n as f32,
     };
     let ectx = Context::new(capacity(cfg.model.n_layers))?;
-    let mut train = build_trainer(&cctxs, &states, &all_backends, t, cfg.batch / n, opt)
-        .map_err(|e| runtime(format!("cannot build the training step: {e}")))?;
+    let mut train =
+        build_trainer(&cctxs, &states, &all_backends, t, cfg.batch / n, opt).map_err(|e| crate::error::building("the training step", e))?;
     train.set_step_count(opt_t);
     let weights = &states[0].weights;
     let moments = &states[0].moments;
@@ -176,7 +176,7 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     let mut eval = if val_starts.is_empty() {
         None
     } else {
-        Some(EvalStep::new(&ectx, weights, consts, t, eb, &backends).map_err(|e| runtime(e.to_string()))?)
+        Some(EvalStep::new(&ectx, weights, consts, t, eb, &backends).map_err(|e| crate::error::building("the validation step", e))?)
     };
 
     let mut log = EventLog::open(&run.path.join("events.jsonl"))?;
@@ -197,7 +197,7 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
                 "backend": { "kind": device.device().backend_name().to_lowercase(), "device": device.name(), "description": device.device().description(),
                              "devices": devices, "allreduce": train.allreduce_kind().name() },
                 "git": git_info(),
-                "model": { "arch": m.arch.name(), "name": format!("toy-{}", cfg.preset.name()), "vocab": m.vocab, "d_model": m.d_model,
+                "model": { "arch": m.arch.name(), "name": model_name(cfg), "vocab": m.vocab, "d_model": m.d_model,
                            "n_layers": m.n_layers, "n_heads": m.n_heads, "n_kv": m.n_kv_heads, "d_head": m.d_head(), "d_ff": m.d_ff,
                            "n_params": m.n_params() },
                 "config": { "context": t, "batch": cfg.batch, "steps": cfg.steps, "lr": cfg.lr, "min_lr": cfg.min_lr,
@@ -225,7 +225,7 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         );
         log.emit("fallback", json!({ "device": device.name(), "n_nodes": fallbacks.len(), "ops": ops }))?;
     }
-    let prov = |step| Provenance { run_id: run.id.clone(), step, name: format!("toy-{}-{}", m.arch.name(), cfg.preset.name()) };
+    let prov = |step| Provenance { run_id: run.id.clone(), step, name: model_name(cfg) };
     if opts.save_initial && plan.resume.is_none() {
         write_checkpoint(&run.checkpoint_path(0), weights, corpus.tokenizer.as_ref(), &prov(0))?;
     }
@@ -244,6 +244,11 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         start_step,
         prov: &prov,
     })
+}
+
+/// The model's name in events and checkpoints (`general.name`): `toy-<arch>-<preset>`.
+pub fn model_name(cfg: &TrainConfig) -> String {
+    format!("toy-{}-{}", cfg.model.arch.name(), cfg.preset.name())
 }
 
 /// One replica's tensors that outlive its graphs, in a context allocated on its device.
@@ -277,7 +282,7 @@ impl<'w> ReplicaState<'w> {
             None
         };
         let consts = Consts::new(wctx, cfg.model.context, cfg.batch, cfg.model.vocab)?;
-        wctx.allocate(device).map_err(|e| runtime(e.to_string()))?;
+        wctx.allocate(device).map_err(|e| crate::error::building("the weights", e))?;
         consts.fill()?;
         init_weights(&weights, cfg.seed)?;
         if let Init::Donor(d) = plan.init {
