@@ -460,8 +460,12 @@ impl<'a> Graph<'a> {
                 return Err(e);
             }
         }
+        // The measure leaves the allocator's layout in place without its buffers:
+        // reserve them (ggml_backend_sched_reserve) before the graph is placed in them.
         // SAFETY: fresh scheduler, graph built.
-        let ok = unsafe { sys::ggml_backend_sched_alloc_graph(sched.as_ptr(), self.raw()) };
+        let ok = unsafe {
+            sys::ggml_backend_sched_reserve(sched.as_ptr(), self.raw()) && sys::ggml_backend_sched_alloc_graph(sched.as_ptr(), self.raw())
+        };
         self.alloc = Some(alloc);
         if !ok {
             let why = log::take_last_error().unwrap_or_else(|| "out of memory?".into());

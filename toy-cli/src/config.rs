@@ -193,6 +193,18 @@ impl TrainConfig {
     /// Check everything a run depends on; messages name the flag.
     pub fn validate(&self) -> Result<()> {
         self.model.validate().map_err(|m| input(format!("bad model shape: {m}")))?;
+        // config.toml and events.jsonl hold them as signed 64-bit integers.
+        let counts = [
+            ("--seed", self.seed),
+            ("--steps", self.steps),
+            ("--warmup-steps", self.warmup_steps),
+            ("--eval-every", self.eval_every),
+            ("--save-every", self.save_every),
+            ("--log-every", self.log_every),
+        ];
+        if let Some((flag, v)) = counts.iter().find(|(_, v)| *v > i64::MAX as u64) {
+            return Err(input(format!("{flag} {v} is too large (at most {})", i64::MAX)));
+        }
         if self.steps == 0 {
             return Err(input("--steps must be at least 1"));
         }
@@ -212,10 +224,6 @@ impl TrainConfig {
             && finite_nonneg(self.grad_clip);
         if !valid {
             return Err(input("betas must be in [0, 1), eps positive, weight decay and grad clip finite and non-negative"));
-        }
-        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        if self.threads > 4 * cpus.max(16) {
-            return Err(input(format!("--threads {} is more than this machine can use ({cpus} CPUs)", self.threads)));
         }
         // Weights, gradients and two AdamW moments, f32: refuse what cannot fit
         // before anything is created.

@@ -52,7 +52,11 @@ fn flags_and_paths() {
     fails(&toy(t, &["eval", "r"]), "eval", "--corpus <CORPUS>");
     fails(&train(t, &["--grad-clip", "nan", "--out", "a"]), "train", "grad clip");
     fails(&train(t, &["--weight-decay", "inf", "--out", "a"]), "train", "weight decay");
-    fails(&toy(t, &["train", "--threads", "100000", "--out", "a"]), "train", "--threads 100000");
+    // Counts that config.toml (signed 64-bit) cannot hold, and those past u64.
+    for flag in ["--seed", "--steps", "--save-every", "--eval-every", "--log-every", "--warmup-steps"] {
+        fails(&toy(t, &["train", "--preset", "smoke", flag, "9223372036854775808", "--out", "a"]), "train", flag);
+        fails(&toy(t, &["train", "--preset", "smoke", flag, "18446744073709551616", "--out", "a"]), "train", "18446744073709551616");
+    }
     fails(&train(t, &["--d-model", "1000000", "--out", "a"]), "train", "d_model");
     fails(&train(t, &["--d-model", "16384", "--layers", "1000", "--out", "a"]), "train", "GiB");
     fails(&train(t, &["--train-table", "--out", "a"]), "train", "--train-table");

@@ -46,13 +46,29 @@ pub fn parse(spec: &str) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// The CPU threads to use for `requested` (0: all cores): at most the cores
+/// this process may use, with a note on stderr when more were asked for (more
+/// threads than cores only make ggml's workers wait on each other).
+pub fn threads(requested: usize) -> usize {
+    let cores = ggml_rs::backend::default_n_threads();
+    if requested == 0 {
+        return cores;
+    }
+    if requested > cores {
+        static NOTE: std::sync::Once = std::sync::Once::new();
+        NOTE.call_once(|| eprintln!("note: --threads {requested} is more than the {cores} CPU cores here; using {cores}"));
+        return cores;
+    }
+    requested
+}
+
 /// The backends of one replica on `device`: the device first (its f32 matrix
 /// products at `precision` where it has the choice), a CPU backend of
 /// `threads` threads last.
 pub fn replica_backends(device: &str, threads: usize, precision: MatmulPrecision) -> Result<Vec<Backend>> {
     ggml_rs::backend::load_default_backends();
     let cpu = Backend::cpu().map_err(|e| runtime(e.to_string()))?;
-    cpu.set_n_threads(threads.max(1));
+    cpu.set_n_threads(self::threads(threads));
     if device == "cpu" {
         return Ok(vec![cpu]);
     }
@@ -67,7 +83,7 @@ pub fn replica_backends(device: &str, threads: usize, precision: MatmulPrecision
 /// The backends of every replica of `devices`, the CPU threads (`threads`, 0:
 /// all cores) split evenly between CPU replicas.
 pub fn backends(devices: &[String], threads: usize, precision: MatmulPrecision) -> Result<Vec<Vec<Backend>>> {
-    let total = if threads == 0 { ggml_rs::backend::default_n_threads() } else { threads };
+    let total = self::threads(threads);
     let per = if devices.iter().all(|d| d == "cpu") { (total / devices.len()).max(1) } else { total };
     devices.iter().map(|d| replica_backends(d, per, precision)).collect()
 }

@@ -69,7 +69,7 @@ pub fn backends_for(device: &str, threads: usize, precision: MatmulPrecision) ->
     if dev.contains(',') {
         return Err(input(format!("--device {device}: this command runs on one device")));
     }
-    devices::replica_backends(&dev, if threads == 0 { ggml_rs::backend::default_n_threads() } else { threads }, precision)
+    devices::replica_backends(&dev, threads, precision)
 }
 
 /// How the weights start.
