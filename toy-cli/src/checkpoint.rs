@@ -18,6 +18,9 @@ pub struct Provenance {
     pub step: u64,
     /// `general.name`.
     pub name: String,
+    /// `toy.save_id`: pairs a checkpoint with the resume state written with it
+    /// (empty: not written).
+    pub save_id: String,
 }
 
 /// Where the values written for a parameter come from: the parameter itself
@@ -97,6 +100,9 @@ pub fn write_model(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, prov: 
     g.set("toy.checkpoint_format", FORMAT)?;
     g.set("toy.run_id", prov.run_id.as_str())?;
     g.set("toy.step", prov.step)?;
+    if !prov.save_id.is_empty() {
+        g.set("toy.save_id", prov.save_id.as_str())?;
+    }
     g.set("toy.tied", c.tied)?;
     if let Some(t) = tok {
         t.write_gguf(&mut g)?;
@@ -174,36 +180,32 @@ fn need_u(f: &GgufFile, key: &str) -> Result<usize> {
     Ok(f.get_u64(key)? as usize)
 }
 
-/// Open `path` and read the model shape from its keys and tensors.
+/// The model shape a llama or gpt2 GGUF's keys describe, checked against its
+/// tensors ([`check_shapes`]); `what` names the file in messages.
 ///
 /// # Errors
-/// [`Error::Input`](crate::error::Error::Input) naming the file when it is not
-/// a GGUF file or not a llama/gpt2 model this program can run.
-pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
-    if !path.is_file() {
-        return Err(input(format!("{}: no such checkpoint file", path.display())));
-    }
-    let file = GgufFile::open(path)?;
-    let arch = file.get_str("general.architecture")?;
-    let arch = match arch {
+/// [`Error::Input`](crate::error::Error::Input) naming `what`: an architecture
+/// other than llama/gpt2, a missing key or `token_embd.weight`, an impossible
+/// shape, or a tensor whose shape contradicts the keys.
+pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
+    let arch = match file.get_str("general.architecture")? {
         "llama" => Arch::Llama,
         "gpt2" => Arch::Gpt2,
-        other => return Err(input(format!("{}: architecture {other:?} is not supported (llama or gpt2)", path.display()))),
+        other => return Err(input(format!("{what}: architecture {other:?} is not supported (llama or gpt2)"))),
     };
     let a = arch.name();
-    let embd = file.tensor("token_embd.weight").ok_or_else(|| input(format!("{}: no token_embd.weight tensor", path.display())))?;
-    let d_model = need_u(&file, &format!("{a}.embedding_length"))?;
-    let vocab = embd.ne[1] as usize;
-    let n_heads = need_u(&file, &format!("{a}.attention.head_count"))?;
+    let embd = file.tensor("token_embd.weight").ok_or_else(|| input(format!("{what}: no token_embd.weight tensor")))?;
+    let d_model = need_u(file, &format!("{a}.embedding_length"))?;
+    let n_heads = need_u(file, &format!("{a}.attention.head_count"))?;
     let config = ModelConfig {
         arch,
-        vocab,
+        vocab: embd.ne[1] as usize,
         d_model,
-        n_layers: need_u(&file, &format!("{a}.block_count"))?,
+        n_layers: need_u(file, &format!("{a}.block_count"))?,
         n_heads,
         n_kv_heads: file.get_u64(&format!("{a}.attention.head_count_kv")).map(|v| v as usize).unwrap_or(n_heads),
-        d_ff: need_u(&file, &format!("{a}.feed_forward_length"))?,
-        context: need_u(&file, &format!("{a}.context_length"))?,
+        d_ff: need_u(file, &format!("{a}.feed_forward_length"))?,
+        context: need_u(file, &format!("{a}.context_length"))?,
         rope_base: file.get_f64("llama.rope.freq_base").unwrap_or(10_000.0) as f32,
         norm_eps: match arch {
             Arch::Llama => file.get_f64("llama.attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
@@ -213,10 +215,99 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
         donor_width: None,
         freeze_table: true,
     };
-    config.validate().map_err(|m| input(format!("{}: {m}", path.display())))?;
-    if embd.ne[0] as usize != d_model {
-        return Err(input(format!("{}: token_embd.weight is {:?}, expected width {d_model}", path.display(), embd.shape())));
+    config.validate().map_err(|m| input(format!("{what}: {m}")))?;
+    check_shapes(file, &config, what)?;
+    Ok(config)
+}
+
+/// Every tensor of a `c`-shaped model as checkpoints lay them out (llama.cpp's
+/// names), with its shape in ggml `ne` order, trailing 1s dropped; `output.weight`
+/// is listed for untied models only.
+pub fn expected_shapes(c: &ModelConfig) -> Vec<(String, Vec<i64>)> {
+    let (d, v, ff) = (c.d_model as i64, c.vocab as i64, c.d_ff as i64);
+    let kv = (c.n_kv_heads * (c.d_model / c.n_heads.max(1))) as i64;
+    let mut out = vec![("token_embd.weight".to_string(), vec![d, v]), ("output_norm.weight".into(), vec![d])];
+    if !c.tied {
+        out.push(("output.weight".into(), vec![d, v]));
     }
+    let blk: &[(&str, Vec<i64>)] = match c.arch {
+        Arch::Llama => &[
+            ("attn_norm.weight", vec![d]),
+            ("attn_q.weight", vec![d, d]),
+            ("attn_k.weight", vec![d, kv]),
+            ("attn_v.weight", vec![d, kv]),
+            ("attn_output.weight", vec![d, d]),
+            ("ffn_norm.weight", vec![d]),
+            ("ffn_gate.weight", vec![d, ff]),
+            ("ffn_up.weight", vec![d, ff]),
+            ("ffn_down.weight", vec![ff, d]),
+        ],
+        Arch::Gpt2 => {
+            out.push(("output_norm.bias".into(), vec![d]));
+            out.push(("position_embd.weight".into(), vec![d, c.context as i64]));
+            &[
+                ("attn_norm.weight", vec![d]),
+                ("attn_norm.bias", vec![d]),
+                ("attn_qkv.weight", vec![d, 3 * d]),
+                ("attn_qkv.bias", vec![3 * d]),
+                ("attn_output.weight", vec![d, d]),
+                ("attn_output.bias", vec![d]),
+                ("ffn_norm.weight", vec![d]),
+                ("ffn_norm.bias", vec![d]),
+                ("ffn_up.weight", vec![d, ff]),
+                ("ffn_up.bias", vec![ff]),
+                ("ffn_down.weight", vec![ff, d]),
+                ("ffn_down.bias", vec![d]),
+            ]
+        }
+    };
+    for i in 0..c.n_layers {
+        out.extend(blk.iter().map(|(n, s)| (format!("blk.{i}.{n}"), s.clone())));
+    }
+    out
+}
+
+/// Refuse a file whose tensors contradict the shape `c` read from its keys: a
+/// missing or differently shaped tensor (a transposed matrix included), or a
+/// block past `block_count`.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming `what` and the tensor.
+pub fn check_shapes(file: &GgufFile, c: &ModelConfig, what: &str) -> Result<()> {
+    for (name, shape) in expected_shapes(c) {
+        let info = file.tensor(&name).ok_or_else(|| input(format!("{what}: missing tensor {name}")))?;
+        if info.shape() != shape {
+            return Err(input(format!(
+                "{what}: tensor {name} is {:?}, but the file's keys (width {}, {} heads, {} kv heads, feed-forward {}, vocabulary {}) make it {shape:?}",
+                info.shape(),
+                c.d_model,
+                c.n_heads,
+                c.n_kv_heads,
+                c.d_ff,
+                c.vocab
+            )));
+        }
+    }
+    for t in file.tensors() {
+        let block = t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|n| n.parse::<usize>().ok());
+        if let Some(b) = block.filter(|&b| b >= c.n_layers) {
+            return Err(input(format!("{what}: tensor {} belongs to block {b}, but block_count is {}", t.name, c.n_layers)));
+        }
+    }
+    Ok(())
+}
+
+/// Open `path` and read the model shape from its keys, checking every tensor against it.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming the file when it is not
+/// a GGUF file or not a llama/gpt2 model this program can run.
+pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
+    if !path.is_file() {
+        return Err(input(format!("{}: no such checkpoint file", path.display())));
+    }
+    let file = GgufFile::open(path)?;
+    let config = model_config(&file, &path.display().to_string())?;
     let tokenizer = Tokenizer::read_gguf(&file)?;
     let step = file.get_u64("toy.step").unwrap_or(0);
     Ok(Checkpoint { file, config, tokenizer, step })
@@ -225,7 +316,7 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
 impl Checkpoint {
     fn load(&self, name: &str, t: Tensor<'_>) -> Result<()> {
         let info = self.file.tensor(name).ok_or_else(|| input(format!("{}: missing tensor {name}", self.file.path().display())))?;
-        if info.nelements() != t.nelements() {
+        if info.shape() != t.shape() {
             return Err(input(format!(
                 "{}: tensor {name} has shape {:?}, expected {:?}",
                 self.file.path().display(),
@@ -233,7 +324,12 @@ impl Checkpoint {
                 t.shape()
             )));
         }
-        Ok(self.file.load_into(name, t)?)
+        self.file.load_into(name, t)?;
+        // A broken model is the file's fault, not the corpus's or the prompt's.
+        if let Some(i) = t.read::<f32>()?.iter().position(|x| !x.is_finite()) {
+            return Err(input(format!("{}: tensor {name} holds a non-finite value at element {i}; the model is broken", self.file.path().display())));
+        }
+        Ok(())
     }
 
     /// Copy the weights into `w` (allocated, built from [`Checkpoint::config`]).

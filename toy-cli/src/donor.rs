@@ -96,6 +96,36 @@ fn gguf_tokens(f: &GgufFile) -> Option<Vec<String>> {
     }
 }
 
+/// A donor is checked as strictly as a checkpoint: a llama or gpt2 file's every
+/// tensor against its keys ([`crate::checkpoint::model_config`]); another
+/// architecture's width and block count, where its keys give them.
+fn check_keys(f: &GgufFile, width: usize, what: &str) -> Result<()> {
+    let Ok(arch) = f.get_str("general.architecture") else { return Ok(()) };
+    let keys = ["embedding_length", "block_count", "attention.head_count", "feed_forward_length", "context_length"];
+    if (arch == "llama" || arch == "gpt2") && keys.iter().all(|k| f.get(&format!("{arch}.{k}")).is_some()) {
+        return crate::checkpoint::model_config(f, what).map(|_| ());
+    }
+    if let Ok(h) = f.get_u64(&format!("{arch}.attention.head_count")) {
+        if h == 0 || width % h as usize != 0 {
+            return Err(input(format!("{what}: {arch}.attention.head_count = {h} does not divide the width {width}")));
+        }
+    }
+    if let Ok(w) = f.get_u64(&format!("{arch}.embedding_length")) {
+        if w as usize != width {
+            return Err(input(format!("{what}: token_embd.weight is {width} wide, but {arch}.embedding_length says {w}")));
+        }
+    }
+    if let Ok(n) = f.get_u64(&format!("{arch}.block_count")) {
+        let past = f.tensors().iter().find(|t| {
+            t.name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|b| b.parse::<u64>().ok()).is_some_and(|b| b >= n)
+        });
+        if let Some(t) = past {
+            return Err(input(format!("{what}: tensor {} is past {arch}.block_count = {n}", t.name)));
+        }
+    }
+    Ok(())
+}
+
 /// Read the donor at `o.path` and map its table onto `student_tokens` (the
 /// student's vocabulary, in id order; `None` when the student has no text
 /// tokenizer) of `vocab` entries.
@@ -123,6 +153,7 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
     if info.ne[2] != 1 || info.ne[3] != 1 || width == 0 || donor_vocab == 0 {
         return Err(input(format!("--donor {p}: token_embd.weight has shape {:?}, expected [width, vocab]", info.shape())));
     }
+    check_keys(&f, width, &format!("--donor {p}"))?;
     if let Some(w) = o.width {
         if w != width {
             return Err(input(format!("--donor-width {w} does not match the donor's embedding width {width} ({p})")));
@@ -135,6 +166,14 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
         return Ok(Donor { table, width, lens: None, report: None });
     }
     let src = f.tensor_f32("token_embd.weight").map_err(|e| input(format!("--donor {e}")))?;
+    if let Some(i) = src.iter().position(|x| !x.is_finite()) {
+        return Err(input(format!(
+            "--donor {p}: token_embd.weight holds a non-finite value ({}) in row {} (token id {}); the donor is broken",
+            src[i],
+            i / width,
+            i / width
+        )));
+    }
     let lens = match o.lens_init {
         LensInit::Pca => Some(pca_rows(&src, width, d_model.min(width), d_model, seed)),
         LensInit::Random => None,

@@ -14,4 +14,5 @@ pub mod error;
 pub mod model;
 pub mod run;
 pub mod sample;
+pub mod signals;
 pub mod train;

@@ -67,7 +67,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Train(a) => toy::commands::train::run(a).map(|o| {
             if a.json {
-                println!(
+                toy::outln!(
                     "{}",
                     serde_json::json!({ "format": "toy/train-v1", "run_id": o.run_id, "run_dir": o.run_dir, "steps": o.steps,
                                         "seed": a.seed.unwrap_or(0), "final_loss": o.final_loss, "val_loss": o.val_loss })

@@ -178,44 +178,106 @@ pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, text_fiel
     }
 }
 
-/// SIGINT/SIGTERM: the first asks the loop to stop after the current step and
-/// save; a second one ends the process at once.
+/// SIGINT/SIGTERM stop the run after the current step (see [`crate::signals`]).
 fn install_signal_handlers() -> Arc<AtomicI32> {
     let stop = Arc::new(AtomicI32::new(0));
-    let got = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, got.clone());
-        let _ = signal_hook::flag::register(sig, got.clone());
-        let flag = stop.clone();
-        // SAFETY: the handler only stores to an atomic.
-        let _ = unsafe { signal_hook::low_level::register(sig, move || flag.store(sig, std::sync::atomic::Ordering::SeqCst)) };
-    }
+    crate::signals::install(stop.clone());
     stop
 }
 
-/// Continue the run in `dir` (see `--resume`).
+/// Flags `--resume` takes: they change how the run goes on, not what it computes.
+const RESUME_FLAGS: &str = "--steps, --device, --threads, --matmul-precision, --eval-every, --save-every, --log-every, --keep";
+
+fn opt<T: ToString>(v: &Option<T>) -> Option<String> {
+    v.as_ref().map(T::to_string)
+}
+
+/// The flags of `a` that contradict the run configured by `cfg`, each as
+/// `--flag GIVEN (the run has RUN)`; flags equal to the run's are fine.
+fn resume_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut check = |flag: &str, given: Option<String>, run: String| {
+        if let Some(g) = given.filter(|g| *g != run) {
+            out.push(format!("{flag} {g} (the run has {run})"));
+        }
+    };
+    let m = &cfg.model;
+    check("--preset", a.preset.map(|p| p.name().to_string()), cfg.preset.name().to_string());
+    check("--arch", a.arch.map(|x| x.name().to_string()), m.arch.name().to_string());
+    check("--seed", opt(&a.seed), cfg.seed.to_string());
+    check("--batch", opt(&a.batch), cfg.batch.to_string());
+    check("--context", opt(&a.context), m.context.to_string());
+    check("--d-model", opt(&a.d_model), m.d_model.to_string());
+    check("--layers", opt(&a.layers), m.n_layers.to_string());
+    check("--heads", opt(&a.heads), m.n_heads.to_string());
+    check("--kv-heads", opt(&a.kv_heads), m.n_kv_heads.to_string());
+    check("--d-ff", opt(&a.d_ff), m.d_ff.to_string());
+    check("--vocab-size", opt(&a.vocab_size), m.vocab.to_string());
+    check("--lr", opt(&a.lr), cfg.lr.to_string());
+    check("--min-lr", opt(&a.min_lr), cfg.min_lr.to_string());
+    check("--warmup-steps", opt(&a.warmup_steps), cfg.warmup_steps.to_string());
+    check("--weight-decay", opt(&a.weight_decay), cfg.weight_decay.to_string());
+    check("--grad-clip", opt(&a.grad_clip), cfg.grad_clip.to_string());
+    check("--norm-eps", opt(&a.norm_eps), m.norm_eps.to_string());
+    check("--rope-base", opt(&a.rope_base), m.rope_base.to_string());
+    check("--text-field", a.text_field.clone(), cfg.text_field.clone());
+    check("--tied", a.tied.then(|| "on".to_string()), if m.tied { "on" } else { "off" }.to_string());
+    if let Some(c) = &a.corpus {
+        let given = std::fs::canonicalize(c).unwrap_or_else(|_| c.clone()).display().to_string();
+        if given != cfg.corpus {
+            out.push(format!("--corpus {} (the run has {})", c.display(), cfg.corpus));
+        }
+    }
+    let recipe_flags = [
+        ("a recipe", a.recipe.is_some()),
+        ("--donor", a.donor.is_some()),
+        ("--init", a.init.is_some()),
+        ("--match-by", a.match_by.is_some()),
+        ("--lens-init", a.lens_init.is_some()),
+        ("--donor-width", a.donor_width.is_some()),
+        ("--train-table", a.train_table),
+        ("--shuffle", a.shuffle),
+        ("--save-initial", a.save_initial),
+        ("--record-batches", a.record_batches),
+        ("--out", a.out.is_some()),
+    ];
+    out.extend(recipe_flags.iter().filter(|(_, on)| *on).map(|(f, _)| format!("{f} (fixed when the run started)")));
+    out
+}
+
+/// Continue the run in `dir` (see `--resume`): only [`RESUME_FLAGS`] may change;
+/// any other flag that contradicts the run is refused, naming it.
 fn resume(a: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Corpus, RunDir, Plan<'static>)> {
     let text = std::fs::read_to_string(dir.join("config.toml"))
         .map_err(|e| input(format!("--resume {}: no config.toml ({e}); is it a run folder?", dir.display())))?;
     let mut cfg: TrainConfig =
         toml::from_str(&text).map_err(|e| input(format!("{}: {}", dir.join("config.toml").display(), e.message())))?;
-    if let Some(s) = a.steps {
-        cfg.steps = s;
+    let conflicts = resume_conflicts(a, &cfg);
+    if !conflicts.is_empty() {
+        return Err(input(format!(
+            "--resume {}: {} contradict{} the run; the model, corpus, optimizer and schedule come from its config.toml (only {RESUME_FLAGS} may change)",
+            dir.display(),
+            conflicts.join(", "),
+            if conflicts.len() == 1 { "s" } else { "" }
+        )));
     }
-    if let Some(d) = &a.device {
-        cfg.device = d.clone();
+    macro_rules! take {
+        ($($f:ident),*) => { $( if let Some(v) = a.$f.clone() { cfg.$f = v; } )* };
     }
-    if let Some(t) = a.threads {
-        cfg.threads = t;
-    }
-    if let Some(p) = a.matmul_precision {
-        cfg.matmul_precision = p;
-    }
+    take!(steps, device, threads, matmul_precision, eval_every, save_every, log_every);
+    cfg.validate()?;
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
     let run = RunDir::create(id, dir.to_path_buf(), true)?;
     let ck = run.latest().ok_or_else(|| input(format!("--resume {}: no checkpoint (weights/latest) to resume from", dir.display())))?;
     let corpus = load_training_corpus(Some(Path::new(&cfg.corpus)), Some(cfg.model.vocab), &cfg.text_field)?;
     let recipe = if cfg.recipe == "warm-start" { "warm-start" } else { "from-scratch" };
+    if !a.json {
+        crate::outln!(
+            "resuming {} from {}: model, corpus, optimizer and schedule from its config.toml",
+            dir.display(),
+            ck.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        );
+    }
     Ok((cfg.clone(), corpus, run, Plan { recipe, init: Init::Random, stream: cfg.stream, resume: Some(ck) }))
 }
 
@@ -233,11 +295,12 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         skip_nonfinite: a.skip_nonfinite,
         stop: Some(stop),
     };
-    if let Some(dir) = &a.resume {
-        let (cfg, corpus, run, plan) = resume(&a, dir)?;
+    if let Some(dir) = &args.resume {
+        // The run's config.toml, not toy.toml, says what the run is.
+        let (cfg, corpus, run, plan) = resume(args, dir)?;
         let out = train(&plan, &cfg, &corpus, &run, &opts)?;
         if !a.json {
-            println!("run {} → {}", out.run_id, out.run_dir.display());
+            crate::outln!("run {} → {}", out.run_id, out.run_dir.display());
         }
         return Ok(out);
     }
@@ -285,7 +348,7 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         let d = crate::donor::load(&opts, tokens.as_deref(), cfg.model.vocab, cfg.model.d_model, cfg.seed)?;
         if let Some(r) = &d.report {
             if !a.json {
-                println!("donor {}: {} of {} student tokens matched ({:.1}%)", path.display(), r.matched, r.total, 100.0 * r.match_rate);
+                crate::outln!("donor {}: {} of {} student tokens matched ({:.1}%)", path.display(), r.matched, r.total, 100.0 * r.match_rate);
             }
         }
         donor = Some(d);
@@ -309,8 +372,9 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         _ => train(&Plan::from_scratch(), &cfg, &corpus, &run, &opts),
     };
     if let Err(e) = &out {
-        // A run that never got going leaves no half-made folder behind.
-        if matches!(e, crate::error::Error::Input(_)) && !run.path.join("events.jsonl").exists() {
+        // A run that never got going (bad input, no memory for the step, a full
+        // disk at flow.json) leaves no half-made folder behind.
+        if !matches!(e, crate::error::Error::Interrupted(..)) && !run.has_progress() {
             let _ = std::fs::remove_dir_all(&run.path);
             if a.out.is_none() {
                 let _ = std::fs::remove_dir("runs"); // only when empty
@@ -319,7 +383,7 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
     }
     let out = out?;
     if !a.json {
-        println!("run {} → {}", out.run_id, out.run_dir.display());
+        crate::outln!("run {} → {}", out.run_id, out.run_dir.display());
     }
     Ok(out)
 }

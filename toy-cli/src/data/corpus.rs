@@ -223,10 +223,15 @@ fn parse_id_lines(text: &str, path: &Path) -> Result<Option<Vec<IdLine>>> {
                 continue;
             }
             let digits = word.strip_prefix('-').unwrap_or(word);
+            let at = format!("{}:{}:{}", path.display(), n + 1, line[..start].chars().count() + 1);
             if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                // Numbers only, some not whole: a broken id file, not text.
+                let numeric = |w: &str| w.parse::<f64>().is_ok() && w.bytes().any(|b| b.is_ascii_digit());
+                if numeric(word) && text.split_ascii_whitespace().all(numeric) {
+                    return Err(input(format!("{at}: {word} is not a token id (an id file holds whole numbers)")));
+                }
                 return Ok(None);
             }
-            let at = format!("{}:{}:{}", path.display(), n + 1, line[..start].chars().count() + 1);
             if word.starts_with('-') {
                 return Err(input(format!("{at}: negative id {word}")));
             }

@@ -122,6 +122,13 @@ pub fn write_prepared(
     seed: u64,
 ) -> Result<Manifest> {
     remove_stale_manifest(out)?;
+    // A failure (a full disk) leaves none of the files, not a tokenizer without a manifest.
+    let guard = Cleanup {
+        out: out.to_path_buf(),
+        created: false,
+        files: ["tokenizer.json", "train.bin", "val.bin"].iter().map(|n| out.join(n)).collect(),
+        done: false,
+    };
     tok.save(&out.join("tokenizer.json"))?;
     write_atomic(&out.join("train.bin"), &pack(&split.train))?;
     write_atomic(&out.join("val.bin"), &pack(&split.val))?;
@@ -137,6 +144,7 @@ pub fn write_prepared(
         None,
     );
     write_manifest(out, &m)?;
+    guard.commit();
     Ok(m)
 }
 

@@ -52,7 +52,9 @@ impl EventLog {
         }
         let mut line = serde_json::to_string(&Value::Object(obj)).map_err(|e| runtime(e.to_string()))?;
         line.push('\n');
-        // One write per line, so a crash leaves at most one torn line at the end.
+        // One write per line, so a crash leaves at most one torn line at the end;
+        // a second Ctrl-C does not cut it.
+        let _section = crate::signals::critical();
         self.file.write_all(line.as_bytes()).map_err(|e| runtime(format!("cannot write {}: {e}", self.path.display())))
     }
 }

@@ -51,11 +51,13 @@ pub fn make_run_id(template: &str, arch: &str, runs_dir: &Path) -> String {
     id
 }
 
-/// An open run folder.
+/// An open run folder, locked for this process ([`RunDir::create`]).
 #[derive(Clone, Debug)]
 pub struct RunDir {
     pub id: String,
     pub path: PathBuf,
+    /// `.lock`, held (an advisory lock) while this value or a clone lives.
+    _lock: std::sync::Arc<std::fs::File>,
 }
 
 impl RunDir {
@@ -79,7 +81,37 @@ impl RunDir {
         let probe = path.join(".write-probe");
         std::fs::write(&probe, b"").map_err(|e| input(format!("cannot write into {}: {e}", path.display())))?;
         let _ = std::fs::remove_file(probe);
-        Ok(RunDir { id, path })
+        let lock = lock(&path)?;
+        let run = RunDir { id, path, _lock: std::sync::Arc::new(lock) };
+        if allow_existing {
+            run.remove_leftovers();
+        }
+        Ok(run)
+    }
+
+    /// Temporary files of a process that died while writing (`.NAME.tmp-PID`),
+    /// and resume states without their checkpoint: with the folder locked, no
+    /// one else can be writing them.
+    fn remove_leftovers(&self) {
+        for dir in [self.path.clone(), self.path.join("weights")] {
+            let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let orphan_state =
+                    name.strip_suffix(".state.gguf").is_some_and(|stem| !dir.join(format!("{stem}.gguf")).exists());
+                if (name.starts_with('.') && name.contains(".tmp-")) || orphan_state {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+
+    /// Whether training got anywhere: a step or the end of the run in
+    /// `events.jsonl`, or a checkpoint. A folder without any is a skeleton.
+    pub fn has_progress(&self) -> bool {
+        let events = std::fs::read_to_string(self.path.join("events.jsonl")).unwrap_or_default();
+        let weights = std::fs::read_dir(self.path.join("weights")).map(|mut d| d.next().is_some()).unwrap_or(false);
+        weights || events.contains("\"kind\":\"step\"") || events.contains("\"kind\":\"run_end\"")
     }
 
     /// `weights/step_<N>.gguf`.
@@ -104,6 +136,36 @@ impl RunDir {
     pub fn latest(&self) -> Option<PathBuf> {
         let l = self.path.join("weights/latest");
         std::fs::read_link(&l).ok().map(|t| self.path.join("weights").join(t)).filter(|p| p.is_file())
+    }
+}
+
+/// Take the advisory lock on `dir/.lock` (writing our pid into it), or say
+/// which process holds it.
+fn lock(dir: &Path) -> Result<std::fs::File> {
+    use fs4::FileExt;
+    let path = dir.join(".lock");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| input(format!("cannot open {}: {e}", path.display())))?;
+    match FileExt::try_lock(&f) {
+        Ok(()) => {
+            let _ = f.set_len(0);
+            let _ = writeln!(f, "{}", std::process::id());
+            Ok(f)
+        }
+        Err(fs4::TryLockError::WouldBlock) => {
+            let pid = std::fs::read_to_string(&path).unwrap_or_default();
+            let who = match pid.trim() {
+                "" => "another process".to_string(),
+                p => format!("process {p}"),
+            };
+            Err(input(format!("run folder {} is in use by {who} (a toy train running in it); wait for it or stop it", dir.display())))
+        }
+        Err(fs4::TryLockError::Error(e)) => Err(input(format!("cannot lock {}: {e}", path.display()))),
     }
 }
 

@@ -145,6 +145,7 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     let mut start_step = 0;
     let mut opt_t = 0;
     if let Some(ck) = &plan.resume {
+        state::check_pair(ck)?;
         let mut p = None;
         for st in &states {
             p = Some(state::load(&state::state_path(ck), &st.weights, &st.moments)?);
@@ -225,7 +226,7 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         );
         log.emit("fallback", json!({ "device": device.name(), "n_nodes": fallbacks.len(), "ops": ops }))?;
     }
-    let prov = |step| Provenance { run_id: run.id.clone(), step, name: model_name(cfg) };
+    let prov = |step| Provenance { run_id: run.id.clone(), step, name: model_name(cfg), save_id: String::new() };
     if opts.save_initial && plan.resume.is_none() {
         write_checkpoint(&run.checkpoint_path(0), weights, corpus.tokenizer.as_ref(), &prov(0))?;
     }

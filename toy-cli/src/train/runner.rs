@@ -50,13 +50,44 @@ impl Loop<'_, '_> {
         Ok((n > 0).then(|| (sum / n as f64) as f32))
     }
 
-    /// Write checkpoint + resume state for `step`, move `weights/latest`, prune.
+    /// Write checkpoint + resume state for `step` as one unit, move
+    /// `weights/latest`, prune. Both files go to temporaries first; the state is
+    /// renamed into place, then the checkpoint, then `latest` moves — so a
+    /// checkpoint never lacks its state, and a failure leaves neither. A second
+    /// signal does not cut it ([`crate::signals::critical`]).
     fn save(&mut self, step: u64) -> Result<()> {
+        let _section = crate::signals::critical();
         let path = self.run.checkpoint_path(step);
+        let state_path = state::state_path(&path);
+        let temp = |p: &std::path::Path| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            p.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+        };
+        let (tmp_ck, tmp_st) = (temp(&path), temp(&state_path));
+        let save_id = format!("{:016x}", rand::random::<u64>());
         let progress = Progress { step, opt_t: self.train.step_count(), sampler: self.sampler.state() };
-        // The state first: `latest` moves only once both files are complete.
-        state::save(&state::state_path(&path), self.weights, self.moments, &progress)?;
-        write_checkpoint(&path, self.weights, self.corpus.tokenizer.as_ref(), &(self.prov)(step))?;
+        let mut prov = (self.prov)(step);
+        prov.save_id = save_id.clone();
+        let written = (|| -> Result<()> {
+            state::save(&tmp_st, self.weights, self.moments, &progress, &self.run.id, &save_id)?;
+            write_checkpoint(&tmp_ck, self.weights, self.corpus.tokenizer.as_ref(), &prov)?;
+            let rename = |from: &std::path::Path, to: &std::path::Path| {
+                std::fs::rename(from, to).map_err(|e| runtime(format!("cannot write {}: {e}", to.display())))
+            };
+            rename(&tmp_st, &state_path)?;
+            rename(&tmp_ck, &path)
+        })();
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp_st);
+            let _ = std::fs::remove_file(&tmp_ck);
+            if !path.is_file() {
+                let _ = std::fs::remove_file(&state_path);
+            }
+            return Err(e);
+        }
+        if let Ok(d) = std::fs::File::open(self.run.path.join("weights")) {
+            let _ = d.sync_all();
+        }
         self.run.set_latest(step)?;
         self.log.emit("checkpoint", json!({ "step": step, "path": format!("weights/step_{step}.gguf") }))?;
         if self.opts.keep > 0 {
@@ -111,7 +142,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let say = |line: String| match (&bar, quiet) {
         (_, true) => {}
         (Some(pb), _) => pb.println(line),
-        (None, _) => println!("{line}"),
+        (None, _) => crate::outln!("{line}"),
     };
 
     let mut last_val = None;

@@ -38,10 +38,13 @@ fn key(i: usize, t: Tensor<'_>, suffix: &str) -> String {
     }
 }
 
-/// Write the state (atomically) for the weights and moments as they are now.
-pub fn save(path: &Path, w: &Weights<'_>, moments: &AdamWState<'_>, p: &Progress) -> Result<()> {
+/// Write the state (atomically) for the weights and moments as they are now,
+/// paired with the checkpoint of run `run_id` that carries `save_id` (see [`check_pair`]).
+pub fn save(path: &Path, w: &Weights<'_>, moments: &AdamWState<'_>, p: &Progress, run_id: &str, save_id: &str) -> Result<()> {
     let mut g = GgufWriter::new();
     g.set("toy.state.format", FORMAT)?;
+    g.set("toy.state.run_id", run_id)?;
+    g.set("toy.state.save_id", save_id)?;
     g.set("toy.state.step", p.step)?;
     g.set("toy.state.opt_t", p.opt_t)?;
     g.set("toy.state.sampler", serde_json::to_string(&p.sampler).expect("serializable"))?;
@@ -85,4 +88,44 @@ pub fn load(path: &Path, w: &Weights<'_>, moments: &AdamWState<'_>) -> Result<Pr
     }
     let sampler: SamplerState = serde_json::from_str(f.get_str("toy.state.sampler")?).map_err(|e| bad(format!("sampler state: {e}")))?;
     Ok(Progress { step: f.get_u64("toy.state.step")?, opt_t: f.get_u64("toy.state.opt_t")?, sampler })
+}
+
+/// Refuse a resume state that was not written with `checkpoint`: its step, run
+/// and save id (`toy.state.*` against the checkpoint's `toy.step`, `toy.run_id`,
+/// `toy.save_id`) must agree, so a state from another step or run cannot rewind
+/// the run.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming both files and the key
+/// that differs.
+pub fn check_pair(checkpoint: &Path) -> Result<()> {
+    let sp = state_path(checkpoint);
+    if !sp.is_file() {
+        return Err(input(format!("{}: no resume state beside the checkpoint", sp.display())));
+    }
+    let (ck, st) = (GgufFile::open(checkpoint)?, GgufFile::open(&sp)?);
+    if st.get_str("toy.state.format").ok() != Some(FORMAT) {
+        return Err(input(format!("{}: not a toy resume state ({FORMAT})", sp.display())));
+    }
+    let differs = |what: &str, a: String, b: String| {
+        input(format!(
+            "{} does not belong to {}: its {what} is {a}, the checkpoint's {b} (a state from another step or run; refusing to resume from it)",
+            sp.display(),
+            checkpoint.display()
+        ))
+    };
+    let (s_step, c_step) = (st.get_u64("toy.state.step")?, ck.get_u64("toy.step").unwrap_or(u64::MAX));
+    if s_step != c_step {
+        return Err(differs("step", s_step.to_string(), c_step.to_string()));
+    }
+    let get = |f: &GgufFile, k: &str| f.get_str(k).map(str::to_string).unwrap_or_default();
+    let (s_run, c_run) = (get(&st, "toy.state.run_id"), get(&ck, "toy.run_id"));
+    if !s_run.is_empty() && s_run != c_run {
+        return Err(differs("run", s_run, c_run));
+    }
+    let (s_id, c_id) = (get(&st, "toy.state.save_id"), get(&ck, "toy.save_id"));
+    if s_id != c_id {
+        return Err(differs("save id", s_id, c_id));
+    }
+    Ok(())
 }

@@ -1,0 +1,76 @@
+//! SIGINT/SIGTERM and SIGPIPE for `toy train`.
+//!
+//! The first SIGINT/SIGTERM asks the loop to stop after the current step and
+//! save; a second one only says that it is on its way (so an impatient double
+//! Ctrl-C still gets its checkpoint); a third ends the process at once —
+//! unless it lands inside a [`critical`] section (a checkpoint and its state
+//! being written, an event line, `config.toml`), which no signal cuts: the run
+//! then stops as the first signal asked. SIGPIPE is ignored, so a closed stdout
+//! (`toy train | head -1`) does not kill a run: its lines are dropped
+//! ([`outln!`](crate::outln)) and training goes on.
+
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+static CRITICAL: AtomicUsize = AtomicUsize::new(0);
+static COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Write `msg` to stderr from a signal handler (`write(2)` is async-signal-safe).
+fn say(msg: &str) {
+    #[cfg(unix)]
+    // SAFETY: a valid buffer of `msg.len()` bytes.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+    }
+}
+
+/// Install the handlers; `stop` receives the first signal's number.
+pub fn install(stop: Arc<AtomicI32>) {
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let flag = stop.clone();
+        // SAFETY: the handler touches atomics and calls `write` and `_exit`,
+        // all async-signal-safe.
+        let _ = unsafe {
+            signal_hook::low_level::register(sig, move || {
+                flag.store(sig, Ordering::SeqCst);
+                match COUNT.fetch_add(1, Ordering::SeqCst) {
+                    0 => say("\ntoy train: stopping after this step to save a checkpoint (twice more to quit without saving)\n"),
+                    1 => say("\ntoy train: still stopping; saving the checkpoint first (once more to quit without saving)\n"),
+                    _ if CRITICAL.load(Ordering::SeqCst) == 0 => signal_hook::low_level::exit(128 + sig),
+                    _ => say("\ntoy train: a checkpoint is being written; it ends first\n"),
+                }
+            })
+        };
+    }
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+/// A section a second signal does not cut (see the module docs); it lasts
+/// until the guard is dropped. Sections nest.
+#[must_use = "the section ends when the guard is dropped"]
+pub struct Critical(());
+
+/// Enter a critical section.
+pub fn critical() -> Critical {
+    CRITICAL.fetch_add(1, Ordering::SeqCst);
+    Critical(())
+}
+
+impl Drop for Critical {
+    fn drop(&mut self) {
+        CRITICAL.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// `println!` that drops the line when stdout is closed instead of panicking.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}

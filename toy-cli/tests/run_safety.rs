@@ -1,0 +1,343 @@
+//! The second reliability pass, one test per class: signals during saves, two
+//! processes on one run folder, `--resume` with contradicting flags, a state
+//! that does not match its checkpoint, a closed stdout, leftovers of a dead
+//! process, a run that never started, transposed tensors, hostile corpora and
+//! donors. Signal tests wait on `events.jsonl`, never on fixed sleeps alone.
+
+use ggml_rs::gguf::{GgufFile, GgufWriter};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use toy::data::stories;
+
+fn toy(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_toy"));
+    c.env_remove("TOY_RUN_ID").current_dir(dir);
+    c
+}
+
+fn train(dir: &Path, out: &str, extra: &[&str]) -> Command {
+    let mut c = toy(dir);
+    c.args(["train", "--threads", "1", "--log-every", "1000", "--out", out]).args(extra);
+    c
+}
+
+fn run(c: &mut Command) -> Output {
+    c.output().unwrap()
+}
+
+fn fails(o: &Output, needle: &str) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains(needle) && !err.contains("panicked") && !err.contains("ggml_"), "{err:?} lacks {needle:?}");
+    err
+}
+
+fn ok(o: &Output) {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+fn count(run: &Path, kind: &str) -> usize {
+    std::fs::read_to_string(run.join("events.jsonl")).map(|t| t.matches(&format!("\"kind\":\"{kind}\"")).count()).unwrap_or(0)
+}
+
+fn wait_for(run: &Path, kind: &str, n: usize, child: &mut Child) {
+    let t0 = Instant::now();
+    while count(run, kind) < n {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before {n} {kind} events");
+        assert!(t0.elapsed() < Duration::from_secs(120), "timed out waiting for {kind}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn signal(child: &Child, sig: &str) {
+    let _ = Command::new("kill").args([sig, &child.id().to_string()]).status();
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    v.sort();
+    v
+}
+
+/// Every checkpoint has its state and every state its checkpoint; no temporaries.
+fn consistent(weights: &Path) {
+    let n = names(weights);
+    assert!(!n.iter().any(|f| f.starts_with('.')), "temporary files left: {n:?}");
+    for f in &n {
+        if let Some(stem) = f.strip_suffix(".state.gguf") {
+            assert!(n.contains(&format!("{stem}.gguf")), "orphan state {f}: {n:?}");
+        } else if let Some(stem) = f.strip_suffix(".gguf") {
+            assert!(n.contains(&format!("{stem}.state.gguf")), "checkpoint {f} without its state: {n:?}");
+        }
+    }
+}
+
+fn latest_step(run: &Path) -> Option<u64> {
+    let l = std::fs::read_link(run.join("weights/latest")).ok()?;
+    l.to_str()?.strip_prefix("step_")?.strip_suffix(".gguf")?.parse().ok()
+}
+
+#[test]
+fn repeated_signals_never_cut_a_save() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    for (i, delay_ms) in [0u64, 15, 40, 80, 150, 0, 25, 60].iter().enumerate() {
+        let out = format!("r{i}");
+        let r = t.join(&out);
+        // A checkpoint every step, so the later signals land in or near a save.
+        let mut child = train(t, &out, &["--preset", "tiny", "--steps", "100000", "--save-every", "1", "--eval-every", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for(&r, "checkpoint", 2, &mut child);
+        signal(&child, "-INT");
+        std::thread::sleep(Duration::from_millis(*delay_ms));
+        signal(&child, "-INT");
+        let three = i >= 5;
+        if three {
+            std::thread::sleep(Duration::from_millis(5));
+            signal(&child, "-INT");
+        }
+        assert_eq!(child.wait().unwrap().code(), Some(130));
+        consistent(&r.join("weights"));
+        let step = latest_step(&r).expect("weights/latest");
+        if !three {
+            // Two signals: the run still stops the normal way, with its checkpoint.
+            let text = std::fs::read_to_string(r.join("events.jsonl")).unwrap();
+            let end: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+            assert_eq!((end["kind"].as_str(), end["reason"].as_str()), (Some("run_end"), Some("interrupted")));
+            assert_eq!(end["final_step"].as_u64(), Some(step));
+        }
+        ok(&run(toy(t).args(["train", "--resume", &out, "--steps", &(step + 1).to_string(), "--threads", "1"])));
+        consistent(&r.join("weights"));
+    }
+}
+
+#[test]
+fn a_run_folder_is_locked_while_it_trains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let r = t.join("r");
+    let mut child = train(t, "r", &["--preset", "smoke", "--steps", "100000", "--eval-every", "0"]).stdout(Stdio::null()).spawn().unwrap();
+    wait_for(&r, "step", 3, &mut child);
+    fails(&run(toy(t).args(["train", "--resume", "r", "--threads", "1"])), "in use by process");
+    fails(&run(&mut train(t, "r", &["--preset", "smoke", "--steps", "5"])), "already exists");
+    signal(&child, "-INT");
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    let steps = count(&r, "step");
+    ok(&run(toy(t).args(["train", "--resume", "r", "--threads", "1", "--steps", &(latest_step(&r).unwrap() + 2).to_string()])));
+    assert_eq!(count(&r, "step"), steps + 2, "the second process ran alone");
+}
+
+#[test]
+fn resume_refuses_flags_that_contradict_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&run(&mut train(t, "r", &["--preset", "smoke", "--steps", "3", "--seed", "4"])));
+    std::fs::write(t.join("other.txt"), stories::generate_with(3, 20)).unwrap();
+    let resume = |extra: &[&str]| run(toy(t).args(["train", "--resume", "r", "--threads", "1"]).args(extra));
+    let err = fails(&resume(&["--d-model", "96", "--lr", "5", "--corpus", "other.txt", "--steps", "6"]), "--d-model 96");
+    assert!(err.contains("--lr 5") && err.contains("--corpus other.txt") && err.contains("config.toml"), "{err}");
+    fails(&resume(&["--seed", "5"]), "--seed 5 (the run has 4)");
+    fails(&resume(&["--donor", "x.gguf"]), "--donor");
+    assert_eq!(count(&t.join("r"), "step"), 3, "a refused resume trained");
+    // Flags equal to the run's, and those that may change, are taken.
+    let o = resume(&["--seed", "4", "--preset", "smoke", "--steps", "5", "--save-every", "1"]);
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("from its config.toml"));
+    assert_eq!(count(&t.join("r"), "step"), 5);
+}
+
+#[test]
+fn a_state_from_another_step_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&run(&mut train(t, "r", &["--preset", "smoke", "--steps", "4", "--save-every", "2"])));
+    let w = t.join("r/weights");
+    std::fs::copy(w.join("step_2.state.gguf"), w.join("step_4.state.gguf")).unwrap();
+    let o = run(toy(t).args(["train", "--resume", "r", "--steps", "6", "--threads", "1"]));
+    let err = fails(&o, "does not belong to");
+    assert!(err.contains("step_4.gguf") && err.contains("step is 2"), "{err}");
+    assert_eq!(count(&t.join("r"), "step"), 4);
+    // Another run's state of the same step is refused as well.
+    ok(&run(&mut train(t, "s", &["--preset", "smoke", "--steps", "4", "--save-every", "2", "--seed", "9"])));
+    std::fs::copy(t.join("s/weights/step_4.state.gguf"), w.join("step_4.state.gguf")).unwrap();
+    fails(&run(toy(t).args(["train", "--resume", "r", "--steps", "6", "--threads", "1"])), "does not belong to");
+}
+
+#[test]
+fn a_closed_stdout_does_not_stop_training() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let mut child = toy(t)
+        .args(["train", "--preset", "smoke", "--steps", "40", "--threads", "1", "--log-every", "1", "--out", "r"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // like `| head -0`
+    assert!(child.wait().unwrap().success(), "toy train died when nobody read its stdout");
+    assert_eq!(count(&t.join("r"), "step"), 40);
+    assert_eq!(latest_step(&t.join("r")), Some(40));
+    assert_eq!(count(&t.join("r"), "run_end"), 1);
+}
+
+#[test]
+fn leftovers_of_a_dead_process_are_removed_and_failed_saves_leave_none() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&run(&mut train(t, "r", &["--preset", "smoke", "--steps", "2"])));
+    let w = t.join("r/weights");
+    for f in [".step_9.gguf.tmp-77", ".step_9.state.gguf.tmp-77", "step_7.state.gguf", ".latest.tmp-77"] {
+        std::fs::write(w.join(f), b"partial").unwrap();
+    }
+    std::fs::write(t.join("r/.config.toml.tmp-77"), b"partial").unwrap();
+    ok(&run(toy(t).args(["train", "--resume", "r", "--steps", "4", "--threads", "1"])));
+    consistent(&w);
+    assert!(!t.join("r/.config.toml.tmp-77").exists());
+    assert_eq!(names(&w), ["latest", "step_2.gguf", "step_2.state.gguf", "step_4.gguf", "step_4.state.gguf"]);
+
+    // The checkpoint cannot be written (a folder in its place): its state is not left alone.
+    std::fs::create_dir_all(w.join("step_6.gguf/blocker")).unwrap();
+    let o = run(toy(t).args(["train", "--resume", "r", "--steps", "6", "--threads", "1"]));
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!w.join("step_6.state.gguf").exists() && !names(&w).iter().any(|f| f.starts_with('.')), "{:?}", names(&w));
+    assert_eq!(latest_step(&t.join("r")), Some(4));
+
+    // toy prep that cannot finish leaves no tokenizer without a manifest.
+    std::fs::write(t.join("s.txt"), stories::generate_with(2, 30)).unwrap();
+    std::fs::create_dir_all(t.join("p/train.bin/blocker")).unwrap();
+    let o = run(toy(t).args(["prep", "s.txt", "--vocab-size", "300", "--out", "p", "--force"]));
+    assert!(!o.status.success());
+    assert!(!t.join("p/tokenizer.json").exists() && !t.join("p/manifest.json").exists(), "{:?}", names(&t.join("p")));
+}
+
+#[test]
+fn a_run_that_never_started_leaves_no_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let err = fails(&run(&mut train(t, "r", &["--preset", "smoke", "--batch", "100000"])), "out of memory");
+    assert!(err.contains("MiB"), "{err}");
+    assert!(!t.join("r").exists(), "a skeleton run folder was left");
+    let o = run(toy(t).args(["train", "--preset", "smoke", "--batch", "100000", "--threads", "1"]));
+    fails(&o, "out of memory");
+    assert!(!t.join("runs").exists());
+}
+
+#[test]
+fn threads_above_the_cores_are_capped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let t0 = Instant::now();
+    let o = run(toy(t).args(["train", "--preset", "smoke", "--steps", "3", "--threads", "100000", "--out", "r"]));
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("note: --threads 100000 is more than"), "no note");
+    assert!(t0.elapsed() < Duration::from_secs(60), "100000 threads were started");
+    let o = run(toy(t).args(["generate", "r", "-n", "3", "--threads", "100000"]));
+    ok(&o);
+}
+
+/// Copy the GGUF at `from` to `to`, giving `name` the shape `ne` (same data).
+fn reshape(from: &Path, to: &Path, name: &str, ne: Option<&[i64]>, extra: Option<(&str, Vec<f32>)>) {
+    let f = GgufFile::open(from).unwrap();
+    let mut g = GgufWriter::new();
+    for (k, v) in f.metadata() {
+        if !k.starts_with("general.alignment") {
+            g.set(k, v.clone()).unwrap();
+        }
+    }
+    for info in f.tensors() {
+        let data = f.tensor_f32(&info.name).unwrap();
+        let shape: Vec<i64> = match ne {
+            Some(ne) if info.name == name => ne.to_vec(),
+            _ => info.shape(),
+        };
+        g.add_tensor_data(&info.name, &shape, &data).unwrap();
+    }
+    if let Some((n, data)) = extra {
+        g.add_tensor_data(n, &[data.len() as i64], &data).unwrap();
+    }
+    g.write(to).unwrap();
+}
+
+#[test]
+fn transposed_or_extra_tensors_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&run(&mut train(t, "r", &["--preset", "smoke", "--steps", "2"])));
+    let ck = t.join("r/weights/step_2.gguf");
+    let f = GgufFile::open(&ck).unwrap();
+    let (d, ff) = (64i64, f.tensor("blk.0.ffn_up.weight").unwrap().ne[1]);
+    let v = f.tensor("token_embd.weight").unwrap().ne[1];
+    let mut cases: Vec<(&str, Option<Vec<i64>>, Option<(&str, Vec<f32>)>, &str)> = vec![
+        ("blk.0.ffn_up.weight", Some(vec![ff, d]), None, "blk.0.ffn_up.weight"),
+        ("blk.1.ffn_down.weight", Some(vec![d, ff]), None, "blk.1.ffn_down.weight"),
+        ("blk.0.attn_q.weight", Some(vec![d / 2, d * 2]), None, "blk.0.attn_q.weight"),
+        ("", None, Some(("blk.7.attn_norm.weight", vec![1.0; 64])), "block_count"),
+    ];
+    if f.tensor("output.weight").is_some() {
+        cases.push(("output.weight", Some(vec![v, d]), None, "output.weight"));
+    }
+    for (i, (name, ne, extra, needle)) in cases.into_iter().enumerate() {
+        let bad = t.join(format!("bad{i}.gguf"));
+        reshape(&ck, &bad, name, ne.as_deref(), extra);
+        let b = bad.to_str().unwrap();
+        fails(&run(toy(t).args(["generate", b, "-n", "2"])), needle);
+        fails(&run(toy(t).args(["eval", b, "--corpus", "r/weights/step_2.gguf"])), needle);
+        fails(&run(&mut train(t, "w", &["warm-start", "--donor", b, "--steps", "1"])), needle);
+    }
+    assert!(!t.join("w").exists());
+}
+
+#[test]
+fn hostile_corpora_and_donors_get_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&run(&mut train(t, "r", &["--preset", "smoke", "--steps", "2"])));
+    fails(&run(&mut train(t, "x", &["--preset", "smoke", "--corpus", "/dev/zero"])), "not a regular file");
+    fails(&run(toy(t).args(["eval", "r", "--corpus", "/dev/zero"])), "not a regular file");
+    std::fs::write(t.join("ids.txt"), "1 2 3\n4 3.5 6\n").unwrap();
+    fails(&run(&mut train(t, "x", &["--preset", "smoke", "--corpus", "ids.txt"])), "ids.txt:2:3: 3.5 is not a token id");
+    std::fs::write(t.join("s.txt"), stories::generate_with(3, 40)).unwrap();
+    fails(&run(toy(t).args(["eval", "r", "--corpus", "s.txt", "--max-windows", "0"])), "--max-windows must be at least 1");
+    // A corpus prepared with another tokenizer than the model's.
+    ok(&run(toy(t).args(["prep", "s.txt", "--vocab-size", "300", "--out", "p"])));
+    fails(&run(toy(t).args(["eval", "r", "--corpus", "p"])), "another tokenizer");
+    // Non-finite values: a donor table, a checkpoint tensor.
+    let ck = t.join("r/weights/step_2.gguf");
+    let f = GgufFile::open(&ck).unwrap();
+    let mut table = f.tensor_f32("token_embd.weight").unwrap();
+    table[64 * 5 + 3] = f32::NAN;
+    let mut g = GgufWriter::new();
+    g.set("general.architecture", "llama").unwrap();
+    g.add_tensor_data("token_embd.weight", &f.tensor("token_embd.weight").unwrap().shape(), &table).unwrap();
+    g.write(t.join("nan-donor.gguf")).unwrap();
+    let err = fails(&run(&mut train(t, "x", &["warm-start", "--donor", "nan-donor.gguf", "--steps", "1"])), "token_embd.weight");
+    assert!(err.contains("row 5") && !err.contains("--lr"), "{err}");
+    let mut norm = f.tensor_f32("blk.0.attn_norm.weight").unwrap();
+    norm[2] = f32::INFINITY;
+    reshape_values(&ck, &t.join("inf.gguf"), "blk.0.attn_norm.weight", &norm);
+    let err = fails(&run(toy(t).args(["generate", "inf.gguf", "-n", "2"])), "blk.0.attn_norm.weight");
+    assert!(err.contains("model is broken"), "{err}");
+    fails(&run(toy(t).args(["eval", "inf.gguf", "--corpus", "s.txt"])), "model is broken");
+    assert!(!t.join("x").exists());
+}
+
+/// Copy the GGUF at `from` to `to` with `name`'s values replaced.
+fn reshape_values(from: &Path, to: &Path, name: &str, values: &[f32]) {
+    let f = GgufFile::open(from).unwrap();
+    let mut g = GgufWriter::new();
+    for (k, v) in f.metadata() {
+        if !k.starts_with("general.alignment") {
+            g.set(k, v.clone()).unwrap();
+        }
+    }
+    for info in f.tensors() {
+        let data = if info.name == name { values.to_vec() } else { f.tensor_f32(&info.name).unwrap() };
+        g.add_tensor_data(&info.name, &info.shape(), &data).unwrap();
+    }
+    g.write(to).unwrap();
+}
