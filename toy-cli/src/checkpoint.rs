@@ -214,6 +214,7 @@ pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
         tied: file.tensor("output.weight").is_none(),
         donor_width: None,
         freeze_table: true,
+        freeze: Vec::new(),
     };
     config.validate().map_err(|m| input(format!("{what}: {m}")))?;
     check_shapes(file, &config, what)?;
@@ -311,6 +312,12 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
     let tokenizer = Tokenizer::read_gguf(&file)?;
     let step = file.get_u64("toy.step").unwrap_or(0);
     Ok(Checkpoint { file, config, tokenizer, step })
+}
+
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint").field("path", &self.file.path()).field("config", &self.config).field("step", &self.step).finish()
+    }
 }
 
 impl Checkpoint {

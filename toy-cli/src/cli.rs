@@ -120,6 +120,9 @@ pub enum Recipe {
     /// A donor model's token embeddings through a trainable projection lens;
     /// the corpus is streamed in order, epoch after epoch.
     WarmStart,
+    /// Every weight of an existing llama GGUF (`--from`), trained further on
+    /// the corpus tokenized with the model's own tokenizer.
+    Finetune,
 }
 
 #[derive(Args, Debug, Default, Clone, serde::Deserialize)]
@@ -266,6 +269,14 @@ pub struct TrainArgs {
     /// warm-start: shuffle the order of the streamed windows every epoch.
     #[arg(long)]
     pub shuffle: bool,
+    /// finetune: the model to start from (a llama GGUF with a gpt2-style BPE
+    /// tokenizer; f32, f16 or bf16 tensors).
+    #[arg(long)]
+    pub from: Option<PathBuf>,
+    /// Keep these parameters fixed: names containing any of the comma-separated
+    /// patterns (`--freeze token_embd,blk.0.`).
+    #[arg(long, value_delimiter = ',')]
+    pub freeze: Option<Vec<String>>,
 }
 
 #[derive(Args, Debug)]

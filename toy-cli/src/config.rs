@@ -115,9 +115,12 @@ pub struct TrainConfig {
     /// The text field of a JSON Lines corpus.
     #[serde(default = "default_text_field")]
     pub text_field: String,
-    /// `from-scratch` or `warm-start`.
+    /// `from-scratch`, `warm-start` or `finetune`.
     #[serde(default = "default_recipe")]
     pub recipe: String,
+    /// finetune: the model the run started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
     /// Streamed (in-order) windows, shuffled per epoch or not; random windows when absent.
     #[serde(default)]
     pub stream: Option<bool>,
@@ -165,6 +168,7 @@ impl TrainConfig {
                 tied: arch == Arch::Gpt2,
                 donor_width: None,
                 freeze_table: true,
+                freeze: Vec::new(),
             },
             batch: b,
             steps: 200,
@@ -186,6 +190,7 @@ impl TrainConfig {
             corpus: String::new(),
             text_field: default_text_field(),
             recipe: default_recipe(),
+            from: None,
             stream: None,
         }
     }
@@ -207,6 +212,15 @@ impl TrainConfig {
         }
         if self.steps == 0 {
             return Err(input("--steps must be at least 1"));
+        }
+        if !self.model.freeze.is_empty() {
+            let names: Vec<String> = crate::checkpoint::expected_shapes(&self.model).into_iter().map(|(n, _)| n).collect();
+            if let Some(p) = self.model.freeze.iter().find(|p| p.is_empty() || !names.iter().any(|n| n.contains(p.as_str()))) {
+                return Err(input(format!("--freeze {p:?} matches no parameter (names look like token_embd.weight, blk.0.attn_q.weight)")));
+            }
+            if names.iter().all(|n| self.model.freeze.iter().any(|p| n.contains(p.as_str()))) {
+                return Err(input("--freeze leaves no parameter to train"));
+            }
         }
         if self.batch == 0 {
             return Err(input("--batch must be at least 1"));

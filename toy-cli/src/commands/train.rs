@@ -4,6 +4,7 @@
 use crate::cli::{Recipe, TrainArgs};
 use crate::config::{Preset, TrainConfig};
 use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
+use crate::checkpoint::open_checkpoint;
 use crate::error::{input, Result};
 use crate::model::Arch;
 use crate::run::{make_run_id, RunDir};
@@ -81,7 +82,9 @@ fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
             init,
             match_by,
             lens_init,
-            donor_width
+            donor_width,
+            from,
+            freeze
         );
         a.train_table |= t.train_table;
         a.skip_nonfinite |= t.skip_nonfinite;
@@ -114,6 +117,7 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     }
     m.donor_width = a.donor_width;
     m.freeze_table = !a.train_table;
+    m.freeze = a.freeze.clone().unwrap_or_default();
     if a.arch == Some(Arch::Gpt2) && a.d_ff.is_none() {
         m.d_ff = 4 * m.d_model;
     }
@@ -222,6 +226,7 @@ fn resume_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
     check("--rope-base", opt(&a.rope_base), m.rope_base.to_string());
     check("--text-field", a.text_field.clone(), cfg.text_field.clone());
     check("--tied", a.tied.then(|| "on".to_string()), if m.tied { "on" } else { "off" }.to_string());
+    check("--freeze", a.freeze.as_ref().map(|f| f.join(",")), m.freeze.join(","));
     if let Some(c) = &a.corpus {
         let given = std::fs::canonicalize(c).unwrap_or_else(|_| c.clone()).display().to_string();
         if given != cfg.corpus {
@@ -240,6 +245,7 @@ fn resume_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
         ("--save-initial", a.save_initial),
         ("--record-batches", a.record_batches),
         ("--out", a.out.is_some()),
+        ("--from", a.from.is_some()),
     ];
     out.extend(recipe_flags.iter().filter(|(_, on)| *on).map(|(f, _)| format!("{f} (fixed when the run started)")));
     out
@@ -269,8 +275,18 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Corpus, RunDir, Pla
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
     let run = RunDir::create(id, dir.to_path_buf(), true)?;
     let ck = run.latest().ok_or_else(|| input(format!("--resume {}: no checkpoint (weights/latest) to resume from", dir.display())))?;
-    let corpus = load_training_corpus(Some(Path::new(&cfg.corpus)), Some(cfg.model.vocab), &cfg.text_field)?;
-    let recipe = if cfg.recipe == "warm-start" { "warm-start" } else { "from-scratch" };
+    let corpus = if cfg.recipe == "finetune" {
+        // Tokenized as the run started: with the model's tokenizer, which every checkpoint carries.
+        let tok = open_checkpoint(&ck)?.tokenizer.ok_or_else(|| input(format!("{}: no tokenizer to read the corpus with", ck.display())))?;
+        crate::commands::finetune::corpus(Some(Path::new(&cfg.corpus)), &tok, cfg.model.vocab, &cfg.text_field)?
+    } else {
+        load_training_corpus(Some(Path::new(&cfg.corpus)), Some(cfg.model.vocab), &cfg.text_field)?
+    };
+    let recipe = match cfg.recipe.as_str() {
+        "warm-start" => "warm-start",
+        "finetune" => "finetune",
+        _ => "from-scratch",
+    };
     if !a.json {
         crate::outln!(
             "resuming {} from {}: model, corpus, optimizer and schedule from its config.toml",
@@ -305,6 +321,12 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         return Ok(out);
     }
     let recipe = a.recipe.unwrap_or(Recipe::FromScratch);
+    if recipe == Recipe::Finetune {
+        return crate::commands::finetune::run(&a, &opts);
+    }
+    if a.from.is_some() {
+        return Err(input("--from belongs to the finetune recipe (toy train finetune --from MODEL.gguf ...)"));
+    }
     if recipe == Recipe::FromScratch
         && (a.donor.is_some() || a.init.is_some() || a.match_by.is_some() || a.lens_init.is_some() || a.shuffle)
     {
@@ -371,9 +393,14 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         }
         _ => train(&Plan::from_scratch(), &cfg, &corpus, &run, &opts),
     };
+    finish(&a, &run, out)
+}
+
+/// Print the run's summary line, or — for a run that never got going (bad
+/// input, no memory for the step, a full disk at flow.json) — remove its
+/// half-made folder.
+pub(crate) fn finish(a: &TrainArgs, run: &RunDir, out: Result<Outcome>) -> Result<Outcome> {
     if let Err(e) = &out {
-        // A run that never got going (bad input, no memory for the step, a full
-        // disk at flow.json) leaves no half-made folder behind.
         if !matches!(e, crate::error::Error::Interrupted(..)) && !run.has_progress() {
             let _ = std::fs::remove_dir_all(&run.path);
             if a.out.is_none() {

@@ -36,6 +36,14 @@ pub fn split() -> Result<(Tokenizer, Split, usize)> {
     Ok((tok, split_documents_ids(ids, VAL_FRACTION, SEED), docs.len()))
 }
 
+/// The default corpus's text tokenized with `tok` (a model's own tokenizer),
+/// split as [`split`] does.
+pub fn corpus_with(tok: Tokenizer) -> Result<Corpus> {
+    let docs = split_documents(TEXT);
+    let s = split_documents_ids(encode_documents(&tok, &docs)?, VAL_FRACTION, SEED);
+    Ok(Corpus { train: s.train.into(), val: s.val.into(), vocab_size: tok.vocab_size(), tokenizer: Some(tok), source: "<embedded>".into() })
+}
+
 /// The default corpus.
 pub fn corpus() -> Result<Corpus> {
     let (tok, s, _) = split()?;

@@ -60,6 +60,10 @@ pub struct ModelConfig {
     /// With a lens, keep the token table fixed (only the lens learns).
     #[serde(default = "yes")]
     pub freeze_table: bool,
+    /// Parameters kept fixed: those whose name contains one of these
+    /// (`--freeze token_embd,blk.0.`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub freeze: Vec<String>,
 }
 
 fn yes() -> bool {
@@ -186,10 +190,20 @@ impl<'w> Weights<'w> {
 
     /// Every parameter tensor, in a fixed order (the order of the checkpoint).
     pub fn params(&self) -> Vec<Param<'w>> {
-        match self {
+        let mut v = match self {
             Weights::Llama(m) => m.params(),
             Weights::Gpt2(m) => m.params(),
+        };
+        let freeze = &self.config().freeze;
+        if !freeze.is_empty() {
+            for p in &mut v {
+                let name = p.tensor.name();
+                if freeze.iter().any(|pat| name.contains(pat.as_str())) {
+                    p.trainable = false;
+                }
+            }
         }
+        v
     }
 
     /// Logits f32 `[vocab, T, B]` for `batch`, built in `ctx`.

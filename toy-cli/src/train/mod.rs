@@ -79,6 +79,8 @@ pub enum Init<'p> {
     Random,
     /// Random, then the token table (and lens) from a donor.
     Donor(&'p crate::donor::Donor),
+    /// Every weight from an existing model (the finetune recipe).
+    Model(&'p crate::checkpoint::Checkpoint),
 }
 
 /// What a run does, beyond its configuration.
@@ -285,9 +287,13 @@ impl<'w> ReplicaState<'w> {
         let consts = Consts::new(wctx, cfg.model.context, cfg.batch, cfg.model.vocab)?;
         wctx.allocate(device).map_err(|e| crate::error::building("the weights", e))?;
         consts.fill()?;
-        init_weights(&weights, cfg.seed)?;
-        if let Init::Donor(d) = plan.init {
-            d.apply(&weights)?;
+        match plan.init {
+            Init::Model(ck) => ck.load_weights(&weights)?,
+            Init::Donor(d) => {
+                init_weights(&weights, cfg.seed)?;
+                d.apply(&weights)?;
+            }
+            Init::Random => init_weights(&weights, cfg.seed)?,
         }
         Ok(ReplicaState { weights, moments, accumulators, consts })
     }

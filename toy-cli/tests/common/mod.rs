@@ -22,6 +22,7 @@ pub fn tiny(arch: Arch) -> ModelConfig {
         tied: arch == Arch::Gpt2,
         donor_width: None,
         freeze_table: true,
+        freeze: Vec::new(),
     }
 }
 

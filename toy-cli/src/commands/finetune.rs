@@ -1,0 +1,99 @@
+//! `toy train finetune --from MODEL.gguf`: every weight of an existing llama
+//! GGUF (ours or llama.cpp-converted) trained further on a corpus tokenized
+//! with the model's own tokenizer; `--freeze` keeps parameters fixed by name.
+
+use super::train::{finish, resolve, run_dir};
+use crate::checkpoint::{open_checkpoint, Checkpoint};
+use crate::cli::TrainArgs;
+use crate::data::tokenizer::Tokenizer;
+use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
+use crate::error::{input, Result};
+use crate::model::Arch;
+use crate::train::{train, Init, Outcome, Plan, RunOptions};
+use ggml_rs::DType;
+use std::path::Path;
+
+/// Open the base model at `path`: a llama GGUF whose every tensor is f32, f16
+/// or bf16 and matches its metadata, with a tokenizer this program can run.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming the file: not a GGUF, not
+/// llama, a quantized or otherwise unsupported tensor type, a shape that
+/// contradicts the metadata, no or an unsupported tokenizer.
+pub fn open_base(path: &Path) -> Result<(Checkpoint, Tokenizer)> {
+    let p = path.display();
+    let ck = open_checkpoint(path).map_err(|e| input(format!("--from {e}")))?;
+    if ck.config.arch != Arch::Llama {
+        return Err(input(format!("--from {p}: finetune takes llama models, this one is {}", ck.config.arch.name())));
+    }
+    if let Some(t) = ck.file.tensors().iter().find(|t| !matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16)) {
+        return Err(input(format!("--from {p}: tensor {} is {}; only f32, f16 and bf16 models can be fine-tuned", t.name, t.dtype)));
+    }
+    let tok = ck.tokenizer.clone().ok_or_else(|| input(format!("--from {p}: the model carries no tokenizer (tokenizer.ggml.*)")))?;
+    Ok((ck, tok))
+}
+
+/// The corpus at `path` (the embedded one when `None` or `<embedded>`)
+/// tokenized with `tok`; a prepared folder must have been made with it.
+pub fn corpus(path: Option<&Path>, tok: &Tokenizer, vocab: usize, text_field: &str) -> Result<Corpus> {
+    let path = path.filter(|p| p.as_os_str() != "<embedded>" && !p.as_os_str().is_empty());
+    let Some(path) = path else { return crate::data::embedded::corpus_with(tok.clone()) };
+    let text = TextOptions { tokenizer: Some(tok.clone()), text_field: text_field.to_string(), ..Default::default() };
+    let c = load_corpus_with(path, &CorpusOptions { vocab_size: Some(vocab), ..Default::default() }, &text)?;
+    if let Some(theirs) = &c.tokenizer {
+        if theirs.tokens() != tok.tokens() {
+            return Err(input(format!(
+                "{} was prepared with another tokenizer than the model's ({} vs {} ids); give the raw text instead",
+                path.display(),
+                theirs.vocab_size(),
+                tok.vocab_size()
+            )));
+        }
+    }
+    Ok(c)
+}
+
+/// Run the finetune recipe for `a`.
+pub fn run(a: &TrainArgs, opts: &RunOptions) -> Result<Outcome> {
+    let path = a.from.clone().ok_or_else(|| input("finetune needs --from MODEL.gguf"))?;
+    let shape_flags = [
+        ("--arch", a.arch.is_some()),
+        ("--d-model", a.d_model.is_some()),
+        ("--layers", a.layers.is_some()),
+        ("--heads", a.heads.is_some()),
+        ("--kv-heads", a.kv_heads.is_some()),
+        ("--d-ff", a.d_ff.is_some()),
+        ("--vocab-size", a.vocab_size.is_some()),
+        ("--norm-eps", a.norm_eps.is_some()),
+        ("--rope-base", a.rope_base.is_some()),
+        ("--tied", a.tied),
+    ];
+    let given: Vec<&str> = shape_flags.iter().filter(|(_, on)| *on).map(|(f, _)| *f).collect();
+    if !given.is_empty() {
+        return Err(input(format!("{}: the model's shape comes from --from {}", given.join(", "), path.display())));
+    }
+    if a.donor.is_some() || a.init.is_some() || a.match_by.is_some() || a.lens_init.is_some() || a.donor_width.is_some() || a.shuffle {
+        return Err(input("--donor, --init, --match-by, --lens-init, --donor-width and --shuffle belong to the warm-start recipe"));
+    }
+    let (ck, tok) = open_base(&path)?;
+    let base = &ck.config;
+    let text_field = a.text_field.as_deref().unwrap_or("text");
+    let corpus = corpus(a.corpus.as_deref(), &tok, base.vocab, text_field)?;
+    let mut cfg = resolve(&TrainArgs { arch: Some(Arch::Llama), context: None, ..a.clone() }, base.vocab)?;
+    let context = a.context.unwrap_or(cfg.model.context.min(base.context));
+    if context == 0 || context > base.context {
+        return Err(input(format!("--context {context}: the model at {} takes 1 to {} tokens", path.display(), base.context)));
+    }
+    cfg.model = crate::model::ModelConfig { context, freeze: cfg.model.freeze.clone(), ..base.clone() };
+    cfg.validate()?;
+    cfg.recipe = "finetune".into();
+    cfg.from = Some(std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()).display().to_string());
+    cfg.corpus = match &a.corpus {
+        Some(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string(),
+        None => "<embedded>".into(),
+    };
+    cfg.text_field = text_field.to_string();
+    let run = run_dir(a.out.as_ref(), Arch::Llama)?;
+    let plan = Plan { recipe: "finetune", init: Init::Model(&ck), stream: None, resume: None };
+    finish(a, &run, train(&plan, &cfg, &corpus, &run, opts))
+}
