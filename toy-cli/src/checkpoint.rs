@@ -21,6 +21,8 @@ pub struct Provenance {
     /// `toy.save_id`: pairs a checkpoint with the resume state written with it
     /// (empty: not written).
     pub save_id: String,
+    /// A LoRA run's base model (`toy.lora.base` in its adapter files).
+    pub lora_base: String,
 }
 
 /// Where the values written for a parameter come from: the parameter itself
@@ -86,6 +88,10 @@ fn hparams(g: &mut GgufWriter, c: &ModelConfig) -> Result<()> {
 
 /// Write `w` (allocated) with `tok` and `prov` to `path`, atomically.
 pub fn write_checkpoint(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, prov: &Provenance) -> Result<()> {
+    if w.config().lora.is_some() {
+        // A LoRA run's checkpoints are its adapters; the base stays where it is.
+        return crate::adapter::write_adapter(path, w, prov, &prov.lora_base);
+    }
     write_model(path, w, tok, prov, &own_values)
 }
 
@@ -174,6 +180,8 @@ pub struct Checkpoint {
     pub config: ModelConfig,
     pub tokenizer: Option<Tokenizer>,
     pub step: u64,
+    /// LoRA adapters applied on top (`config.lora` says their shape).
+    pub adapter: Option<crate::adapter::AdapterFile>,
 }
 
 fn need_u(f: &GgufFile, key: &str) -> Result<usize> {
@@ -215,6 +223,7 @@ pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
         donor_width: None,
         freeze_table: true,
         freeze: Vec::new(),
+        lora: None,
     };
     config.validate().map_err(|m| input(format!("{what}: {m}")))?;
     check_shapes(file, &config, what)?;
@@ -308,10 +317,21 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
         return Err(input(format!("{}: no such checkpoint file", path.display())));
     }
     let file = GgufFile::open(path)?;
+    if crate::adapter::is_adapter(&file) {
+        // A LoRA run's checkpoint: the adapter, on the base it names.
+        let base = file.get_str("toy.lora.base").map_err(|_| {
+            input(format!("{}: a LoRA adapter without toy.lora.base; give the base model and --lora {}", path.display(), path.display()))
+        })?;
+        let step = file.get_u64("toy.step").unwrap_or(0);
+        let base = open_checkpoint(Path::new(base)).map_err(|e| input(format!("{}: its base model: {e}", path.display())))?;
+        let mut ck = base.with_lora(path)?;
+        ck.step = step;
+        return Ok(ck);
+    }
     let config = model_config(&file, &path.display().to_string())?;
     let tokenizer = Tokenizer::read_gguf(&file)?;
     let step = file.get_u64("toy.step").unwrap_or(0);
-    Ok(Checkpoint { file, config, tokenizer, step })
+    Ok(Checkpoint { file, config, tokenizer, step, adapter: None })
 }
 
 impl std::fmt::Debug for Checkpoint {
@@ -321,6 +341,24 @@ impl std::fmt::Debug for Checkpoint {
 }
 
 impl Checkpoint {
+    /// Apply the LoRA adapter at `path` (checked against this model) on top.
+    ///
+    /// # Errors
+    /// [`Error::Input`](crate::error::Error::Input): a second adapter, a base
+    /// that is not llama, or what [`crate::adapter::open_adapter`] refuses.
+    pub fn with_lora(mut self, path: &Path) -> Result<Checkpoint> {
+        if self.adapter.is_some() {
+            return Err(input(format!("--lora {}: the model already carries an adapter", path.display())));
+        }
+        if self.config.arch != Arch::Llama {
+            return Err(input(format!("--lora {}: adapters apply to llama models", path.display())));
+        }
+        let a = crate::adapter::open_adapter(path, &self.config)?;
+        self.config.lora = Some(a.config.clone());
+        self.adapter = Some(a);
+        Ok(self)
+    }
+
     fn load(&self, name: &str, t: Tensor<'_>) -> Result<()> {
         let info = self.file.tensor(name).ok_or_else(|| input(format!("{}: missing tensor {name}", self.file.path().display())))?;
         if info.shape() != t.shape() {
@@ -334,7 +372,10 @@ impl Checkpoint {
         self.file.load_into(name, t)?;
         // A broken model is the file's fault, not the corpus's or the prompt's.
         if let Some(i) = t.read::<f32>()?.iter().position(|x| !x.is_finite()) {
-            return Err(input(format!("{}: tensor {name} holds a non-finite value at element {i}; the model is broken", self.file.path().display())));
+            return Err(input(format!(
+                "{}: tensor {name} holds a non-finite value at element {i}; the model is broken",
+                self.file.path().display()
+            )));
         }
         Ok(())
     }
@@ -347,9 +388,15 @@ impl Checkpoint {
                     return Err(input("a checkpoint holds a folded table; load it into a model without a lens"));
                 }
                 for p in w.params() {
-                    self.load(&p.tensor.name(), p.tensor)?;
+                    let name = p.tensor.name();
+                    if !name.contains(".lora_") {
+                        self.load(&name, p.tensor)?;
+                    }
                 }
-                Ok(())
+                match &self.adapter {
+                    Some(a) => a.load(w),
+                    None => Ok(()),
+                }
             }
             Weights::Gpt2(m) => {
                 let path = self.file.path().display().to_string();

@@ -33,6 +33,8 @@ pub enum Command {
     Prep(PrepArgs),
     /// Create a project folder (toy.toml, data/, runs/) where `toy train` runs.
     New(NewArgs),
+    /// Write models in other forms (`toy export merge`: a base with a LoRA adapter folded in).
+    Export(ExportArgs),
     /// Dumps for the PyTorch parity harness.
     #[command(hide = true)]
     Debug(DebugArgs),
@@ -277,6 +279,17 @@ pub struct TrainArgs {
     /// patterns (`--freeze token_embd,blk.0.`).
     #[arg(long, value_delimiter = ',')]
     pub freeze: Option<Vec<String>>,
+    /// finetune: train low-rank adapters of this rank on the frozen base
+    /// instead of every weight (LoRA).
+    #[arg(long = "lora-rank")]
+    pub lora_rank: Option<usize>,
+    /// finetune: LoRA's alpha; the update is scaled by alpha / rank (default: the rank).
+    #[arg(long = "lora-alpha")]
+    pub lora_alpha: Option<f32>,
+    /// finetune: the matrices that get adapters, out of attn_q, attn_k, attn_v,
+    /// attn_output, ffn_gate, ffn_up, ffn_down (default: the four attention ones).
+    #[arg(long = "lora-targets", value_delimiter = ',')]
+    pub lora_targets: Option<Vec<String>>,
 }
 
 #[derive(Args, Debug)]
@@ -291,6 +304,9 @@ pub struct DevicesArgs {
 pub struct GenerateArgs {
     /// Checkpoint (.gguf) or run folder (uses weights/latest).
     pub model: PathBuf,
+    /// A LoRA adapter (llama.cpp's layout) to apply on the model.
+    #[arg(long)]
+    pub lora: Option<PathBuf>,
     /// Text to continue.
     #[arg(long, default_value = "Once upon a time")]
     pub prompt: String,
@@ -336,6 +352,9 @@ pub struct GenerateArgs {
 #[derive(Args, Debug, Clone)]
 #[command(allow_negative_numbers = true)]
 pub struct EvalArgs {
+    /// A LoRA adapter (llama.cpp's layout) to apply on the model.
+    #[arg(long)]
+    pub lora: Option<PathBuf>,
     /// Checkpoint (.gguf) or run folder.
     pub model: PathBuf,
     /// Raw text (tokenized with the checkpoint's tokenizer), a prepared folder, or toy's .bin/.txt ids.
@@ -366,6 +385,31 @@ pub struct EvalArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    #[command(subcommand)]
+    pub command: ExportCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ExportCommand {
+    /// Fold a LoRA adapter into its base: W + (alpha/rank)·B·A, written in the base's types.
+    Merge(MergeArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MergeArgs {
+    /// The base model (a llama GGUF; f32, f16 or bf16 matrices).
+    #[arg(long)]
+    pub base: PathBuf,
+    /// The adapter (llama.cpp's LoRA layout).
+    #[arg(long)]
+    pub lora: PathBuf,
+    /// Where to write the merged model.
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -169,6 +169,7 @@ impl TrainConfig {
                 donor_width: None,
                 freeze_table: true,
                 freeze: Vec::new(),
+                lora: None,
             },
             batch: b,
             steps: 200,
@@ -212,6 +213,12 @@ impl TrainConfig {
         }
         if self.steps == 0 {
             return Err(input("--steps must be at least 1"));
+        }
+        if let Some(l) = &self.model.lora {
+            if self.model.arch != crate::model::Arch::Llama {
+                return Err(input("LoRA adapters apply to llama models"));
+            }
+            l.validate(self.model.d_model).map_err(input)?;
         }
         if !self.model.freeze.is_empty() {
             let names: Vec<String> = crate::checkpoint::expected_shapes(&self.model).into_iter().map(|(n, _)| n).collect();

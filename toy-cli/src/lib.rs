@@ -4,6 +4,7 @@
 //! [`commands`] holds one function per command, and the concepts live in their
 //! own modules — [`model`], [`train`], [`data`], [`run`], [`checkpoint`].
 
+pub mod adapter;
 pub mod checkpoint;
 pub mod cli;
 pub mod commands;

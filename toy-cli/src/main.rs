@@ -14,6 +14,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Prep(_) => "prep",
         Command::New(_) => "new",
         Command::Debug(_) => "debug",
+        Command::Export(_) => "export",
     }
 }
 
@@ -115,6 +116,7 @@ fn main() -> ExitCode {
             }
         }),
         Command::Debug(a) => toy::commands::debug::run(a),
+        Command::Export(a) => toy::commands::export::run(a).map(|p| toy::outln!("wrote {}", p.display())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

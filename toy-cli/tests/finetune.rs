@@ -140,3 +140,84 @@ fn bases_it_cannot_train_are_refused() {
     fails(&finetune(t, "x", &["--corpus", "p"]), "another tokenizer");
     assert!(!t.join("x").exists());
 }
+
+fn eval_loss(dir: &Path, args: &[&str]) -> f64 {
+    let mut a = vec!["eval"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["--corpus", "new.txt", "--max-windows", "40", "--json", "--threads", "1"]);
+    let o = toy(dir, &a);
+    ok(&o);
+    serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["loss"].as_f64().unwrap()
+}
+
+#[test]
+fn lora_trains_adapters_only_and_merges_into_the_same_model() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    base(t);
+    std::fs::write(t.join("new.txt"), stories::generate_with(5, 40)).unwrap();
+    let lora = ["--lora-rank", "4", "--lora-alpha", "8", "--lora-targets", "attn_q,attn_v,ffn_down", "--lr", "0.01"];
+    ok(&finetune(t, "lo", &[&lora[..], &["--corpus", "new.txt", "--steps", "30", "--save-initial"]].concat()));
+    // Step 0 is the base: B starts at zero, A within loralib's bound.
+    let s0 = GgufFile::open(t.join("lo/weights/step_0.gguf")).unwrap();
+    assert_eq!(s0.get_str("general.type").unwrap(), "adapter");
+    assert_eq!(s0.get_str("adapter.type").unwrap(), "lora");
+    assert_eq!(s0.tensors().len(), 2 * 3 * 2, "two blocks, three targets, A and B");
+    let a = s0.tensor_f32("blk.0.attn_q.weight.lora_a").unwrap();
+    assert!(a.iter().all(|x| x.abs() <= 1.0 / 8.0) && a.iter().any(|&x| x != 0.0));
+    assert!(s0.tensor_f32("blk.1.ffn_down.weight.lora_b").unwrap().iter().all(|&x| x == 0.0));
+    assert_eq!(s0.tensor("blk.0.ffn_down.weight.lora_a").unwrap().shape(), vec![128, 4]);
+    let base_loss = eval_loss(t, &["base"]);
+    assert!((eval_loss(t, &["lo/weights/step_0.gguf"]) - base_loss).abs() < 1e-6, "step 0 differs from the base");
+    // It learned, and the run folder, the adapter on its base and the merged model agree.
+    let tuned = eval_loss(t, &["lo"]);
+    assert!(tuned < base_loss, "LoRA did not lower the loss on the new corpus: {tuned} vs {base_loss}");
+    assert!((eval_loss(t, &["base", "--lora", "lo/weights/latest"]) - tuned).abs() < 1e-6);
+    ok(&toy(t, &["export", "merge", "--base", "base/weights/latest", "--lora", "lo/weights/latest", "--out", "merged.gguf"]));
+    assert!((eval_loss(t, &["merged.gguf"]) - tuned).abs() < 1e-5);
+    let m = GgufFile::open(t.join("merged.gguf")).unwrap();
+    let b = GgufFile::open(t.join("base/weights/latest")).unwrap();
+    assert_eq!(m.tensor_f32("blk.0.attn_k.weight").unwrap(), b.tensor_f32("blk.0.attn_k.weight").unwrap(), "an unadapted matrix changed");
+    assert_ne!(m.tensor_f32("blk.0.attn_q.weight").unwrap(), b.tensor_f32("blk.0.attn_q.weight").unwrap());
+}
+
+#[test]
+fn a_resumed_lora_run_gives_the_same_curve() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    base(t);
+    let args = ["--lora-rank", "2", "--lr", "0.01", "--min-lr", "0.01", "--warmup-steps", "0"];
+    ok(&finetune(t, "a", &[&args[..], &["--steps", "8"]].concat()));
+    ok(&finetune(t, "b", &[&args[..], &["--steps", "4"]].concat()));
+    ok(&toy(t, &["train", "--resume", "b", "--steps", "8", "--threads", "1"]));
+    assert_eq!(losses(&t.join("a"), "step", "loss"), losses(&t.join("b"), "step", "loss"));
+    fails(&toy(t, &["train", "--resume", "b", "--steps", "9", "--lora-rank", "3"]), "--lora-rank");
+}
+
+#[test]
+fn bad_lora_settings_and_adapters_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    base(t);
+    fails(&finetune(t, "x", &["--lora-rank", "0"]), "--lora-rank 0");
+    fails(&finetune(t, "x", &["--lora-rank", "65"]), "model width 64");
+    fails(&finetune(t, "x", &["--lora-rank", "2", "--lora-targets", "attn_q,wq"]), "\"wq\"");
+    fails(&finetune(t, "x", &["--lora-alpha", "4"]), "need --lora-rank");
+    fails(&finetune(t, "x", &["--lora-rank", "2", "--lora-alpha", "nan"]), "--lora-alpha");
+    fails(&toy(t, &["train", "--preset", "smoke", "--lora-rank", "2", "--out", "x"]), "finetune recipe");
+    assert!(!t.join("x").exists());
+    // An adapter made for another base (another width) and a model given as an adapter.
+    ok(&finetune(t, "lo", &["--lora-rank", "2", "--steps", "2"]));
+    let mut args = vec!["train", "--d-model", "32", "--steps", "2", "--out", "other"];
+    args.extend_from_slice(QUICK);
+    ok(&toy(t, &args));
+    let o = toy(t, &["generate", "other", "--lora", "lo/weights/latest", "-n", "2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("another base"), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = toy(t, &["eval", "base", "--lora", "other/weights/latest", "--corpus", "old.txt"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a LoRA adapter"));
+    let o = toy(t, &["export", "merge", "--base", "other/weights/latest", "--lora", "lo/weights/latest", "--out", "m.gguf"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!t.join("m.gguf").exists());
+}

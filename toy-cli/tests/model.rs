@@ -137,7 +137,13 @@ fn check_roundtrip(arch: Arch) {
     let w = Weights::new(&wctx, &cfg).unwrap();
     wctx.allocate(&be).unwrap();
     init_weights(&w, 11).unwrap();
-    write_checkpoint(&path, &w, None, &Provenance { run_id: "t".into(), step: 5, name: "t".into(), save_id: String::new() }).unwrap();
+    write_checkpoint(
+        &path,
+        &w,
+        None,
+        &Provenance { run_id: "t".into(), step: 5, name: "t".into(), save_id: String::new(), lora_base: String::new() },
+    )
+    .unwrap();
     let ck = open_checkpoint(&path).unwrap();
     assert_eq!(ck.config.arch, arch);
     assert_eq!((ck.config.vocab, ck.config.d_model, ck.config.n_kv_heads), (cfg.vocab, cfg.d_model, cfg.n_kv_heads));

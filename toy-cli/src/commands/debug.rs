@@ -116,7 +116,13 @@ pub fn run(args: &DebugArgs) -> Result<()> {
                 let mut gs = GradStep::new(&cctx, w, consts, t, nb, &backends)?;
                 let loss = gs.compute(&b.tokens, &b.targets)?;
                 if grads {
-                    let prov = Provenance { run_id: "debug".into(), step: a.step as u64, name: "toy-grads".into(), save_id: String::new() };
+                    let prov = Provenance {
+                        run_id: "debug".into(),
+                        step: a.step as u64,
+                        name: "toy-grads".into(),
+                        save_id: String::new(),
+                        lora_base: String::new(),
+                    };
                     let src = |p: ggml_rs::Tensor<'_>| -> Result<Vec<f32>> {
                         let g = gs.grad(p).ok_or_else(|| input(format!("no gradient for {}", p.name())))?;
                         Ok(g.read::<f32>()?)

@@ -40,6 +40,10 @@ fn text_bytes(path: &std::path::Path) -> Option<usize> {
 /// Evaluate `args.model` on `args.corpus`.
 pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     let ck = open_checkpoint(&resolve_model(&args.model)?)?;
+    let ck = match &args.lora {
+        Some(l) => ck.with_lora(l)?,
+        None => ck,
+    };
     let path = &args.corpus;
     if !path.exists() {
         return Err(input(format!("corpus {} does not exist", path.display())));

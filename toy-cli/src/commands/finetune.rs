@@ -8,6 +8,7 @@ use crate::cli::TrainArgs;
 use crate::data::tokenizer::Tokenizer;
 use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
 use crate::error::{input, Result};
+use crate::model::lora::{LoraConfig, DEFAULT_TARGETS};
 use crate::model::Arch;
 use crate::train::{train, Init, Outcome, Plan, RunOptions};
 use ggml_rs::DType;
@@ -23,6 +24,9 @@ use std::path::Path;
 pub fn open_base(path: &Path) -> Result<(Checkpoint, Tokenizer)> {
     let p = path.display();
     let ck = open_checkpoint(path).map_err(|e| input(format!("--from {e}")))?;
+    if ck.adapter.is_some() {
+        return Err(input(format!("--from {p}: a LoRA adapter, not a model; merge it first (toy export merge)")));
+    }
     if ck.config.arch != Arch::Llama {
         return Err(input(format!("--from {p}: finetune takes llama models, this one is {}", ck.config.arch.name())));
     }
@@ -84,7 +88,19 @@ pub fn run(a: &TrainArgs, opts: &RunOptions) -> Result<Outcome> {
     if context == 0 || context > base.context {
         return Err(input(format!("--context {context}: the model at {} takes 1 to {} tokens", path.display(), base.context)));
     }
-    cfg.model = crate::model::ModelConfig { context, freeze: cfg.model.freeze.clone(), ..base.clone() };
+    let lora = match (a.lora_rank, a.lora_alpha.is_some() || a.lora_targets.is_some()) {
+        (Some(rank), _) => Some(LoraConfig {
+            rank,
+            alpha: a.lora_alpha.unwrap_or(rank as f32),
+            targets: a.lora_targets.clone().unwrap_or_else(|| DEFAULT_TARGETS.split(',').map(String::from).collect()),
+        }),
+        (None, true) => return Err(input("--lora-alpha and --lora-targets need --lora-rank")),
+        (None, false) => None,
+    };
+    if lora.is_some() && a.freeze.is_some() {
+        return Err(input("--freeze applies to full fine-tuning; with --lora-rank the base is frozen already"));
+    }
+    cfg.model = crate::model::ModelConfig { context, freeze: cfg.model.freeze.clone(), lora, ..base.clone() };
     cfg.validate()?;
     cfg.recipe = "finetune".into();
     cfg.from = Some(std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()).display().to_string());

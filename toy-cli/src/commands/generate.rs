@@ -36,6 +36,10 @@ pub struct Generated {
 /// Generate `args.n` tokens after the prompt.
 pub fn run(args: &GenerateArgs) -> Result<Generated> {
     let ck = open_checkpoint(&resolve_model(&args.model)?)?;
+    let ck = match &args.lora {
+        Some(l) => ck.with_lora(l)?,
+        None => ck,
+    };
     let prompt: Vec<u32> = match (&args.prompt_ids, &ck.tokenizer) {
         (Some(ids), _) => ids
             .split_whitespace()

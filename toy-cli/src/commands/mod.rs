@@ -4,6 +4,7 @@ pub mod debug;
 pub mod describe;
 pub mod devices;
 pub mod eval;
+pub mod export;
 pub mod finetune;
 pub mod generate;
 pub mod new;

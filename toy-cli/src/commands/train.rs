@@ -1,10 +1,10 @@
 //! `toy train`: resolve the configuration (preset < `toy.toml` < flags), read
 //! the corpus, create the run folder and run the recipe.
 
+use crate::checkpoint::open_checkpoint;
 use crate::cli::{Recipe, TrainArgs};
 use crate::config::{Preset, TrainConfig};
 use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
-use crate::checkpoint::open_checkpoint;
 use crate::error::{input, Result};
 use crate::model::Arch;
 use crate::run::{make_run_id, RunDir};
@@ -84,7 +84,10 @@ fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
             lens_init,
             donor_width,
             from,
-            freeze
+            freeze,
+            lora_rank,
+            lora_alpha,
+            lora_targets
         );
         a.train_table |= t.train_table;
         a.skip_nonfinite |= t.skip_nonfinite;
@@ -246,6 +249,9 @@ fn resume_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
         ("--record-batches", a.record_batches),
         ("--out", a.out.is_some()),
         ("--from", a.from.is_some()),
+        ("--lora-rank", a.lora_rank.is_some()),
+        ("--lora-alpha", a.lora_alpha.is_some()),
+        ("--lora-targets", a.lora_targets.is_some()),
     ];
     out.extend(recipe_flags.iter().filter(|(_, on)| *on).map(|(f, _)| format!("{f} (fixed when the run started)")));
     out
@@ -277,7 +283,8 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Corpus, RunDir, Pla
     let ck = run.latest().ok_or_else(|| input(format!("--resume {}: no checkpoint (weights/latest) to resume from", dir.display())))?;
     let corpus = if cfg.recipe == "finetune" {
         // Tokenized as the run started: with the model's tokenizer, which every checkpoint carries.
-        let tok = open_checkpoint(&ck)?.tokenizer.ok_or_else(|| input(format!("{}: no tokenizer to read the corpus with", ck.display())))?;
+        let tok =
+            open_checkpoint(&ck)?.tokenizer.ok_or_else(|| input(format!("{}: no tokenizer to read the corpus with", ck.display())))?;
         crate::commands::finetune::corpus(Some(Path::new(&cfg.corpus)), &tok, cfg.model.vocab, &cfg.text_field)?
     } else {
         load_training_corpus(Some(Path::new(&cfg.corpus)), Some(cfg.model.vocab), &cfg.text_field)?
@@ -314,6 +321,15 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
     if let Some(dir) = &args.resume {
         // The run's config.toml, not toy.toml, says what the run is.
         let (cfg, corpus, run, plan) = resume(args, dir)?;
+        // A LoRA run's state holds the adapters only: the base comes from its file again.
+        let base = match (&cfg.model.lora, &cfg.from) {
+            (Some(_), Some(f)) => Some(crate::commands::finetune::open_base(Path::new(f))?.0),
+            _ => None,
+        };
+        let plan = match &base {
+            Some(b) => Plan { init: Init::Model(b), ..plan },
+            None => plan,
+        };
         let out = train(&plan, &cfg, &corpus, &run, &opts)?;
         if !a.json {
             crate::outln!("run {} → {}", out.run_id, out.run_dir.display());
@@ -324,8 +340,8 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
     if recipe == Recipe::Finetune {
         return crate::commands::finetune::run(&a, &opts);
     }
-    if a.from.is_some() {
-        return Err(input("--from belongs to the finetune recipe (toy train finetune --from MODEL.gguf ...)"));
+    if a.from.is_some() || a.lora_rank.is_some() || a.lora_alpha.is_some() || a.lora_targets.is_some() {
+        return Err(input("--from and --lora-* belong to the finetune recipe (toy train finetune --from MODEL.gguf ...)"));
     }
     if recipe == Recipe::FromScratch
         && (a.donor.is_some() || a.init.is_some() || a.match_by.is_some() || a.lens_init.is_some() || a.shuffle)
@@ -370,7 +386,13 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         let d = crate::donor::load(&opts, tokens.as_deref(), cfg.model.vocab, cfg.model.d_model, cfg.seed)?;
         if let Some(r) = &d.report {
             if !a.json {
-                crate::outln!("donor {}: {} of {} student tokens matched ({:.1}%)", path.display(), r.matched, r.total, 100.0 * r.match_rate);
+                crate::outln!(
+                    "donor {}: {} of {} student tokens matched ({:.1}%)",
+                    path.display(),
+                    r.matched,
+                    r.total,
+                    100.0 * r.match_rate
+                );
             }
         }
         donor = Some(d);

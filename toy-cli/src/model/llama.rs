@@ -3,6 +3,7 @@
 //! grouped-query causal attention, SwiGLU feed-forward, no biases.
 
 use super::attention::{causal_attention, rope};
+use super::lora::{linear, new_adapter, Adapter, TARGETS};
 use super::{Batch, ModelConfig, Param};
 use ggml_rs::{Context, DType, Result, Tensor};
 
@@ -26,6 +27,15 @@ pub struct Block<'w> {
     pub ffn_up: Tensor<'w>,
     /// `[d_ff, d]`
     pub ffn_down: Tensor<'w>,
+    /// Low-rank adapters of the matrices above, in [`TARGETS`] order.
+    pub lora: [Option<Adapter<'w>>; 7],
+}
+
+impl<'w> Block<'w> {
+    /// The matrices in [`TARGETS`] order.
+    pub fn matrices(&self) -> [Tensor<'w>; 7] {
+        [self.attn_q, self.attn_k, self.attn_v, self.attn_output, self.ffn_gate, self.ffn_up, self.ffn_down]
+    }
 }
 
 /// All weights of a llama model.
@@ -55,7 +65,17 @@ impl<'w> Llama<'w> {
         let blocks = (0..cfg.n_layers)
             .map(|i| {
                 let n = |s: &str| format!("blk.{i}.{s}.weight");
+                let dims = [(d, hq), (d, hkv), (d, hkv), (hq, d), (d, f), (d, f), (f, d)];
+                let mut lora = [None; 7];
+                if let Some(l) = &cfg.lora {
+                    for (k, (target, (n_in, n_out))) in TARGETS.iter().zip(dims).enumerate() {
+                        if l.targets(target) {
+                            lora[k] = Some(new_adapter(ctx, i, target, n_in, n_out, l.rank)?);
+                        }
+                    }
+                }
                 Ok(Block {
+                    lora,
                     attn_norm: weight(ctx, &n("attn_norm"), &[d])?,
                     attn_q: weight(ctx, &n("attn_q"), &[d, hq])?,
                     attn_k: weight(ctx, &n("attn_k"), &[d, hkv])?,
@@ -81,17 +101,25 @@ impl<'w> Llama<'w> {
         })
     }
 
-    /// Parameters in checkpoint order; norms are not decayed, and the donor
-    /// table is frozen when a lens is used.
+    /// Parameters in checkpoint order, then the adapters; norms are not
+    /// decayed, the donor table is frozen when a lens is used, and with LoRA
+    /// only the adapters train.
     pub fn params(&self) -> Vec<Param<'w>> {
-        let p = |t: Tensor<'w>| Param { tensor: t, trainable: true, decay: t.n_dims() >= 2 };
-        let mut v = vec![Param { tensor: self.token_embd, trainable: self.lens.is_none() || !self.cfg.freeze_table, decay: true }];
+        let base = self.cfg.lora.is_none();
+        let p = |t: Tensor<'w>| Param { tensor: t, trainable: base, decay: t.n_dims() >= 2 };
+        let mut v =
+            vec![Param { tensor: self.token_embd, trainable: base && (self.lens.is_none() || !self.cfg.freeze_table), decay: true }];
         v.extend(self.lens.map(p));
         v.push(p(self.output_norm));
         v.extend(self.output.map(p));
         for b in &self.blocks {
             for t in [b.attn_norm, b.ffn_norm, b.attn_q, b.attn_k, b.attn_v, b.attn_output, b.ffn_gate, b.ffn_up, b.ffn_down] {
                 v.push(p(t));
+            }
+        }
+        for b in &self.blocks {
+            for l in b.lora.iter().flatten() {
+                v.extend([l.a, l.b].map(|t| Param { tensor: t, trainable: true, decay: true }));
             }
         }
         v
@@ -105,6 +133,7 @@ impl<'w> Llama<'w> {
         let c = &self.cfg;
         let (d, t, b) = (c.d_model as i64, x.t as i64, x.b as i64);
         let (dh, eps) = (c.d_head() as i64, c.norm_eps);
+        let s = c.lora.as_ref().map_or(1.0, |l| l.scale());
         let mut h = ctx.get_rows(self.token_embd, x.tokens)?; // [d or donor, T·B]
         if let Some(lens) = self.lens {
             h = ctx.mul_mat(lens, h)?; // [d, T·B]
@@ -115,17 +144,19 @@ impl<'w> Llama<'w> {
             // RoPE over [dh, heads, T·B] with per-token positions: its backward then
             // receives a contiguous gradient (through the reshape), which CUDA needs.
             let (hq, hkv) = (c.n_heads as i64, c.n_kv_heads as i64);
-            let q = rope(ctx, ctx.reshape(ctx.mul_mat(blk.attn_q, a)?, &[dh, hq, t * b])?, x.pos, c.rope_base)?;
-            let k = rope(ctx, ctx.reshape(ctx.mul_mat(blk.attn_k, a)?, &[dh, hkv, t * b])?, x.pos, c.rope_base)?;
+            // W·x (+ alpha/r·B·A·x on the adapted matrices), W in TARGETS order.
+            let lin = |k: usize, x| linear(ctx, blk.matrices()[k], blk.lora[k], s, x);
+            let q = rope(ctx, ctx.reshape(lin(0, a)?, &[dh, hq, t * b])?, x.pos, c.rope_base)?;
+            let k = rope(ctx, ctx.reshape(lin(1, a)?, &[dh, hkv, t * b])?, x.pos, c.rope_base)?;
             let q = ctx.reshape(q, &[dh, hq, t, b])?; // [dh, H, T, B]
             let k = ctx.reshape(k, &[dh, hkv, t, b])?;
-            let v = ctx.reshape(ctx.mul_mat(blk.attn_v, a)?, &[dh, hkv, t, b])?;
+            let v = ctx.reshape(lin(2, a)?, &[dh, hkv, t, b])?;
             let att = causal_attention(ctx, q, k, v, x.mask)?; // [H·dh, T, B]
-            h = ctx.add(h, ctx.mul_mat(blk.attn_output, att)?)?;
+            h = ctx.add(h, lin(3, att)?)?;
 
             let m = ctx.mul(ctx.rms_norm(h, eps)?, blk.ffn_norm)?;
-            let g = ctx.swiglu_split(ctx.mul_mat(blk.ffn_gate, m)?, ctx.mul_mat(blk.ffn_up, m)?)?; // [d_ff, T, B]
-            h = ctx.add(h, ctx.mul_mat(blk.ffn_down, g)?)?;
+            let g = ctx.swiglu_split(lin(4, m)?, lin(5, m)?)?; // [d_ff, T, B]
+            h = ctx.add(h, lin(6, g)?)?;
         }
         let h = ctx.mul(ctx.rms_norm(h, eps)?, self.output_norm)?;
         ctx.mul_mat(self.output.unwrap_or(self.token_embd), h) // [vocab, T, B]

@@ -5,6 +5,7 @@ mod attention;
 pub mod gpt2;
 pub mod init;
 pub mod llama;
+pub mod lora;
 
 use ggml_rs::{Context, Tensor};
 use serde::{Deserialize, Serialize};
@@ -64,6 +65,9 @@ pub struct ModelConfig {
     /// (`--freeze token_embd,blk.0.`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub freeze: Vec<String>,
+    /// Low-rank adapters on a frozen base (llama; the finetune recipe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<lora::LoraConfig>,
 }
 
 fn yes() -> bool {
@@ -185,6 +189,14 @@ impl<'w> Weights<'w> {
         match self {
             Weights::Llama(m) => &m.cfg,
             Weights::Gpt2(m) => &m.cfg,
+        }
+    }
+
+    /// The low-rank adapters, block by block in [`lora::TARGETS`] order (none without LoRA).
+    pub fn adapters(&self) -> Vec<lora::Adapter<'w>> {
+        match self {
+            Weights::Llama(m) => m.blocks.iter().flat_map(|b| b.lora.iter().flatten().copied()).collect(),
+            Weights::Gpt2(_) => Vec::new(),
         }
     }
 

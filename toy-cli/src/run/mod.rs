@@ -97,8 +97,7 @@ impl RunDir {
             let Ok(rd) = std::fs::read_dir(&dir) else { continue };
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                let orphan_state =
-                    name.strip_suffix(".state.gguf").is_some_and(|stem| !dir.join(format!("{stem}.gguf")).exists());
+                let orphan_state = name.strip_suffix(".state.gguf").is_some_and(|stem| !dir.join(format!("{stem}.gguf")).exists());
                 if (name.starts_with('.') && name.contains(".tmp-")) || orphan_state {
                     let _ = std::fs::remove_file(e.path());
                 }

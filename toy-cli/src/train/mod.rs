@@ -228,7 +228,13 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         );
         log.emit("fallback", json!({ "device": device.name(), "n_nodes": fallbacks.len(), "ops": ops }))?;
     }
-    let prov = |step| Provenance { run_id: run.id.clone(), step, name: model_name(cfg), save_id: String::new() };
+    let prov = |step| Provenance {
+        run_id: run.id.clone(),
+        step,
+        name: model_name(cfg),
+        save_id: String::new(),
+        lora_base: cfg.from.clone().unwrap_or_default(),
+    };
     if opts.save_initial && plan.resume.is_none() {
         write_checkpoint(&run.checkpoint_path(0), weights, corpus.tokenizer.as_ref(), &prov(0))?;
     }
@@ -288,7 +294,12 @@ impl<'w> ReplicaState<'w> {
         wctx.allocate(device).map_err(|e| crate::error::building("the weights", e))?;
         consts.fill()?;
         match plan.init {
-            Init::Model(ck) => ck.load_weights(&weights)?,
+            Init::Model(ck) => {
+                ck.load_weights(&weights)?;
+                if ck.adapter.is_none() {
+                    crate::model::lora::init_adapters(&weights.adapters(), cfg.seed)?;
+                }
+            }
             Init::Donor(d) => {
                 init_weights(&weights, cfg.seed)?;
                 d.apply(&weights)?;

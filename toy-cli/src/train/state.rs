@@ -38,6 +38,12 @@ fn key(i: usize, t: Tensor<'_>, suffix: &str) -> String {
     }
 }
 
+/// Whether the state holds `p`: every weight as trained, except a LoRA run's
+/// frozen base, which is read again from the base model on resume.
+fn in_state(w: &Weights<'_>, p: &crate::model::Param<'_>) -> bool {
+    p.trainable || w.config().lora.is_none()
+}
+
 /// Write the state (atomically) for the weights and moments as they are now,
 /// paired with the checkpoint of run `run_id` that carries `save_id` (see [`check_pair`]).
 pub fn save(path: &Path, w: &Weights<'_>, moments: &AdamWState<'_>, p: &Progress, run_id: &str, save_id: &str) -> Result<()> {
@@ -48,7 +54,7 @@ pub fn save(path: &Path, w: &Weights<'_>, moments: &AdamWState<'_>, p: &Progress
     g.set("toy.state.step", p.step)?;
     g.set("toy.state.opt_t", p.opt_t)?;
     g.set("toy.state.sampler", serde_json::to_string(&p.sampler).expect("serializable"))?;
-    for (i, prm) in w.params().iter().enumerate() {
+    for (i, prm) in w.params().iter().enumerate().filter(|(_, p)| in_state(w, p)) {
         g.add_tensor(&key(i, prm.tensor, ""), prm.tensor)?;
     }
     for (i, (prm, m, v)) in moments.entries().iter().enumerate() {
@@ -79,7 +85,7 @@ pub fn load(path: &Path, w: &Weights<'_>, moments: &AdamWState<'_>) -> Result<Pr
         }
         Ok(f.load_into(name, t)?)
     };
-    for (i, prm) in w.params().iter().enumerate() {
+    for (i, prm) in w.params().iter().enumerate().filter(|(_, p)| in_state(w, p)) {
         load(&key(i, prm.tensor, ""), prm.tensor)?;
     }
     for (i, (prm, m, v)) in moments.entries().iter().enumerate() {

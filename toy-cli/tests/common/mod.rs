@@ -23,6 +23,7 @@ pub fn tiny(arch: Arch) -> ModelConfig {
         donor_width: None,
         freeze_table: true,
         freeze: Vec::new(),
+        lora: None,
     }
 }
 

@@ -1,0 +1,151 @@
+//! LoRA adapter files in llama.cpp's own layout (`llama-adapter.cpp`):
+//! `general.type = "adapter"`, `general.architecture = "llama"`,
+//! `adapter.type = "lora"`, `adapter.lora.alpha` (f32), and for every adapted
+//! matrix `blk.N.T.weight` the pair `blk.N.T.weight.lora_a` `[in, rank]` and
+//! `….lora_b` `[rank, out]` (ggml `ne` order), so `llama-cli -m BASE --lora
+//! ADAPTER` runs it. toy adds `toy.lora.base` (the base model's path) and its
+//! run keys, which llama.cpp ignores.
+
+use crate::checkpoint::Provenance;
+use crate::error::{input, Result};
+use crate::model::lora::{LoraConfig, TARGETS};
+use crate::model::{ModelConfig, Weights};
+use ggml_rs::gguf::{GgufFile, GgufWriter};
+use ggml_rs::DType;
+use std::path::Path;
+
+/// An open adapter, checked against the base it is for.
+pub struct AdapterFile {
+    pub file: GgufFile,
+    pub config: LoraConfig,
+}
+
+/// Write the adapters of `w` (a LoRA model) to `path`, atomically.
+pub fn write_adapter(path: &Path, w: &Weights<'_>, prov: &Provenance, base: &str) -> Result<()> {
+    let lora = w.config().lora.as_ref().ok_or_else(|| input("the model has no LoRA adapters"))?;
+    let mut g = GgufWriter::new();
+    g.set("general.type", "adapter")?;
+    g.set("general.architecture", "llama")?;
+    g.set("general.name", if prov.name.is_empty() { "toy-lora" } else { prov.name.as_str() })?;
+    g.set("adapter.type", "lora")?;
+    g.set("adapter.lora.alpha", lora.alpha)?;
+    g.set("toy.checkpoint_format", crate::checkpoint::FORMAT)?;
+    g.set("toy.lora.base", base)?;
+    g.set("toy.run_id", prov.run_id.as_str())?;
+    g.set("toy.step", prov.step)?;
+    if !prov.save_id.is_empty() {
+        g.set("toy.save_id", prov.save_id.as_str())?;
+    }
+    for ad in w.adapters() {
+        for t in [ad.a, ad.b] {
+            let v = t.read::<f32>()?;
+            if v.iter().any(|x| !x.is_finite()) {
+                return Err(crate::error::runtime(format!("{} is not finite; not writing {}", t.name(), path.display())));
+            }
+            g.add_tensor(&t.name(), t)?;
+        }
+    }
+    Ok(g.write(path)?)
+}
+
+/// Whether the GGUF at `f` is an adapter (`general.type = "adapter"`).
+pub fn is_adapter(f: &GgufFile) -> bool {
+    f.get_str("general.type").ok() == Some("adapter")
+}
+
+/// Open the adapter at `path` for a base of shape `base`.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming the file: not an adapter
+/// or not LoRA, another architecture, a tensor that is not `blk.N.T.weight.lora_a/b`
+/// of a matrix the base has, shapes that do not fit the base (an adapter for
+/// another base), unequal ranks, targets that differ between blocks, or values
+/// that are not f32 and finite.
+pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
+    let p = path.display();
+    if !path.is_file() {
+        return Err(input(format!("--lora {p}: no such file")));
+    }
+    let file = GgufFile::open(path)?;
+    if !is_adapter(&file) || file.get_str("adapter.type").ok() != Some("lora") {
+        return Err(input(format!("--lora {p}: not a LoRA adapter (general.type \"adapter\", adapter.type \"lora\")")));
+    }
+    if file.get_str("general.architecture").ok() != Some("llama") {
+        return Err(input(format!("--lora {p}: not a llama adapter")));
+    }
+    let alpha = file.get_f64("adapter.lora.alpha").map_err(|_| input(format!("--lora {p}: no adapter.lora.alpha")))? as f32;
+    let (d, f) = (base.d_model, base.d_ff);
+    let (hq, hkv) = (base.n_heads * base.d_head(), base.n_kv_heads * base.d_head());
+    let dims = [(d, hq), (d, hkv), (d, hkv), (hq, d), (d, f), (d, f), (f, d)];
+    let other = |why: String| input(format!("--lora {p}: {why} (an adapter for another base?)"));
+    let mut per_block: Vec<Vec<String>> = vec![Vec::new(); base.n_layers];
+    let mut rank = None;
+    for t in file.tensors() {
+        let Some(stem) = t.name.strip_suffix(".lora_a") else {
+            if !t.name.ends_with(".lora_b") {
+                return Err(other(format!("tensor {} is not a .lora_a / .lora_b pair", t.name)));
+            }
+            continue;
+        };
+        let parsed = stem.strip_prefix("blk.").and_then(|r| r.split_once('.')).and_then(|(n, rest)| {
+            let target = rest.strip_suffix(".weight")?;
+            Some((n.parse::<usize>().ok()?, TARGETS.iter().position(|x| *x == target)?))
+        });
+        let (blk, k) = parsed.ok_or_else(|| other(format!("toy adapts blk.N.{{{}}}.weight, not {stem}", TARGETS.join(","))))?;
+        if blk >= base.n_layers {
+            return Err(other(format!("{stem}: the base has {} blocks", base.n_layers)));
+        }
+        let b = file.tensor(&format!("{stem}.lora_b")).ok_or_else(|| other(format!("{stem}.lora_b is missing")))?;
+        let (n_in, n_out) = dims[k];
+        let r = t.ne[1] as usize;
+        if t.shape() != [n_in as i64, r as i64] || b.shape() != [r as i64, n_out as i64] {
+            return Err(other(format!("{stem} is [{n_in}, {n_out}] in the base, its adapters are {:?} and {:?}", t.shape(), b.shape())));
+        }
+        if t.dtype != DType::F32 || b.dtype != DType::F32 {
+            return Err(input(format!("--lora {p}: {stem}'s adapters are {}/{}; toy reads f32 adapters", t.dtype, b.dtype)));
+        }
+        if *rank.get_or_insert(r) != r || r == 0 {
+            return Err(input(format!("--lora {p}: adapters of ranks {} and {r}; toy needs one rank", rank.unwrap_or(0))));
+        }
+        per_block[blk].push(TARGETS[k].to_string());
+    }
+    for t in file.tensors().iter().filter(|t| t.name.ends_with(".lora_b")) {
+        if file.tensor(&t.name.replace(".lora_b", ".lora_a")).is_none() {
+            return Err(other(format!("{} has no .lora_a", t.name)));
+        }
+    }
+    let rank = rank.ok_or_else(|| input(format!("--lora {p}: no adapter tensors")))?;
+    let mut targets = per_block[0].clone();
+    targets.sort_by_key(|t| TARGETS.iter().position(|x| x == t));
+    for (i, b) in per_block.iter().enumerate() {
+        let mut b = b.clone();
+        b.sort_by_key(|t| TARGETS.iter().position(|x| x == t));
+        if b != targets {
+            return Err(input(format!(
+                "--lora {p}: block {i} adapts {b:?}, block 0 {targets:?}; toy needs the same targets in every block"
+            )));
+        }
+    }
+    let config = LoraConfig { rank, alpha, targets };
+    config.validate(base.d_model).map_err(|m| input(format!("--lora {p}: {m}")))?;
+    Ok(AdapterFile { file, config })
+}
+
+impl AdapterFile {
+    /// Copy the adapters into `w` (built with [`AdapterFile::config`]).
+    pub fn load(&self, w: &Weights<'_>) -> Result<()> {
+        for ad in w.adapters() {
+            for t in [ad.a, ad.b] {
+                self.file.load_into(&t.name(), t)?;
+                if let Some(i) = t.read::<f32>()?.iter().position(|x| !x.is_finite()) {
+                    return Err(input(format!(
+                        "--lora {}: {} holds a non-finite value at element {i}",
+                        self.file.path().display(),
+                        t.name()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,78 @@
+//! `toy export merge --base MODEL.gguf --lora ADAPTER.gguf --out MERGED.gguf`:
+//! every adapted matrix becomes `W + (alpha/rank)·B·A` (f64 sums), written
+//! back in the base's own type (f32, f16 or bf16); every other tensor and every
+//! key of the base are copied as they are.
+
+use crate::adapter::open_adapter;
+use crate::checkpoint::open_checkpoint;
+use crate::cli::{ExportArgs, ExportCommand, MergeArgs};
+use crate::error::{input, Result};
+use crate::model::Arch;
+use ggml_rs::gguf::GgufWriter;
+use ggml_rs::DType;
+use std::path::PathBuf;
+
+/// Run `toy export ...`; returns the path written.
+pub fn run(a: &ExportArgs) -> Result<PathBuf> {
+    match &a.command {
+        ExportCommand::Merge(m) => merge(m),
+    }
+}
+
+/// `W` `[n_in, n_out]` (row-major `[n_out][n_in]`) plus `scale·B·A`, with
+/// `A` `[n_in, r]` and `B` `[r, n_out]` in ggml `ne` order.
+pub fn merged(w: &[f32], a: &[f32], b: &[f32], n_in: usize, r: usize, scale: f32) -> Vec<f32> {
+    let n_out = w.len() / n_in;
+    let mut out = w.to_vec();
+    for o in 0..n_out {
+        for i in 0..n_in {
+            let d: f64 = (0..r).map(|j| b[o * r + j] as f64 * a[j * n_in + i] as f64).sum();
+            out[o * n_in + i] = (w[o * n_in + i] as f64 + scale as f64 * d) as f32;
+        }
+    }
+    out
+}
+
+fn merge(m: &MergeArgs) -> Result<PathBuf> {
+    let base = open_checkpoint(&m.base).map_err(|e| input(format!("--base {e}")))?;
+    if base.adapter.is_some() {
+        return Err(input(format!("--base {}: a LoRA adapter, not a model", m.base.display())));
+    }
+    if base.config.arch != Arch::Llama {
+        return Err(input(format!("--base {}: adapters apply to llama models", m.base.display())));
+    }
+    let ad = open_adapter(&m.lora, &base.config)?;
+    let scale = ad.config.scale();
+    let f = &base.file;
+    let mut g = GgufWriter::new();
+    for (k, v) in f.metadata() {
+        if k != "general.alignment" {
+            g.set(k, v.clone())?;
+        }
+    }
+    g.set("toy.lora.merged", m.lora.display().to_string())?;
+    for t in f.tensors() {
+        let a_name = format!("{}.lora_a", t.name);
+        let Some(_) = ad.file.tensor(&a_name) else {
+            g.add_tensor_bytes(&t.name, t.dtype, &t.ne, f.tensor_data(&t.name)?.to_vec())?;
+            continue;
+        };
+        let w = f.tensor_f32(&t.name)?;
+        let (av, bv) = (ad.file.tensor_f32(&a_name)?, ad.file.tensor_f32(&format!("{}.lora_b", t.name))?);
+        let out = merged(&w, &av, &bv, t.ne[0] as usize, ad.config.rank, scale);
+        let bytes: Vec<u8> = match t.dtype {
+            DType::F32 => out.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            DType::F16 => out.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect(),
+            DType::BF16 => out.iter().flat_map(|&x| half::bf16::from_f32(x).to_le_bytes()).collect(),
+            other => return Err(input(format!("--base {}: {} is {other}; merging needs f32, f16 or bf16", m.base.display(), t.name))),
+        };
+        g.add_tensor_bytes(&t.name, t.dtype, &t.ne, bytes)?;
+    }
+    if let Some(dir) = m.out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            return Err(input(format!("--out {}: no folder {}", m.out.display(), dir.display())));
+        }
+    }
+    g.write(&m.out).map_err(|e| crate::error::runtime(format!("cannot write {}: {e}", m.out.display())))?;
+    Ok(m.out.clone())
+}

@@ -1,0 +1,97 @@
+//! Low-rank adapters (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large
+//! Language Models"): a targeted matrix `W` `[in, out]` computes
+//! `W·x + (alpha/rank)·B·(A·x)` with `A` `[in, rank]` and `B` `[rank, out]`
+//! (ggml `ne` order, as llama.cpp's adapters: `llama-adapter.cpp`,
+//! `build_lora_mm`). `A` starts as loralib's `kaiming_uniform_(a=√5)`,
+//! U(−1/√in, 1/√in), and `B` at zero, so step 0 is the base model.
+
+use ggml_rs::{Context, DType, Result, Tensor};
+use rand::SeedableRng;
+use rand_distr::{Distribution, Uniform};
+use serde::{Deserialize, Serialize};
+
+/// The matrices an adapter can target, in block order (llama.cpp's names).
+pub const TARGETS: [&str; 7] = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"];
+
+/// `--lora-targets` when not given (the LoRA paper adapts the attention projections).
+pub const DEFAULT_TARGETS: &str = "attn_q,attn_k,attn_v,attn_output";
+
+/// Which matrices get adapters, of what rank, at what scale.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoraConfig {
+    /// `r`: the inner width of `B·A`.
+    pub rank: usize,
+    /// `alpha`: the update is scaled by `alpha / rank`.
+    pub alpha: f32,
+    /// Names out of [`TARGETS`].
+    pub targets: Vec<String>,
+}
+
+impl LoraConfig {
+    /// `alpha / rank`.
+    pub fn scale(&self) -> f32 {
+        self.alpha / self.rank as f32
+    }
+
+    /// Whether `target` (one of [`TARGETS`]) is adapted.
+    pub fn targets(&self, target: &str) -> bool {
+        self.targets.iter().any(|t| t == target)
+    }
+
+    /// Check rank, alpha and targets for a model of width `d_model`.
+    pub fn validate(&self, d_model: usize) -> std::result::Result<(), String> {
+        if self.rank == 0 || self.rank > d_model {
+            return Err(format!("--lora-rank {} must be between 1 and the model width {d_model}", self.rank));
+        }
+        if !self.alpha.is_finite() || self.alpha <= 0.0 {
+            return Err(format!("--lora-alpha {} must be positive and finite", self.alpha));
+        }
+        if self.targets.is_empty() {
+            return Err("--lora-targets names no matrix".into());
+        }
+        if let Some(t) = self.targets.iter().find(|t| !TARGETS.contains(&t.as_str())) {
+            return Err(format!("--lora-targets: {t:?} is not one of {}", TARGETS.join(", ")));
+        }
+        Ok(())
+    }
+}
+
+/// One adapted matrix's pair: `A` `[in, rank]`, `B` `[rank, out]`.
+#[derive(Clone, Copy)]
+pub struct Adapter<'w> {
+    pub a: Tensor<'w>,
+    pub b: Tensor<'w>,
+}
+
+/// The adapters of `blk.{block}.{target}.weight` `[n_in, n_out]`, named as
+/// llama.cpp reads them (`….weight.lora_a`, `….weight.lora_b`).
+pub fn new_adapter<'w>(ctx: &'w Context, block: usize, target: &str, n_in: usize, n_out: usize, rank: usize) -> Result<Adapter<'w>> {
+    let base = format!("blk.{block}.{target}.weight");
+    let a = ctx.new_tensor(DType::F32, &[n_in as i64, rank as i64])?.set_name(&format!("{base}.lora_a"))?;
+    let b = ctx.new_tensor(DType::F32, &[rank as i64, n_out as i64])?.set_name(&format!("{base}.lora_b"))?;
+    Ok(Adapter { a, b })
+}
+
+/// `W·x`, plus `scale·B·(A·x)` when `lora` is set.
+pub fn linear<'a>(ctx: &'a Context, w: Tensor<'a>, lora: Option<Adapter<'a>>, scale: f32, x: Tensor<'a>) -> Result<Tensor<'a>> {
+    let y = ctx.mul_mat(w, x)?;
+    match lora {
+        None => Ok(y),
+        Some(l) => ctx.add(y, ctx.scale(ctx.mul_mat(l.b, ctx.mul_mat(l.a, x)?)?, scale)?),
+    }
+}
+
+/// Write the starting values: `A` ~ U(−1/√in, 1/√in), `B` = 0, from one
+/// ChaCha stream seeded with `seed`, adapter by adapter in order.
+pub fn init_adapters(adapters: &[Adapter<'_>], seed: u64) -> Result<()> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x10_7a);
+    for ad in adapters {
+        let n_in = ad.a.ne()[0] as f32;
+        let bound = 1.0 / n_in.sqrt();
+        let dist = Uniform::new_inclusive(-bound, bound).expect("a valid range");
+        let n = ad.a.nelements() as usize;
+        ad.a.write(&(0..n).map(|_| dist.sample(&mut rng)).collect::<Vec<f32>>())?;
+        ad.b.write(&vec![0f32; ad.b.nelements() as usize])?;
+    }
+    Ok(())
+}
