@@ -77,6 +77,17 @@ class ToyModel(nn.Module):
     def blk(self, i, name):
         return self.w[f"blk.{i}.{name}"]
 
+    def proj(self, x, i, name):
+        """x @ Wᵀ for the block's matrix `name`; with a LoRA adapter on it (Hu et
+        al. 2021, eq. 3: h = W₀x + ΔWx, ΔW = (α/r)·B·A with A (r, in), B (out, r)),
+        plus (α/r)·(x @ Aᵀ) @ Bᵀ."""
+        key = f"blk.{i}.{name}"
+        y = x @ self.w[key].T
+        if key in getattr(self, "lora", {}):
+            a, b = self.lora[key]
+            y = y + self.lora_scale * ((x @ a.T) @ b.T)
+        return y
+
     def loss(self, tokens, targets):
         """Mean next-token cross-entropy over all B·T positions, and the logits."""
         logits = self(tokens)
@@ -92,14 +103,14 @@ class Llama(ToyModel):
         x = self.w["token_embd.weight"][tokens]  # (B, T, d)
         for i in range(c.n_layers):
             h = rms_norm(x, self.blk(i, "attn_norm.weight"), c.norm_eps)
-            q = (h @ self.blk(i, "attn_q.weight").T).view(b, t, c.n_heads, c.d_head)
-            k = (h @ self.blk(i, "attn_k.weight").T).view(b, t, c.n_kv_heads, c.d_head)
-            v = (h @ self.blk(i, "attn_v.weight").T).view(b, t, c.n_kv_heads, c.d_head)
+            q = self.proj(h, i, "attn_q.weight").view(b, t, c.n_heads, c.d_head)
+            k = self.proj(h, i, "attn_k.weight").view(b, t, c.n_kv_heads, c.d_head)
+            v = self.proj(h, i, "attn_v.weight").view(b, t, c.n_kv_heads, c.d_head)
             q, k = rope(q, c.rope_base), rope(k, c.rope_base)
-            x = x + self.attention(q, k, v) @ self.blk(i, "attn_output.weight").T
+            x = x + self.proj(self.attention(q, k, v), i, "attn_output.weight")
             h = rms_norm(x, self.blk(i, "ffn_norm.weight"), c.norm_eps)
-            gate = F.silu(h @ self.blk(i, "ffn_gate.weight").T)
-            x = x + (gate * (h @ self.blk(i, "ffn_up.weight").T)) @ self.blk(i, "ffn_down.weight").T
+            gate = F.silu(self.proj(h, i, "ffn_gate.weight"))
+            x = x + self.proj(gate * self.proj(h, i, "ffn_up.weight"), i, "ffn_down.weight")
         x = rms_norm(x, self.w["output_norm.weight"], c.norm_eps)
         head = self.w["token_embd.weight"] if c.tied else self.w["output.weight"]
         return x @ head.T  # (B, T, V)
@@ -138,3 +149,25 @@ def load_model(path, dtype=torch.float32) -> ToyModel:
     cfg = f.config()
     cls = {"llama": Llama, "gpt2": Gpt2}[cfg.arch]
     return cls(cfg, f.tensors, dtype)
+
+
+def load_lora_model(base, adapter, dtype=torch.float32) -> ToyModel:
+    """The llama at `base`, frozen, with the LoRA adapter at `adapter` (llama.cpp's
+    layout: `W.lora_a` ne [in, r] = numpy (r, in), `W.lora_b` ne [r, out] = numpy
+    (out, r), scale adapter.lora.alpha / r) as the only trainable parameters in
+    `model.lora_params` (name → Parameter)."""
+    model = load_model(base, dtype)
+    for p in model.w.values():
+        p.requires_grad_(False)
+    f = ToyGguf(adapter)
+    model.lora, model.lora_params = {}, {}
+    for name, arr in f.tensors.items():
+        if name.endswith(".lora_a"):
+            key = name[: -len(".lora_a")]
+            a = nn.Parameter(torch.from_numpy(arr.copy()).to(dtype))
+            b = nn.Parameter(torch.from_numpy(f.tensors[key + ".lora_b"].copy()).to(dtype))
+            model.lora[key] = (a, b)
+            model.lora_params[name], model.lora_params[key + ".lora_b"] = a, b
+    rank = next(iter(model.lora.values()))[0].shape[0]
+    model.lora_scale = float(f.get("adapter.lora.alpha")) / rank
+    return model

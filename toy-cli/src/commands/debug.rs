@@ -127,7 +127,19 @@ pub fn run(args: &DebugArgs) -> Result<()> {
                         let g = gs.grad(p).ok_or_else(|| input(format!("no gradient for {}", p.name())))?;
                         Ok(g.read::<f32>()?)
                     };
-                    write_model(&a.out, w, None, &prov, &src)?;
+                    if ck.config.lora.is_some() {
+                        // A LoRA model: the adapters' gradients, under the adapters' names.
+                        let mut g = GgufWriter::new();
+                        g.set("toy.loss", loss)?;
+                        for ad in w.adapters() {
+                            for t in [ad.a, ad.b] {
+                                g.add_tensor_data(&t.name(), &t.ne(), &src(t)?)?;
+                            }
+                        }
+                        g.write(&a.out)?;
+                    } else {
+                        write_model(&a.out, w, None, &prov, &src)?;
+                    }
                     println!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }));
                 } else {
                     let mut g = GgufWriter::new();
