@@ -313,8 +313,11 @@ pub fn check_shapes(file: &GgufFile, c: &ModelConfig, what: &str) -> Result<()> 
 /// [`Error::Input`](crate::error::Error::Input) naming the file when it is not
 /// a GGUF file or not a llama/gpt2 model this program can run.
 pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
-    if !path.is_file() {
+    if !path.exists() {
         return Err(input(format!("{}: no such checkpoint file", path.display())));
+    }
+    if !path.is_file() {
+        return Err(input(format!("{}: not a regular file, not a checkpoint", path.display())));
     }
     let file = GgufFile::open(path)?;
     if crate::adapter::is_adapter(&file) {

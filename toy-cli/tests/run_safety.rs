@@ -341,3 +341,38 @@ fn reshape_values(from: &Path, to: &Path, name: &str, values: &[f32]) {
     }
     g.write(to).unwrap();
 }
+
+#[test]
+fn hostile_inputs_of_the_adversarial_pass() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    std::fs::write(t.join("s.txt"), stories::generate_with(2, 20)).unwrap();
+    for v in ["1000000000", "18446744073709551615"] {
+        fails(&run(&mut train(t, "x", &["--preset", "smoke", "--corpus", "s.txt", "--vocab-size", v])), "too large");
+        fails(&run(toy(t).args(["prep", "s.txt", "--vocab-size", v, "--out", "p"])), "too large");
+    }
+    assert!(!t.join("x").exists() && !t.join("p").exists());
+    ok(&run(&mut train(t, "r", &["--preset", "smoke", "--steps", "2"])));
+    // A FIFO is refused before it is opened (opening one blocks).
+    if Command::new("mkfifo").arg(t.join("f.gguf")).status().is_ok_and(|s| s.success()) {
+        let t0 = Instant::now();
+        fails(&run(toy(t).args(["describe", "f.gguf"])), "not a regular file");
+        fails(&run(toy(t).args(["generate", "f.gguf"])), "not a regular file");
+        assert!(t0.elapsed() < Duration::from_secs(30));
+    }
+    // weights/latest pointing into another run is not this run's checkpoint.
+    ok(&run(&mut train(t, "other", &["--preset", "smoke", "--steps", "1"])));
+    let latest = t.join("r/weights/latest");
+    std::fs::remove_file(&latest).unwrap();
+    std::os::unix::fs::symlink("../../other/weights/step_1.gguf", &latest).unwrap();
+    fails(&run(toy(t).args(["train", "--resume", "r", "--steps", "4", "--threads", "1"])), "no checkpoint");
+    // toy.toml: a typo'd table is an error, as an unknown key inside [train] is.
+    std::fs::create_dir(t.join("proj")).unwrap();
+    std::fs::write(t.join("proj/toy.toml"), "[trian]\nsteps = 3\n").unwrap();
+    fails(&run(toy(&t.join("proj")).args(["train", "--preset", "smoke"])), "trian");
+    // A hostile batch layout.
+    std::fs::write(t.join("batches.json"), r#"{"format":"toy/batches-v1","window":4611686018427387904,"batch":1,"dtype":"u32"}"#).unwrap();
+    std::fs::write(t.join("batches.bin"), [0u8; 64]).unwrap();
+    let o = run(toy(t).args(["debug", "dump-logits", "r/weights/step_2.gguf", "--batches", "batches.bin", "--out", "d.gguf"]));
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+}

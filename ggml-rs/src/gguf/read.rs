@@ -70,6 +70,11 @@ impl GgufFile {
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         log::init();
         let path = path.as_ref().to_path_buf();
+        // Before opening: opening a FIFO would block until someone writes to it.
+        let kind = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?;
+        if !kind.is_file() {
+            return Err(Error::gguf(&path, "not a regular file"));
+        }
         let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
         let meta = file.metadata().map_err(|e| Error::io(&path, e))?;
         if !meta.is_file() {

@@ -23,6 +23,9 @@ fn bench(a: &BenchArgs) -> Result<()> {
     use crate::train::{build_trainer, devices, parallel::Trainer, Plan, ReplicaState};
     use ggml_rs::optim::AdamWConfig;
     use rand::{Rng, SeedableRng};
+    if a.steps == 0 {
+        return Err(input("--steps must be at least 1"));
+    }
     let mut cfg = TrainConfig::from_preset(a.preset, a.arch, a.vocab);
     if let Some(b) = a.batch {
         cfg.batch = b;

@@ -62,7 +62,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     if !(sampling.temperature >= 0.0 && sampling.temperature.is_finite() && sampling.top_p > 0.0 && sampling.top_p <= 1.0) {
         return Err(input("--temperature must be ≥ 0 and --top-p in (0, 1]"));
     }
-    let t = ck.config.context.min(prompt.len() + args.n).max(1);
+    let t = ck.config.context.min(prompt.len().saturating_add(args.n)).max(1);
     let backends = backends_for(&args.device, args.threads, args.matmul_precision)?;
     let stream = !args.json && ck.tokenizer.is_some();
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);

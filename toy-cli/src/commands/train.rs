@@ -24,7 +24,9 @@ pub fn read_toml(dir: &Path) -> Result<Option<TrainArgs>> {
         return Ok(None);
     }
     let text = std::fs::read_to_string(&path).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
+    // A typo'd table (`[trian]`) or a key outside [train] is an error, as unknown keys inside it are.
     #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
     struct File {
         #[serde(default)]
         train: TrainArgs,
@@ -193,7 +195,8 @@ fn install_signal_handlers() -> Arc<AtomicI32> {
 }
 
 /// Flags `--resume` takes: they change how the run goes on, not what it computes.
-const RESUME_FLAGS: &str = "--steps, --device, --threads, --matmul-precision, --eval-every, --save-every, --log-every, --keep";
+const RESUME_FLAGS: &str =
+    "--steps, --device, --threads, --matmul-precision, --eval-every, --save-every, --log-every, --keep, --skip-nonfinite";
 
 fn opt<T: ToString>(v: &Option<T>) -> Option<String> {
     v.as_ref().map(T::to_string)

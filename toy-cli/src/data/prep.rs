@@ -392,8 +392,8 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
     if !(0.0..1.0).contains(&opts.val_fraction) {
         return Err(input(format!("--val-fraction must be in [0, 1), not {}", opts.val_fraction)));
     }
-    if opts.vocab_size > u32::MAX as usize {
-        return Err(input(format!("--vocab-size {} is too large", opts.vocab_size)));
+    if opts.vocab_size > super::tokenizer::MAX_VOCAB_SIZE {
+        return Err(input(format!("--vocab-size {} is too large (at most {})", opts.vocab_size, super::tokenizer::MAX_VOCAB_SIZE)));
     }
     if opts.vocab_size < 257 {
         return Err(input(format!(
@@ -430,7 +430,6 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
         eprintln!("trained a BPE of {} ids in {:.1} s", tok.vocab_size(), t_bpe.elapsed().as_secs_f64());
     }
 
-    remove_stale_manifest(out)?;
     let held = if scan.n_docs == 1 { vec![false] } else { held_out(scan.n_docs, opts.val_fraction, opts.seed) };
     let (mut train, mut val) = (BinWriter::create(train_tmp)?, BinWriter::create(val_tmp)?);
     let val_docs = encode(&sources, &tok, &held, opts, &mut train, &mut val, total)?;
@@ -440,6 +439,8 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
         (n_train, n_val) = split_single_document(&train_tmp, &val_tmp, n_train, opts.val_fraction)?;
     }
     check_stop(&opts.stop)?;
+    // From here the folder's old corpus (with --force) is replaced: first its manifest goes.
+    remove_stale_manifest(out)?;
     guard.files.push(out.join("tokenizer.json"));
     tok.save(&out.join("tokenizer.json"))?;
     for (tmp, name) in [(&train_tmp, "train.bin"), (&val_tmp, "val.bin")] {

@@ -26,6 +26,10 @@ pub const EOT: &str = "<|endoftext|>";
 /// Default vocabulary size of a BPE trained on the fly for a raw text corpus.
 pub const DEFAULT_VOCAB_SIZE: usize = 1024;
 
+/// The largest BPE `--vocab-size` (2^20 ids; the trainer allocates per id, and
+/// no corpus toy trains on needs more).
+pub const MAX_VOCAB_SIZE: usize = 1 << 20;
+
 /// Longest pre-token, in bytes, that BPE training sees whole (longer ones are
 /// cut into pieces of this length for training only).
 pub const MAX_TRAIN_WORD: usize = 64;
@@ -122,6 +126,9 @@ impl Tokenizer {
                 "--vocab-size {vocab_size} is too small: a byte-level BPE needs at least 257 ids (256 bytes and {EOT})"
             )));
         }
+        if vocab_size > MAX_VOCAB_SIZE {
+            return Err(input(format!("--vocab-size {vocab_size} is too large (at most {MAX_VOCAB_SIZE})")));
+        }
         let alphabet: HashSet<char> = (0..=255u8).map(byte_to_unicode).collect();
         let mut trainer = BpeTrainerBuilder::new()
             .vocab_size(vocab_size)
@@ -166,6 +173,9 @@ impl Tokenizer {
     /// with [`Error::Interrupted`](crate::error::Error::Interrupted), leaving the
     /// thread to end with the process.
     pub fn train_bpe_interruptible(docs: Vec<String>, vocab_size: usize, stop: &std::sync::atomic::AtomicI32) -> Result<Tokenizer> {
+        if vocab_size > MAX_VOCAB_SIZE {
+            return Err(input(format!("--vocab-size {vocab_size} is too large (at most {MAX_VOCAB_SIZE})")));
+        }
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let _ = tx.send(Tokenizer::train_bpe(docs.iter().map(String::as_str), vocab_size));

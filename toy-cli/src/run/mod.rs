@@ -131,10 +131,14 @@ impl RunDir {
         std::fs::rename(&tmp, dir.join("latest")).map_err(|e| runtime(format!("cannot update weights/latest: {e}")))
     }
 
-    /// The checkpoint `weights/latest` points to, if any.
+    /// The checkpoint `weights/latest` points to, if any: a `step_<N>.gguf`
+    /// of this folder's `weights/` (a link anywhere else is not this run's).
     pub fn latest(&self) -> Option<PathBuf> {
         let l = self.path.join("weights/latest");
-        std::fs::read_link(&l).ok().map(|t| self.path.join("weights").join(t)).filter(|p| p.is_file())
+        let target = std::fs::read_link(&l).ok()?;
+        let name = target.to_str()?;
+        let ours = name.strip_prefix("step_").and_then(|r| r.strip_suffix(".gguf")).is_some_and(|n| n.parse::<u64>().is_ok());
+        Some(self.path.join("weights").join(target)).filter(|p| ours && p.is_file())
     }
 }
 

@@ -252,8 +252,14 @@ impl Recorded {
         let layout: Layout = serde_json::from_str(&std::fs::read_to_string(&json).map_err(|e| input(format!("{}: {e}", json.display())))?)
             .map_err(|e| input(format!("{}: {e}", json.display())))?;
         let bytes = std::fs::read(bin).map_err(|e| input(format!("{}: {e}", bin.display())))?;
-        let per_step = layout.window * layout.batch * 4;
-        if layout.format != "toy/batches-v1" || layout.window < 2 || layout.batch == 0 || bytes.len() % per_step != 0 || bytes.is_empty() {
+        let per_step = layout.window.checked_mul(layout.batch).and_then(|n| n.checked_mul(4)).unwrap_or(0);
+        if layout.format != "toy/batches-v1"
+            || layout.window < 2
+            || layout.batch == 0
+            || per_step == 0
+            || bytes.len() % per_step != 0
+            || bytes.is_empty()
+        {
             return Err(input(format!("{}: not a batch recording matching {}", bin.display(), json.display())));
         }
         let windows = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();

@@ -211,7 +211,11 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         if (cfg.save_every > 0 && step % cfg.save_every == 0) || last {
             if let Err(e) = l.save(step) {
                 let _ = l.end("errored", step, st.loss, 1);
-                return Err(runtime(format!("{e}; the last good checkpoint is untouched")));
+                let kept = match l.run.latest() {
+                    Some(p) => format!("the last good checkpoint, {}, is untouched", p.file_name().unwrap_or_default().to_string_lossy()),
+                    None => "no checkpoint was written".to_string(),
+                };
+                return Err(runtime(format!("{e}; {kept}")));
             }
         }
         if stop != 0 {
