@@ -352,6 +352,8 @@ fn hostile_inputs_of_the_adversarial_pass() {
         fails(&run(toy(t).args(["prep", "s.txt", "--vocab-size", v, "--out", "p"])), "too large");
     }
     assert!(!t.join("x").exists() && !t.join("p").exists());
+    ok(&run(toy(t).args(["prep", "s.txt", "--vocab-size", "300", "--out", "p"])));
+    fails(&run(&mut train(t, "x", &["--preset", "smoke", "--corpus", "p", "--vocab-size", "500"])), "contradicts");
     ok(&run(&mut train(t, "r", &["--preset", "smoke", "--steps", "2"])));
     // A FIFO is refused before it is opened (opening one blocks).
     if Command::new("mkfifo").arg(t.join("f.gguf")).status().is_ok_and(|s| s.success()) {

@@ -182,7 +182,11 @@ pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, text_fiel
                 text_field: text_field.to_string(),
                 ..Default::default()
             };
-            load_corpus_with(p, &CorpusOptions { vocab_size: vocab, ..Default::default() }, &text)
+            let c = load_corpus_with(p, &CorpusOptions { vocab_size: vocab, ..Default::default() }, &text)?;
+            if let Some(v) = vocab.filter(|&v| p.join("manifest.json").is_file() && v != c.vocab_size) {
+                return Err(input(format!("--vocab-size {v} contradicts {}, prepared with {} ids", p.display(), c.vocab_size)));
+            }
+            Ok(c)
         }
     }
 }
