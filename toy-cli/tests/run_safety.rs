@@ -378,3 +378,13 @@ fn hostile_inputs_of_the_adversarial_pass() {
     let o = run(toy(t).args(["debug", "dump-logits", "r/weights/step_2.gguf", "--batches", "batches.bin", "--out", "d.gguf"]));
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn a_vocabulary_above_the_identity_limit_trains() {
+    // Above MAX_EYE_VOCAB the labels are dense and the target ids leave the graph.
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let ids: Vec<String> = (0..40).map(|l| (0..100).map(|i| ((l * 7919 + i * 104729) % 20000).to_string()).collect::<Vec<_>>().join(" ")).collect();
+    std::fs::write(t.join("ids.txt"), ids.join("\n")).unwrap();
+    ok(&run(&mut train(t, "r", &["--preset", "smoke", "--corpus", "ids.txt", "--steps", "2"])));
+}

@@ -95,7 +95,10 @@ fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b
 impl LossGraph<'_> {
     fn write(&self, tokens: &[i32], targets: &[i32]) -> Result<()> {
         self.tokens.write(tokens)?;
-        self.targets.write(targets)?;
+        if self.labels.is_none() {
+            // The ids select rows of the identity; with dense labels they are not in the graph.
+            self.targets.write(targets)?;
+        }
         if let Some(l) = self.labels {
             let v = l.ne()[0] as usize;
             let mut dense = vec![0f32; v * targets.len()];
