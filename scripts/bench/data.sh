@@ -14,6 +14,7 @@ toy=${TOY:-$here/target/release/toy}
 src=${SRC:-$here/../shared/data/tinystories-1m.txt}
 size=${1:-1024}
 work=${WORK:-$(mktemp -d)}
+mkdir -p "$work"
 echo "work folder: $work"
 rss() { grep "Maximum resident" "$1" | awk '{print $6 / 1024 " MB"}'; }
 wall() { grep "Elapsed (wall clock)" "$1" | awk '{print $8}'; }
