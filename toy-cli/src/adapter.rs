@@ -31,6 +31,9 @@ pub fn write_adapter(path: &Path, w: &Weights<'_>, prov: &Provenance, base: &str
     g.set("adapter.lora.alpha", lora.alpha)?;
     g.set("toy.checkpoint_format", crate::checkpoint::FORMAT)?;
     g.set("toy.lora.base", base)?;
+    if !prov.lora_base_sha256.is_empty() {
+        g.set("toy.lora.base_sha256", prov.lora_base_sha256.as_str())?;
+    }
     g.set("toy.run_id", prov.run_id.as_str())?;
     g.set("toy.step", prov.step)?;
     if !prov.save_id.is_empty() {
@@ -48,6 +51,32 @@ pub fn write_adapter(path: &Path, w: &Weights<'_>, prov: &Provenance, base: &str
     Ok(g.write(path)?)
 }
 
+/// Hex SHA-256 of the file at `path` (the identity of a LoRA run's base).
+pub fn file_sha256(path: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let mut f = std::fs::File::open(path).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Refuse applying the adapter `a` (at `adapter`) to the base file `base` when
+/// the adapter records another base (`toy.lora.base_sha256`).
+pub fn check_base(a: &AdapterFile, adapter: &Path, base: &Path) -> Result<()> {
+    let Ok(want) = a.file.get_str("toy.lora.base_sha256") else { return Ok(()) };
+    let have = file_sha256(base)?;
+    if have != want {
+        return Err(input(format!(
+            "--lora {}: trained on a base with sha256 {}…, but {} is {}… (another model of the same shape?)",
+            adapter.display(),
+            &want[..want.len().min(12)],
+            base.display(),
+            &have[..12]
+        )));
+    }
+    Ok(())
+}
+
 /// Whether the GGUF at `f` is an adapter (`general.type = "adapter"`).
 pub fn is_adapter(f: &GgufFile) -> bool {
     f.get_str("general.type").ok() == Some("adapter")
@@ -63,8 +92,11 @@ pub fn is_adapter(f: &GgufFile) -> bool {
 /// that are not f32 and finite.
 pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
     let p = path.display();
-    if !path.is_file() {
+    if !path.exists() {
         return Err(input(format!("--lora {p}: no such file")));
+    }
+    if !path.is_file() {
+        return Err(input(format!("--lora {p}: not a regular file")));
     }
     let file = GgufFile::open(path)?;
     if !is_adapter(&file) || file.get_str("adapter.type").ok() != Some("lora") {
@@ -74,6 +106,9 @@ pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
         return Err(input(format!("--lora {p}: not a llama adapter")));
     }
     let alpha = file.get_f64("adapter.lora.alpha").map_err(|_| input(format!("--lora {p}: no adapter.lora.alpha")))? as f32;
+    if !(alpha.is_finite() && alpha > 0.0) {
+        return Err(input(format!("--lora {p}: adapter.lora.alpha {alpha} must be positive and finite")));
+    }
     let (d, f) = (base.d_model, base.d_ff);
     let (hq, hkv) = (base.n_heads * base.d_head(), base.n_kv_heads * base.d_head());
     let dims = [(d, hq), (d, hkv), (d, hkv), (hq, d), (d, f), (d, f), (f, d)];

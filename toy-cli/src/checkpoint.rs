@@ -23,6 +23,8 @@ pub struct Provenance {
     pub save_id: String,
     /// A LoRA run's base model (`toy.lora.base` in its adapter files).
     pub lora_base: String,
+    /// Hex SHA-256 of that base file (`toy.lora.base_sha256`; empty: not written).
+    pub lora_base_sha256: String,
 }
 
 /// Where the values written for a parameter come from: the parameter itself
@@ -321,16 +323,34 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
     }
     let file = GgufFile::open(path)?;
     if crate::adapter::is_adapter(&file) {
-        // A LoRA run's checkpoint: the adapter, on the base it names.
+        // A LoRA run's checkpoint: the adapter, on the base it names (relative to
+        // the adapter's folder), which must be a model, not another adapter.
         let base = file.get_str("toy.lora.base").map_err(|_| {
             input(format!("{}: a LoRA adapter without toy.lora.base; give the base model and --lora {}", path.display(), path.display()))
         })?;
+        let base = path.parent().unwrap_or(Path::new(".")).join(base);
         let step = file.get_u64("toy.step").unwrap_or(0);
-        let base = open_checkpoint(Path::new(base)).map_err(|e| input(format!("{}: its base model: {e}", path.display())))?;
+        let base = open_model(&base).map_err(|e| input(format!("{}: its base model: {e}", path.display())))?;
         let mut ck = base.with_lora(path)?;
         ck.step = step;
         return Ok(ck);
     }
+    model_from(file, path)
+}
+
+/// Open the model at `path`, refusing an adapter.
+pub fn open_model(path: &Path) -> Result<Checkpoint> {
+    if !path.exists() {
+        return Err(input(format!("{}: no such checkpoint file", path.display())));
+    }
+    let file = GgufFile::open(path)?;
+    if crate::adapter::is_adapter(&file) {
+        return Err(input(format!("{}: a LoRA adapter, not a model", path.display())));
+    }
+    model_from(file, path)
+}
+
+fn model_from(file: GgufFile, path: &Path) -> Result<Checkpoint> {
     let config = model_config(&file, &path.display().to_string())?;
     let tokenizer = Tokenizer::read_gguf(&file)?;
     let step = file.get_u64("toy.step").unwrap_or(0);
@@ -357,6 +377,7 @@ impl Checkpoint {
             return Err(input(format!("--lora {}: adapters apply to llama models", path.display())));
         }
         let a = crate::adapter::open_adapter(path, &self.config)?;
+        crate::adapter::check_base(&a, path, self.file.path())?;
         self.config.lora = Some(a.config.clone());
         self.adapter = Some(a);
         Ok(self)

@@ -121,6 +121,9 @@ pub struct TrainConfig {
     /// finetune: the model the run started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
+    /// finetune: hex SHA-256 of that model's file (a resumed LoRA run refuses another base).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_sha256: Option<String>,
     /// Streamed (in-order) windows, shuffled per epoch or not; random windows when absent.
     #[serde(default)]
     pub stream: Option<bool>,
@@ -192,6 +195,7 @@ impl TrainConfig {
             text_field: default_text_field(),
             recipe: default_recipe(),
             from: None,
+            from_sha256: None,
             stream: None,
         }
     }

@@ -221,3 +221,46 @@ fn bad_lora_settings_and_adapters_are_refused() {
     assert_eq!(o.status.code(), Some(2));
     assert!(!t.join("m.gguf").exists());
 }
+
+#[test]
+fn adapters_keep_to_their_base_and_merge_never_overwrites_inputs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    base(t);
+    std::fs::copy(t.join("base/weights/latest"), t.join("b.gguf")).unwrap();
+    let o = toy(t, &["train", "finetune", "--from", "b.gguf", "--lora-rank", "2", "--steps", "2", "--out", "lo", "--threads", "1"]);
+    ok(&o);
+    let ad = "lo/weights/latest";
+    let merge = |out: &str| toy(t, &["export", "merge", "--base", "b.gguf", "--lora", ad, "--out", out]);
+    for out in ["b.gguf", ad, "lo/weights/step_2.gguf", "lo", "lo/weights/step_2.state.gguf"] {
+        let o = merge(out);
+        assert_eq!(o.status.code(), Some(2), "--out {out}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    ok(&merge("m.gguf"));
+    // An adapter whose base is itself.
+    let f = GgufFile::open(t.join(ad)).unwrap();
+    let mut g = GgufWriter::new();
+    for (k, v) in f.metadata() {
+        if k == "toy.lora.base" {
+            g.set(k, t.join("self.gguf").display().to_string()).unwrap();
+        } else if k != "general.alignment" {
+            g.set(k, v.clone()).unwrap();
+        }
+    }
+    for info in f.tensors() {
+        g.add_tensor_data(&info.name, &info.shape(), &f.tensor_f32(&info.name).unwrap()).unwrap();
+    }
+    g.write(t.join("self.gguf")).unwrap();
+    let o = toy(t, &["eval", "self.gguf", "--corpus", "old.txt"]);
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not a model"));
+    // The base swapped for another model of the same shape.
+    let mut args = vec!["train", "--corpus", "old.txt", "--vocab-size", "300", "--steps", "3", "--seed", "9", "--out", "other"];
+    args.extend_from_slice(QUICK);
+    ok(&toy(t, &args));
+    std::fs::copy(t.join("other/weights/latest"), t.join("b.gguf")).unwrap();
+    let o = toy(t, &["eval", "lo", "--corpus", "old.txt"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("another model of the same shape"), "{}", String::from_utf8_lossy(&o.stderr));
+    fails(&toy(t, &["train", "--resume", "lo", "--steps", "4", "--threads", "1"]), "another model of the same shape");
+}

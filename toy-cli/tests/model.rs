@@ -141,7 +141,14 @@ fn check_roundtrip(arch: Arch) {
         &path,
         &w,
         None,
-        &Provenance { run_id: "t".into(), step: 5, name: "t".into(), save_id: String::new(), lora_base: String::new() },
+        &Provenance {
+            run_id: "t".into(),
+            step: 5,
+            name: "t".into(),
+            save_id: String::new(),
+            lora_base: String::new(),
+            lora_base_sha256: String::new(),
+        },
     )
     .unwrap();
     let ck = open_checkpoint(&path).unwrap();

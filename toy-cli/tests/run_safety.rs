@@ -384,7 +384,8 @@ fn a_vocabulary_above_the_identity_limit_trains() {
     // Above MAX_EYE_VOCAB the labels are dense and the target ids leave the graph.
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
-    let ids: Vec<String> = (0..40).map(|l| (0..100).map(|i| ((l * 7919 + i * 104729) % 20000).to_string()).collect::<Vec<_>>().join(" ")).collect();
+    let ids: Vec<String> =
+        (0..40).map(|l| (0..100).map(|i| ((l * 7919 + i * 104729) % 20000).to_string()).collect::<Vec<_>>().join(" ")).collect();
     std::fs::write(t.join("ids.txt"), ids.join("\n")).unwrap();
     ok(&run(&mut train(t, "r", &["--preset", "smoke", "--corpus", "ids.txt", "--steps", "2"])));
 }

@@ -125,6 +125,7 @@ pub fn run(args: &DebugArgs) -> Result<()> {
                         name: "toy-grads".into(),
                         save_id: String::new(),
                         lora_base: String::new(),
+                        lora_base_sha256: String::new(),
                     };
                     let src = |p: ggml_rs::Tensor<'_>| -> Result<Vec<f32>> {
                         let g = gs.grad(p).ok_or_else(|| input(format!("no gradient for {}", p.name())))?;

@@ -33,7 +33,35 @@ pub fn merged(w: &[f32], a: &[f32], b: &[f32], n_in: usize, r: usize, scale: f32
     out
 }
 
+/// Refuse an `--out` that would replace an input, a folder, a link or anything
+/// but a regular file.
+fn check_out(m: &MergeArgs) -> Result<()> {
+    let o = m.out.display();
+    if let Ok(meta) = std::fs::symlink_metadata(&m.out) {
+        if !meta.is_file() {
+            return Err(input(format!("--out {o}: exists and is not a regular file (a folder or a link?)")));
+        }
+        let same = |p: &std::path::Path| std::fs::canonicalize(p).ok() == std::fs::canonicalize(&m.out).ok();
+        if same(&m.base) || same(&m.lora) {
+            return Err(input(format!("--out {o} is one of the inputs; write the merged model elsewhere")));
+        }
+        if m.out.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".state.gguf")) {
+            return Err(input(format!("--out {o}: a run's resume state; write the merged model elsewhere")));
+        }
+    }
+    if m.out.as_os_str().to_string_lossy().ends_with('/') {
+        return Err(input(format!("--out {o}: give a file name, not a folder")));
+    }
+    if let Some(dir) = m.out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            return Err(input(format!("--out {o}: no folder {}", dir.display())));
+        }
+    }
+    Ok(())
+}
+
 fn merge(m: &MergeArgs) -> Result<PathBuf> {
+    check_out(m)?;
     let base = open_checkpoint(&m.base).map_err(|e| input(format!("--base {e}")))?;
     if base.adapter.is_some() {
         return Err(input(format!("--base {}: a LoRA adapter, not a model", m.base.display())));
@@ -42,6 +70,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
         return Err(input(format!("--base {}: adapters apply to llama models", m.base.display())));
     }
     let ad = open_adapter(&m.lora, &base.config)?;
+    crate::adapter::check_base(&ad, &m.lora, &m.base)?;
     let scale = ad.config.scale();
     let f = &base.file;
     let mut g = GgufWriter::new();
@@ -67,11 +96,6 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
             other => return Err(input(format!("--base {}: {} is {other}; merging needs f32, f16 or bf16", m.base.display(), t.name))),
         };
         g.add_tensor_bytes(&t.name, t.dtype, &t.ne, bytes)?;
-    }
-    if let Some(dir) = m.out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        if !dir.is_dir() {
-            return Err(input(format!("--out {}: no folder {}", m.out.display(), dir.display())));
-        }
     }
     g.write(&m.out).map_err(|e| crate::error::runtime(format!("cannot write {}: {e}", m.out.display())))?;
     Ok(m.out.clone())

@@ -3,7 +3,7 @@
 //! with the model's own tokenizer; `--freeze` keeps parameters fixed by name.
 
 use super::train::{finish, resolve, run_dir};
-use crate::checkpoint::{open_checkpoint, Checkpoint};
+use crate::checkpoint::{open_model, Checkpoint};
 use crate::cli::TrainArgs;
 use crate::data::tokenizer::Tokenizer;
 use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
@@ -11,6 +11,7 @@ use crate::error::{input, Result};
 use crate::model::lora::{LoraConfig, DEFAULT_TARGETS};
 use crate::model::Arch;
 use crate::train::{train, Init, Outcome, Plan, RunOptions};
+use ggml_rs::gguf::GgufFile;
 use ggml_rs::DType;
 use std::path::Path;
 
@@ -23,10 +24,10 @@ use std::path::Path;
 /// contradicts the metadata, no or an unsupported tokenizer.
 pub fn open_base(path: &Path) -> Result<(Checkpoint, Tokenizer)> {
     let p = path.display();
-    let ck = open_checkpoint(path).map_err(|e| input(format!("--from {e}")))?;
-    if ck.adapter.is_some() {
+    if path.is_file() && GgufFile::open(path).is_ok_and(|f| crate::adapter::is_adapter(&f)) {
         return Err(input(format!("--from {p}: a LoRA adapter, not a model; merge it first (toy export merge)")));
     }
+    let ck = open_model(path).map_err(|e| input(format!("--from {e}")))?;
     if ck.config.arch != Arch::Llama {
         return Err(input(format!("--from {p}: finetune takes llama models, this one is {}", ck.config.arch.name())));
     }
@@ -104,6 +105,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions) -> Result<Outcome> {
     cfg.validate()?;
     cfg.recipe = "finetune".into();
     cfg.from = Some(std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()).display().to_string());
+    cfg.from_sha256 = Some(crate::adapter::file_sha256(&path)?);
     cfg.corpus = match &a.corpus {
         Some(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string(),
         None => "<embedded>".into(),

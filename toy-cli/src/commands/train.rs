@@ -212,7 +212,7 @@ fn resume_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
     let mut out = Vec::new();
     let mut check = |flag: &str, given: Option<String>, run: String| {
         if let Some(g) = given.filter(|g| *g != run) {
-            out.push(format!("{flag} {g} (the run has {run})"));
+            out.push(format!("{flag} {g} (the run has {})", if run.is_empty() { "none" } else { &run }));
         }
     };
     let m = &cfg.model;
@@ -330,7 +330,13 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         let (cfg, corpus, run, plan) = resume(args, dir)?;
         // A LoRA run's state holds the adapters only: the base comes from its file again.
         let base = match (&cfg.model.lora, &cfg.from) {
-            (Some(_), Some(f)) => Some(crate::commands::finetune::open_base(Path::new(f))?.0),
+            (Some(_), Some(f)) => {
+                let sha = crate::adapter::file_sha256(Path::new(f))?;
+                if cfg.from_sha256.as_ref().is_some_and(|want| *want != sha) {
+                    return Err(input(format!("--resume {}: its base {f} changed since the run started (sha256 differs)", dir.display())));
+                }
+                Some(crate::commands::finetune::open_base(Path::new(f))?.0)
+            }
             _ => None,
         };
         let plan = match &base {

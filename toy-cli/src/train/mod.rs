@@ -234,6 +234,7 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         name: model_name(cfg),
         save_id: String::new(),
         lora_base: cfg.from.clone().unwrap_or_default(),
+        lora_base_sha256: cfg.from_sha256.clone().unwrap_or_default(),
     };
     if opts.save_initial && plan.resume.is_none() {
         write_checkpoint(&run.checkpoint_path(0), weights, corpus.tokenizer.as_ref(), &prov(0))?;
