@@ -5,6 +5,7 @@ use crate::data::Tokenizer;
 use crate::error::{input, Result};
 use crate::model::{Arch, ModelConfig, Weights};
 use ggml_rs::gguf::{GgufFile, GgufWriter};
+use ggml_rs::DType;
 use ggml_rs::Tensor;
 use std::path::Path;
 
@@ -226,6 +227,7 @@ pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
         freeze_table: true,
         freeze: Vec::new(),
         lora: None,
+        base_dtype: None,
     };
     config.validate().map_err(|m| input(format!("{what}: {m}")))?;
     check_shapes(file, &config, what)?;
@@ -338,6 +340,19 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
     model_from(file, path)
 }
 
+/// `f16` or `bf16` when every matrix of the model in `f` has that type (a
+/// frozen LoRA base then stays in it), `None` otherwise.
+pub fn matrix_dtype(f: &GgufFile) -> Option<String> {
+    let mut types = f.tensors().iter().filter(|t| t.ne[1] > 1).map(|t| t.dtype);
+    let first = types.next()?;
+    let name = match first {
+        DType::F16 => "f16",
+        DType::BF16 => "bf16",
+        _ => return None,
+    };
+    types.all(|d| d == first).then(|| name.to_string())
+}
+
 /// Open the model at `path`, refusing an adapter.
 pub fn open_model(path: &Path) -> Result<Checkpoint> {
     if !path.exists() {
@@ -379,6 +394,7 @@ impl Checkpoint {
         let a = crate::adapter::open_adapter(path, &self.config)?;
         crate::adapter::check_base(&a, path, self.file.path())?;
         self.config.lora = Some(a.config.clone());
+        self.config.base_dtype = matrix_dtype(&self.file);
         self.adapter = Some(a);
         Ok(self)
     }
@@ -395,7 +411,8 @@ impl Checkpoint {
         }
         self.file.load_into(name, t)?;
         // A broken model is the file's fault, not the corpus's or the prompt's.
-        if let Some(i) = t.read::<f32>()?.iter().position(|x| !x.is_finite()) {
+        let values = if t.dtype() == DType::F32 { t.read::<f32>()? } else { self.file.tensor_f32(name)? };
+        if let Some(i) = values.iter().position(|x| !x.is_finite()) {
             return Err(input(format!(
                 "{}: tensor {name} holds a non-finite value at element {i}; the model is broken",
                 self.file.path().display()

@@ -173,6 +173,7 @@ impl TrainConfig {
                 freeze_table: true,
                 freeze: Vec::new(),
                 lora: None,
+                base_dtype: None,
             },
             batch: b,
             steps: 200,

@@ -264,3 +264,57 @@ fn adapters_keep_to_their_base_and_merge_never_overwrites_inputs() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("another model of the same shape"), "{}", String::from_utf8_lossy(&o.stderr));
     fails(&toy(t, &["train", "--resume", "lo", "--steps", "4", "--threads", "1"]), "another model of the same shape");
 }
+
+#[test]
+fn an_f16_base_stays_f16_under_lora() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    base(t);
+    // The base with every matrix in f16, as llama.cpp converts models.
+    let b = GgufFile::open(t.join("base/weights/latest")).unwrap();
+    let mut g = GgufWriter::new();
+    for (k, v) in b.metadata() {
+        if k != "general.alignment" {
+            g.set(k, v.clone()).unwrap();
+        }
+    }
+    for info in b.tensors() {
+        let v = b.tensor_f32(&info.name).unwrap();
+        if info.ne[1] > 1 {
+            let bytes = v.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect();
+            g.add_tensor_bytes(&info.name, DType::F16, &info.shape(), bytes).unwrap();
+        } else {
+            g.add_tensor_data(&info.name, &info.shape(), &v).unwrap();
+        }
+    }
+    g.write(t.join("b16.gguf")).unwrap();
+    std::fs::write(t.join("new.txt"), stories::generate_with(5, 40)).unwrap();
+    let args = [
+        "train",
+        "finetune",
+        "--from",
+        "b16.gguf",
+        "--lora-rank",
+        "4",
+        "--lr",
+        "0.01",
+        "--corpus",
+        "new.txt",
+        "--steps",
+        "20",
+        "--out",
+        "lo",
+    ];
+    let mut a = args.to_vec();
+    a.extend_from_slice(QUICK);
+    ok(&toy(t, &a));
+    let cfg = std::fs::read_to_string(t.join("lo/config.toml")).unwrap();
+    assert!(cfg.contains("base_dtype = \"f16\""), "{cfg}");
+    let tuned = eval_loss(t, &["lo"]);
+    assert!(tuned.is_finite() && tuned < eval_loss(t, &["b16.gguf"]));
+    assert!((eval_loss(t, &["b16.gguf", "--lora", "lo/weights/latest"]) - tuned).abs() < 1e-6);
+    // Merged in f16: the same model up to f16 rounding of the merged matrices.
+    ok(&toy(t, &["export", "merge", "--base", "b16.gguf", "--lora", "lo/weights/latest", "--out", "m16.gguf"]));
+    assert_eq!(GgufFile::open(t.join("m16.gguf")).unwrap().tensor("blk.0.attn_q.weight").unwrap().dtype, DType::F16);
+    assert!((eval_loss(t, &["m16.gguf"]) - tuned).abs() < 1e-3);
+}

@@ -101,7 +101,8 @@ pub fn run(a: &TrainArgs, opts: &RunOptions) -> Result<Outcome> {
     if lora.is_some() && a.freeze.is_some() {
         return Err(input("--freeze applies to full fine-tuning; with --lora-rank the base is frozen already"));
     }
-    cfg.model = crate::model::ModelConfig { context, freeze: cfg.model.freeze.clone(), lora, ..base.clone() };
+    let base_dtype = if lora.is_some() { crate::checkpoint::matrix_dtype(&ck.file) } else { None };
+    cfg.model = crate::model::ModelConfig { context, freeze: cfg.model.freeze.clone(), lora, base_dtype, ..base.clone() };
     cfg.validate()?;
     cfg.recipe = "finetune".into();
     cfg.from = Some(std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()).display().to_string());

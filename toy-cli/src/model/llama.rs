@@ -52,9 +52,22 @@ pub struct Llama<'w> {
     pub output: Option<Tensor<'w>>,
 }
 
-fn weight<'w>(ctx: &'w Context, name: &str, ne: &[usize]) -> Result<Tensor<'w>> {
+fn typed<'w>(ctx: &'w Context, dtype: DType, name: &str, ne: &[usize]) -> Result<Tensor<'w>> {
     let ne: Vec<i64> = ne.iter().map(|&n| n as i64).collect();
-    ctx.new_tensor(DType::F32, &ne)?.set_name(name)
+    ctx.new_tensor(dtype, &ne)?.set_name(name)
+}
+
+fn weight<'w>(ctx: &'w Context, name: &str, ne: &[usize]) -> Result<Tensor<'w>> {
+    typed(ctx, DType::F32, name, ne)
+}
+
+/// The type of the frozen base's matrices: the base's own f16/bf16 under LoRA, else f32.
+fn matrix_dtype(cfg: &ModelConfig) -> DType {
+    match (&cfg.lora, cfg.base_dtype.as_deref()) {
+        (Some(_), Some("f16")) => DType::F16,
+        (Some(_), Some("bf16")) => DType::BF16,
+        _ => DType::F32,
+    }
 }
 
 impl<'w> Llama<'w> {
@@ -62,6 +75,8 @@ impl<'w> Llama<'w> {
     pub fn new(ctx: &'w Context, cfg: &ModelConfig) -> Result<Llama<'w>> {
         let (d, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab);
         let (hq, hkv) = (cfg.n_heads * cfg.d_head(), cfg.n_kv_heads * cfg.d_head());
+        let mt = matrix_dtype(cfg);
+        let mat = |name: &str, ne: &[usize]| typed(ctx, mt, name, ne);
         let blocks = (0..cfg.n_layers)
             .map(|i| {
                 let n = |s: &str| format!("blk.{i}.{s}.weight");
@@ -77,27 +92,27 @@ impl<'w> Llama<'w> {
                 Ok(Block {
                     lora,
                     attn_norm: weight(ctx, &n("attn_norm"), &[d])?,
-                    attn_q: weight(ctx, &n("attn_q"), &[d, hq])?,
-                    attn_k: weight(ctx, &n("attn_k"), &[d, hkv])?,
-                    attn_v: weight(ctx, &n("attn_v"), &[d, hkv])?,
-                    attn_output: weight(ctx, &n("attn_output"), &[hq, d])?,
+                    attn_q: mat(&n("attn_q"), &[d, hq])?,
+                    attn_k: mat(&n("attn_k"), &[d, hkv])?,
+                    attn_v: mat(&n("attn_v"), &[d, hkv])?,
+                    attn_output: mat(&n("attn_output"), &[hq, d])?,
                     ffn_norm: weight(ctx, &n("ffn_norm"), &[d])?,
-                    ffn_gate: weight(ctx, &n("ffn_gate"), &[d, f])?,
-                    ffn_up: weight(ctx, &n("ffn_up"), &[d, f])?,
-                    ffn_down: weight(ctx, &n("ffn_down"), &[f, d])?,
+                    ffn_gate: mat(&n("ffn_gate"), &[d, f])?,
+                    ffn_up: mat(&n("ffn_up"), &[d, f])?,
+                    ffn_down: mat(&n("ffn_down"), &[f, d])?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Llama {
             cfg: cfg.clone(),
-            token_embd: weight(ctx, "token_embd.weight", &[cfg.donor_width.unwrap_or(d), v])?,
+            token_embd: mat("token_embd.weight", &[cfg.donor_width.unwrap_or(d), v])?,
             lens: match cfg.donor_width {
                 Some(w) => Some(weight(ctx, "lens.weight", &[w, d])?),
                 None => None,
             },
             blocks,
             output_norm: weight(ctx, "output_norm.weight", &[d])?,
-            output: if cfg.tied { None } else { Some(weight(ctx, "output.weight", &[d, v])?) },
+            output: if cfg.tied { None } else { Some(mat("output.weight", &[d, v])?) },
         })
     }
 

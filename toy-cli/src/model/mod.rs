@@ -68,6 +68,10 @@ pub struct ModelConfig {
     /// Low-rank adapters on a frozen base (llama; the finetune recipe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<lora::LoraConfig>,
+    /// With LoRA, the frozen base's matrices stay in this type in memory
+    /// (`f16` or `bf16`, the base file's); f32 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_dtype: Option<String>,
 }
 
 fn yes() -> bool {

@@ -24,6 +24,7 @@ pub fn tiny(arch: Arch) -> ModelConfig {
         freeze_table: true,
         freeze: Vec::new(),
         lora: None,
+        base_dtype: None,
     }
 }
 
