@@ -318,3 +318,49 @@ fn an_f16_base_stays_f16_under_lora() {
     assert_eq!(GgufFile::open(t.join("m16.gguf")).unwrap().tensor("blk.0.attn_q.weight").unwrap().dtype, DType::F16);
     assert!((eval_loss(t, &["m16.gguf"]) - tuned).abs() < 1e-3);
 }
+
+#[test]
+fn a_smollm_pre_tokenizer_is_read_and_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    base(t);
+    // The base's vocabulary under SmolLM2's pre-tokenizer (llama.cpp's "smollm": digits one by one).
+    let b = GgufFile::open(t.join("base/weights/latest")).unwrap();
+    let mut g = GgufWriter::new();
+    for (k, v) in b.metadata() {
+        match k.as_str() {
+            "general.alignment" => {}
+            "tokenizer.ggml.pre" => g.set(k, "smollm").unwrap(),
+            _ => g.set(k, v.clone()).unwrap(),
+        }
+    }
+    for info in b.tensors() {
+        g.add_tensor_data(&info.name, &info.shape(), &b.tensor_f32(&info.name).unwrap()).unwrap();
+    }
+    g.write(t.join("smol.gguf")).unwrap();
+    let ck = toy::checkpoint::open_checkpoint(&t.join("smol.gguf")).unwrap();
+    let tok = ck.tokenizer.unwrap();
+    let ids = tok.encode("In 2024 there were 365 days.").unwrap();
+    let pieces: Vec<String> = ids.iter().map(|&i| tok.decode(&[i]).unwrap()).collect();
+    for d in ["2", "0", "4", "3", "6", "5"] {
+        assert!(pieces.iter().any(|p| p == d), "digit {d} is not its own token: {pieces:?}");
+    }
+    assert!(pieces.iter().all(|p| !p.chars().any(|c| c.is_ascii_digit()) || p.chars().count() == 1), "{pieces:?}");
+    ok(&toy(t, &["train", "finetune", "--from", "smol.gguf", "--steps", "2", "--out", "ft", "--threads", "1", "--preset", "smoke"]));
+    let f = GgufFile::open(t.join("ft/weights/latest")).unwrap();
+    assert_eq!(f.get_str("tokenizer.ggml.pre").unwrap(), "smollm");
+    let mut other = GgufWriter::new();
+    other.set("general.architecture", "llama").unwrap();
+    for (k, v) in b.metadata() {
+        if k == "tokenizer.ggml.pre" {
+            other.set(k, "qwen2").unwrap();
+        } else if k != "general.alignment" && k != "general.architecture" {
+            other.set(k, v.clone()).unwrap();
+        }
+    }
+    for info in b.tensors() {
+        other.add_tensor_data(&info.name, &info.shape(), &b.tensor_f32(&info.name).unwrap()).unwrap();
+    }
+    other.write(t.join("qwen.gguf")).unwrap();
+    fails(&toy(t, &["train", "finetune", "--from", "qwen.gguf", "--steps", "1", "--out", "x"]), "pre-tokenizer \"qwen2\"");
+}

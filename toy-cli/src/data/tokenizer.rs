@@ -15,6 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 use tokenizers::models::bpe::{BpeTrainerBuilder, Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::{digits::Digits, sequence::Sequence, PreTokenizerWrapper};
 use tokenizers::{
     AddedToken, NormalizerWrapper, OffsetReferential, OffsetType, PostProcessorWrapper, PreTokenizedString, PreTokenizer, TokenizerImpl,
     Trainer,
@@ -39,14 +40,54 @@ pub const TOKEN_TYPE_NORMAL: i32 = 1;
 /// llama.cpp's `llama_token_type`: a control token (`<|endoftext|>`).
 pub const TOKEN_TYPE_CONTROL: i32 = 3;
 
-type Hf = TokenizerImpl<BPE, NormalizerWrapper, ByteLevel, PostProcessorWrapper, ByteLevel>;
+type Hf = TokenizerImpl<BPE, NormalizerWrapper, PreTokenizerWrapper, PostProcessorWrapper, ByteLevel>;
 
-/// A trained byte-level BPE: the `tokenizers` object, its end-of-text id and
-/// its `tokenizer.json` text.
+/// How text is split before the merges, as llama.cpp names it (`tokenizer.ggml.pre`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreSplit {
+    /// `gpt-2`: HF's `ByteLevel` regex (what `toy prep` trains).
+    Gpt2,
+    /// `smollm` (SmolLM2): every digit on its own, then the `gpt-2` regex
+    /// (llama.cpp's `LLAMA_VOCAB_PRE_TYPE_SMOLLM`; HF: `Sequence[Digits(individual), ByteLevel]`).
+    SmolLm,
+}
+
+impl PreSplit {
+    /// The `tokenizer.ggml.pre` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            PreSplit::Gpt2 => "gpt-2",
+            PreSplit::SmolLm => "smollm",
+        }
+    }
+
+    fn pre_tokenizer(self) -> PreTokenizerWrapper {
+        match self {
+            PreSplit::Gpt2 => byte_level().into(),
+            PreSplit::SmolLm => Sequence::new(vec![Digits::new(true).into(), byte_level().into()]).into(),
+        }
+    }
+
+    /// The split a `tokenizer.json`'s `pre_tokenizer` describes, if toy runs it.
+    fn of_json(pre: &serde_json::Value) -> Option<PreSplit> {
+        let is_byte_level = |v: &serde_json::Value| v["type"] == "ByteLevel" && v["add_prefix_space"] == false && v["use_regex"] != false;
+        if is_byte_level(pre) {
+            return Some(PreSplit::Gpt2);
+        }
+        let seq = pre["pretokenizers"].as_array()?;
+        let digits = |v: &serde_json::Value| v["type"] == "Digits" && v["individual_digits"] == true;
+        (pre["type"] == "Sequence" && seq.len() == 2 && digits(&seq[0]) && is_byte_level(&seq[1])).then_some(PreSplit::SmolLm)
+    }
+}
+
+/// A trained byte-level BPE: the `tokenizers` object, its end-of-text id,
+/// control token ids, pre-tokenizer and its `tokenizer.json` text.
 #[derive(Debug)]
 pub struct Bpe {
     hf: Hf,
     eot: u32,
+    control: HashSet<u32>,
+    pre: PreSplit,
     json: String,
 }
 
@@ -68,10 +109,11 @@ fn hf_err(what: &str, e: impl std::fmt::Display) -> crate::error::Error {
 }
 
 impl Bpe {
-    fn new(hf: Hf, origin: &str) -> Result<Bpe> {
+    fn new(hf: Hf, origin: &str, pre: PreSplit) -> Result<Bpe> {
         let eot = hf.token_to_id(EOT).ok_or_else(|| input(format!("{origin}: the tokenizer has no {EOT} token")))?;
         let json = hf.to_string(true).map_err(|e| hf_err("cannot serialize the tokenizer", e))?;
-        Ok(Bpe { hf, eot, json })
+        let control = hf.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
+        Ok(Bpe { hf, eot, control, pre, json })
     }
 
     /// Tokens in id order (GPT-2 byte-to-unicode form, as `tokenizer.json` stores them).
@@ -162,10 +204,10 @@ impl Tokenizer {
         let mut model = BPE::default();
         let special = trainer.train(&mut model).map_err(|e| hf_err("BPE training failed", e))?;
         let mut hf = Hf::new(model);
-        hf.with_pre_tokenizer(Some(byte_level()));
+        hf.with_pre_tokenizer(Some(PreSplit::Gpt2.pre_tokenizer()));
         hf.with_decoder(Some(byte_level()));
         hf.add_special_tokens(&special);
-        Ok(Tokenizer::Bpe(Arc::new(Bpe::new(hf, "training")?)))
+        Ok(Tokenizer::Bpe(Arc::new(Bpe::new(hf, "training", PreSplit::Gpt2)?)))
     }
 
     /// [`train_bpe`](Self::train_bpe) on a thread, waiting for it while `stop`
@@ -216,7 +258,7 @@ impl Tokenizer {
     /// [`Error::Input`](crate::error::Error::Input) naming `origin` when the
     /// tokens repeat, a merge is malformed or names an unknown token, or there
     /// is no `<|endoftext|>` token.
-    pub fn from_tokens(tokens: &[String], merges: &[String], control: &[u32], origin: &str) -> Result<Tokenizer> {
+    pub fn from_tokens(tokens: &[String], merges: &[String], control: &[u32], pre: PreSplit, origin: &str) -> Result<Tokenizer> {
         let mut vocab = Vocab::default();
         for (i, t) in tokens.iter().enumerate() {
             if vocab.insert(t.clone(), i as u32).is_some() {
@@ -236,12 +278,12 @@ impl Tokenizer {
             .collect::<Result<Vec<_>>>()?;
         let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| input(format!("{origin}: bad BPE merges: {e}")))?;
         let mut hf = Hf::new(bpe);
-        hf.with_pre_tokenizer(Some(byte_level()));
+        hf.with_pre_tokenizer(Some(pre.pre_tokenizer()));
         hf.with_decoder(Some(byte_level()));
         let special: Vec<AddedToken> =
             control.iter().filter_map(|&id| tokens.get(id as usize)).map(|t| AddedToken::from(t.clone(), true)).collect();
         hf.add_special_tokens(&special);
-        Ok(Tokenizer::Bpe(Arc::new(Bpe::new(hf, origin)?)))
+        Ok(Tokenizer::Bpe(Arc::new(Bpe::new(hf, origin, pre)?)))
     }
 
     /// Parse a `tokenizer.json` (byte-level BPE with `<|endoftext|>` only).
@@ -250,10 +292,12 @@ impl Tokenizer {
     /// [`Error::Input`](crate::error::Error::Input) naming `origin` for any
     /// other kind of tokenizer or malformed JSON.
     pub fn from_json(json: &str, origin: &str) -> Result<Tokenizer> {
-        let hf: Hf = serde_json::from_str(json).map_err(|e| {
-            input(format!("{origin}: not a byte-level BPE tokenizer.json (BPE model, ByteLevel pre-tokenizer and decoder): {e}"))
-        })?;
-        let mut b = Bpe::new(hf, origin)?;
+        let what = "not a byte-level BPE tokenizer.json (BPE model, ByteLevel pre-tokenizer and decoder)";
+        let value: serde_json::Value = serde_json::from_str(json).map_err(|e| input(format!("{origin}: {what}: {e}")))?;
+        let pre = PreSplit::of_json(&value["pre_tokenizer"])
+            .ok_or_else(|| input(format!("{origin}: {what}: pre-tokenizer {} is not one toy runs", value["pre_tokenizer"])))?;
+        let hf: Hf = serde_json::from_str(json).map_err(|e| input(format!("{origin}: {what}: {e}")))?;
+        let mut b = Bpe::new(hf, origin, pre)?;
         b.json = json.to_string();
         Ok(Tokenizer::Bpe(Arc::new(b)))
     }
@@ -343,17 +387,17 @@ impl Tokenizer {
     /// as `"a b"`, token types (1 normal, 3 control), bos = eos = the
     /// end-of-text id and no automatic BOS/EOS.
     pub fn write_gguf(&self, g: &mut GgufWriter) -> Result<()> {
-        let (tokens, merges, eot) = match self {
-            Tokenizer::Bytes => ((0..=255u8).map(|b| byte_to_unicode(b).to_string()).collect(), Vec::new(), None),
+        let (tokens, merges, eot, pre) = match self {
+            Tokenizer::Bytes => ((0..=255u8).map(|b| byte_to_unicode(b).to_string()).collect(), Vec::new(), None, PreSplit::Gpt2),
             Tokenizer::Bpe(b) => {
                 let (t, m) = b.tokens_and_merges()?;
-                (t, m, Some(b.eot))
+                (t, m, Some(b.eot), b.pre)
             }
         };
-        let types: Vec<i32> =
-            (0..tokens.len() as u32).map(|i| if Some(i) == eot { TOKEN_TYPE_CONTROL } else { TOKEN_TYPE_NORMAL }).collect();
+        let control = |i: u32| Some(i) == eot || matches!(self, Tokenizer::Bpe(b) if b.control.contains(&i));
+        let types: Vec<i32> = (0..tokens.len() as u32).map(|i| if control(i) { TOKEN_TYPE_CONTROL } else { TOKEN_TYPE_NORMAL }).collect();
         g.set("tokenizer.ggml.model", "gpt2")?;
-        g.set("tokenizer.ggml.pre", "gpt-2")?;
+        g.set("tokenizer.ggml.pre", pre.name())?;
         g.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)))?;
         g.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)))?;
         g.set("tokenizer.ggml.merges", Value::Array(Array::String(merges)))?;
@@ -380,10 +424,11 @@ impl Tokenizer {
         if model != "gpt2" {
             return Err(input(format!("{origin}: tokenizer model {model:?} is not supported (only gpt2 byte-level BPE)")));
         }
-        match f.get("tokenizer.ggml.pre").map(|v| v.as_str()) {
-            None | Some(Some("gpt-2")) => {}
-            Some(p) => return Err(input(format!("{origin}: pre-tokenizer {:?} is not supported (only gpt-2)", p.unwrap_or("?")))),
-        }
+        let pre = match f.get("tokenizer.ggml.pre").map(|v| v.as_str()) {
+            None | Some(Some("gpt-2")) => PreSplit::Gpt2,
+            Some(Some("smollm")) => PreSplit::SmolLm,
+            Some(p) => return Err(input(format!("{origin}: pre-tokenizer {:?} is not supported (gpt-2 or smollm)", p.unwrap_or("?")))),
+        };
         let strings = |key: &str| -> Result<Vec<String>> {
             match f.get(key) {
                 Some(Value::Array(Array::String(v))) => Ok(v.clone()),
@@ -404,7 +449,7 @@ impl Tokenizer {
             return Ok(Some(Tokenizer::Bytes));
         }
         let control: Vec<u32> = types.iter().enumerate().filter(|(_, &t)| t == TOKEN_TYPE_CONTROL).map(|(i, _)| i as u32).collect();
-        Tokenizer::from_tokens(&tokens, &merges, &control, &origin).map(Some)
+        Tokenizer::from_tokens(&tokens, &merges, &control, pre, &origin).map(Some)
     }
 }
 
