@@ -450,21 +450,32 @@ impl<'a> Graph<'a> {
         // them: refuse what does not fit with one clear error instead of ggml's
         // allocation failures (and, on Linux, instead of memory that overcommit
         // grants and the OOM killer takes back).
-        let mut sizes = vec![0usize; backends.len()];
-        // SAFETY: fresh scheduler sized for the graph; one size per backend.
-        unsafe { sys::ggml_backend_sched_reserve_size(sched.as_ptr(), self.raw(), sizes.as_mut_ptr()) };
-        for (b, &size) in backends.iter().zip(&sizes) {
-            if let Err(e) = crate::backend::check_fits(b, size as u64, "the graph's compute buffers") {
-                // SAFETY: nothing allocated yet.
-                unsafe { sys::ggml_backend_sched_free(sched.as_ptr()) };
-                return Err(e);
+        //
+        // Each split of a graph over several backends rewires its nodes to input
+        // copies that the next split frees (ggml_backend_sched_split_graph), so
+        // such a graph is split once, by the allocation itself, and a device
+        // without room fails there (no overcommit on GPUs). A single backend
+        // makes no copies: it is measured first.
+        let ok = if backends.len() == 1 {
+            let mut sizes = vec![0usize; backends.len()];
+            // SAFETY: fresh scheduler sized for the graph; one size per backend.
+            unsafe { sys::ggml_backend_sched_reserve_size(sched.as_ptr(), self.raw(), sizes.as_mut_ptr()) };
+            for (b, &size) in backends.iter().zip(&sizes) {
+                if let Err(e) = crate::backend::check_fits(b, size as u64, "the graph's compute buffers") {
+                    // SAFETY: nothing allocated yet.
+                    unsafe { sys::ggml_backend_sched_free(sched.as_ptr()) };
+                    return Err(e);
+                }
             }
-        }
-        // The measure leaves the allocator's layout in place without its buffers:
-        // reserve them (ggml_backend_sched_reserve) before the graph is placed in them.
-        // SAFETY: fresh scheduler, graph built.
-        let ok = unsafe {
-            sys::ggml_backend_sched_reserve(sched.as_ptr(), self.raw()) && sys::ggml_backend_sched_alloc_graph(sched.as_ptr(), self.raw())
+            // The measure leaves the allocator's layout in place without its buffers:
+            // reserve them (ggml_backend_sched_reserve) before the graph is placed in them.
+            // SAFETY: fresh scheduler, graph built.
+            unsafe {
+                sys::ggml_backend_sched_reserve(sched.as_ptr(), self.raw()) && sys::ggml_backend_sched_alloc_graph(sched.as_ptr(), self.raw())
+            }
+        } else {
+            // SAFETY: fresh scheduler, graph built.
+            unsafe { sys::ggml_backend_sched_alloc_graph(sched.as_ptr(), self.raw()) }
         };
         self.alloc = Some(alloc);
         if !ok {

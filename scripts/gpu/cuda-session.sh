@@ -11,7 +11,8 @@
 # Stages: info, tests (ggml-rs tests with TOY_TEST_DEVICE=cuda), ncu (kernel
 # times of one llama and one gpt2 small step), bench-toy (toy alone, both
 # precisions), bench-eager / bench-compile / bench-all (scripts/bench/bench.py
-# against PyTorch), parity (scripts/parity on CUDA, both precisions).
+# against PyTorch), parity (scripts/parity on CUDA, both precisions), lora
+# (finetune and LoRA on CUDA, f16 base, eval against the CPU).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -130,6 +131,33 @@ parity() {
       --corpus data/default-corpus.txt --device cuda --torch-device cuda --work /tmp/parity-$1-$4 > "$OUT/parity-$1-$2-$4.txt" 2> "$OUT/parity-$1-$2-$4.err"
     echo "== parity $run (rc=$?)"; tail -14 "$OUT/parity-$1-$2-$4.txt"
   done
+}
+# The finetune recipe and LoRA on CUDA: full and LoRA fine-tuning of a toy base,
+# an f16 copy of the base under LoRA, eval of the adapters on CUDA against the CPU.
+stage_lora() {
+  local w=/tmp/lora-cuda && rm -rf $w && mkdir -p $w
+  $T train --preset small --steps 30 --device cuda --out $w/base --json > $w/base.json
+  $T train finetune --from $w/base/weights/latest --preset small --steps 30 --device cuda --out $w/full --json | tail -1
+  $T train finetune --from $w/base/weights/latest --preset small --steps 30 --device cuda --lora-rank 8 --lr 3e-3 --out $w/lo --json | tail -1
+  python3 scripts/bench/f16-copy.py $w/base/weights/latest $w/b16.gguf
+  $T train finetune --from $w/b16.gguf --preset small --steps 30 --device cuda --lora-rank 8 --lr 3e-3 --out $w/lo16 --json | tail -1
+  for r in lo lo16; do
+    for dev in cuda cpu; do
+      echo "eval $r on $dev: $($T eval $w/$r --corpus data/default-corpus.txt --max-windows 64 --device $dev --json)"
+    done
+  done
+  grep -h '"kind":"step"' $w/lo/events.jsonl | tail -1 | cut -c1-160
+}
+# Which training runs work on CUDA (short runs, one line each).
+stage_triage() {
+  cd /tmp
+  for c in "debug bench --preset small --device cuda --steps 2 --warmup 1" "train --preset smoke --device cuda --steps 3 --out s1 --json" \
+           "train --preset small --device cuda --steps 3 --eval-every 0 --out s2 --json" "eval s1 --corpus $OLDPWD/data/default-corpus.txt --device cuda --max-windows 8"; do
+    echo "== $c"; timeout 60 $T $c 2>&1 | tail -3
+  done
+  echo "== small, CUDA_LAUNCH_BLOCKING"; CUDA_LAUNCH_BLOCKING=1 timeout 60 $T train --preset small --device cuda --steps 2 --out s4 2>&1 | grep -v "^step" | tail -5
+  echo "== small, no CUDA graphs"; GGML_CUDA_DISABLE_GRAPHS=1 timeout 60 $T train --preset small --device cuda --steps 2 --out s5 2>&1 | tail -2
+  cd "$OLDPWD"
 }
 stage_parity_quick() { parity "llama small 100 highest"; }
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
