@@ -471,7 +471,8 @@ impl<'a> Graph<'a> {
             // reserve them (ggml_backend_sched_reserve) before the graph is placed in them.
             // SAFETY: fresh scheduler, graph built.
             unsafe {
-                sys::ggml_backend_sched_reserve(sched.as_ptr(), self.raw()) && sys::ggml_backend_sched_alloc_graph(sched.as_ptr(), self.raw())
+                sys::ggml_backend_sched_reserve(sched.as_ptr(), self.raw())
+                    && sys::ggml_backend_sched_alloc_graph(sched.as_ptr(), self.raw())
             }
         } else {
             // SAFETY: fresh scheduler, graph built.
