@@ -12,16 +12,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 base="$1"; adapter="$2"; batches="$3"; toy="${4:-$here/../../target/release/toy}"
-llama="${LLAMA_CPP_DIR:-$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/llama-cpp-sys-2-0.1.161/llama.cpp 2>/dev/null | head -1)}"
-[ -d "$llama" ] || { echo "llama.cpp source not found: set LLAMA_CPP_DIR" >&2; exit 2; }
-build="${LLAMA_BUILD_DIR:-$here/../../target/llamacpp}"
-mkdir -p "$build"
-if [ ! -e "$build/bin/libllama.so" ]; then
-  cmake -S "$llama" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-    -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
-    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF > "$build.cmake.log" 2>&1 || { tail -20 "$build.cmake.log"; exit 1; }
-  cmake --build "$build" --target llama -j "$(nproc)" > "$build.build.log" 2>&1 || { tail -20 "$build.build.log"; exit 1; }
-fi
+. "$here/libllama.sh"
 c++ -O2 -std=c++17 "$here/lora_logits.cpp" -I"$llama/include" -I"$llama/ggml/include" -L"$build/bin" \
   -lllama -lggml -lggml-base -Wl,-rpath,"$build/bin" -o "$build/lora_logits"
 work="$(mktemp -d)"

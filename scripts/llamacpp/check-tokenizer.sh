@@ -10,16 +10,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 ckpt="$1"; dir="$2"; src="${3:-}"
-llama="${LLAMA_CPP_DIR:-$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/llama-cpp-sys-2-0.1.161/llama.cpp 2>/dev/null | head -1)}"
-[ -d "$llama" ] || { echo "llama.cpp source not found: set LLAMA_CPP_DIR" >&2; exit 2; }
-build="${LLAMA_BUILD_DIR:-$here/../../target/llamacpp}"
-mkdir -p "$build"
-if [ ! -e "$build/bin/libllama.so" ]; then
-  cmake -S "$llama" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-    -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF \
-    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF > "$build.cmake.log" 2>&1 || { tail -20 "$build.cmake.log"; exit 1; }
-  cmake --build "$build" --target llama -j "$(nproc)" > "$build.build.log" 2>&1 || { tail -20 "$build.build.log"; exit 1; }
-fi
+. "$here/libllama.sh"
 c++ -O2 -std=c++17 "$here/tokenizer_check.cpp" -I"$llama/include" -I"$llama/ggml/include" -L"$build/bin" \
   -lllama -lggml -lggml-base -Wl,-rpath,"$build/bin" -o "$build/tokenizer_check"
 cat "$dir/train.bin" "$dir/val.bin" > "$build/ids.bin"

@@ -171,14 +171,15 @@ impl AdapterFile {
     pub fn load(&self, w: &Weights<'_>) -> Result<()> {
         for ad in w.adapters() {
             for t in [ad.a, ad.b] {
-                self.file.load_into(&t.name(), t)?;
-                if let Some(i) = t.read::<f32>()?.iter().position(|x| !x.is_finite()) {
+                let values = self.file.tensor_f32(&t.name())?;
+                if let Some(i) = values.iter().position(|x| !x.is_finite()) {
                     return Err(input(format!(
                         "--lora {}: {} holds a non-finite value at element {i}",
                         self.file.path().display(),
                         t.name()
                     )));
                 }
+                t.write(&values)?;
             }
         }
         Ok(())

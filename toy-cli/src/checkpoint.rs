@@ -409,16 +409,20 @@ impl Checkpoint {
                 t.shape()
             )));
         }
-        self.file.load_into(name, t)?;
+        // Values read once, checked, then uploaded (a kept f16 matrix as its bytes).
         // A broken model is the file's fault, not the corpus's or the prompt's.
-        let values = if t.dtype() == DType::F32 { t.read::<f32>()? } else { self.file.tensor_f32(name)? };
+        let values = self.file.tensor_f32(name)?;
         if let Some(i) = values.iter().position(|x| !x.is_finite()) {
             return Err(input(format!(
                 "{}: tensor {name} holds a non-finite value at element {i}; the model is broken",
                 self.file.path().display()
             )));
         }
-        Ok(())
+        if t.dtype() == DType::F32 {
+            Ok(t.write(&values)?)
+        } else {
+            Ok(self.file.load_into(name, t)?)
+        }
     }
 
     /// Copy the weights into `w` (allocated, built from [`Checkpoint::config`]).

@@ -52,17 +52,8 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     // checkpoint's tokenizer; id files and prepared folders as they are.
     let text = TextOptions { tokenizer: ck.tokenizer.clone(), text_field: args.text_field.clone(), ..Default::default() };
     let c = load_corpus_with(path, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(ck.config.vocab) }, &text)?;
-    // A prepared folder carries its own tokenizer: its ids mean something else
-    // to a model trained with another one.
-    if let (Some(theirs), Some(ours)) = (c.tokenizer.as_ref(), ck.tokenizer.as_ref()) {
-        if theirs.tokens() != ours.tokens() {
-            return Err(input(format!(
-                "{} was tokenized with another tokenizer than the model's ({} vs {} ids); evaluate the raw text instead, or prepare it with the model's tokenizer",
-                path.display(),
-                theirs.vocab_size(),
-                ours.vocab_size()
-            )));
-        }
+    if let Some(ours) = &ck.tokenizer {
+        c.check_tokenizer(ours)?;
     }
     if args.max_windows == Some(0) {
         return Err(input("--max-windows must be at least 1"));

@@ -45,16 +45,7 @@ pub fn corpus(path: Option<&Path>, tok: &Tokenizer, vocab: usize, text_field: &s
     let Some(path) = path else { return crate::data::embedded::corpus_with(tok.clone()) };
     let text = TextOptions { tokenizer: Some(tok.clone()), text_field: text_field.to_string(), ..Default::default() };
     let c = load_corpus_with(path, &CorpusOptions { vocab_size: Some(vocab), ..Default::default() }, &text)?;
-    if let Some(theirs) = &c.tokenizer {
-        if theirs.tokens() != tok.tokens() {
-            return Err(input(format!(
-                "{} was prepared with another tokenizer than the model's ({} vs {} ids); give the raw text instead",
-                path.display(),
-                theirs.vocab_size(),
-                tok.vocab_size()
-            )));
-        }
-    }
+    c.check_tokenizer(tok)?;
     Ok(c)
 }
 

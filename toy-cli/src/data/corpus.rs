@@ -34,6 +34,25 @@ pub struct Corpus {
     pub source: PathBuf,
 }
 
+impl Corpus {
+    /// Refuse a corpus whose ids come from another tokenizer than `tok` (a
+    /// prepared folder carries its own): they mean other tokens to the model.
+    ///
+    /// # Errors
+    /// [`Error::Input`](crate::error::Error::Input) naming the corpus.
+    pub fn check_tokenizer(&self, tok: &Tokenizer) -> Result<()> {
+        match &self.tokenizer {
+            Some(theirs) if theirs.tokens() != tok.tokens() => Err(input(format!(
+                "{} was prepared with another tokenizer than the model's ({} vs {} ids); give the raw text instead",
+                self.source.display(),
+                theirs.vocab_size(),
+                tok.vocab_size()
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// How to read a corpus.
 #[derive(Clone, Debug)]
 pub struct CorpusOptions {
