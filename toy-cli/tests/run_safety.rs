@@ -240,8 +240,9 @@ fn threads_above_the_cores_are_capped() {
     ok(&o);
 }
 
-/// Copy the GGUF at `from` to `to`, giving `name` the shape `ne` (same data).
-fn reshape(from: &Path, to: &Path, name: &str, ne: Option<&[i64]>, extra: Option<(&str, Vec<f32>)>) {
+/// Copy the GGUF at `from` to `to` (every key, every tensor as f32), with
+/// `edit` choosing each tensor's shape and values and `extra` appended.
+fn copy_gguf(from: &Path, to: &Path, edit: impl Fn(&str, Vec<i64>, Vec<f32>) -> (Vec<i64>, Vec<f32>), extra: Option<(&str, Vec<f32>)>) {
     let f = GgufFile::open(from).unwrap();
     let mut g = GgufWriter::new();
     for (k, v) in f.metadata() {
@@ -250,17 +251,18 @@ fn reshape(from: &Path, to: &Path, name: &str, ne: Option<&[i64]>, extra: Option
         }
     }
     for info in f.tensors() {
-        let data = f.tensor_f32(&info.name).unwrap();
-        let shape: Vec<i64> = match ne {
-            Some(ne) if info.name == name => ne.to_vec(),
-            _ => info.shape(),
-        };
+        let (shape, data) = edit(&info.name, info.shape(), f.tensor_f32(&info.name).unwrap());
         g.add_tensor_data(&info.name, &shape, &data).unwrap();
     }
     if let Some((n, data)) = extra {
         g.add_tensor_data(n, &[data.len() as i64], &data).unwrap();
     }
     g.write(to).unwrap();
+}
+
+/// Copy the GGUF at `from` to `to`, giving `name` the shape `ne` (same data).
+fn reshape(from: &Path, to: &Path, name: &str, ne: Option<&[i64]>, extra: Option<(&str, Vec<f32>)>) {
+    copy_gguf(from, to, |n, shape, data| (if n == name { ne.map_or(shape, <[i64]>::to_vec) } else { shape }, data), extra);
 }
 
 #[test]
@@ -328,18 +330,7 @@ fn hostile_corpora_and_donors_get_one_line() {
 
 /// Copy the GGUF at `from` to `to` with `name`'s values replaced.
 fn reshape_values(from: &Path, to: &Path, name: &str, values: &[f32]) {
-    let f = GgufFile::open(from).unwrap();
-    let mut g = GgufWriter::new();
-    for (k, v) in f.metadata() {
-        if !k.starts_with("general.alignment") {
-            g.set(k, v.clone()).unwrap();
-        }
-    }
-    for info in f.tensors() {
-        let data = if info.name == name { values.to_vec() } else { f.tensor_f32(&info.name).unwrap() };
-        g.add_tensor_data(&info.name, &info.shape(), &data).unwrap();
-    }
-    g.write(to).unwrap();
+    copy_gguf(from, to, |n, shape, data| (shape, if n == name { values.to_vec() } else { data }), None);
 }
 
 #[test]
