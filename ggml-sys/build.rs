@@ -1,11 +1,16 @@
 //! Build script: obtain the pinned ggml source through cargo, copy it into a
-//! build-private folder, apply `patches/*.patch` in order, build it with cmake
-//! through our wrapper project and link it.
+//! build-private folder, apply `patches/*.patch` in order, build it and link it.
+//!
+//! The CPU build on x86-64 needs only a C/C++ compiler: the `cc` crate compiles
+//! ggml's sources with the flags its cmake build uses (`build/cpu.rs`). The
+//! `cuda`, `metal` and `dynamic` features, other targets, and `TOY_GGML_CMAKE=1`
+//! build through cmake and our wrapper project instead.
 //!
 //! Environment (all optional):
 //! - `GGML_SOURCE_DIR`: a ggml folder to use instead of the pinned package.
-//! - `GGML_*`, `CMAKE_*`: forwarded to cmake as `-D` definitions (ours win on conflict
-//!   only for the options this crate must control, listed in `FORCED`).
+//! - `TOY_GGML_CMAKE=1`: build with cmake even where the compiler alone would do.
+//! - `GGML_*`, `CMAKE_*` (cmake builds): forwarded to cmake as `-D` definitions (ours
+//!   win on conflict only for the options this crate must control, listed in `FORCED`).
 //! - `CMAKE_CUDA_ARCHITECTURES` (feature `cuda`): default `90`.
 
 use std::collections::BTreeMap;
@@ -13,6 +18,8 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
 
+#[path = "build/cpu.rs"]
+mod cpu;
 #[path = "build/source.rs"]
 mod source;
 
@@ -38,11 +45,21 @@ fn tool_works(tool: &str, arg: &str) -> bool {
     Command::new(tool).arg(arg).output().map(|o| o.status.success()).unwrap_or(false)
 }
 
+/// Whether this build needs cmake: GPU backends, shared libraries, targets
+/// `build/cpu.rs` does not describe, or `TOY_GGML_CMAKE=1`.
+fn needs_cmake() -> bool {
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
+    let target_env = env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
+    cfg!(any(feature = "cuda", feature = "metal", feature = "dynamic"))
+        || !cpu::supported(&arch, &target_env)
+        || env::var("TOY_GGML_CMAKE").map(|v| v == "1").unwrap_or(false)
+}
+
 /// Fail early with one line when the build tools are missing.
-fn check_tools() {
+fn check_tools(cmake_needed: bool) {
     let cmake = env::var("CMAKE").unwrap_or_else(|_| "cmake".into());
-    if !tool_works(&cmake, "--version") {
-        fail("toy-ggml-sys: cmake not found: install cmake >= 3.14 (Debian/Ubuntu: `apt-get install cmake`, macOS: `brew install cmake`)");
+    if cmake_needed && !tool_works(&cmake, "--version") {
+        fail("toy-ggml-sys: cmake not found: this build (GPU backend, shared libraries or a non-x86-64 target) needs cmake >= 3.14 (Debian/Ubuntu: `apt-get install cmake`, macOS: `brew install cmake`)");
     }
     let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
     let cxx = env::var("CXX").unwrap_or_else(|_| "c++".into());
@@ -65,13 +82,15 @@ fn main() {
     println!("cargo:rerun-if-changed={}", root.join("vendor/ggml-source/Cargo.lock").display());
     println!("cargo:rerun-if-env-changed=GGML_SOURCE_DIR");
     println!("cargo:rerun-if-env-changed=CMAKE_CUDA_ARCHITECTURES");
+    println!("cargo:rerun-if-env-changed=TOY_GGML_CMAKE");
 
     // docs.rs-style builds and `cargo doc` need no native library.
     if env::var_os("DOCS_RS").is_some() {
         return;
     }
 
-    check_tools();
+    let cmake_needed = needs_cmake();
+    check_tools(cmake_needed);
 
     let upstream = match source::locate(&root) {
         Ok(p) => p,
@@ -84,6 +103,15 @@ fn main() {
     println!("cargo:source_dir={}", ggml_dir.display());
 
     build_bindings(&ggml_dir, &out_dir);
+    if !cmake_needed {
+        if let Err(e) = cpu::build(&ggml_dir, &out_dir) {
+            fail(&format!("toy-ggml-sys: {e}"));
+        }
+        if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("macos") {
+            println!("cargo:rustc-link-lib=dylib=m");
+        }
+        return;
+    }
     let lib_dirs = build_ggml(&manifest_dir, &ggml_dir);
     link(&lib_dirs);
 }
