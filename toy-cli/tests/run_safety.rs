@@ -274,7 +274,9 @@ fn transposed_or_extra_tensors_are_refused() {
     let f = GgufFile::open(&ck).unwrap();
     let (d, ff) = (64i64, f.tensor("blk.0.ffn_up.weight").unwrap().ne[1]);
     let v = f.tensor("token_embd.weight").unwrap().ne[1];
-    let mut cases: Vec<(&str, Option<Vec<i64>>, Option<(&str, Vec<f32>)>, &str)> = vec![
+    // (tensor to reshape, its new ne, an extra tensor, what the message names)
+    type Case<'a> = (&'a str, Option<Vec<i64>>, Option<(&'a str, Vec<f32>)>, &'a str);
+    let mut cases: Vec<Case> = vec![
         ("blk.0.ffn_up.weight", Some(vec![ff, d]), None, "blk.0.ffn_up.weight"),
         ("blk.1.ffn_down.weight", Some(vec![d, ff]), None, "blk.1.ffn_down.weight"),
         ("blk.0.attn_q.weight", Some(vec![d / 2, d * 2]), None, "blk.0.attn_q.weight"),

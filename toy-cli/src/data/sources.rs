@@ -159,13 +159,16 @@ pub struct Documents<'s> {
     /// Raw bytes read so far, over all sources (for progress).
     pub bytes_read: std::sync::Arc<std::sync::atomic::AtomicU64>,
     digests: Vec<FileDigest>,
-    tap: Option<std::rc::Rc<std::cell::RefCell<Option<(Sha256, u64)>>>>,
+    tap: Option<DigestCell>,
 }
+
+/// Where a finished source leaves its hash and byte count.
+type DigestCell = std::rc::Rc<std::cell::RefCell<Option<(Sha256, u64)>>>;
 
 /// A reader that reports its hash and count into a shared cell when dropped.
 struct Reporting<R: Read> {
     tap: Tap<R>,
-    out: std::rc::Rc<std::cell::RefCell<Option<(Sha256, u64)>>>,
+    out: DigestCell,
 }
 
 impl<R: Read> Read for Reporting<R> {

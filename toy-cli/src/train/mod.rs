@@ -327,7 +327,7 @@ pub(crate) fn build_trainer<'a>(
         replicas.push(Replica { step, accumulators: st.accumulators.clone().unwrap_or_default() });
     }
     if replicas.len() == 1 {
-        return Ok(Trainer::Single(replicas.pop().expect("one replica").step));
+        return Ok(Trainer::Single(Box::new(replicas.pop().expect("one replica").step)));
     }
     let mains: Vec<Backend> = backends.iter().map(|b| b[0].clone()).collect();
     let kind = AllReduceKind::for_devices(&mains[0].device(), mains.len());

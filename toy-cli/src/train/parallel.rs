@@ -12,7 +12,8 @@ use ggml_rs::{Graph, Tensor};
 
 /// A training step on one device, or on several in data parallel.
 pub enum Trainer<'a> {
-    Single(TrainStep<'a>),
+    /// Boxed: a `TrainStep` is large and a run holds one `Trainer` for its whole life.
+    Single(Box<TrainStep<'a>>),
     Parallel(DataParallel<'a>),
 }
 
@@ -96,6 +97,11 @@ impl<'a> DataParallel<'a> {
     /// Number of replicas.
     pub fn len(&self) -> usize {
         self.replicas.len()
+    }
+
+    /// Whether there is no replica (never, for a built `DataParallel`).
+    pub fn is_empty(&self) -> bool {
+        self.replicas.is_empty()
     }
 
     fn step(&mut self, tokens: &[i32], targets: &[i32], lr: f32) -> Result<StepStats> {
