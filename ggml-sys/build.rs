@@ -55,17 +55,53 @@ fn needs_cmake() -> bool {
         || env::var("TOY_GGML_CMAKE").map(|v| v == "1").unwrap_or(false)
 }
 
-/// Fail early with one line when the build tools are missing.
+/// Fail early with one line when the build tools are missing, after trying to
+/// install them (`install`).
 fn check_tools(cmake_needed: bool) {
     let cmake = env::var("CMAKE").unwrap_or_else(|_| "cmake".into());
-    if cmake_needed && !tool_works(&cmake, "--version") {
+    let cmake_works = || tool_works(&cmake, "--version");
+    if cmake_needed && !(cmake_works() || install("cmake", "cmake") && cmake_works()) {
         fail("toy-ggml-sys: cmake not found: this build (GPU backend, shared libraries or a non-x86-64 target) needs cmake >= 3.14 (Debian/Ubuntu: `apt-get install cmake`, macOS: `brew install cmake`)");
     }
     let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
     let cxx = env::var("CXX").unwrap_or_else(|_| "c++".into());
-    if !tool_works(&cc, "--version") || !tool_works(&cxx, "--version") {
-        fail("toy-ggml-sys: no C/C++ compiler found: install one (Debian/Ubuntu: `apt-get install build-essential`, macOS: `xcode-select --install`), or set CC and CXX");
+    let works = || tool_works(&cc, "--version") && tool_works(&cxx, "--version");
+    if !(works() || install("g++", "") && works()) {
+        fail("toy-ggml-sys: no C/C++ compiler found: install one (Debian/Ubuntu: `apt-get install g++`, macOS: `xcode-select --install`), or set CC and CXX");
     }
+}
+
+/// Install a missing build tool where that needs no question: apt-get as root
+/// (or through password-less sudo), else brew. `TOY_NO_INSTALL=1` turns this off.
+/// Says what it does as a cargo warning; true when the installer succeeded.
+fn install(debian: &str, brew: &str) -> bool {
+    println!("cargo:rerun-if-env-changed=TOY_NO_INSTALL");
+    if env::var("TOY_NO_INSTALL").is_ok_and(|v| v == "1") {
+        return false;
+    }
+    let run =
+        |cmd: &mut Command| cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).status().is_ok_and(|s| s.success());
+    if tool_works("apt-get", "--version") {
+        let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0"));
+        let sudo: &[&str] = if root {
+            &[]
+        } else if run(Command::new("sudo").args(["-n", "true"])) {
+            &["sudo", "-n"]
+        } else {
+            return false;
+        };
+        println!("cargo:warning=toy-ggml-sys: installing {debian} with apt-get");
+        let apt = |args: &[&str]| {
+            let all: Vec<&str> = sudo.iter().chain(["apt-get"].iter()).chain(args).copied().collect();
+            run(Command::new(all[0]).args(&all[1..]).env("DEBIAN_FRONTEND", "noninteractive"))
+        };
+        return apt(&["update", "-qq"]) && apt(&["install", "-y", "-qq", debian]);
+    }
+    if !brew.is_empty() && tool_works("brew", "--version") {
+        println!("cargo:warning=toy-ggml-sys: installing {brew} with brew");
+        return run(Command::new("brew").args(["install", brew]));
+    }
+    false
 }
 
 fn main() {
