@@ -26,6 +26,19 @@ pub fn resolve_model(p: &Path) -> Result<PathBuf> {
     Ok(p.to_path_buf())
 }
 
+/// Refuse to sample from logits that are not all finite (the model, or its
+/// adapter, overflows): a token picked from them would be arbitrary.
+fn finite_logits(logits: &[f32], position: usize, adapter: bool) -> Result<()> {
+    match logits.iter().position(|x| !x.is_finite()) {
+        Some(i) => Err(crate::error::runtime(format!(
+            "the logits at position {position} are not finite (token {i}: {}): the model{} overflows",
+            logits[i],
+            if adapter { " with its adapter" } else { "" }
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// What `toy generate` produced.
 pub struct Generated {
     pub ids: Vec<u32>,
@@ -82,6 +95,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
             let mut input_ids: Vec<i32> = window.iter().map(|&x| x as i32).collect();
             input_ids.resize(t, 0);
             let logits = fwd.logits_at(&input_ids, window.len() - 1)?;
+            finite_logits(&logits, ids.len(), ck.adapter.is_some())?;
             let next = sample(&logits, &sampling, &mut rng) as u32;
             ids.push(next);
             if stream {
