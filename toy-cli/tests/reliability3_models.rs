@@ -3,7 +3,7 @@
 //! a checkpoint's tokenizer and vocabulary, `llama.rope.dimension_count`, and
 //! `generate --prompt` with `--prompt-ids`.
 
-use ggml_rs::gguf::{GgufFile, GgufWriter, Value};
+use ggml_rs::gguf::{Array, GgufFile, GgufWriter, Value};
 use ggml_rs::DType;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -220,7 +220,8 @@ fn checkpoint_tokenizer_and_vocabulary_are_checked_at_load() {
 /// Class 6 (issue 19): `llama.rope.dimension_count` was ignored (8, 0 and 17
 /// gave the same loss). As llama.cpp does for arch llama, any value other than
 /// the head width is refused; so are the other keys that would change the
-/// attention math toy does not implement (key/value widths, RoPE scaling).
+/// attention math toy does not implement (key/value widths, RoPE scaling),
+/// and keys that are present but unreadable (no silent default).
 #[test]
 fn rope_dimension_count_other_than_head_width_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
@@ -228,13 +229,16 @@ fn rope_dimension_count_other_than_head_width_is_refused() {
     let ck = base(t);
     keys_only(&ck, &t.join("full.gguf"), &[("llama.rope.dimension_count", Some(Value::U32(16)))]);
     ok(&toy(t, &["eval", "full.gguf", "--corpus", "s.txt", "--threads", "1", "--max-windows", "2"]));
-    let cases: [(&str, Value, &str); 6] = [
+    let cases: [(&str, Value, &str); 8] = [
         ("llama.rope.dimension_count", Value::U32(8), "rope.dimension_count"),
         ("llama.rope.dimension_count", Value::U32(0), "rope.dimension_count"),
         ("llama.rope.dimension_count", Value::U32(17), "rope.dimension_count"),
         ("llama.attention.key_length", Value::U32(8), "key_length"),
         ("llama.attention.value_length", Value::U32(32), "value_length"),
         ("llama.rope.scaling.factor", Value::F32(4.0), "rope.scaling"),
+        // A key that is there but unreadable is not replaced by its default.
+        ("llama.rope.freq_base", Value::String("1e4".into()), "llama.rope.freq_base"),
+        ("llama.attention.head_count_kv", Value::Array(Array::U32(vec![4, 4])), "head_count_kv"),
     ];
     for (i, (key, value, needle)) in cases.into_iter().enumerate() {
         let file = format!("rope{i}.gguf");

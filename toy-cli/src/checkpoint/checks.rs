@@ -18,6 +18,32 @@ fn shown(v: &Value) -> String {
         .unwrap_or_else(|| "not a number".into())
 }
 
+/// The number at `key`, `default` when the key is absent; a key that is there
+/// but not one number (a string, a per-layer array) is refused rather than
+/// replaced by the default.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming `what` and the key.
+pub fn optional(file: &GgufFile, key: &str, default: f64, what: &str) -> Result<f64> {
+    match file.get(key) {
+        None => Ok(default),
+        Some(v) => v.as_f64().ok_or_else(|| input(format!("{what}: {key} is not one number (per-layer values are not supported)"))),
+    }
+}
+
+/// The count at `key` (as [`optional`], for a non-negative integer).
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming `what` and the key.
+pub fn optional_count(file: &GgufFile, key: &str, default: usize, what: &str) -> Result<usize> {
+    match file.get(key) {
+        None => Ok(default),
+        Some(v) => {
+            Ok(v.as_u64().ok_or_else(|| input(format!("{what}: {key} is not one count (per-layer values are not supported)")))? as usize)
+        }
+    }
+}
+
 /// Refuse llama keys that would change the attention math toy runs: a RoPE
 /// dimension count, key or value width other than the head width (llama.cpp
 /// refuses the first for llama models, and its tensor shapes follow the other
