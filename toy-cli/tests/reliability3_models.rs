@@ -149,6 +149,10 @@ fn non_finite_results_are_failures() {
         assert!(err.contains("not finite"), "{err}");
         assert_eq!(names(t), before, "a file was left behind");
     }
+    // A broken input is the input's fault (exit 2), and leaves nothing either.
+    adapter(&t.join("nan.gguf"), 1.0, f32::NAN);
+    fails(&toy(t, &["export", "merge", "--base", ck, "--lora", "nan.gguf", "--out", "m.gguf"]), "non-finite");
+    assert!(!t.join("m.gguf").exists());
     // The same merges within range work.
     adapter(&t.join("small.gguf"), 1.0, 0.01);
     ok(&toy(t, &["export", "merge", "--base", "b16.gguf", "--lora", "small.gguf", "--out", "m.gguf"]));

@@ -63,6 +63,14 @@ fn in_dtype(values: &[f32], dtype: DType) -> Result<Vec<u8>, Option<(usize, f32)
     }
 }
 
+/// Refuse an input tensor (`name` of the file `what`) holding a non-finite value.
+fn broken(values: &[f32], what: &str, name: &str) -> Result<()> {
+    match values.iter().position(|x| !x.is_finite()) {
+        Some(i) => Err(input(format!("{what}: tensor {name} holds a non-finite value at element {i}; the file is broken"))),
+        None => Ok(()),
+    }
+}
+
 /// Refuse an `--out` that would replace an input, a folder, a link or anything
 /// but a regular file.
 fn check_out(m: &MergeArgs) -> Result<()> {
@@ -115,14 +123,18 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     for t in f.tensors() {
         let a_name = format!("{}.lora_a", t.name);
         let Some(_) = ad.file.tensor(&a_name) else {
-            if matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16) && f.tensor_f32(&t.name)?.iter().any(|x| !x.is_finite()) {
-                return Err(input(format!("--base {}: tensor {} holds a non-finite value; the model is broken", m.base.display(), t.name)));
+            if matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16) {
+                broken(&f.tensor_f32(&t.name)?, &format!("--base {}", m.base.display()), &t.name)?;
             }
             g.add_tensor_bytes(&t.name, t.dtype, &t.ne, f.tensor_data(&t.name)?.to_vec())?;
             continue;
         };
+        let b_name = format!("{}.lora_b", t.name);
         let w = f.tensor_f32(&t.name)?;
-        let (av, bv) = (ad.file.tensor_f32(&a_name)?, ad.file.tensor_f32(&format!("{}.lora_b", t.name))?);
+        let (av, bv) = (ad.file.tensor_f32(&a_name)?, ad.file.tensor_f32(&b_name)?);
+        broken(&w, &format!("--base {}", m.base.display()), &t.name)?;
+        broken(&av, &format!("--lora {}", m.lora.display()), &a_name)?;
+        broken(&bv, &format!("--lora {}", m.lora.display()), &b_name)?;
         let out = merged(&w, &av, &bv, t.ne[0] as usize, ad.config.rank, scale);
         let bytes = in_dtype(&out, t.dtype).map_err(|e| match e {
             Some((i, x)) => runtime(format!(
