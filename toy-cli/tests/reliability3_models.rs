@@ -137,7 +137,9 @@ fn non_finite_results_are_failures() {
     let o = toy(t, &["eval", ck, "--lora", "huge.gguf", "--corpus", "s.txt", "--threads", "1", "--json"]);
     fails_with(&o, 1, "not finite");
     assert!(o.stdout.is_empty(), "{}", String::from_utf8_lossy(&o.stdout));
-    fails_with(&toy(t, &["generate", ck, "--lora", "huge.gguf", "-n", "3", "--threads", "1"]), 1, "not finite");
+    let o = toy(t, &["generate", ck, "--lora", "huge.gguf", "-n", "3", "--threads", "1"]);
+    fails_with(&o, 1, "not finite");
+    assert!(o.stdout.is_empty(), "printed before failing: {}", String::from_utf8_lossy(&o.stdout));
     fails_with(&toy(t, &["generate", ck, "--lora", "huge.gguf", "-n", "3", "--greedy", "--json"]), 1, "not finite");
     // Merges: finite in f64, but not in the base's type.
     to_f16(Path::new(ck), &t.join("b16.gguf"));

@@ -83,11 +83,9 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         let cctx = Context::new(capacity(ck.config.n_layers))?;
         let mut fwd = Forward::new(&cctx, w, consts, t, &backends)?;
         let mut ids = prompt.clone();
+        // Nothing is printed before the first logits are known to be finite:
+        // the prompt goes out with the first token.
         let mut printed = 0;
-        if stream {
-            print!("{}", ck.tokenizer.as_ref().unwrap().decode(&ids)?);
-            printed = ids.len();
-        }
         for _ in 0..args.n {
             // The last `t` tokens, right-padded; causal attention ignores the padding.
             let start = ids.len().saturating_sub(t);
@@ -113,7 +111,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
             }
         }
         if stream {
-            println!();
+            println!("{}", ck.tokenizer.as_ref().unwrap().decode(&ids[printed..])?);
         }
         Ok(ids)
     })?;
