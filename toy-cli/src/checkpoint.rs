@@ -9,6 +9,8 @@ use ggml_rs::DType;
 use ggml_rs::Tensor;
 use std::path::Path;
 
+pub mod checks;
+
 /// Identifies our own keys (`toy.*`) in a checkpoint.
 pub const FORMAT: &str = "toy-rs/v1";
 
@@ -214,13 +216,13 @@ pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
         d_model,
         n_layers: need_u(file, &format!("{a}.block_count"))?,
         n_heads,
-        n_kv_heads: file.get_u64(&format!("{a}.attention.head_count_kv")).map(|v| v as usize).unwrap_or(n_heads),
+        n_kv_heads: checks::optional_count(file, &format!("{a}.attention.head_count_kv"), n_heads, what)?,
         d_ff: need_u(file, &format!("{a}.feed_forward_length"))?,
         context: need_u(file, &format!("{a}.context_length"))?,
-        rope_base: file.get_f64("llama.rope.freq_base").unwrap_or(10_000.0) as f32,
+        rope_base: checks::optional(file, "llama.rope.freq_base", 10_000.0, what)? as f32,
         norm_eps: match arch {
-            Arch::Llama => file.get_f64("llama.attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f32,
-            Arch::Gpt2 => file.get_f64("gpt2.attention.layer_norm_epsilon").unwrap_or(1e-5) as f32,
+            Arch::Llama => checks::optional(file, "llama.attention.layer_norm_rms_epsilon", 1e-5, what)? as f32,
+            Arch::Gpt2 => checks::optional(file, "gpt2.attention.layer_norm_epsilon", 1e-5, what)? as f32,
         },
         tied: file.tensor("output.weight").is_none(),
         donor_width: None,
@@ -230,7 +232,9 @@ pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
         base_dtype: None,
     };
     config.validate().map_err(|m| input(format!("{what}: {m}")))?;
+    checks::check_attention_keys(file, &config, what)?;
     check_shapes(file, &config, what)?;
+    checks::check_vocab_key(file, &config, what)?;
     Ok(config)
 }
 
@@ -365,9 +369,24 @@ pub fn open_model(path: &Path) -> Result<Checkpoint> {
     model_from(file, path)
 }
 
+/// The model shape and tokenizer of the model file `file` (at `path`), with
+/// everything checked that every command loading a model relies on: the keys
+/// against the tensors ([`model_config`]), no tensor the model does not have,
+/// and the tokenizer against the token table ([`checks::check_tokenizer`]).
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming the file.
+pub fn check_model(file: &GgufFile, path: &Path) -> Result<(ModelConfig, Option<Tokenizer>)> {
+    let what = path.display().to_string();
+    let config = model_config(file, &what)?;
+    checks::check_no_stray_tensors(file, &config, &what)?;
+    let tokenizer = Tokenizer::read_gguf(file)?;
+    checks::check_tokenizer(file, tokenizer.as_ref(), config.vocab, &what)?;
+    Ok((config, tokenizer))
+}
+
 fn model_from(file: GgufFile, path: &Path) -> Result<Checkpoint> {
-    let config = model_config(&file, &path.display().to_string())?;
-    let tokenizer = Tokenizer::read_gguf(&file)?;
+    let (config, tokenizer) = check_model(&file, path)?;
     let step = file.get_u64("toy.step").unwrap_or(0);
     Ok(Checkpoint { file, config, tokenizer, step, adapter: None })
 }
@@ -455,6 +474,9 @@ impl Checkpoint {
                     let qkv_b = self.file.tensor_f32(&n("attn_qkv.bias"))?;
                     if qkv.len() != 3 * d * d || qkv_b.len() != 3 * d {
                         return Err(input(format!("{path}: {} has the wrong size", n("attn_qkv"))));
+                    }
+                    if qkv.iter().chain(&qkv_b).any(|x| !x.is_finite()) {
+                        return Err(input(format!("{path}: tensor {} holds a non-finite value; the model is broken", n("attn_qkv"))));
                     }
                     for (k, l) in [b.attn_q, b.attn_k, b.attn_v].iter().enumerate() {
                         l.weight.write(&qkv[k * d * d..(k + 1) * d * d])?;

@@ -311,7 +311,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value = "Once upon a time")]
     pub prompt: String,
     /// Token ids to continue instead of text (space-separated).
-    #[arg(long = "prompt-ids")]
+    #[arg(long = "prompt-ids", conflicts_with = "prompt")]
     pub prompt_ids: Option<String>,
     /// Tokens to generate.
     #[arg(short = 'n', long = "n", default_value_t = 100)]

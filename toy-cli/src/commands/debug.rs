@@ -3,7 +3,7 @@
 
 use crate::checkpoint::{open_checkpoint, with_loaded, write_model, Provenance};
 use crate::cli::{BenchArgs, DebugArgs, DebugCommand};
-use crate::error::{input, Result};
+use crate::error::{input, runtime, Result};
 use crate::train::backends_for;
 use crate::train::batches::Recorded;
 use crate::train::step::{capacity, GradStep};
@@ -79,6 +79,9 @@ fn bench(a: &BenchArgs) -> Result<()> {
             s[s.len() / 2]
         }
     };
+    if !last.is_finite() {
+        return Err(runtime(format!("the loss of the last step is not finite ({last})")));
+    }
     let med = median(&times);
     let graph = step.graph();
     let buffers: serde_json::Map<String, serde_json::Value> =
@@ -118,6 +121,9 @@ pub fn run(args: &DebugArgs) -> Result<()> {
                 let cctx = Context::new(capacity(ck.config.n_layers) * 2)?;
                 let mut gs = GradStep::new(&cctx, w, consts, t, nb, &backends)?;
                 let loss = gs.compute(&b.tokens, &b.targets)?;
+                if !loss.is_finite() {
+                    return Err(runtime(format!("the loss of batch {} is not finite ({loss}); not writing {}", a.step, a.out.display())));
+                }
                 if grads {
                     let prov = Provenance {
                         run_id: "debug".into(),
@@ -137,7 +143,15 @@ pub fn run(args: &DebugArgs) -> Result<()> {
                         g.set("toy.loss", loss)?;
                         for ad in w.adapters() {
                             for t in [ad.a, ad.b] {
-                                g.add_tensor_data(&t.name(), &t.ne(), &src(t)?)?;
+                                let v = src(t)?;
+                                if v.iter().any(|x| !x.is_finite()) {
+                                    return Err(runtime(format!(
+                                        "the gradient of {} is not finite; not writing {}",
+                                        t.name(),
+                                        a.out.display()
+                                    )));
+                                }
+                                g.add_tensor_data(&t.name(), &t.ne(), &v)?;
                             }
                         }
                         g.write(&a.out)?;
@@ -148,6 +162,9 @@ pub fn run(args: &DebugArgs) -> Result<()> {
                 } else {
                     let mut g = GgufWriter::new();
                     g.set("toy.loss", loss)?;
+                    if gs.logits().read::<f32>()?.iter().any(|x| !x.is_finite()) {
+                        return Err(runtime(format!("the logits are not finite; not writing {}", a.out.display())));
+                    }
                     g.add_tensor("logits", gs.logits())?;
                     g.write(&a.out)?;
                     println!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }));

@@ -15,10 +15,18 @@ fn short(v: &Value) -> String {
     }
 }
 
-/// Print the metadata and tensors of a checkpoint.
+/// Print the metadata and tensors of a checkpoint, with a warning on stderr
+/// when it is a model the other commands refuse to load.
 pub fn run(args: &DescribeArgs) -> Result<()> {
     let path = resolve_model(&args.model)?;
     let f = GgufFile::open(&path)?;
+    // What generate, eval, finetune and export would refuse, said up front; the
+    // file is still described (that is how one finds out what is wrong with it).
+    if f.get("general.architecture").is_some() && !crate::adapter::is_adapter(&f) {
+        if let Err(e) = crate::checkpoint::check_model(&f, &path) {
+            eprintln!("toy describe: warning: {e}");
+        }
+    }
     let n_params: i64 = f.tensors().iter().map(|t| t.nelements()).sum();
     if args.json {
         let meta: serde_json::Map<String, serde_json::Value> = f.metadata().iter().map(|(k, v)| (k.clone(), json!(short(v)))).collect();

@@ -1,10 +1,11 @@
 //! `toy eval`: loss and perplexity of a checkpoint on a corpus.
 
-use crate::checkpoint::{open_checkpoint, with_loaded};
+use crate::checkpoint::{open_checkpoint, with_loaded, Checkpoint};
 use crate::cli::EvalArgs;
 use crate::commands::generate::resolve_model;
+use crate::data::Tokenizer;
 use crate::data::{load_corpus_with, CorpusOptions, TextOptions};
-use crate::error::{input, Result};
+use crate::error::{input, runtime, Result};
 use crate::train::backends_for;
 use crate::train::batches::{batch_at, eval_starts};
 use crate::train::step::{capacity, EvalStep};
@@ -37,29 +38,44 @@ fn text_bytes(path: &std::path::Path) -> Option<usize> {
     Some(text.lines().filter(|l| l.trim() != "<|endoftext|>").map(|l| l.len() + 1).sum())
 }
 
-/// Evaluate `args.model` on `args.corpus`.
-pub fn run(args: &EvalArgs) -> Result<EvalResult> {
-    let ck = open_checkpoint(&resolve_model(&args.model)?)?;
-    let ck = match &args.lora {
-        Some(l) => ck.with_lora(l)?,
-        None => ck,
-    };
+fn is_prepared(path: &std::path::Path) -> bool {
+    path.is_dir() && path.join("manifest.json").is_file()
+}
+
+fn no_tokenizer(path: &std::path::Path, why: &str) -> crate::error::Error {
+    input(format!(
+        "the model carries no tokenizer (tokenizer.ggml.*) and {} {why}; give token ids of its vocabulary (.bin, .txt of ids) or a corpus prepared with the tokenizer it was trained with",
+        path.display()
+    ))
+}
+
+/// The ids of the whole corpus of `args` for the model `ck` (a prepared
+/// folder's splits one after the other), and the text's bytes when known.
+fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, Option<usize>)> {
     let path = &args.corpus;
     if !path.exists() {
         return Err(input(format!("corpus {} does not exist", path.display())));
     }
     // Text is read as training reads it (documents, end-of-text tokens), with the
     // checkpoint's tokenizer; id files and prepared folders as they are.
-    let text = TextOptions { tokenizer: ck.tokenizer.clone(), text_field: args.text_field.clone(), ..Default::default() };
+    // A model without its tokenizer takes token ids only: text tokenized any other
+    // way (a BPE trained on it) means other tokens to the model. The byte tokenizer
+    // stands in so that text is recognized without training one, then refused.
+    let tokenizer = ck.tokenizer.clone().or(Some(Tokenizer::Bytes));
+    let text = TextOptions { tokenizer, text_field: args.text_field.clone(), ..Default::default() };
     let c = load_corpus_with(path, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(ck.config.vocab) }, &text)?;
-    if let Some(ours) = &ck.tokenizer {
-        c.check_tokenizer(ours)?;
+    match (&ck.tokenizer, &c.tokenizer) {
+        (Some(ours), _) => c.check_tokenizer(ours)?,
+        (None, Some(_)) if !is_prepared(path) => return Err(no_tokenizer(path, "is text")),
+        (None, Some(_)) if c.vocab_size != ck.config.vocab => {
+            return Err(no_tokenizer(path, &format!("was prepared with {} ids, the model has {}", c.vocab_size, ck.config.vocab)))
+        }
+        (None, _) => {}
     }
     if args.max_windows == Some(0) {
         return Err(input("--max-windows must be at least 1"));
     }
     let bytes = c.tokenizer.as_ref().and(text_bytes(path));
-    // The whole corpus (a prepared folder's splits one after the other).
     let ids: crate::data::Tokens = if c.val.is_empty() { c.train } else { c.train.iter().chain(c.val.iter()).collect::<Vec<u32>>().into() };
     if let Some((i, bad)) = ids.iter().enumerate().find(|&(_, x)| x as usize >= ck.config.vocab) {
         return Err(input(format!(
@@ -68,6 +84,23 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
             ck.config.vocab
         )));
     }
+    Ok((ids, bytes))
+}
+
+/// Evaluate `args.model` on `args.corpus`.
+///
+/// A model without tokenizer keys is evaluated on token ids only (an id file,
+/// or a prepared folder of the model's vocabulary size): its loss on text
+/// tokenized any other way would mean nothing. A loss that is not finite is a
+/// failure ([`Error::Runtime`](crate::error::Error::Runtime)), not a result.
+pub fn run(args: &EvalArgs) -> Result<EvalResult> {
+    let ck = open_checkpoint(&resolve_model(&args.model)?)?;
+    let ck = match &args.lora {
+        Some(l) => ck.with_lora(l)?,
+        None => ck,
+    };
+    let path = &args.corpus;
+    let (ids, bytes) = corpus_ids(&ck, args)?;
     if let Some(c) = args.context.filter(|&c| c > ck.config.context) {
         return Err(input(format!("--context {c} is longer than the model's context {}", ck.config.context)));
     }
@@ -99,10 +132,21 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
         for chunk in starts.chunks(b) {
             let bt = batch_at(&ids, chunk, t);
             let step = if chunk.len() == b { &mut full } else { tail.as_mut().expect("tail graph") };
-            sum += step.loss(&bt.tokens, &bt.targets)? as f64 * chunk.len() as f64;
+            let l = step.loss(&bt.tokens, &bt.targets)?;
+            if !l.is_finite() {
+                return Err(runtime(format!(
+                    "the loss is not finite ({l}) on the window at token {}: the model{} overflows on this corpus",
+                    chunk[0],
+                    if ck.adapter.is_some() { " with its adapter" } else { "" }
+                )));
+            }
+            sum += l as f64 * chunk.len() as f64;
         }
         Ok(sum / starts.len() as f64)
     })?;
+    if !loss.exp().is_finite() {
+        return Err(runtime(format!("the perplexity is not finite: exp of the loss {loss:.4} overflows")));
+    }
     let tokens = starts.len() * t;
     // Bits per byte over the bytes the evaluated windows cover (proportionally).
     let covered = bytes.map(|n| (n as f64 * tokens as f64 / ids.len().max(1) as f64).max(1.0));

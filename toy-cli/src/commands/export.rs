@@ -1,12 +1,14 @@
 //! `toy export merge --base MODEL.gguf --lora ADAPTER.gguf --out MERGED.gguf`:
 //! every adapted matrix becomes `W + (alpha/rank)·B·A` (f64 sums), written
 //! back in the base's own type (f32, f16 or bf16); every other tensor and every
-//! key of the base are copied as they are.
+//! key of the base are copied as they are. A merged value that is not finite
+//! in the base's type (an f16 overflows above 65504) is a failure: nothing is
+//! written.
 
 use crate::adapter::open_adapter;
 use crate::checkpoint::open_checkpoint;
 use crate::cli::{ExportArgs, ExportCommand, MergeArgs};
-use crate::error::{input, Result};
+use crate::error::{input, runtime, Result};
 use crate::model::Arch;
 use ggml_rs::gguf::GgufWriter;
 use ggml_rs::DType;
@@ -31,6 +33,42 @@ pub fn merged(w: &[f32], a: &[f32], b: &[f32], n_in: usize, r: usize, scale: f32
         }
     }
     out
+}
+
+/// `values` as the bytes of `dtype` (f32, f16 or bf16). Errors: the first
+/// element and its value that is not finite in `dtype` (an f16 overflows above
+/// 65504), or `None` for another type.
+fn in_dtype(values: &[f32], dtype: DType) -> Result<Vec<u8>, Option<(usize, f32)>> {
+    let bad = |i: usize| Some((i, values[i]));
+    match dtype {
+        DType::F32 => match values.iter().position(|x| !x.is_finite()) {
+            Some(i) => Err(bad(i)),
+            None => Ok(values.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        },
+        DType::F16 => {
+            let h: Vec<half::f16> = values.iter().map(|&x| half::f16::from_f32(x)).collect();
+            match h.iter().position(|x| !x.is_finite()) {
+                Some(i) => Err(bad(i)),
+                None => Ok(h.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            }
+        }
+        DType::BF16 => {
+            let h: Vec<half::bf16> = values.iter().map(|&x| half::bf16::from_f32(x)).collect();
+            match h.iter().position(|x| !x.is_finite()) {
+                Some(i) => Err(bad(i)),
+                None => Ok(h.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            }
+        }
+        _ => Err(None),
+    }
+}
+
+/// Refuse an input tensor (`name` of the file `what`) holding a non-finite value.
+fn broken(values: &[f32], what: &str, name: &str) -> Result<()> {
+    match values.iter().position(|x| !x.is_finite()) {
+        Some(i) => Err(input(format!("{what}: tensor {name} holds a non-finite value at element {i}; the file is broken"))),
+        None => Ok(()),
+    }
 }
 
 /// Refuse an `--out` that would replace an input, a folder, a link or anything
@@ -80,21 +118,33 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
         }
     }
     g.set("toy.lora.merged", m.lora.display().to_string())?;
+    // Every tensor is checked before anything is written (the file is written
+    // to a temporary and renamed): a merge never leaves a model toy would refuse.
     for t in f.tensors() {
         let a_name = format!("{}.lora_a", t.name);
         let Some(_) = ad.file.tensor(&a_name) else {
+            if matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16) {
+                broken(&f.tensor_f32(&t.name)?, &format!("--base {}", m.base.display()), &t.name)?;
+            }
             g.add_tensor_bytes(&t.name, t.dtype, &t.ne, f.tensor_data(&t.name)?.to_vec())?;
             continue;
         };
+        let b_name = format!("{}.lora_b", t.name);
         let w = f.tensor_f32(&t.name)?;
-        let (av, bv) = (ad.file.tensor_f32(&a_name)?, ad.file.tensor_f32(&format!("{}.lora_b", t.name))?);
+        let (av, bv) = (ad.file.tensor_f32(&a_name)?, ad.file.tensor_f32(&b_name)?);
+        broken(&w, &format!("--base {}", m.base.display()), &t.name)?;
+        broken(&av, &format!("--lora {}", m.lora.display()), &a_name)?;
+        broken(&bv, &format!("--lora {}", m.lora.display()), &b_name)?;
         let out = merged(&w, &av, &bv, t.ne[0] as usize, ad.config.rank, scale);
-        let bytes: Vec<u8> = match t.dtype {
-            DType::F32 => out.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            DType::F16 => out.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect(),
-            DType::BF16 => out.iter().flat_map(|&x| half::bf16::from_f32(x).to_le_bytes()).collect(),
-            other => return Err(input(format!("--base {}: {} is {other}; merging needs f32, f16 or bf16", m.base.display(), t.name))),
-        };
+        let bytes = in_dtype(&out, t.dtype).map_err(|e| match e {
+            Some((i, x)) => runtime(format!(
+                "{}: the merged value at element {i} is not finite in {} ({x:e}; the adapter's scale alpha/rank is {scale:e}); not writing {}",
+                t.name,
+                t.dtype,
+                m.out.display()
+            )),
+            None => input(format!("--base {}: {} is {}; merging needs f32, f16 or bf16", m.base.display(), t.name, t.dtype)),
+        })?;
         g.add_tensor_bytes(&t.name, t.dtype, &t.ne, bytes)?;
     }
     g.write(&m.out).map_err(|e| crate::error::runtime(format!("cannot write {}: {e}", m.out.display())))?;

@@ -26,6 +26,19 @@ pub fn resolve_model(p: &Path) -> Result<PathBuf> {
     Ok(p.to_path_buf())
 }
 
+/// Refuse to sample from logits that are not all finite (the model, or its
+/// adapter, overflows): a token picked from them would be arbitrary.
+fn finite_logits(logits: &[f32], position: usize, adapter: bool) -> Result<()> {
+    match logits.iter().position(|x| !x.is_finite()) {
+        Some(i) => Err(crate::error::runtime(format!(
+            "the logits at position {position} are not finite (token {i}: {}): the model{} overflows",
+            logits[i],
+            if adapter { " with its adapter" } else { "" }
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// What `toy generate` produced.
 pub struct Generated {
     pub ids: Vec<u32>,
@@ -70,11 +83,9 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         let cctx = Context::new(capacity(ck.config.n_layers))?;
         let mut fwd = Forward::new(&cctx, w, consts, t, &backends)?;
         let mut ids = prompt.clone();
+        // Nothing is printed before the first logits are known to be finite:
+        // the prompt goes out with the first token.
         let mut printed = 0;
-        if stream {
-            print!("{}", ck.tokenizer.as_ref().unwrap().decode(&ids)?);
-            printed = ids.len();
-        }
         for _ in 0..args.n {
             // The last `t` tokens, right-padded; causal attention ignores the padding.
             let start = ids.len().saturating_sub(t);
@@ -82,6 +93,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
             let mut input_ids: Vec<i32> = window.iter().map(|&x| x as i32).collect();
             input_ids.resize(t, 0);
             let logits = fwd.logits_at(&input_ids, window.len() - 1)?;
+            finite_logits(&logits, ids.len(), ck.adapter.is_some())?;
             let next = sample(&logits, &sampling, &mut rng) as u32;
             ids.push(next);
             if stream {
@@ -99,7 +111,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
             }
         }
         if stream {
-            println!();
+            println!("{}", ck.tokenizer.as_ref().unwrap().decode(&ids[printed..])?);
         }
         Ok(ids)
     })?;
