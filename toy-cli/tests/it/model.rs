@@ -1,7 +1,7 @@
 //! The models' graphs against a plain-Rust f64 reference: logits, the
 //! gradient of the whole model by finite differences, and checkpoint round trips.
 
-mod common;
+use crate::common;
 
 use common::{flat, reference, sequences, tiny, weight_map};
 use ggml_rs::{Backend, Context};

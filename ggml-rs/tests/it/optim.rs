@@ -12,7 +12,7 @@
 //! Parameters start at 0.5 ≤ |p| ≤ 1.5 and the steps are small, so they stay
 //! away from 0 (asserted) and the plain relative error is well defined.
 
-mod common;
+use crate::common;
 
 use common::*;
 use ggml_rs::optim::{AdamWConfig, AdamWState, Optimizer, ParamGroup};

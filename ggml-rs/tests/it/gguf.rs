@@ -2,7 +2,7 @@
 //! `GgufWriter` and `GgufFile`, and hostile files that must give `Err` without
 //! ever reaching one of ggml's aborts (a crash would end this test process).
 
-mod common;
+use crate::common;
 
 use common::*;
 use ggml_rs::gguf::{Array, GgufFile, GgufWriter, Value};

@@ -3,7 +3,7 @@
 //! ends by computing a valid graph, showing the process and the library are
 //! still fine.
 
-mod common;
+use crate::common;
 
 use common::*;
 use ggml_rs::optim::{AdamWConfig, AdamWState, Optimizer, ParamGroup};

@@ -5,7 +5,7 @@
 //! and the matmul precision switch. On CUDA these exercise the new kernels; on
 //! the CPU they pin the semantics the CUDA kernels must match.
 
-mod common;
+use crate::common;
 
 use common::gradcheck::*;
 use common::reference as rf;

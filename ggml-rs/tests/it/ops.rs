@@ -5,7 +5,7 @@
 //! `common::max_rel_err`), at most 1e-5 for every op. Shapes are in ggml `ne`
 //! order (`ne[0]` contiguous). Run with `--nocapture` to see measured errors.
 
-mod common;
+use crate::common;
 
 use common::reference as rf;
 use common::*;

@@ -17,7 +17,7 @@
 //! measuring them against the gradient's scale. Shapes are drawn from a seeded
 //! generator. Large tensors check a seeded sample of 256 coordinates.
 
-mod common;
+use crate::common;
 
 use common::gradcheck::*;
 use common::reference as rf;

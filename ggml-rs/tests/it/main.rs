@@ -1,0 +1,11 @@
+//! The ggml-rs integration tests, one binary: cargo runs test binaries one
+//! after another, and the tests of one binary side by side; one binary is
+//! also linked once. Each module is one subject.
+
+mod common;
+mod errors;
+mod gguf;
+mod grad;
+mod kernels;
+mod ops;
+mod optim;

@@ -1,0 +1,16 @@
+//! The toy-cli integration tests, one binary: cargo runs test binaries one
+//! after another, and the tests of one binary side by side; one binary is
+//! also linked once. Each module is one subject.
+
+mod cli_data;
+mod cli_errors;
+mod common;
+mod data;
+mod finetune;
+mod hostile;
+mod model;
+mod parallel;
+mod prep_inputs;
+mod reliability;
+mod reliability3_models;
+mod run_safety;
