@@ -68,8 +68,10 @@ impl MatmulPrecision {
     }
 }
 
-/// Everything a training run needs, resolved. Serialized to `config.toml` in the run folder.
+/// Everything a training run needs, resolved. Serialized to `config.toml` in
+/// the run folder, which `--resume` reads back (an unknown key is refused).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TrainConfig {
     pub preset: Preset,
     pub model: ModelConfig,
