@@ -130,7 +130,7 @@ pub struct TrainConfig {
     #[serde(default)]
     pub stream: Option<bool>,
     /// Bytes of the corpus's input (its file or files; a prepared folder's
-    /// manifest.json); absent for the embedded corpus.
+    /// manifest.json; the built-in corpus's text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub corpus_bytes: Option<u64>,
     /// Hex SHA-256 of that input: `--resume` refuses a corpus that changed.

@@ -82,6 +82,12 @@ fn resume_refuses_a_changed_corpus() {
     ok(&toy(t, &["prep", "d.txt", "--vocab-size", "300", "--out", "p", "--force"]));
     fails(&resume(t, "q", &["--steps", "4"]), "changed");
     fails(&resume(t, "q", &["--steps", "4", "--allow-corpus-change"]), "another tokenizer");
+    // The built-in corpus is identified too (another build may carry another).
+    ok(&train(t, "e", &["--steps", "1"]));
+    let config = std::fs::read_to_string(t.join("e/config.toml")).unwrap();
+    let sha = config.lines().find_map(|l| l.strip_prefix("corpus_sha256 = ")).unwrap().to_string();
+    std::fs::write(t.join("e/config.toml"), config.replace(&sha, &format!("\"{}\"", "0".repeat(64)))).unwrap();
+    fails(&resume(t, "e", &["--steps", "2"]), "<embedded> changed");
     let help = String::from_utf8_lossy(&toy(t, &["train", "--help"]).stdout).into_owned();
     assert!(help.contains("--allow-corpus-change"), "{help}");
 }

@@ -8,7 +8,7 @@ use crate::cli::{Recipe, TrainArgs};
 use crate::config::TrainConfig;
 use crate::data::Corpus;
 use crate::error::{input, Result};
-use crate::run::identity::corpus_id;
+use crate::run::identity::{corpus_id, embedded_id};
 use clap::ValueEnum;
 use std::path::{Path, PathBuf};
 
@@ -30,14 +30,18 @@ fn is_embedded(corpus: &str) -> bool {
 /// Record the corpus at `path` (`None`: the embedded one) in `cfg`: its
 /// absolute path, bytes and SHA-256 (see [`corpus_id`]).
 pub fn record_corpus(cfg: &mut TrainConfig, path: Option<&Path>) -> Result<()> {
-    match path.filter(|p| !is_embedded(&p.to_string_lossy())) {
-        None => (cfg.corpus, cfg.corpus_bytes, cfg.corpus_sha256) = ("<embedded>".into(), None, None),
+    let id = match path.filter(|p| !is_embedded(&p.to_string_lossy())) {
+        None => {
+            cfg.corpus = "<embedded>".into();
+            embedded_id()
+        }
         Some(p) => {
             let id = corpus_id(p)?;
             cfg.corpus = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
-            (cfg.corpus_bytes, cfg.corpus_sha256) = (Some(id.bytes), Some(id.sha256));
+            id
         }
-    }
+    };
+    (cfg.corpus_bytes, cfg.corpus_sha256) = (Some(id.bytes), Some(id.sha256));
     Ok(())
 }
 
@@ -45,14 +49,15 @@ pub fn record_corpus(cfg: &mut TrainConfig, path: Option<&Path>) -> Result<()> {
 /// started, unless `allow` (`--allow-corpus-change`): then, as for a run whose
 /// config.toml predates the check, record the corpus as it is now.
 pub fn check_corpus(cfg: &mut TrainConfig, dir: &Path, allow: bool) -> Result<()> {
-    if is_embedded(&cfg.corpus) {
-        return Ok(());
-    }
     let path = PathBuf::from(&cfg.corpus);
-    if !path.exists() {
+    let now = if is_embedded(&cfg.corpus) {
+        // Another build of toy may carry another built-in corpus.
+        embedded_id()
+    } else if !path.exists() {
         return Err(input(format!("--resume {}: its corpus {} does not exist any more", dir.display(), path.display())));
-    }
-    let now = corpus_id(&path)?;
+    } else {
+        corpus_id(&path)?
+    };
     if let (Some(sha), Some(bytes)) = (&cfg.corpus_sha256, cfg.corpus_bytes) {
         if *sha != now.sha256 && !allow {
             return Err(input(format!(

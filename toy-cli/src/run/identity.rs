@@ -29,6 +29,12 @@ pub fn corpus_id(path: &Path) -> Result<CorpusId> {
     Ok(CorpusId { bytes, sha256: h.finalize().iter().map(|b| format!("{b:02x}")).collect() })
 }
 
+/// The identity of the corpus built into this binary (its text).
+pub fn embedded_id() -> CorpusId {
+    let text = crate::data::embedded::TEXT.as_bytes();
+    CorpusId { bytes: text.len() as u64, sha256: Sha256::digest(text).iter().map(|b| format!("{b:02x}")).collect() }
+}
+
 fn hash_file(path: &Path, h: &mut Sha256) -> Result<u64> {
     let mut f = std::fs::File::open(path).map_err(|e| input(format!("cannot read corpus {}: {e}", path.display())))?;
     std::io::copy(&mut f, h).map_err(|e| input(format!("cannot read corpus {}: {e}", path.display())))
