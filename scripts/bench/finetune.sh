@@ -38,7 +38,7 @@ echo "old corpus ($(basename "$old")), loss: base $(loss base), full $(loss full
 for mode in lora full; do
   extra=(); [ "$mode" = lora ] && extra=(--lora-rank 8)
   rm -rf "smol-$mode"
-  /usr/bin/time -v "$toy" train finetune --from smol.gguf --preset tiny --batch 1 --context 128 --steps 4 --eval-every 0 \
+  /usr/bin/time -v "$toy" train finetune --from smol.gguf --batch 1 --context 128 --steps 4 --eval-every 0 \
     --threads "$threads" --json --out "smol-$mode" "${extra[@]}" > /dev/null 2> "smol-$mode.time"
   python3 - "smol-$mode" "$mode" <<'PY'
 import json, re, statistics, sys

@@ -242,6 +242,11 @@ pub struct TrainArgs {
     #[arg(long)]
     #[serde(skip)]
     pub resume: Option<PathBuf>,
+    /// With --resume: go on with a corpus whose input changed since the run
+    /// started (it is tokenized with the run's own tokenizer).
+    #[arg(long = "allow-corpus-change")]
+    #[serde(skip)]
+    pub allow_corpus_change: bool,
     /// Keep only the newest K checkpoints (0: all).
     #[arg(long)]
     pub keep: Option<usize>,

@@ -68,8 +68,10 @@ impl MatmulPrecision {
     }
 }
 
-/// Everything a training run needs, resolved. Serialized to `config.toml` in the run folder.
+/// Everything a training run needs, resolved. Serialized to `config.toml` in
+/// the run folder, which `--resume` reads back (an unknown key is refused).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TrainConfig {
     pub preset: Preset,
     pub model: ModelConfig,
@@ -127,6 +129,37 @@ pub struct TrainConfig {
     /// Streamed (in-order) windows, shuffled per epoch or not; random windows when absent.
     #[serde(default)]
     pub stream: Option<bool>,
+    /// Bytes of the corpus's input (its file or files; a prepared folder's
+    /// manifest.json; the built-in corpus's text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus_bytes: Option<u64>,
+    /// Hex SHA-256 of that input: `--resume` refuses a corpus that changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus_sha256: Option<String>,
+    /// Keep only the newest K checkpoints (0: all).
+    #[serde(default)]
+    pub keep: usize,
+    /// Skip steps whose loss or gradients are not finite instead of stopping.
+    #[serde(default)]
+    pub skip_nonfinite: bool,
+    /// Every step's windows are recorded in `batches.bin`.
+    #[serde(default)]
+    pub record_batches: bool,
+    /// The initial weights were written as `weights/step_0.gguf`.
+    #[serde(default)]
+    pub save_initial: bool,
+    /// warm-start: the donor model the token table came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub donor: Option<String>,
+    /// warm-start: the token table from the donor or random (`--init`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub donor_init: Option<crate::donor::TableInit>,
+    /// warm-start: donor rows matched to tokens by text or index (`--match-by`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_by: Option<crate::donor::MatchBy>,
+    /// warm-start: how the projection lens started (`--lens-init`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lens_init: Option<crate::donor::LensInit>,
 }
 
 /// An f32 as the shortest decimal that reads back to it (`0.001`, not the f64
@@ -198,6 +231,16 @@ impl TrainConfig {
             from: None,
             from_sha256: None,
             stream: None,
+            corpus_bytes: None,
+            corpus_sha256: None,
+            keep: 0,
+            skip_nonfinite: false,
+            record_batches: false,
+            save_initial: false,
+            donor: None,
+            donor_init: None,
+            match_by: None,
+            lens_init: None,
         }
     }
 

@@ -90,13 +90,20 @@ fn check_out(m: &MergeArgs) -> Result<()> {
     if m.out.as_os_str().to_string_lossy().ends_with('/') {
         return Err(input(format!("--out {o}: give a file name, not a folder")));
     }
-    if let Some(dir) = m.out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        if !dir.is_dir() {
-            return Err(input(format!("--out {o}: no folder {}", dir.display())));
-        }
+    let dir = m.out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !dir.is_dir() {
+        return Err(input(format!("--out {o}: no folder {}", dir.display())));
     }
+    // An unwritable place is bad input, found before the work (as train and prep do).
+    let probe = dir.join(format!(".toy-merge-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| input(format!("--out {o}: cannot write into {}: {e}", dir.display())))?;
+    let _ = std::fs::remove_file(probe);
     Ok(())
 }
+
+/// Keys of a run's checkpoint that say which run and save it is: a merged
+/// model is neither, so they are not copied.
+const RUN_KEYS: [&str; 3] = ["toy.run_id", "toy.save_id", "toy.step"];
 
 fn merge(m: &MergeArgs) -> Result<PathBuf> {
     check_out(m)?;
@@ -113,7 +120,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     let f = &base.file;
     let mut g = GgufWriter::new();
     for (k, v) in f.metadata() {
-        if k != "general.alignment" {
+        if k != "general.alignment" && !RUN_KEYS.contains(&k.as_str()) {
             g.set(k, v.clone())?;
         }
     }

@@ -2,6 +2,7 @@
 //! GGUF (ours or llama.cpp-converted) trained further on a corpus tokenized
 //! with the model's own tokenizer; `--freeze` keeps parameters fixed by name.
 
+use super::resume::{dedup_targets, record_corpus, Start};
 use super::train::{finish, resolve, run_dir};
 use crate::checkpoint::{open_model, Checkpoint};
 use crate::cli::TrainArgs;
@@ -49,8 +50,28 @@ pub fn corpus(path: Option<&Path>, tok: &Tokenizer, vocab: usize, text_field: &s
     Ok(c)
 }
 
+/// Refuse a `--preset` (given on the command line) whose model shape is not
+/// that of the base `base` at `path`: finetune keeps the model's shape, and
+/// takes only a preset's batch and context.
+fn check_preset(preset: Option<crate::config::Preset>, base: &crate::model::ModelConfig, path: &Path) -> Result<()> {
+    let Some(p) = preset else { return Ok(()) };
+    let (d, h, f, l, _, _) = p.shape();
+    if (d, h, f, l) != (base.d_model, base.n_heads, base.d_ff, base.n_layers) {
+        return Err(input(format!(
+            "--preset {}: its shape (d_model {d}, {l} layers, {h} heads, d_ff {f}) is not that of the model at {} (d_model {}, {} layers, {} heads, d_ff {}); finetune keeps the model's shape: give --batch and --context instead",
+            p.name(),
+            path.display(),
+            base.d_model,
+            base.n_layers,
+            base.n_heads,
+            base.d_ff
+        )));
+    }
+    Ok(())
+}
+
 /// Run the finetune recipe for `a`.
-pub fn run(a: &TrainArgs, opts: &RunOptions) -> Result<Outcome> {
+pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let path = a.from.clone().ok_or_else(|| input("finetune needs --from MODEL.gguf"))?;
     let shape_flags = [
         ("--arch", a.arch.is_some()),
@@ -73,6 +94,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions) -> Result<Outcome> {
     }
     let (ck, tok) = open_base(&path)?;
     let base = &ck.config;
+    check_preset(how.cli_preset, base, &path)?;
     let text_field = a.text_field.as_deref().unwrap_or("text");
     let corpus = corpus(a.corpus.as_deref(), &tok, base.vocab, text_field)?;
     let mut cfg = resolve(&TrainArgs { arch: Some(Arch::Llama), context: None, ..a.clone() }, base.vocab)?;
@@ -84,7 +106,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions) -> Result<Outcome> {
         (Some(rank), _) => Some(LoraConfig {
             rank,
             alpha: a.lora_alpha.unwrap_or(rank as f32),
-            targets: a.lora_targets.clone().unwrap_or_else(|| DEFAULT_TARGETS.split(',').map(String::from).collect()),
+            targets: dedup_targets(&a.lora_targets.clone().unwrap_or_else(|| DEFAULT_TARGETS.split(',').map(String::from).collect())),
         }),
         (None, true) => return Err(input("--lora-alpha and --lora-targets need --lora-rank")),
         (None, false) => None,
@@ -98,12 +120,9 @@ pub fn run(a: &TrainArgs, opts: &RunOptions) -> Result<Outcome> {
     cfg.recipe = "finetune".into();
     cfg.from = Some(std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()).display().to_string());
     cfg.from_sha256 = Some(crate::adapter::file_sha256(&path)?);
-    cfg.corpus = match &a.corpus {
-        Some(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string(),
-        None => "<embedded>".into(),
-    };
+    record_corpus(&mut cfg, a.corpus.as_deref())?;
     cfg.text_field = text_field.to_string();
-    let run = run_dir(a.out.as_ref(), Arch::Llama)?;
+    let run = run_dir(a.out.as_ref(), Arch::Llama, how.restart)?;
     let plan = Plan { recipe: "finetune", init: Init::Model(&ck), stream: None, resume: None };
     finish(a, &run, train(&plan, &cfg, &corpus, &run, opts))
 }

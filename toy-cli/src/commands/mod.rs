@@ -9,4 +9,5 @@ pub mod finetune;
 pub mod generate;
 pub mod new;
 pub mod prep;
+pub mod resume;
 pub mod train;

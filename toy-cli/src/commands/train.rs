@@ -1,7 +1,7 @@
 //! `toy train`: resolve the configuration (preset < `toy.toml` < flags), read
 //! the corpus, create the run folder and run the recipe.
 
-use crate::checkpoint::open_checkpoint;
+use super::resume::{record_corpus, Start};
 use crate::cli::{Recipe, TrainArgs};
 use crate::config::{Preset, TrainConfig};
 use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
@@ -141,6 +141,11 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     if let Some(p) = a.matmul_precision {
         c.matmul_precision = p;
     }
+    // Options that shape the run besides the model and schedule, for --resume.
+    (c.keep, c.skip_nonfinite, c.record_batches, c.save_initial) =
+        (a.keep.unwrap_or(0), a.skip_nonfinite, a.record_batches, a.save_initial);
+    c.donor = a.donor.as_ref().map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string());
+    (c.donor_init, c.match_by, c.lens_init) = (a.init, a.match_by, a.lens_init);
     if c.model.context > MAX_CONTEXT {
         return Err(input(format!("--context {} is larger than the maximum {MAX_CONTEXT}", c.model.context)));
     }
@@ -151,8 +156,9 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     Ok(c)
 }
 
-/// Pick the run folder: `--out`, or `runs/<id>` with the id from `TOY_RUN_ID` or the template.
-pub fn run_dir(out: Option<&PathBuf>, arch: Arch) -> Result<RunDir> {
+/// Pick the run folder: `--out`, or `runs/<id>` with the id from `TOY_RUN_ID` or
+/// the template; `restart`: `--out`, a run that saved nothing, starts again.
+pub fn run_dir(out: Option<&PathBuf>, arch: Arch, restart: bool) -> Result<RunDir> {
     let runs = PathBuf::from("runs");
     let env_id = std::env::var("TOY_RUN_ID").ok().filter(|s| !s.trim().is_empty());
     let id = match (out, &env_id) {
@@ -164,7 +170,11 @@ pub fn run_dir(out: Option<&PathBuf>, arch: Arch) -> Result<RunDir> {
         return Err(input(format!("run id {id:?} must be a plain name")));
     }
     let path = out.cloned().unwrap_or_else(|| runs.join(&id));
-    RunDir::create(id, path, false)
+    let run = RunDir::create(id, path, restart)?;
+    if restart {
+        run.clear_logs();
+    }
+    Ok(run)
 }
 
 /// Load the corpus at `path` (the built-in one when `None`); `vocab` sizes the
@@ -243,30 +253,23 @@ fn resume_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
             out.push(format!("--corpus {} (the run has {})", c.display(), cfg.corpus));
         }
     }
-    let recipe_flags = [
-        ("a recipe", a.recipe.is_some()),
-        ("--donor", a.donor.is_some()),
-        ("--init", a.init.is_some()),
-        ("--match-by", a.match_by.is_some()),
-        ("--lens-init", a.lens_init.is_some()),
-        ("--donor-width", a.donor_width.is_some()),
-        ("--train-table", a.train_table),
-        ("--shuffle", a.shuffle),
-        ("--save-initial", a.save_initial),
-        ("--record-batches", a.record_batches),
-        ("--out", a.out.is_some()),
-        ("--from", a.from.is_some()),
-        ("--lora-rank", a.lora_rank.is_some()),
-        ("--lora-alpha", a.lora_alpha.is_some()),
-        ("--lora-targets", a.lora_targets.is_some()),
-    ];
-    out.extend(recipe_flags.iter().filter(|(_, on)| *on).map(|(f, _)| format!("{f} (fixed when the run started)")));
+    out.extend(super::resume::recipe_conflicts(a, cfg));
+    if a.out.is_some() {
+        out.push("--out (the run folder is --resume's)".into());
+    }
     out
+}
+
+/// What `--resume` found: a checkpoint to go on from, or a run that saved
+/// nothing, to start again from step 0 with these flags.
+enum Resumed {
+    Continue(Box<(TrainConfig, Corpus, RunDir, Plan<'static>)>),
+    Restart(Box<TrainArgs>),
 }
 
 /// Continue the run in `dir` (see `--resume`): only [`RESUME_FLAGS`] may change;
 /// any other flag that contradicts the run is refused, naming it.
-fn resume(a: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Corpus, RunDir, Plan<'static>)> {
+fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     let text = std::fs::read_to_string(dir.join("config.toml"))
         .map_err(|e| input(format!("--resume {}: no config.toml ({e}); is it a run folder?", dir.display())))?;
     let mut cfg: TrainConfig =
@@ -283,19 +286,21 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Corpus, RunDir, Pla
     macro_rules! take {
         ($($f:ident),*) => { $( if let Some(v) = a.$f.clone() { cfg.$f = v; } )* };
     }
-    take!(steps, device, threads, matmul_precision, eval_every, save_every, log_every);
+    take!(steps, device, threads, matmul_precision, eval_every, save_every, log_every, keep);
+    cfg.skip_nonfinite |= a.skip_nonfinite;
+    super::resume::check_corpus(&mut cfg, dir, a.allow_corpus_change)?;
     cfg.validate()?;
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
     let run = RunDir::create(id, dir.to_path_buf(), true)?;
+    if !run.has_checkpoint() {
+        drop(run);
+        if !a.json {
+            crate::outln!("restarting {} from step 0: it saved no checkpoint; the configuration comes from its config.toml", dir.display());
+        }
+        return Ok(Resumed::Restart(Box::new(super::resume::restart_args(a, &cfg, dir)?)));
+    }
     let ck = run.latest().ok_or_else(|| input(format!("--resume {}: no checkpoint (weights/latest) to resume from", dir.display())))?;
-    let corpus = if cfg.recipe == "finetune" {
-        // Tokenized as the run started: with the model's tokenizer, which every checkpoint carries.
-        let tok =
-            open_checkpoint(&ck)?.tokenizer.ok_or_else(|| input(format!("{}: no tokenizer to read the corpus with", ck.display())))?;
-        crate::commands::finetune::corpus(Some(Path::new(&cfg.corpus)), &tok, cfg.model.vocab, &cfg.text_field)?
-    } else {
-        load_training_corpus(Some(Path::new(&cfg.corpus)), Some(cfg.model.vocab), &cfg.text_field)?
-    };
+    let corpus = super::resume::corpus(&cfg, &ck)?;
     let recipe = match cfg.recipe.as_str() {
         "warm-start" => "warm-start",
         "finetune" => "finetune",
@@ -308,7 +313,21 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<(TrainConfig, Corpus, RunDir, Pla
             ck.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
         );
     }
-    Ok((cfg.clone(), corpus, run, Plan { recipe, init: Init::Random, stream: cfg.stream, resume: Some(ck) }))
+    let plan = Plan { recipe, init: Init::Random, stream: cfg.stream, resume: Some(ck) };
+    Ok(Resumed::Continue(Box::new((cfg, corpus, run, plan))))
+}
+
+/// What a run writes besides the essentials, as `a` asks.
+fn run_options(a: &TrainArgs, stop: &Arc<AtomicI32>) -> RunOptions {
+    RunOptions {
+        quiet: a.json,
+        progress: std::io::stderr().is_terminal(),
+        save_initial: a.save_initial,
+        record_batches: a.record_batches,
+        keep: a.keep.unwrap_or(0),
+        skip_nonfinite: a.skip_nonfinite,
+        stop: Some(stop.clone()),
+    }
 }
 
 /// Run `toy train` with `args`.
@@ -316,18 +335,20 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
     let cwd = std::env::current_dir().map_err(|e| input(format!("no current folder: {e}")))?;
     let a = merged(args, read_toml(&cwd)?);
     let stop = install_signal_handlers();
-    let opts = RunOptions {
-        quiet: a.json,
-        progress: std::io::stderr().is_terminal(),
-        save_initial: a.save_initial,
-        record_batches: a.record_batches,
-        keep: a.keep.unwrap_or(0),
-        skip_nonfinite: a.skip_nonfinite,
-        stop: Some(stop),
-    };
     if let Some(dir) = &args.resume {
         // The run's config.toml, not toy.toml, says what the run is.
-        let (cfg, corpus, run, plan) = resume(args, dir)?;
+        let (cfg, corpus, run, plan) = match resume(args, dir)? {
+            Resumed::Continue(c) => *c,
+            Resumed::Restart(r) => return start(&r, &run_options(&r, &stop), Start { cli_preset: None, restart: true }),
+        };
+        // The run's own options, resume flags taken (recorded again in its config.toml).
+        let opts = RunOptions {
+            save_initial: false,
+            record_batches: cfg.record_batches,
+            keep: cfg.keep,
+            skip_nonfinite: cfg.skip_nonfinite,
+            ..run_options(args, &stop)
+        };
         // A LoRA run's state holds the adapters only: the base comes from its file
         // again (resume() opened the latest adapter on it, checking its sha256).
         let base = match (&cfg.model.lora, &cfg.from) {
@@ -344,9 +365,17 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         }
         return Ok(out);
     }
+    start(&a, &run_options(&a, &stop), Start { cli_preset: args.preset, restart: false })
+}
+
+/// Start a new run for `a` (toy.toml merged), or start again a run that saved nothing.
+fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
+    if a.allow_corpus_change {
+        return Err(input("--allow-corpus-change goes with --resume"));
+    }
     let recipe = a.recipe.unwrap_or(Recipe::FromScratch);
     if recipe == Recipe::Finetune {
-        return crate::commands::finetune::run(&a, &opts);
+        return crate::commands::finetune::run(a, opts, how);
     }
     if a.from.is_some() || a.lora_rank.is_some() || a.lora_alpha.is_some() || a.lora_targets.is_some() {
         return Err(input("--from and --lora-* belong to the finetune recipe (toy train finetune --from MODEL.gguf ...)"));
@@ -362,82 +391,86 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         return Err(input("--train-table applies to a projection lens (toy train warm-start ..., or --donor-width)"));
     }
     let corpus = load_training_corpus(a.corpus.as_deref(), a.vocab_size, a.text_field.as_deref().unwrap_or("text"))?;
-    let mut donor = None;
     let mut a = a.clone();
-    if recipe == Recipe::WarmStart {
-        let path = a.donor.clone().ok_or_else(|| input("warm-start needs --donor MODEL.gguf"))?;
-        if a.arch == Some(Arch::Gpt2) {
-            return Err(input("warm-start trains a llama student (--arch llama)"));
-        }
-        // The donor decides the table width; the lens maps it to d_model.
-        let probe = crate::donor::DonorOptions {
-            path: &path,
-            init: crate::donor::TableInit::Scratch,
-            match_by: crate::donor::MatchBy::Index,
-            lens_init: crate::donor::LensInit::Random,
-            width: a.donor_width,
-        };
-        let width = crate::donor::load(&probe, None, 1, 1, 0)?.width;
-        a.donor_width = Some(width);
-        let cfg = resolve(&a, corpus.vocab_size)?;
-        if a.init == Some(crate::donor::TableInit::Scratch) && a.lens_init == Some(crate::donor::LensInit::Pca) {
-            return Err(input("--lens-init pca needs the donor's table (--init donor)"));
-        }
-        let opts = crate::donor::DonorOptions {
-            path: &path,
-            init: a.init.unwrap_or(crate::donor::TableInit::Donor),
-            match_by: a.match_by.unwrap_or(crate::donor::MatchBy::Token),
-            lens_init: a.lens_init.unwrap_or(crate::donor::LensInit::Pca),
-            width: Some(width),
-        };
-        let tokens = corpus.tokenizer.as_ref().and_then(|t| t.tokens());
-        let d = crate::donor::load(&opts, tokens.as_deref(), cfg.model.vocab, cfg.model.d_model, cfg.seed)?;
-        if let Some(r) = &d.report {
-            if !a.json {
-                crate::outln!(
-                    "donor {}: {} of {} student tokens matched ({:.1}%)",
-                    path.display(),
-                    r.matched,
-                    r.total,
-                    100.0 * r.match_rate
-                );
-            }
-        }
-        donor = Some(d);
-    }
+    let donor = if recipe == Recipe::WarmStart { Some(warm_start_donor(&mut a, &corpus)?) } else { None };
     let mut cfg = resolve(&a, corpus.vocab_size)?;
-    cfg.corpus = match &a.corpus {
-        Some(p) => std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string(),
-        None => "<embedded>".into(),
-    };
+    record_corpus(&mut cfg, a.corpus.as_deref())?;
     if let Some(f) = &a.text_field {
         cfg.text_field = f.clone();
     }
-    let run = run_dir(a.out.as_ref(), cfg.model.arch)?;
+    let run = run_dir(a.out.as_ref(), cfg.model.arch, how.restart)?;
     let out = match (recipe, &donor) {
         (Recipe::WarmStart, Some(d)) => {
             cfg.recipe = "warm-start".into();
             cfg.stream = Some(a.shuffle);
             // A stream walks the data once per epoch: evaluate and report by epoch too.
-            train(&Plan { recipe: "warm-start", init: Init::Donor(d), stream: Some(a.shuffle), resume: None }, &cfg, &corpus, &run, &opts)
+            train(&Plan { recipe: "warm-start", init: Init::Donor(d), stream: Some(a.shuffle), resume: None }, &cfg, &corpus, &run, opts)
         }
-        _ => train(&Plan::from_scratch(), &cfg, &corpus, &run, &opts),
+        _ => train(&Plan::from_scratch(), &cfg, &corpus, &run, opts),
     };
     finish(&a, &run, out)
 }
 
-/// Print the run's summary line, or — for a run that never got going (bad
-/// input, no memory for the step, a full disk at flow.json) — remove its
-/// half-made folder.
-pub(crate) fn finish(a: &TrainArgs, run: &RunDir, out: Result<Outcome>) -> Result<Outcome> {
-    if let Err(e) = &out {
-        if !matches!(e, crate::error::Error::Interrupted(..)) && !run.has_progress() {
-            let _ = std::fs::remove_dir_all(&run.path);
-            if a.out.is_none() {
-                let _ = std::fs::remove_dir("runs"); // only when empty
-            }
+/// The donor of a warm-start run for `a` (whose `--donor-width` it sets to
+/// the donor's), matched to the tokens of `corpus`.
+fn warm_start_donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::Donor> {
+    let path = a.donor.clone().ok_or_else(|| input("warm-start needs --donor MODEL.gguf"))?;
+    if a.arch == Some(Arch::Gpt2) {
+        return Err(input("warm-start trains a llama student (--arch llama)"));
+    }
+    // The donor decides the table width; the lens maps it to d_model.
+    let probe = crate::donor::DonorOptions {
+        path: &path,
+        init: crate::donor::TableInit::Scratch,
+        match_by: crate::donor::MatchBy::Index,
+        lens_init: crate::donor::LensInit::Random,
+        width: a.donor_width,
+    };
+    let width = crate::donor::load(&probe, None, 1, 1, 0)?.width;
+    a.donor_width = Some(width);
+    let cfg = resolve(a, corpus.vocab_size)?;
+    if a.init == Some(crate::donor::TableInit::Scratch) && a.lens_init == Some(crate::donor::LensInit::Pca) {
+        return Err(input("--lens-init pca needs the donor's table (--init donor)"));
+    }
+    let opts = crate::donor::DonorOptions {
+        path: &path,
+        init: a.init.unwrap_or(crate::donor::TableInit::Donor),
+        match_by: a.match_by.unwrap_or(crate::donor::MatchBy::Token),
+        lens_init: a.lens_init.unwrap_or(crate::donor::LensInit::Pca),
+        width: Some(width),
+    };
+    let tokens = corpus.tokenizer.as_ref().and_then(|t| t.tokens());
+    let d = crate::donor::load(&opts, tokens.as_deref(), cfg.model.vocab, cfg.model.d_model, cfg.seed)?;
+    if let Some(r) = &d.report {
+        if !a.json {
+            crate::outln!("donor {}: {} of {} student tokens matched ({:.1}%)", path.display(), r.matched, r.total, 100.0 * r.match_rate);
         }
     }
+    Ok(d)
+}
+
+/// Print the run's summary line, or — for a run that saved no checkpoint (bad
+/// input, no memory for the step, divergence or a full disk before its first
+/// save) — remove its folder, saying so when it had trained.
+pub(crate) fn finish(a: &TrainArgs, run: &RunDir, out: Result<Outcome>) -> Result<Outcome> {
+    use crate::error::Error;
+    let out = out.map_err(|e| {
+        if matches!(e, Error::Interrupted(..)) || run.has_checkpoint() {
+            return e;
+        }
+        // Nothing to resume from: no dead folder is left behind.
+        let trained = run.has_progress();
+        let _ = std::fs::remove_dir_all(&run.path);
+        if a.out.is_none() {
+            let _ = std::fs::remove_dir("runs"); // only when empty
+        }
+        let note = format!("; nothing was saved, so the run folder {} was removed", run.path.display());
+        match e {
+            Error::Runtime(m) if trained => Error::Runtime(m + &note),
+            Error::Input(m) if trained => Error::Input(m + &note),
+            other => other,
+        }
+    });
     let out = out?;
     if !a.json {
         crate::outln!("run {} → {}", out.run_id, out.run_dir.display());

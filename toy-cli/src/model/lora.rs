@@ -18,6 +18,7 @@ pub const DEFAULT_TARGETS: &str = "attn_q,attn_k,attn_v,attn_output";
 
 /// Which matrices get adapters, of what rank, at what scale.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LoraConfig {
     /// `r`: the inner width of `B·A`.
     pub rank: usize,

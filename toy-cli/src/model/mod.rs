@@ -34,6 +34,7 @@ impl Arch {
 /// one architecture does not use are ignored by it (GPT-2 has no RoPE and no
 /// grouped-query attention).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     pub arch: Arch,
     /// Vocabulary size.

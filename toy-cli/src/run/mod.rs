@@ -3,6 +3,7 @@
 
 pub mod events;
 pub mod flow;
+pub mod identity;
 pub mod plot;
 
 use crate::error::{input, runtime, Result};
@@ -111,6 +112,23 @@ impl RunDir {
         let events = std::fs::read_to_string(self.path.join("events.jsonl")).unwrap_or_default();
         let weights = std::fs::read_dir(self.path.join("weights")).map(|mut d| d.next().is_some()).unwrap_or(false);
         weights || events.contains("\"kind\":\"step\"") || events.contains("\"kind\":\"run_end\"")
+    }
+
+    /// Whether `weights/` holds anything a resume could start from: a
+    /// checkpoint with its resume state, or a `latest` link (even a broken
+    /// one). `--save-initial`'s `step_0.gguf` has no state. A run without is
+    /// removed when it fails, and restarted from step 0 by `--resume`.
+    pub fn has_checkpoint(&self) -> bool {
+        let Ok(rd) = std::fs::read_dir(self.path.join("weights")) else { return false };
+        rd.flatten().any(|e| e.file_name().to_str().is_some_and(|n| n == "latest" || n.ends_with(".state.gguf")))
+    }
+
+    /// Remove the logs of a run that saved nothing, before it starts again
+    /// from step 0 in this folder.
+    pub fn clear_logs(&self) {
+        for name in ["events.jsonl", "flow.json", "loss.svg", "batches.bin", "batches.json"] {
+            let _ = std::fs::remove_file(self.path.join(name));
+        }
     }
 
     /// `weights/step_<N>.gguf`.

@@ -210,17 +210,28 @@ pub struct Layout {
 }
 
 impl Recorder {
-    /// Start recording into `dir` (appending to an existing recording when resuming).
-    pub fn create(dir: &std::path::Path, t: usize, b: usize) -> crate::error::Result<Recorder> {
+    /// Start recording into `dir` after `done` steps: a resumed run's
+    /// recording goes on from its checkpoint (the steps recorded after it,
+    /// done again, are cut); one that lacks steps before it is refused.
+    pub fn create(dir: &std::path::Path, t: usize, b: usize, done: u64) -> crate::error::Result<Recorder> {
+        use std::io::{Seek, SeekFrom};
         let layout = Layout { format: "toy/batches-v1".into(), dtype: "u32".into(), window: t + 1, batch: b };
         let text = serde_json::to_string_pretty(&layout).expect("serializable");
         crate::run::write_atomic(&dir.join("batches.json"), text.as_bytes())?;
         let path = dir.join("batches.bin");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| crate::error::runtime(format!("cannot open {}: {e}", path.display())))?;
+        let fail = |e: std::io::Error| crate::error::runtime(format!("cannot open {}: {e}", path.display()));
+        let mut file = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path).map_err(fail)?;
+        let want = done * ((t + 1) * b * 4) as u64;
+        let have = file.metadata().map_err(fail)?.len();
+        if have < want {
+            return Err(crate::error::input(format!(
+                "{} holds {} bytes, fewer than the {want} of the {done} steps done; the recording cannot go on",
+                path.display(),
+                have
+            )));
+        }
+        file.set_len(want).map_err(fail)?;
+        file.seek(SeekFrom::End(0)).map_err(fail)?;
         Ok(Recorder { file: std::io::BufWriter::new(file) })
     }
 

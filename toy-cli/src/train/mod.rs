@@ -184,10 +184,11 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
 
     let mut log = EventLog::open(&run.path.join("events.jsonl"))?;
     let m = &cfg.model;
+    // Written on resume too: the resume flags taken hold for the next resume.
+    let config_toml = toml::to_string(cfg).map_err(|e| runtime(e.to_string()))?;
+    write_atomic(&run.path.join("config.toml"), config_toml.as_bytes())?;
     if plan.resume.is_none() {
         flow::write_flow(&run.path, train.graph())?;
-        let config_toml = toml::to_string(cfg).map_err(|e| runtime(e.to_string()))?;
-        write_atomic(&run.path.join("config.toml"), config_toml.as_bytes())?;
         log.emit(
             "run_start",
             json!({

@@ -127,7 +127,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let cfg = l.cfg;
     let t = cfg.model.context;
     let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
-    let mut recorder = if l.opts.record_batches { Some(Recorder::create(&l.run.path, t, cfg.batch)?) } else { None };
+    let mut recorder = if l.opts.record_batches { Some(Recorder::create(&l.run.path, t, cfg.batch, l.start_step)?) } else { None };
     let (mut train_curve, mut val_curve) = (Vec::new(), Vec::new());
     let bar = (l.opts.progress && !l.opts.quiet).then(|| {
         let pb = indicatif::ProgressBar::new(cfg.steps);

@@ -1,0 +1,259 @@
+//! The third reliability pass over run folders, one test per defect class of
+//! issue 19 that concerns them: `--resume` on a changed corpus, options lost
+//! on resume, a run that fails before its first save, and the smaller ones
+//! (duplicated `--lora-targets`, `finetune --preset`, unknown keys in a run's
+//! config.toml, the identity of a merged model, an unwritable `--out`).
+
+use ggml_rs::gguf::GgufFile;
+use std::path::Path;
+use std::process::{Command, Output};
+use toy::data::stories;
+
+const QUICK: &[&str] = &["--preset", "smoke", "--threads", "1", "--log-every", "1000", "--eval-every", "0"];
+
+fn toy(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toy")).env_remove("TOY_RUN_ID").current_dir(dir).args(args).output().unwrap()
+}
+
+/// `toy train --out OUT` with the quick settings and `extra`.
+fn train(dir: &Path, out: &str, extra: &[&str]) -> Output {
+    toy(dir, &[&["train", "--out", out], QUICK, extra].concat())
+}
+
+/// `toy train --resume RUN --threads 1` with `extra`.
+fn resume(dir: &Path, run: &str, extra: &[&str]) -> Output {
+    toy(dir, &[&["train", "--resume", run, "--threads", "1"], extra].concat())
+}
+
+fn ok(o: &Output) {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Exit code 2 and one line on stderr containing `needle`.
+fn fails(o: &Output, needle: &str) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with("toy ") && err.contains(needle) && !err.contains("panicked"), "{err:?} lacks {needle:?}");
+    err
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    v.sort();
+    v
+}
+
+/// The tokenizer of a checkpoint: its vocabulary and merges, printed.
+fn tokenizer(ck: &Path) -> String {
+    let f = GgufFile::open(ck).unwrap();
+    format!("{:?} {:?}", f.get("tokenizer.ggml.tokens"), f.get("tokenizer.ggml.merges"))
+}
+
+/// Class 2: `--resume` must not silently switch the corpus or its tokenizer.
+/// A raw-text corpus with one line appended, or a prepared folder prepared
+/// again, is refused with one line; `--allow-corpus-change` takes the new text
+/// but tokenizes it with the checkpoint's own tokenizer (no BPE is trained on
+/// resume), and a prepared folder with another tokenizer stays refused.
+#[test]
+fn resume_refuses_a_changed_corpus() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    std::fs::write(t.join("c.txt"), stories::generate_with(5, 40)).unwrap();
+    ok(&train(t, "r", &["--corpus", "c.txt", "--vocab-size", "300", "--steps", "2"]));
+    let config = std::fs::read_to_string(t.join("r/config.toml")).unwrap();
+    assert!(config.contains("corpus_sha256"), "{config}");
+    let before = tokenizer(&t.join("r/weights/latest"));
+    // One more line: another BPE would come out of it.
+    let mut text = std::fs::read_to_string(t.join("c.txt")).unwrap();
+    text.push_str("Then a purple zebra quietly juggled seventeen xylophones.\n");
+    std::fs::write(t.join("c.txt"), &text).unwrap();
+    fails(&resume(t, "r", &["--steps", "4"]), "--allow-corpus-change");
+    assert!(t.join("r/weights/step_2.gguf").is_file() && !t.join("r/weights/step_4.gguf").exists());
+    ok(&resume(t, "r", &["--steps", "4", "--allow-corpus-change"]));
+    assert_eq!(tokenizer(&t.join("r/weights/step_4.gguf")), before, "the resumed run switched tokenizer");
+    // The new corpus is the run's now: a plain resume takes it.
+    ok(&resume(t, "r", &["--steps", "5"]));
+
+    // A prepared folder prepared again from other text with the same vocabulary size.
+    ok(&toy(t, &["prep", "c.txt", "--vocab-size", "300", "--out", "p"]));
+    ok(&train(t, "q", &["--corpus", "p", "--steps", "2"]));
+    std::fs::write(t.join("d.txt"), stories::generate_with(9, 40)).unwrap();
+    ok(&toy(t, &["prep", "d.txt", "--vocab-size", "300", "--out", "p", "--force"]));
+    fails(&resume(t, "q", &["--steps", "4"]), "changed");
+    fails(&resume(t, "q", &["--steps", "4", "--allow-corpus-change"]), "another tokenizer");
+    // The built-in corpus is identified too (another build may carry another).
+    ok(&train(t, "e", &["--steps", "1"]));
+    let config = std::fs::read_to_string(t.join("e/config.toml")).unwrap();
+    let sha = config.lines().find_map(|l| l.strip_prefix("corpus_sha256 = ")).unwrap().to_string();
+    std::fs::write(t.join("e/config.toml"), config.replace(&sha, &format!("\"{}\"", "0".repeat(64)))).unwrap();
+    fails(&resume(t, "e", &["--steps", "2"]), "<embedded> changed");
+    let help = String::from_utf8_lossy(&toy(t, &["train", "--help"]).stdout).into_owned();
+    assert!(help.contains("--allow-corpus-change"), "{help}");
+}
+
+/// Class 3: every option that shapes a run is recorded in config.toml and
+/// honoured on resume. `--keep` and `--record-batches` were lost (a resumed
+/// `--keep 2` run kept every checkpoint, batches.bin stopped at the first
+/// segment, and `--record-batches` given again was refused); the resume flags
+/// (`--steps`, `--keep`, `--skip-nonfinite`, ...) given to one resume were
+/// forgotten by the next. TrainArgs audit: recipe, corpus, text_field, preset,
+/// arch, seed, batch, context, d_model, layers, heads, kv_heads, d_ff,
+/// vocab_size, lr, min_lr, warmup_steps, weight_decay, grad_clip, norm_eps,
+/// rope_base, tied, donor, init, match_by, lens_init, donor_width,
+/// train_table, shuffle, from, freeze, lora_* and save_initial are fixed
+/// (recorded, equal values accepted, others refused); steps, eval_every,
+/// save_every, log_every, device, threads, matmul_precision, keep,
+/// skip_nonfinite may change and are recorded for the next resume;
+/// record_batches is recorded and continued; out, json and resume are not
+/// part of a run.
+#[test]
+fn resume_keeps_every_option_of_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&train(t, "r", &["--steps", "4", "--save-every", "2", "--keep", "2", "--record-batches"]));
+    let config = std::fs::read_to_string(t.join("r/config.toml")).unwrap();
+    assert!(config.contains("keep = 2") && config.contains("record_batches = true"), "{config}");
+    // A step recorded after the last checkpoint (a killed process) is done again, not kept twice.
+    let mut bin = std::fs::read(t.join("r/batches.bin")).unwrap();
+    bin.extend_from_slice(&[0u8; 33 * 4]);
+    std::fs::write(t.join("r/batches.bin"), &bin).unwrap();
+    ok(&resume(t, "r", &["--steps", "8", "--record-batches"]));
+    ok(&resume(t, "r", &["--steps", "12", "--keep", "3"]));
+    let w = names(&t.join("r/weights"));
+    assert_eq!(
+        w,
+        ["latest", "step_10.gguf", "step_10.state.gguf", "step_12.gguf", "step_12.state.gguf", "step_8.gguf", "step_8.state.gguf"]
+    );
+    // smoke: one window of context 32 + 1 per step, u32 ids.
+    let recorded = std::fs::metadata(t.join("r/batches.bin")).unwrap().len();
+    assert_eq!(recorded, 12 * 33 * 4, "batches.bin must hold every step");
+    // The last resume's --steps and --keep are the run's now.
+    fails(&resume(t, "r", &[]), "already completed 12 of 12 steps");
+    let config = std::fs::read_to_string(t.join("r/config.toml")).unwrap();
+    assert!(config.contains("keep = 3") && config.contains("steps = 12"), "{config}");
+    // A run that did not record cannot start recording half-way.
+    ok(&train(t, "s", &["--steps", "2"]));
+    fails(&resume(t, "s", &["--steps", "3", "--record-batches"]), "--record-batches");
+}
+
+/// Class 9: a run that fails before its first save (divergence, a full disk)
+/// left a folder that `--resume` called "no checkpoint" while `--out` said to
+/// resume it. Such a run now removes its folder (saying so), and a folder
+/// without a checkpoint (a process killed before its first save) restarts
+/// from step 0 on `--resume`, as `--out` says.
+#[test]
+fn a_run_that_fails_before_its_first_save_leaves_no_dead_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let o = train(t, "r", &["--steps", "5", "--lr", "1e30", "--warmup-steps", "0"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("non-finite") && err.contains("removed"), "{err}");
+    assert!(!t.join("r").exists(), "a dead run folder was left");
+    // --save-initial's step_0.gguf has no resume state: still nothing to resume.
+    let o = train(t, "r", &["--steps", "5", "--lr", "1e30", "--warmup-steps", "0", "--save-initial"]);
+    assert!(o.status.code() == Some(1) && !t.join("r").exists(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(&train(t, "r", &["--steps", "2"]));
+
+    // A folder whose process died before its first save.
+    ok(&train(t, "k", &["--steps", "3", "--seed", "7"]));
+    let first = std::fs::read_to_string(t.join("k/events.jsonl")).unwrap();
+    for n in names(&t.join("k/weights")) {
+        std::fs::remove_file(t.join("k/weights").join(n)).unwrap();
+    }
+    fails(&train(t, "k", &["--steps", "3"]), "--resume");
+    let o = resume(t, "k", &[]);
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("step 0"), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(t.join("k/weights/step_3.gguf").is_file());
+    let loss = |events: &str| {
+        events
+            .lines()
+            .filter(|l| l.contains("\"kind\":\"step\""))
+            .map(|l| l.split("\"loss\":").nth(1).unwrap().split(',').next().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(loss(&std::fs::read_to_string(t.join("k/events.jsonl")).unwrap()), loss(&first), "the restart is the same run");
+}
+
+/// Smaller class: duplicated `--lora-targets` were kept (then refused on
+/// resume even when given again as they were); they are deduplicated, and a
+/// resume given the same LoRA flags is accepted.
+#[test]
+fn duplicated_lora_targets_are_deduplicated_and_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&train(t, "base", &["--steps", "2"]));
+    let lora = ["--lora-rank", "2", "--lora-targets", "attn_q,attn_v,attn_q"];
+    ok(&toy(t, &[&["train", "finetune", "--from", "base/weights/latest", "--out", "ft", "--steps", "2"], QUICK, &lora].concat()));
+    let config = std::fs::read_to_string(t.join("ft/config.toml")).unwrap();
+    assert!(config.contains("targets = [\"attn_q\", \"attn_v\"]"), "{config}");
+    ok(&resume(t, "ft", &[&["--steps", "3"], &lora[..]].concat()));
+    fails(&resume(t, "ft", &["--steps", "4", "--lora-rank", "4"]), "--lora-rank 4 (the run has 2)");
+}
+
+/// Smaller class: `finetune --preset medium` silently trained the base's
+/// shape under the preset's name; a preset whose shape is not the model's is
+/// refused with one line (one of the same shape still sets batch and context).
+#[test]
+fn finetune_refuses_a_preset_of_another_shape() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&train(t, "base", &["--steps", "1"]));
+    let ft = |preset: &str| {
+        toy(t, &["train", "finetune", "--from", "base/weights/latest", "--out", "ft", "--steps", "1", "--threads", "1", "--preset", preset])
+    };
+    fails(&ft("medium"), "--preset medium");
+    assert!(!t.join("ft").exists());
+    ok(&ft("smoke"));
+}
+
+/// Smaller class: a run's config.toml with an unknown key (a typo) was
+/// accepted on resume; it is refused naming the key, at the top and in
+/// `[model]`.
+#[test]
+fn a_run_config_with_an_unknown_key_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&train(t, "r", &["--steps", "1"]));
+    let config = std::fs::read_to_string(t.join("r/config.toml")).unwrap();
+    std::fs::write(t.join("r/config.toml"), format!("lerning_rate = 0.5\n{config}")).unwrap();
+    fails(&resume(t, "r", &["--steps", "2"]), "lerning_rate");
+    std::fs::write(t.join("r/config.toml"), config.replace("[model]\n", "[model]\nd_modle = 3\n")).unwrap();
+    fails(&resume(t, "r", &["--steps", "2"]), "d_modle");
+    std::fs::write(t.join("r/config.toml"), &config).unwrap();
+    ok(&resume(t, "r", &["--steps", "2"]));
+}
+
+/// Smaller classes: a model written by `toy export merge` kept the base's run
+/// id and save id (it is no checkpoint of that run), and an `--out` on a
+/// read-only place exited 1 where train and prep exit 2.
+#[test]
+fn a_merged_model_is_no_checkpoint_of_the_base_run_and_unwritable_out_exits_2() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&train(t, "base", &["--steps", "1"]));
+    ok(&toy(
+        t,
+        &[&["train", "finetune", "--from", "base/weights/latest", "--out", "ft", "--steps", "1", "--lora-rank", "2"], QUICK].concat(),
+    ));
+    ok(&toy(t, &["export", "merge", "--base", "base/weights/latest", "--lora", "ft/weights/latest", "--out", "m.gguf"]));
+    let m = GgufFile::open(t.join("m.gguf")).unwrap();
+    let b = GgufFile::open(t.join("base/weights/latest")).unwrap();
+    for key in ["toy.run_id", "toy.save_id"] {
+        assert!(b.get(key).is_some());
+        assert!(m.get(key).is_none_or(|v| Some(v) != b.get(key)), "{key} is the base run's");
+    }
+    // /sys is read-only to every user where it is mounted.
+    if std::fs::write("/sys/.toy-probe", b"").is_err() && Path::new("/sys").is_dir() {
+        fails(
+            &toy(t, &["export", "merge", "--base", "base/weights/latest", "--lora", "ft/weights/latest", "--out", "/sys/m.gguf"]),
+            "/sys",
+        );
+        fails(&train(t, "/sys/r", &["--steps", "1"]), "/sys");
+        std::fs::write(t.join("c.txt"), stories::generate_with(1, 5)).unwrap();
+        fails(&toy(t, &["prep", "c.txt", "--out", "/sys/p"]), "/sys");
+    }
+}
