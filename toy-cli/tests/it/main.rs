@@ -13,4 +13,5 @@ mod parallel;
 mod prep_inputs;
 mod reliability;
 mod reliability3_models;
+mod reliability3_runs;
 mod run_safety;
