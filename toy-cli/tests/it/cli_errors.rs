@@ -112,7 +112,7 @@ fn warm_start_checks_donors_and_writes_a_plain_llama() {
     assert_eq!(f.get_str("general.architecture").unwrap(), "llama");
     assert_eq!(f.tensor("token_embd.weight").unwrap().shape(), vec![64, 1024], "the lens is folded into a [d_model, vocab] table");
     assert!(f.tensor("lens.weight").is_none());
-    ok(&toy(t, &["generate", "w", "-n", "3"]));
+    ok(&toy(t, &["generate", "w", "-n", "3", "--threads", "1"]));
     let events = std::fs::read_to_string(t.join("w/events.jsonl")).unwrap();
     assert!(events.contains("\"recipe\":\"warm-start\"") && events.contains("\"kind\":\"epoch\""), "no epoch event");
 

@@ -103,13 +103,13 @@ fn kill_9_during_checkpoints_leaves_a_loadable_checkpoint() {
         std::thread::sleep(Duration::from_millis(*delay_ms));
         signal(&child, "-KILL");
         child.wait().unwrap();
-        let out = toy().args(["generate"]).arg(&run).args(["-n", "2", "--greedy"]).output().unwrap();
+        let out = toy().args(["generate"]).arg(&run).args(["-n", "2", "--greedy", "--threads", "1"]).output().unwrap();
         assert!(out.status.success(), "after kill -9 the latest checkpoint does not load: {}", String::from_utf8_lossy(&out.stderr));
         // ... and the run can continue from it.
         let out = toy()
             .args(["train", "--resume"])
             .arg(&run)
-            .args(["--steps", &(count(&run, "checkpoint") as u64 + 2).to_string()])
+            .args(["--steps", &(count(&run, "checkpoint") as u64 + 2).to_string(), "--threads", "1"])
             .output()
             .unwrap();
         assert!(out.status.success(), "resume after kill -9: {}", String::from_utf8_lossy(&out.stderr));
