@@ -31,13 +31,12 @@ pub fn now_rfc3339() -> String {
 }
 
 impl EventLog {
-    /// Open (creating or appending to) the log at `path`.
+    /// Open (creating or appending to) the log at `path`, never through a
+    /// link planted at its name.
     pub fn open(path: &Path) -> Result<EventLog> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
+        let file = crate::run::no_follow(std::fs::OpenOptions::new().create(true).append(true))
             .open(path)
-            .map_err(|e| runtime(format!("cannot open {}: {e}", path.display())))?;
+            .map_err(|e| crate::run::open_error(path, e))?;
         Ok(EventLog { path: path.to_path_buf(), file, t0: Instant::now() })
     }
 

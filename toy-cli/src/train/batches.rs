@@ -221,11 +221,9 @@ impl Recorder {
         let text = serde_json::to_string_pretty(&layout).expect("serializable");
         crate::run::write_atomic(&dir.join("batches.json"), text.as_bytes())?;
         let path = dir.join("batches.bin");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
+        let file = crate::run::no_follow(std::fs::OpenOptions::new().create(true).append(true))
             .open(&path)
-            .map_err(|e| crate::error::runtime(format!("cannot open {}: {e}", path.display())))?;
+            .map_err(|e| crate::run::open_error(&path, e))?;
         Ok(Recorder { file: std::io::BufWriter::new(file) })
     }
 
