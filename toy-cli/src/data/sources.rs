@@ -300,6 +300,11 @@ impl<'s> Documents<'s> {
             return Ok(None);
         }
         self.line_no += 1;
+        // A byte order mark is not text: at the start of a file or of a JSON Lines record.
+        let bom = "\u{feff}".as_bytes();
+        if (self.line_no == 1 || self.sources[*i].format == Format::JsonLines) && buf.starts_with(bom) {
+            buf.drain(..bom.len());
+        }
         String::from_utf8(buf).map(Some).map_err(|e| {
             input(format!(
                 "{}:{}: not UTF-8 text (invalid byte at column {})",
