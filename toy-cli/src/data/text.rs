@@ -71,12 +71,12 @@ fn cut_points(doc: &str, chunk: usize) -> Vec<usize> {
 /// (cut only where it changes nothing, see `cut_points`).
 pub fn encode_document(tok: &Tokenizer, doc: &str, chunk: usize) -> Result<Vec<u32>> {
     if doc.len() <= chunk {
-        return tok.encode(doc);
+        return tok.encode_document(doc);
     }
     let mut ids = Vec::with_capacity(doc.len() / 3);
     let mut start = 0;
     for cut in cut_points(doc, chunk).into_iter().chain([doc.len()]) {
-        ids.extend(tok.encode(&doc[start..cut])?);
+        ids.extend(tok.encode_document(&doc[start..cut])?);
         start = cut;
     }
     Ok(ids)
