@@ -196,7 +196,10 @@ impl GgufWriter {
     }
 
     fn write_to(&self, tmp: &Path) -> Result<()> {
-        let mut f = std::fs::File::create(tmp).map_err(|e| Error::io(tmp, e))?;
+        // A fresh file: whatever has the temporary's name (a stale file, a
+        // planted link) is removed, and O_EXCL never follows a link.
+        let _ = std::fs::remove_file(tmp);
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(tmp).map_err(|e| Error::io(tmp, e))?;
         // SAFETY: valid context; the buffer has the size ggml asks for.
         let meta = unsafe {
             let n = sys::gguf_get_meta_size(self.ctx);

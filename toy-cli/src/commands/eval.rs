@@ -76,13 +76,18 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
         return Err(input("--max-windows must be at least 1"));
     }
     let bytes = c.tokenizer.as_ref().and(text_bytes(path));
-    let ids: crate::data::Tokens = if c.val.is_empty() { c.train } else { c.train.iter().chain(c.val.iter()).collect::<Vec<u32>>().into() };
-    if let Some((i, bad)) = ids.iter().enumerate().find(|&(_, x)| x as usize >= ck.config.vocab) {
-        return Err(input(format!(
-            "{}: id {bad} at position {i} is outside the model's vocabulary of {}",
-            path.display(),
-            ck.config.vocab
-        )));
+    // The whole corpus (a prepared folder's splits one after the other).
+    let ids: crate::data::Tokens = if c.val.is_empty() { c.train } else { [c.train.to_vec()?, c.val.to_vec()?].concat().into() };
+    for at in (0..ids.len()).step_by(1 << 20) {
+        let window = ids.window(at, (1 << 20).min(ids.len() - at))?;
+        if let Some((i, bad)) = window.iter().enumerate().find(|&(_, &x)| x as usize >= ck.config.vocab) {
+            return Err(input(format!(
+                "{}: id {bad} at position {} is outside the model's vocabulary of {}",
+                path.display(),
+                at + i,
+                ck.config.vocab
+            )));
+        }
     }
     Ok((ids, bytes))
 }
@@ -130,7 +135,7 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
         let mut tail = if rest > 0 { Some(EvalStep::new(&rctx, w, consts, t, rest, &backends)?) } else { None };
         let mut sum = 0f64;
         for chunk in starts.chunks(b) {
-            let bt = batch_at(&ids, chunk, t);
+            let bt = batch_at(&ids, chunk, t)?;
             let step = if chunk.len() == b { &mut full } else { tail.as_mut().expect("tail graph") };
             let l = step.loss(&bt.tokens, &bt.targets)?;
             if !l.is_finite() {

@@ -111,7 +111,7 @@ pub fn run(args: &NewArgs) -> Result<PathBuf> {
     let (tok, split, n_docs) = embedded::split()?;
     let cfg = resolve(&TrainArgs::default(), tok.vocab_size())?;
     let prepared = dir.join(CORPUS_DIR);
-    check_out_dir(&prepared, true)?;
+    let _locked = check_out_dir(&prepared, true)?;
     write_atomic(&dir.join(CORPUS_TEXT), embedded::TEXT.as_bytes())?;
     let source = SourceFile {
         path: CORPUS_TEXT.into(),

@@ -70,31 +70,67 @@ impl Default for PrepOptions {
     }
 }
 
+/// An output folder of `toy prep`, locked while this value lives.
+pub struct OutDir {
+    /// Whether [`check_out_dir`] created the folder.
+    pub created: bool,
+    _lock: std::fs::File,
+}
+
+/// Whether `name` is what a prep that died left in its output folder (a
+/// temporary `.NAME.tmp-PID`, a `.toy-write-test-PID` probe) or the lock.
+fn is_leftover(name: &str) -> bool {
+    name == ".lock" || (name.starts_with('.') && name.contains(".tmp-")) || name.starts_with(".toy-write-test-")
+}
+
+/// Whether `out` holds anything but leftovers (see `is_leftover`).
+fn holds_files(out: &Path) -> bool {
+    std::fs::read_dir(out).map(|d| d.flatten().any(|e| !is_leftover(&e.file_name().to_string_lossy()))).unwrap_or(false)
+}
+
 /// Make sure `out` can receive a prepared corpus: create it, refuse a
-/// non-empty one without `force`, and check that a file can be written there.
-/// Returns whether the folder was created.
+/// non-empty one without `force`, lock it (`out/.lock`, as `toy train` locks
+/// run folders) so a second prep into it is refused, remove what a prep that
+/// died there left (with the lock held, no one else is writing them), and
+/// check that a file can be written there.
 ///
 /// # Errors
-/// [`Error::Input`](crate::error::Error::Input) for each of those.
-pub fn check_out_dir(out: &Path, force: bool) -> Result<bool> {
+/// [`Error::Input`](crate::error::Error::Input) for each of those, and for a
+/// folder another process holds.
+pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
     let o = out.display();
     if out.exists() && !out.is_dir() {
         return Err(input(format!("--out {o} exists and is not a folder")));
     }
-    if !force && std::fs::read_dir(out).map(|mut d| d.next().is_some()).unwrap_or(false) {
-        return Err(input(format!("--out {o} is not empty (use --force to write into it)")));
+    let not_empty = || input(format!("--out {o} is not empty (use --force to write into it)"));
+    if !force && holds_files(out) {
+        return Err(not_empty());
     }
     let created = !out.exists();
     std::fs::create_dir_all(out).map_err(|e| input(format!("cannot create --out {o}: {e}")))?;
-    let probe = out.join(format!(".toy-write-test-{}", std::process::id()));
-    if let Err(e) = std::fs::write(&probe, b"") {
+    let undo = |e: Error| {
         if created {
+            let _ = std::fs::remove_file(out.join(".lock"));
             let _ = std::fs::remove_dir(out);
         }
-        return Err(input(format!("cannot write into --out {o}: {e}")));
+        e
+    };
+    let lock = crate::run::lock(out, "--out", "a toy prep writing into it").map_err(undo)?;
+    if let Ok(rd) = std::fs::read_dir(out) {
+        for e in rd.flatten().filter(|e| e.file_name() != ".lock" && is_leftover(&e.file_name().to_string_lossy())) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    // Another prep may have finished here between the first look and the lock.
+    if !force && holds_files(out) {
+        return Err(not_empty());
+    }
+    let probe = out.join(format!(".toy-write-test-{}", std::process::id()));
+    if let Err(e) = crate::run::create_fresh(&probe) {
+        return Err(undo(input(format!("cannot write into --out {o}: {e}"))));
     }
     let _ = std::fs::remove_file(&probe);
-    Ok(created)
+    Ok(OutDir { created, _lock: lock })
 }
 
 fn pack(ids: &[u32]) -> Vec<u8> {
@@ -284,7 +320,7 @@ struct BinWriter {
 
 impl BinWriter {
     fn create(tmp: PathBuf) -> Result<BinWriter> {
-        let f = std::fs::File::create(&tmp).map_err(|e| runtime(format!("cannot write {}: {e}", tmp.display())))?;
+        let f = crate::run::create_fresh(&tmp).map_err(|e| runtime(format!("cannot write {}: {e}", tmp.display())))?;
         Ok(BinWriter { tmp, file: std::io::BufWriter::with_capacity(1 << 20, f), tokens: 0 })
     }
 
@@ -369,7 +405,7 @@ fn split_single_document(train: &Path, val: &Path, tokens: u64, fraction: f64) -
     let io = |e: std::io::Error| runtime(format!("cannot write {}: {e}", train.display()));
     let mut src = std::fs::File::open(train).map_err(io)?;
     std::io::Seek::seek(&mut src, std::io::SeekFrom::Start(n_train * 4)).map_err(io)?;
-    let mut dst = std::fs::File::create(val).map_err(io)?;
+    let mut dst = crate::run::create_fresh(val).map_err(io)?;
     std::io::copy(&mut src, &mut dst).map_err(io)?;
     dst.sync_all().map_err(io)?;
     std::fs::OpenOptions::new().write(true).open(train).and_then(|f| f.set_len(n_train * 4)).map_err(io)?;
@@ -406,10 +442,14 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
     }
     let sources = discover(files)?;
     let total: u64 = sources.iter().map(|s| s.bytes).sum();
-    let created = check_out_dir(out, opts.force)?;
+    let out_dir = check_out_dir(out, opts.force)?;
     let pid = std::process::id();
     let (train_tmp, val_tmp) = (out.join(format!(".train.bin.tmp-{pid}")), out.join(format!(".val.bin.tmp-{pid}")));
-    let mut guard = Cleanup { out: out.to_path_buf(), created, files: vec![train_tmp.clone(), val_tmp.clone()], done: false };
+    let mut temps = vec![train_tmp.clone(), val_tmp.clone()];
+    if out_dir.created {
+        temps.push(out.join(".lock"));
+    }
+    let mut guard = Cleanup { out: out.to_path_buf(), created: out_dir.created, files: temps, done: false };
 
     let scan = scan(&sources, opts, total)?;
     if scan.n_docs == 0 {

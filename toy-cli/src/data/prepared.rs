@@ -1,9 +1,9 @@
 //! Reading a prepared corpus (`toy prep`'s folder): the manifest, the
-//! tokenizer it names, and the two token files, memory-mapped.
+//! tokenizer it names, and the two token files, read in place.
 
 use super::corpus::Corpus;
 use super::tokenizer::Tokenizer;
-use super::tokens::Tokens;
+use super::tokens::{PackedFile, Tokens};
 use crate::error::{input, Result};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -61,11 +61,10 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
     Ok(m)
 }
 
-/// The ids of a packed `.bin` file of a prepared corpus, memory-mapped (read in
-/// place, never copied), after checking its size against the manifest's count
-/// and every id against the vocabulary. The check reads the file through a
-/// buffer, not the map, so the mapped pages stay out of the process's memory
-/// until training touches them.
+/// The ids of a packed `.bin` file of a prepared corpus, read in place as
+/// training needs them (never copied whole), after checking its size against
+/// the manifest's count and every id against the vocabulary. Later reads check
+/// that the file has not changed since ([`PackedFile`]).
 fn read_packed(path: &Path, dtype: &str, count: u64, vocab: usize) -> Result<Tokens> {
     let p = path.display();
     let width: usize = match dtype {
@@ -85,6 +84,8 @@ fn read_packed(path: &Path, dtype: &str, count: u64, vocab: usize) -> Result<Tok
     if len == 0 {
         return Ok(Tokens::default());
     }
+    // Size and time as checked: later reads compare against them.
+    let packed = PackedFile::new(file.try_clone().map_err(|e| input(format!("cannot read {p}: {e}")))?, path, width, vocab)?;
     let mut reader = std::io::BufReader::with_capacity(1 << 20, &file);
     let mut buf = vec![0u8; 1 << 20];
     let mut i = 0u64;
@@ -101,14 +102,10 @@ fn read_packed(path: &Path, dtype: &str, count: u64, vocab: usize) -> Result<Tok
             i += 1;
         }
     }
-    // SAFETY: a read-only mapping. As with every mapped reader (ggml-rs maps
-    // GGUF files the same way), another process truncating the file meanwhile
-    // could fault; its size was checked just above.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| input(format!("cannot map {p}: {e}")))?;
-    if map.len() as u64 != len {
-        return Err(input(format!("{p} changed while it was read")));
-    }
-    Ok(Tokens::mapped(std::sync::Arc::new(map), 0, count as usize, width))
+    let tokens = Tokens::packed(std::sync::Arc::new(packed), 0, count as usize)?;
+    // A change during the check shows now (its size or time moved).
+    tokens.window(0, 1).map_err(|e| input(e.to_string()))?;
+    Ok(tokens)
 }
 
 /// Read until `buf` is full or the end of the file; the bytes read.

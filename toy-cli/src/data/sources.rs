@@ -56,46 +56,101 @@ fn is_input_file(p: &Path) -> bool {
     !name.starts_with('.') && [".txt", ".text", ".md", ".jsonl", ".ndjson"].iter().any(|e| stem.ends_with(e))
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-    let rd = std::fs::read_dir(dir).map_err(|e| input(format!("cannot read folder {}: {e}", dir.display())))?;
-    let mut entries: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for p in entries {
-        if p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
-            continue;
-        }
-        if p.is_dir() {
-            walk(&p, out)?;
-        } else if p.is_file() && is_input_file(&p) {
-            out.push(p);
-        }
+/// A file's identity: its device and inode (None where there are none).
+type FileId = Option<(u64, u64)>;
+
+fn file_id(meta: &std::fs::Metadata) -> FileId {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Some((meta.dev(), meta.ino()))
     }
-    Ok(())
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        None
+    }
+}
+
+/// The state of a walk over the inputs: the folders being walked (the
+/// current one and its parents) and every file and folder met so far.
+#[derive(Default)]
+struct Walk {
+    open: Vec<(u64, u64)>,
+    seen: std::collections::HashSet<(u64, u64)>,
+    files: Vec<PathBuf>,
+}
+
+impl Walk {
+    /// True the first time `id` is met (always for an unknown identity).
+    fn first(&mut self, id: FileId) -> bool {
+        id.is_none_or(|id| self.seen.insert(id))
+    }
+
+    /// Walk `dir` (sorted, recursively, following links): a link to a folder
+    /// being walked is a loop and is skipped with a note, and a file or folder
+    /// met before through another path is not read again.
+    fn folder(&mut self, dir: &Path, id: FileId) -> Result<()> {
+        if !self.first(id) {
+            return Ok(());
+        }
+        let rd = std::fs::read_dir(dir).map_err(|e| input(format!("cannot read folder {}: {e}", dir.display())))?;
+        let mut entries: Vec<PathBuf> = rd.flatten().map(|e| e.path()).collect();
+        entries.sort();
+        self.open.extend(id);
+        for p in entries {
+            if p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+                continue;
+            }
+            let Ok(meta) = std::fs::metadata(&p) else { continue };
+            let id = file_id(&meta);
+            if meta.is_dir() {
+                if id.is_some_and(|id| self.open.contains(&id)) {
+                    eprintln!("note: skipped {}: it links back to a folder being read (a loop)", p.display());
+                    continue;
+                }
+                self.folder(&p, id)?;
+            } else if meta.is_file() && is_input_file(&p) && self.first(id) {
+                self.files.push(p);
+            }
+        }
+        if id.is_some() {
+            self.open.pop();
+        }
+        Ok(())
+    }
 }
 
 /// The input files of `paths`: files as given, folders walked (sorted,
-/// recursively) for `.txt`, `.text`, `.md`, `.jsonl`, `.ndjson` and their `.gz`.
+/// recursively, following links) for `.txt`, `.text`, `.md`, `.jsonl`,
+/// `.ndjson` and their `.gz`. Each file is read once however many paths or
+/// links lead to it (by device and inode), and a link back to a folder being
+/// walked (a loop) is skipped with a note on stderr.
 ///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) for a path that does not exist,
 /// is not a regular file or folder (a device, a pipe), or a folder without
 /// input files.
 pub fn discover(paths: &[PathBuf]) -> Result<Vec<Source>> {
-    let mut files = Vec::new();
+    let mut walk = Walk::default();
     for p in paths {
         let meta = std::fs::metadata(p).map_err(|_| input(format!("{} does not exist", p.display())))?;
         if meta.is_dir() {
-            let before = files.len();
-            walk(p, &mut files)?;
-            if files.len() == before {
+            let (before, id) = (walk.files.len(), file_id(&meta));
+            let new = id.is_none_or(|id| !walk.seen.contains(&id));
+            walk.folder(p, id)?;
+            if new && walk.files.len() == before {
                 return Err(input(format!("{} holds no .txt or .jsonl files (nor .gz of them)", p.display())));
             }
         } else if meta.is_file() {
-            files.push(p.clone());
+            if walk.first(file_id(&meta)) {
+                walk.files.push(p.clone());
+            }
         } else {
             return Err(input(format!("{} is not a regular file or a folder", p.display())));
         }
     }
+    let files = walk.files;
     files
         .into_iter()
         .map(|path| {
@@ -248,6 +303,11 @@ impl<'s> Documents<'s> {
             return Ok(None);
         }
         self.line_no += 1;
+        // A byte order mark is not text: at the start of a file or of a JSON Lines record.
+        let bom = "\u{feff}".as_bytes();
+        if (self.line_no == 1 || self.sources[*i].format == Format::JsonLines) && buf.starts_with(bom) {
+            buf.drain(..bom.len());
+        }
         String::from_utf8(buf).map(Some).map_err(|e| {
             input(format!(
                 "{}:{}: not UTF-8 text (invalid byte at column {})",

@@ -10,7 +10,7 @@ use std::path::Path;
 /// Documents longer than this are tokenized in pieces (see [`encode_document`]).
 pub const CHUNK_BYTES: usize = 1 << 20;
 
-/// Read `path` as UTF-8 text.
+/// Read `path` as UTF-8 text, without a leading byte order mark.
 ///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) naming the file when it is
@@ -18,9 +18,17 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 /// is not UTF-8.
 pub fn read_text(path: &Path) -> Result<String> {
     let bytes = std::fs::read(path).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
-    String::from_utf8(bytes)
-        .map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to())))
+    let mut text = String::from_utf8(bytes)
+        .map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at offset {})", path.display(), e.utf8_error().valid_up_to())))?;
+    // A byte order mark is not text (as `toy prep` reads files, see `sources`).
+    if text.starts_with(BOM) {
+        text.drain(..BOM.len_utf8());
+    }
+    Ok(text)
 }
+
+/// The UTF-8 byte order mark some editors write at the start of a file.
+pub const BOM: char = '\u{feff}';
 
 /// The documents of `text`: the pieces between lines that are exactly
 /// `<|endoftext|>` (a trailing `\r` is allowed), with surrounding whitespace
@@ -63,12 +71,12 @@ fn cut_points(doc: &str, chunk: usize) -> Vec<usize> {
 /// (cut only where it changes nothing, see `cut_points`).
 pub fn encode_document(tok: &Tokenizer, doc: &str, chunk: usize) -> Result<Vec<u32>> {
     if doc.len() <= chunk {
-        return tok.encode(doc);
+        return tok.encode_document(doc);
     }
     let mut ids = Vec::with_capacity(doc.len() / 3);
     let mut start = 0;
     for cut in cut_points(doc, chunk).into_iter().chain([doc.len()]) {
-        ids.extend(tok.encode(&doc[start..cut])?);
+        ids.extend(tok.encode_document(&doc[start..cut])?);
         start = cut;
     }
     Ok(ids)

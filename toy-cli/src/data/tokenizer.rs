@@ -85,6 +85,8 @@ impl PreSplit {
 #[derive(Debug)]
 pub struct Bpe {
     hf: Hf,
+    /// `hf` with its special tokens read as text (documents, see [`Tokenizer::encode_document`]).
+    plain: Hf,
     eot: u32,
     control: HashSet<u32>,
     pre: PreSplit,
@@ -113,7 +115,9 @@ impl Bpe {
         let eot = hf.token_to_id(EOT).ok_or_else(|| input(format!("{origin}: the tokenizer has no {EOT} token")))?;
         let json = hf.to_string(true).map_err(|e| hf_err("cannot serialize the tokenizer", e))?;
         let control = hf.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
-        Ok(Bpe { hf, eot, control, pre, json })
+        let mut plain = hf.clone();
+        plain.set_encode_special_tokens(true);
+        Ok(Bpe { hf, plain, eot, control, pre, json })
     }
 
     /// Tokens in id order (GPT-2 byte-to-unicode form, as `tokenizer.json` stores them).
@@ -236,13 +240,13 @@ impl Tokenizer {
         }
     }
 
-    /// Token ids of each of `texts`, encoded in parallel on all cores (the
-    /// `tokenizers` crate's batch encoding).
+    /// Token ids of each of `texts` (documents, as [`encode_document`](Self::encode_document)),
+    /// encoded in parallel on all cores (the `tokenizers` crate's batch encoding).
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
         match self {
             Tokenizer::Bytes => Ok(texts.iter().map(|t| t.bytes().map(u32::from).collect()).collect()),
             Tokenizer::Bpe(b) => Ok(b
-                .hf
+                .plain
                 .encode_batch(texts.to_vec(), false)
                 .map_err(|e| hf_err("cannot tokenize", e))?
                 .into_iter()
@@ -336,6 +340,17 @@ impl Tokenizer {
         match self {
             Tokenizer::Bytes => Ok(text.bytes().map(u32::from).collect()),
             Tokenizer::Bpe(b) => Ok(b.hf.encode(text, false).map_err(|e| hf_err("cannot tokenize", e))?.get_ids().to_vec()),
+        }
+    }
+
+    /// Token ids of the text of a document: `<|endoftext|>` written in it is
+    /// text, not the end-of-text id (as llama.cpp tokenizes raw text without
+    /// parsing special tokens); documents are ended by their reader, not by
+    /// what they contain.
+    pub fn encode_document(&self, text: &str) -> Result<Vec<u32>> {
+        match self {
+            Tokenizer::Bytes => Ok(text.bytes().map(u32::from).collect()),
+            Tokenizer::Bpe(b) => Ok(b.plain.encode(text, false).map_err(|e| hf_err("cannot tokenize", e))?.get_ids().to_vec()),
         }
     }
 

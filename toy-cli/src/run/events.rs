@@ -31,13 +31,14 @@ pub fn now_rfc3339() -> String {
 }
 
 impl EventLog {
-    /// Open (creating or appending to) the log at `path`.
+    /// Open (creating or appending to) the log at `path`, never through a
+    /// link planted at its name. A torn last line (a crash in the middle of
+    /// writing it) is cut off first, so the next event starts a line.
     pub fn open(path: &Path) -> Result<EventLog> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
+        let file = crate::run::no_follow(std::fs::OpenOptions::new().read(true).create(true).append(true))
             .open(path)
-            .map_err(|e| runtime(format!("cannot open {}: {e}", path.display())))?;
+            .map_err(|e| crate::run::open_error(path, e))?;
+        cut_torn_line(&file).map_err(|e| runtime(format!("cannot repair the torn last line of {}: {e}", path.display())))?;
         Ok(EventLog { path: path.to_path_buf(), file, t0: Instant::now() })
     }
 
@@ -56,6 +57,27 @@ impl EventLog {
         // a second Ctrl-C does not cut it.
         let _section = crate::signals::critical();
         self.file.write_all(line.as_bytes()).map_err(|e| runtime(format!("cannot write {}: {e}", self.path.display())))
+    }
+}
+
+/// Cut `file` after its last `\n` (searched in its last MiB; past that, end
+/// the torn line with one instead).
+fn cut_torn_line(file: &std::fs::File) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let tail_len = len.min(1 << 20);
+    let mut tail = Vec::with_capacity(tail_len as usize);
+    let mut f = file;
+    f.seek(SeekFrom::Start(len - tail_len))?;
+    f.take(tail_len).read_to_end(&mut tail)?;
+    match tail.iter().rposition(|&b| b == b'\n') {
+        Some(i) if i + 1 == tail.len() => Ok(()),
+        Some(i) => file.set_len(len - tail_len + i as u64 + 1),
+        None if tail_len == len => file.set_len(0),
+        None => f.write_all(b"\n"),
     }
 }
 

@@ -10,14 +10,42 @@ use crate::error::{input, runtime, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// Write `bytes` to `path` atomically: a temporary file beside it, fsynced,
-/// renamed over `path`.
+/// `o` refusing to open a symbolic link at the file's name (`O_NOFOLLOW`):
+/// a link planted in a run or prep folder is an error, never written through.
+pub fn no_follow(o: &mut std::fs::OpenOptions) -> &mut std::fs::OpenOptions {
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(o, libc::O_NOFOLLOW);
+    o
+}
+
+/// The error of opening `path` with [`no_follow`]: says so when it is a link.
+pub fn open_error(path: &Path, e: std::io::Error) -> crate::error::Error {
+    if path.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+        return input(format!("{} is a symbolic link; toy does not write through links (remove it)", path.display()));
+    }
+    input(format!("cannot open {}: {e}", path.display()))
+}
+
+/// A new file at `path` for writing (a temporary): whatever has that name (a
+/// stale temporary, a planted link) is removed first, and the file is created
+/// with `O_EXCL`, which never follows a link.
+pub fn create_fresh(path: &Path) -> std::io::Result<std::fs::File> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::OpenOptions::new().write(true).create_new(true).open(path)
+}
+
+/// Write `bytes` to `path` atomically: a temporary file beside it
+/// ([`create_fresh`]), fsynced, renamed over `path` (which replaces a link at
+/// `path` rather than writing through it).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let res = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = create_fresh(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)
@@ -80,9 +108,9 @@ impl RunDir {
         std::fs::create_dir_all(path.join("weights")).map_err(|e| input(format!("cannot create run folder {}: {e}", path.display())))?;
         // Probe writability now rather than after the first training step.
         let probe = path.join(".write-probe");
-        std::fs::write(&probe, b"").map_err(|e| input(format!("cannot write into {}: {e}", path.display())))?;
+        create_fresh(&probe).map_err(|e| input(format!("cannot write into {}: {e}", path.display())))?;
         let _ = std::fs::remove_file(probe);
-        let lock = lock(&path)?;
+        let lock = lock(&path, "run folder", "a toy train running in it")?;
         let run = RunDir { id, path, _lock: std::sync::Arc::new(lock) };
         if allow_existing {
             run.remove_leftovers();
@@ -161,17 +189,17 @@ impl RunDir {
 }
 
 /// Take the advisory lock on `dir/.lock` (writing our pid into it), or say
-/// which process holds it.
-fn lock(dir: &Path) -> Result<std::fs::File> {
+/// which process holds `dir` (the `what` named, `who` doing what in it). The
+/// lock file is opened without following links and must be a regular file.
+pub fn lock(dir: &Path, what: &str, doing: &str) -> Result<std::fs::File> {
     use fs4::FileExt;
     let path = dir.join(".lock");
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
+    let mut f = no_follow(std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false))
         .open(&path)
-        .map_err(|e| input(format!("cannot open {}: {e}", path.display())))?;
+        .map_err(|e| open_error(&path, e))?;
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return Err(input(format!("{} is not a regular file", path.display())));
+    }
     match FileExt::try_lock(&f) {
         Ok(()) => {
             let _ = f.set_len(0);
@@ -179,12 +207,13 @@ fn lock(dir: &Path) -> Result<std::fs::File> {
             Ok(f)
         }
         Err(fs4::TryLockError::WouldBlock) => {
-            let pid = std::fs::read_to_string(&path).unwrap_or_default();
+            let mut pid = String::new();
+            let _ = std::io::Read::read_to_string(&mut f, &mut pid);
             let who = match pid.trim() {
                 "" => "another process".to_string(),
                 p => format!("process {p}"),
             };
-            Err(input(format!("run folder {} is in use by {who} (a toy train running in it); wait for it or stop it", dir.display())))
+            Err(input(format!("{what} {} is in use by {who} ({doing}); wait for it or stop it", dir.display())))
         }
         Err(fs4::TryLockError::Error(e)) => Err(input(format!("cannot lock {}: {e}", path.display()))),
     }

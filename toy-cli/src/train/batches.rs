@@ -11,15 +11,20 @@ pub struct Batch {
     pub targets: Vec<i32>,
 }
 
-/// Build a batch from the start offsets of its windows.
-pub fn batch_at(data: &Tokens, starts: &[usize], t: usize) -> Batch {
+/// Build a batch from the start offsets of its windows (each read once).
+///
+/// # Errors
+/// [`Error::Runtime`](crate::error::Error::Runtime) naming the corpus file
+/// when it changed since it was checked ([`Tokens::window`]).
+pub fn batch_at(data: &Tokens, starts: &[usize], t: usize) -> crate::error::Result<Batch> {
     let mut tokens = Vec::with_capacity(starts.len() * t);
     let mut targets = Vec::with_capacity(starts.len() * t);
     for &s in starts {
-        data.extend_i32(s, t, &mut tokens);
-        data.extend_i32(s + 1, t, &mut targets);
+        let w = data.window(s, t + 1)?;
+        tokens.extend(w[..t].iter().map(|&x| x as i32));
+        targets.extend(w[1..].iter().map(|&x| x as i32));
     }
-    Batch { tokens, targets }
+    Ok(Batch { tokens, targets })
 }
 
 /// The generator behind batch order: ChaCha12 with a seekable position, so a
@@ -220,7 +225,9 @@ impl Recorder {
         crate::run::write_atomic(&dir.join("batches.json"), text.as_bytes())?;
         let path = dir.join("batches.bin");
         let fail = |e: std::io::Error| crate::error::runtime(format!("cannot open {}: {e}", path.display()));
-        let mut file = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path).map_err(fail)?;
+        let mut file = crate::run::no_follow(std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true))
+            .open(&path)
+            .map_err(|e| crate::run::open_error(&path, e))?;
         let want = done * ((t + 1) * b * 4) as u64;
         let have = file.metadata().map_err(fail)?.len();
         if have < want {
@@ -239,10 +246,8 @@ impl Recorder {
     pub fn record(&mut self, data: &Tokens, starts: &[usize], window: usize) -> crate::error::Result<()> {
         use std::io::Write;
         for &s in starts {
-            for i in s..s + window {
-                self.file
-                    .write_all(&data.get(i).to_le_bytes())
-                    .map_err(|e| crate::error::runtime(format!("cannot record batches: {e}")))?;
+            for id in data.window(s, window)? {
+                self.file.write_all(&id.to_le_bytes()).map_err(|e| crate::error::runtime(format!("cannot record batches: {e}")))?;
             }
         }
         self.file.flush().map_err(|e| crate::error::runtime(format!("cannot record batches: {e}")))
@@ -290,7 +295,7 @@ impl Recorded {
         let (w, b) = (self.layout.window, self.layout.batch);
         let chunk = Tokens::from(self.windows[(step - 1) * w * b..step * w * b].to_vec());
         let starts: Vec<usize> = (0..b).map(|i| i * w).collect();
-        Ok(batch_at(&chunk, &starts, w - 1))
+        batch_at(&chunk, &starts, w - 1)
     }
 }
 

@@ -1,7 +1,7 @@
 //! The training loop shared by every recipe: sample, step, log, evaluate,
 //! checkpoint (with resume state), stop cleanly on a signal.
 
-use super::batches::{batch_at, Recorder, Sampler};
+use super::batches::{batch_at, Batch, Recorder, Sampler};
 use super::parallel::Trainer;
 use super::schedule::Cosine;
 use super::state::{self, Progress};
@@ -37,17 +37,63 @@ pub struct Loop<'l, 'a> {
 }
 
 impl Loop<'_, '_> {
-    fn val_loss(&mut self) -> Result<Option<f32>> {
+    /// The validation batches (read before any is evaluated, so a corpus that
+    /// cannot be read is told apart from a failing evaluation).
+    fn val_batches(&self) -> Result<Vec<Batch>> {
+        let Some(ev) = self.eval.as_deref() else { return Ok(Vec::new()) };
+        self.val_starts.chunks_exact(ev.b).map(|chunk| batch_at(&self.corpus.val, chunk, ev.t)).collect()
+    }
+
+    fn val_loss(&mut self, batches: &[Batch]) -> Result<Option<f32>> {
         let Some(ev) = self.eval.as_deref_mut() else { return Ok(None) };
-        let (t, b) = (ev.t, ev.b);
         let mut sum = 0f64;
-        let mut n = 0;
-        for chunk in self.val_starts.chunks_exact(b) {
-            let bt = batch_at(&self.corpus.val, chunk, t);
+        for bt in batches {
             sum += ev.loss(&bt.tokens, &bt.targets)? as f64;
-            n += 1;
         }
-        Ok((n > 0).then(|| (sum / n as f64) as f32))
+        Ok((!batches.is_empty()).then(|| (sum / batches.len() as f64) as f32))
+    }
+
+    /// Validation loss, or the run ended by [`Self::corpus_failed`] at `done`.
+    fn evaluate(&mut self, done: u64, loss: f32) -> Result<Option<f32>> {
+        match self.val_batches() {
+            Ok(b) => self.val_loss(&b),
+            Err(e) => Err(self.corpus_failed(e, done, loss)),
+        }
+    }
+
+    /// End the run on a corpus that can no longer be read (a prepared corpus
+    /// truncated or rewritten under it): save step `done` (unless it is saved
+    /// already), so `--resume` continues once the corpus is back, and say so.
+    fn corpus_failed(&mut self, e: Error, done: u64, loss: f32) -> Error {
+        let ours = self.run.checkpoint_path(done);
+        let saved = if self.run.latest().as_deref() == Some(ours.as_path()) { Ok(()) } else { self.save(done) };
+        let _ = self.end("errored", done, loss, 1);
+        match saved {
+            Ok(()) => runtime(format!(
+                "{e}; saved weights/step_{done}.gguf (restore the corpus, then continue with: toy train --resume {})",
+                self.run.path.display()
+            )),
+            Err(s) => runtime(format!("{e}; the checkpoint of step {done} failed too: {s}")),
+        }
+    }
+
+    /// The next step's windows of `t` tokens (recorded when asked) and whether
+    /// they start an epoch. A corpus that cannot be read ends the run through
+    /// [`Self::corpus_failed`] at `done`, with the sampler put back so that
+    /// checkpoint resumes with these windows.
+    fn next_batch(&mut self, recorder: Option<&mut Recorder>, t: usize, done: u64, loss: f32) -> Result<(Batch, bool)> {
+        let before = self.sampler.state();
+        let len = self.corpus.train.len();
+        let (starts, new_epoch) = self.sampler.next_starts(len);
+        let read = batch_at(&self.corpus.train, &starts, t)
+            .and_then(|b| recorder.map_or(Ok(()), |r| r.record(&self.corpus.train, &starts, t + 1)).map(|()| b));
+        match read {
+            Ok(b) => Ok((b, new_epoch)),
+            Err(e) => {
+                self.sampler.restore(&before, len).map_err(runtime)?;
+                Err(self.corpus_failed(e, done, loss))
+            }
+        }
     }
 
     /// Write checkpoint + resume state for `step` as one unit, move
@@ -147,7 +193,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
 
     let mut last_val = None;
     if l.start_step == 0 {
-        last_val = l.val_loss()?;
+        last_val = l.evaluate(0, f32::NAN)?;
         if let Some(v) = last_val {
             l.log.emit("eval", json!({ "phase": "train", "step": 0, "val_loss": v }))?;
             val_curve.push((0, v));
@@ -158,13 +204,9 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let (mut last_loss, mut done, mut reason) = (f32::NAN, l.start_step, "completed");
     for step in l.start_step + 1..=cfg.steps {
         let t0 = std::time::Instant::now();
-        let (starts, new_epoch) = l.sampler.next_starts(l.corpus.train.len());
+        let (b, new_epoch) = l.next_batch(recorder.as_mut(), t, done, last_loss)?;
         if new_epoch {
             l.log.emit("epoch", json!({ "step": step, "epoch": l.sampler.epoch() }))?;
-        }
-        let b = batch_at(&l.corpus.train, &starts, t);
-        if let Some(r) = recorder.as_mut() {
-            r.record(&l.corpus.train, &starts, t + 1)?;
         }
         let lr = sched.at(step);
         let st = l.train.step(&b.tokens, &b.targets, lr)?;
@@ -201,7 +243,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         let stop = l.opts.stop.as_ref().map(|f| f.load(Ordering::SeqCst)).unwrap_or(0);
         let last = step == cfg.steps || stop != 0;
         if (cfg.eval_every > 0 && step % cfg.eval_every == 0) || last {
-            if let Some(v) = l.val_loss()? {
+            if let Some(v) = l.evaluate(step, st.loss)? {
                 l.log.emit("eval", json!({ "phase": "train", "step": step, "val_loss": v }))?;
                 val_curve.push((step, v));
                 last_val = Some(v);

@@ -68,7 +68,7 @@ fn prep_writes_a_consistent_folder() {
     let text = String::from_utf8(text).unwrap();
     let docs = split_documents(&text);
     let mut seen = Vec::new();
-    for stream in [c.train.to_vec(), c.val.to_vec()] {
+    for stream in [c.train.to_vec().unwrap(), c.val.to_vec().unwrap()] {
         assert_eq!(stream.last(), Some(&eot));
         for d in stream.split(|&i| i == eot).filter(|d| !d.is_empty()) {
             seen.push(tok.decode(d).unwrap());
@@ -191,8 +191,8 @@ fn raw_text_trains_a_bpe_on_the_fly() {
     let c = load_corpus(&p, &CorpusOptions::default()).unwrap();
     let tok = c.tokenizer.clone().unwrap();
     assert!(c.vocab_size > 257 && c.vocab_size <= 1024 && c.vocab_size == tok.vocab_size());
-    assert_eq!(c.train.iter().chain(c.val.iter()).filter(|&i| Some(i) == tok.eot()).count(), 40);
-    assert_eq!(c.val.iter().filter(|&i| Some(i) == tok.eot()).count(), 2, "5% of 40 documents");
+    assert_eq!(c.train.to_vec().unwrap().into_iter().chain(c.val.to_vec().unwrap()).filter(|&i| Some(i) == tok.eot()).count(), 40);
+    assert_eq!(c.val.to_vec().unwrap().into_iter().filter(|&i| Some(i) == tok.eot()).count(), 2, "5% of 40 documents");
 
     // A tiny text gets a tiny vocabulary; a given tokenizer is used as is.
     let tiny = tmp.path().join("tiny.md");
@@ -203,7 +203,7 @@ fn raw_text_trains_a_bpe_on_the_fly() {
     let c = load_corpus_with(&tiny, &CorpusOptions { val_fraction: 0.0, vocab_size: None }, &with).unwrap();
     let mut want = tok.encode("hello hello hello").unwrap();
     want.push(tok.eot().unwrap());
-    assert_eq!(c.train.to_vec(), want);
+    assert_eq!(c.train.to_vec().unwrap(), want);
 }
 
 #[test]
@@ -213,14 +213,14 @@ fn id_files_are_read_and_checked() {
     let bin = t.join("ids.bin");
     std::fs::write(&bin, ids_le(&(0..100).collect::<Vec<u32>>())).unwrap();
     let c = load_corpus(&bin, &CorpusOptions { val_fraction: 0.1, vocab_size: None }).unwrap();
-    assert_eq!((c.train.len(), c.val.to_vec(), c.vocab_size), (90, (90..100).collect::<Vec<u32>>(), 100));
+    assert_eq!((c.train.len(), c.val.to_vec().unwrap(), c.vocab_size), (90, (90..100).collect::<Vec<u32>>(), 100));
     let e = input_err(load_corpus(&bin, &CorpusOptions { val_fraction: 0.1, vocab_size: Some(50) }));
     assert!(e.contains("ids.bin") && e.contains("token 50") && e.contains("vocabulary of 50"), "{e}");
 
     let txt = t.join("ids.txt");
     std::fs::write(&txt, "1 2 3\n4 5 6\n\n7 8 9\n10 11 12\n").unwrap();
     let c = load_corpus(&txt, &CorpusOptions { val_fraction: 0.25, vocab_size: Some(20) }).unwrap();
-    assert_eq!((c.train.len(), c.val.to_vec(), c.vocab_size), (9, vec![10, 11, 12], 20));
+    assert_eq!((c.train.len(), c.val.to_vec().unwrap(), c.vocab_size), (9, vec![10, 11, 12], 20));
     std::fs::write(&txt, "1 2 3\n4  25 6\n").unwrap();
     let e = input_err(load_corpus(&txt, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(20) }));
     assert!(e.contains("ids.txt:2:4") && e.contains("id 25"), "{e}");

@@ -12,6 +12,7 @@ mod model;
 mod parallel;
 mod prep_inputs;
 mod reliability;
+mod reliability3_data;
 mod reliability3_models;
 mod reliability3_runs;
 mod run_safety;
