@@ -120,8 +120,12 @@ fn main() {
     println!("cargo:rerun-if-env-changed=CMAKE_CUDA_ARCHITECTURES");
     println!("cargo:rerun-if-env-changed=TOY_GGML_CMAKE");
 
-    // docs.rs-style builds and `cargo doc` need no native library.
-    if env::var_os("DOCS_RS").is_some() {
+    // docs.rs-style builds and `cargo doc` need no native library, nor does
+    // clippy (a check build links nothing): the test command runs clippy
+    // before the tests, and would otherwise compile ggml twice.
+    println!("cargo:rerun-if-env-changed=RUSTC_WORKSPACE_WRAPPER");
+    let clippy = env::var("RUSTC_WORKSPACE_WRAPPER").is_ok_and(|w| w.contains("clippy-driver"));
+    if env::var_os("DOCS_RS").is_some() || clippy {
         return;
     }
 
