@@ -7,8 +7,11 @@
 //! A document longer than [`PIECE_BYTES`] comes in several pieces, cut only
 //! just after a `\n` that has non-whitespace on both sides: the `ByteLevel`
 //! pre-tokenizer makes such a newline a piece of its own, so tokenizing the
-//! pieces one by one gives the document's ids (see `text::cut_points`).
+//! pieces one by one gives the document's ids (see `text::cut_points`). A
+//! stretch of [`MAX_UNCUT_BYTES`] without such a newline is cut anyway
+//! (`text::fallback_cut`), so no piece is larger.
 
+use super::text::MAX_UNCUT_BYTES;
 use super::tokenizer::EOT;
 use crate::error::{input, Result};
 use sha2::{Digest, Sha256};
@@ -211,6 +214,8 @@ pub struct Documents<'s> {
     /// The document being gathered (text format), and whether a piece of it was handed out.
     pending: String,
     started: bool,
+    /// `pending` holds a whole JSON Lines record, to hand out (in pieces if long).
+    record_done: bool,
     /// Raw bytes read so far, over all sources (for progress).
     pub bytes_read: std::sync::Arc<std::sync::atomic::AtomicU64>,
     digests: Vec<FileDigest>,
@@ -251,6 +256,7 @@ impl<'s> Documents<'s> {
             doc: 0,
             pending: String::new(),
             started: false,
+            record_done: false,
             bytes_read: Default::default(),
             digests: Vec::new(),
             tap: None,
@@ -341,12 +347,19 @@ impl<'s> Documents<'s> {
         Some(Piece { doc, text, last })
     }
 
-    /// A long pending document: hand out everything up to its last safe cut.
+    /// A long pending document: hand out everything up to its last safe cut
+    /// within [`MAX_UNCUT_BYTES`], or up to `text::fallback_cut` when it has
+    /// gone on that long without one (None: wait for more text).
     fn cut(&mut self) -> Option<Piece> {
         let b = self.pending.as_bytes();
         let ws = |c: u8| c.is_ascii_whitespace();
-        let at = (1..b.len().saturating_sub(1)).rev().find(|&i| b[i] == b'\n' && !ws(b[i - 1]) && !ws(b[i + 1]))?;
-        let rest = self.pending.split_off(at + 1);
+        let end = b.len().saturating_sub(1).min(MAX_UNCUT_BYTES);
+        let at = match (1..end).rev().find(|&i| b[i] == b'\n' && !ws(b[i - 1]) && !ws(b[i + 1])) {
+            Some(i) => i + 1,
+            None if b.len() > MAX_UNCUT_BYTES => super::text::fallback_cut(&self.pending, 0, MAX_UNCUT_BYTES),
+            None => return None,
+        };
+        let rest = self.pending.split_off(at);
         let piece = self.emit(false);
         self.pending = rest;
         piece
@@ -354,6 +367,19 @@ impl<'s> Documents<'s> {
 
     fn next_piece(&mut self) -> Result<Option<Piece>> {
         loop {
+            // A line can bring more than one piece's worth (one long line).
+            if self.pending.len() > PIECE_BYTES {
+                if let Some(p) = self.cut() {
+                    return Ok(Some(p));
+                }
+            }
+            if self.record_done {
+                self.record_done = false;
+                if let Some(p) = self.emit(true) {
+                    return Ok(Some(p));
+                }
+                continue;
+            }
             if self.reader.is_none() {
                 if self.next_source >= self.sources.len() {
                     return Ok(None);
@@ -387,9 +413,8 @@ impl<'s> Documents<'s> {
                         .ok_or_else(|| input(format!("{at}: field {:?} is not a string", self.text_field)))?;
                     self.pending = text.to_string();
                     self.started = false;
-                    if let Some(p) = self.emit(true) {
-                        return Ok(Some(p));
-                    }
+                    // Handed out at the top of the loop, in pieces if long.
+                    self.record_done = true;
                 }
                 Some(line) => {
                     if line.trim_end_matches('\n').trim_end_matches('\r') == EOT {
@@ -399,11 +424,6 @@ impl<'s> Documents<'s> {
                         continue;
                     }
                     self.pending.push_str(&line);
-                    if self.pending.len() > PIECE_BYTES {
-                        if let Some(p) = self.cut() {
-                            return Ok(Some(p));
-                        }
-                    }
                 }
             }
         }
@@ -471,5 +491,23 @@ mod tests {
         assert!(got[..got.len() - 1].iter().all(|p| !p.2) && got.last().unwrap().2);
         let joined: String = got.iter().map(|p| p.1.as_str()).collect();
         assert_eq!(joined, text.trim());
+    }
+
+    /// One line (text) or record (JSON Lines) of several MiB without a newline
+    /// comes in pieces of at most `MAX_UNCUT_BYTES` (a 200 MB line took 21 GB
+    /// in the tokenizer), cut before a space where there is one.
+    #[test]
+    fn one_huge_line_comes_in_bounded_pieces() {
+        let d = tempfile::tempdir().unwrap();
+        let words = "word ".repeat(MAX_UNCUT_BYTES * 2 / 5) + "end";
+        let solid = "a".repeat(MAX_UNCUT_BYTES * 2 + 7);
+        let record = format!("{{\"text\": \"{solid}\"}}\n");
+        for (name, bytes, want) in [("w.txt", words.clone(), words.as_str()), ("s.txt", solid.clone(), &solid), ("r.jsonl", record, &solid)]
+        {
+            let got = docs(&[file(d.path(), name, bytes.as_bytes())]);
+            assert!(got.len() >= 3 && got.iter().all(|p| p.1.len() <= MAX_UNCUT_BYTES), "{name}: {} pieces", got.len());
+            assert!(got.iter().all(|p| p.0 == 0) && got.last().unwrap().2, "{name}");
+            assert_eq!(got.iter().map(|p| p.1.as_str()).collect::<String>(), want, "{name}");
+        }
     }
 }

@@ -49,11 +49,18 @@ pub fn split_documents(text: &str) -> Vec<&str> {
     docs.into_iter().map(str::trim).filter(|d| !d.is_empty()).collect()
 }
 
-/// Byte offsets where `doc` can be cut without changing its tokenization: just
-/// after a `\n` that has non-whitespace on both sides. The `ByteLevel`
+/// No tokenizer call sees more than this many bytes of a document that has no
+/// place to cut it exactly: byte-level BPE takes about 100 bytes of memory per
+/// byte of one pre-token (a 200 MB line of one letter took 21 GB), so such a
+/// stretch is cut anyway (see [`fallback_cut`]).
+pub const MAX_UNCUT_BYTES: usize = 2 << 20;
+
+/// Byte offsets where `doc` can be cut, about `chunk` bytes apart: just after
+/// a `\n` that has non-whitespace on both sides (the `ByteLevel`
 /// pre-tokenizer's regex makes such a newline a piece of its own, and no
-/// pattern joins it to what follows.
-fn cut_points(doc: &str, chunk: usize) -> Vec<usize> {
+/// pattern joins it to what follows), or, after `max_uncut` bytes without one,
+/// where [`fallback_cut`] says.
+fn cut_points(doc: &str, chunk: usize, max_uncut: usize) -> Vec<usize> {
     let b = doc.as_bytes();
     let mut cuts = Vec::new();
     let mut last = 0;
@@ -62,9 +69,27 @@ fn cut_points(doc: &str, chunk: usize) -> Vec<usize> {
         if i + 1 - last >= chunk && b[i] == b'\n' && !ws(b[i - 1]) && !ws(b[i + 1]) {
             cuts.push(i + 1);
             last = i + 1;
+        } else if i - last >= max_uncut {
+            last = fallback_cut(doc, last, i);
+            cuts.push(last);
         }
     }
     cuts
+}
+
+/// A cut of `text[from..end]` where no newline allows one (`from < end`):
+/// before its last space that has non-whitespace on both sides, which changes
+/// nothing either (every pre-token of the gpt-2 regex that holds non-whitespace
+/// ends before a space, and one space starts the next), else at the last
+/// character boundary after `from`, which splits one pre-token in two. Returns
+/// an offset in `from + 1..=end`.
+pub fn fallback_cut(text: &str, from: usize, end: usize) -> usize {
+    let b = text.as_bytes();
+    let ws = |c: u8| c.is_ascii_whitespace();
+    if let Some(i) = (from.max(1) + 1..end.min(b.len().saturating_sub(1))).rev().find(|&i| b[i] == b' ' && !ws(b[i - 1]) && !ws(b[i + 1])) {
+        return i;
+    }
+    (from + 1..=end).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(end)
 }
 
 /// Token ids of one document, tokenized in pieces of about `chunk` bytes
@@ -75,7 +100,7 @@ pub fn encode_document(tok: &Tokenizer, doc: &str, chunk: usize) -> Result<Vec<u
     }
     let mut ids = Vec::with_capacity(doc.len() / 3);
     let mut start = 0;
-    for cut in cut_points(doc, chunk).into_iter().chain([doc.len()]) {
+    for cut in cut_points(doc, chunk, MAX_UNCUT_BYTES.max(chunk)).into_iter().chain([doc.len()]) {
         ids.extend(tok.encode_document(&doc[start..cut])?);
         start = cut;
     }
@@ -174,13 +199,30 @@ mod tests {
         assert!(held_out(1, 0.5, 0).iter().all(|&v| !v));
     }
 
+    /// A stretch longer than `max_uncut` without a newline is cut before a
+    /// space (no id changes), or at a character boundary when it has none.
+    #[test]
+    fn long_stretches_without_newlines_are_cut() {
+        let text = super::super::stories::generate_with(3, 30).replace('\n', " ").replace("<|endoftext|>", "x");
+        let tok = Tokenizer::train_bpe([text.as_str()].into_iter(), 400).unwrap();
+        let cuts = cut_points(&text, 50, 120);
+        assert!(cuts.len() > text.len() / 121, "{} cuts", cuts.len());
+        let bounds: Vec<usize> = [0].into_iter().chain(cuts.iter().copied()).chain([text.len()]).collect();
+        assert!(bounds.windows(2).all(|w| w[0] < w[1] && w[1] - w[0] <= 121), "{bounds:?}");
+        let pieces: Vec<u32> = bounds.windows(2).flat_map(|w| tok.encode_document(&text[w[0]..w[1]]).unwrap()).collect();
+        assert_eq!(pieces, tok.encode_document(&text).unwrap());
+        let solid = "é".repeat(400);
+        let cuts = cut_points(&solid, 50, 120);
+        assert!(cuts.len() >= 6 && cuts.iter().all(|&c| solid.is_char_boundary(c)), "{cuts:?}");
+    }
+
     #[test]
     fn chunked_encoding_matches_whole() {
         let text = super::super::stories::generate_with(3, 30).replace("\n<|endoftext|>\n", "\n\n  x\n");
         let tok = Tokenizer::train_bpe(split_documents(&text).into_iter(), 400).unwrap();
         let whole = tok.encode(&text).unwrap();
         for chunk in [50, 333, 4096] {
-            assert!(!cut_points(&text, chunk).is_empty());
+            assert!(!cut_points(&text, chunk, usize::MAX).is_empty());
             assert_eq!(encode_document(&tok, &text, chunk).unwrap(), whole, "chunk {chunk}");
         }
     }
