@@ -15,7 +15,7 @@
 
 use super::prep::read_prepared;
 use super::sources::{discover, format_of, Documents, Format};
-use super::text::{encode_documents, read_text, split_documents, split_documents_ids, split_tail, Split};
+use super::text::{encode_documents, pieces, read_text, split_documents, split_documents_ids, split_tail, Split, CHUNK_BYTES};
 use super::tokenizer::{Tokenizer, DEFAULT_VOCAB_SIZE};
 use super::tokens::Tokens;
 use crate::error::{input, Result};
@@ -164,7 +164,8 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
 fn encode_text(docs: Vec<&str>, text: &TextOptions, opts: &CorpusOptions) -> Result<(Split, usize, Tokenizer)> {
     let tok = match &text.tokenizer {
         Some(t) => t.clone(),
-        None => Tokenizer::train_bpe(docs.iter().copied(), text.bpe_vocab_size)?,
+        // In pieces: the pre-tokenizer's memory grows with what it is given at once.
+        None => Tokenizer::train_bpe(docs.iter().flat_map(|d| pieces(d, CHUNK_BYTES)), text.bpe_vocab_size)?,
     };
     let ids = encode_documents(&tok, &docs)?;
     let vocab = tok.vocab_size();

@@ -210,6 +210,10 @@ pub struct Documents<'s> {
     reader: Option<(Box<dyn BufRead + 's>, usize)>,
     /// Where the current line comes from, for messages.
     line_no: usize,
+    /// Inside a long line of a text file (see `line`), and the bytes of a
+    /// character that the last part cut.
+    mid_line: bool,
+    carry: Vec<u8>,
     doc: usize,
     /// The document being gathered (text format), and whether a piece of it was handed out.
     pending: String,
@@ -253,6 +257,8 @@ impl<'s> Documents<'s> {
             next_source: 0,
             reader: None,
             line_no: 0,
+            mid_line: false,
+            carry: Vec::new(),
             doc: 0,
             pending: String::new(),
             started: false,
@@ -287,6 +293,8 @@ impl<'s> Documents<'s> {
         self.reader = Some((r, i));
         self.tap = Some(cell);
         self.line_no = 0;
+        self.mid_line = false;
+        self.carry.clear();
         Ok(())
     }
 
@@ -300,21 +308,38 @@ impl<'s> Documents<'s> {
     }
 
     /// The next line of the current file (with its `\n`), or None at its end.
-    fn line(&mut self) -> Result<Option<String>> {
+    /// A line of a text file longer than [`PIECE_BYTES`] comes in parts (false
+    /// beside every part but the first), so that one line without a newline
+    /// never has to fit in memory whole; a JSON Lines record comes whole.
+    fn line(&mut self) -> Result<Option<(String, bool)>> {
         let Some((r, i)) = self.reader.as_mut() else { return Ok(None) };
         let path = &self.sources[*i].path;
-        let mut buf = Vec::new();
-        let n = r.read_until(b'\n', &mut buf).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
-        if n == 0 {
+        let text = self.sources[*i].format == Format::Text;
+        let mut buf = std::mem::take(&mut self.carry);
+        let limit = if text { PIECE_BYTES as u64 } else { u64::MAX };
+        let n = r.by_ref().take(limit).read_until(b'\n', &mut buf).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
+        if buf.is_empty() {
             return Ok(None);
         }
-        self.line_no += 1;
+        let first_part = !self.mid_line;
+        self.mid_line = n as u64 == limit && !buf.ends_with(b"\n");
+        if first_part {
+            self.line_no += 1;
+        }
         // A byte order mark is not text: at the start of a file or of a JSON Lines record.
         let bom = "\u{feff}".as_bytes();
-        if (self.line_no == 1 || self.sources[*i].format == Format::JsonLines) && buf.starts_with(bom) {
+        if first_part && (self.line_no == 1 || !text) && buf.starts_with(bom) {
             buf.drain(..bom.len());
         }
-        String::from_utf8(buf).map(Some).map_err(|e| {
+        if self.mid_line {
+            // A character cut by the read limit goes with the next part.
+            if let Err(e) = std::str::from_utf8(&buf) {
+                if e.error_len().is_none() {
+                    self.carry = buf.split_off(e.valid_up_to());
+                }
+            }
+        }
+        String::from_utf8(buf).map(|l| Some((l, first_part))).map_err(|e| {
             input(format!(
                 "{}:{}: not UTF-8 text (invalid byte at column {})",
                 path.display(),
@@ -351,12 +376,10 @@ impl<'s> Documents<'s> {
     /// within [`MAX_UNCUT_BYTES`], or up to `text::fallback_cut` when it has
     /// gone on that long without one (None: wait for more text).
     fn cut(&mut self) -> Option<Piece> {
-        let b = self.pending.as_bytes();
-        let ws = |c: u8| c.is_ascii_whitespace();
-        let end = b.len().saturating_sub(1).min(MAX_UNCUT_BYTES);
-        let at = match (1..end).rev().find(|&i| b[i] == b'\n' && !ws(b[i - 1]) && !ws(b[i + 1])) {
+        let len = self.pending.len();
+        let at = match super::text::last_between(&self.pending, b'\n', 1, MAX_UNCUT_BYTES) {
             Some(i) => i + 1,
-            None if b.len() > MAX_UNCUT_BYTES => super::text::fallback_cut(&self.pending, 0, MAX_UNCUT_BYTES),
+            None if len > MAX_UNCUT_BYTES => super::text::fallback_cut(&self.pending, 0, MAX_UNCUT_BYTES),
             None => return None,
         };
         let rest = self.pending.split_off(at);
@@ -399,7 +422,7 @@ impl<'s> Documents<'s> {
                         }
                     }
                 }
-                Some(line) if format == Format::JsonLines => {
+                Some((line, _)) if format == Format::JsonLines => {
                     if line.trim().is_empty() {
                         continue;
                     }
@@ -416,8 +439,8 @@ impl<'s> Documents<'s> {
                     // Handed out at the top of the loop, in pieces if long.
                     self.record_done = true;
                 }
-                Some(line) => {
-                    if line.trim_end_matches('\n').trim_end_matches('\r') == EOT {
+                Some((line, first_part)) => {
+                    if first_part && line.trim_end_matches('\n').trim_end_matches('\r') == EOT {
                         if let Some(p) = self.emit(true) {
                             return Ok(Some(p));
                         }

@@ -77,18 +77,45 @@ fn cut_points(doc: &str, chunk: usize, max_uncut: usize) -> Vec<usize> {
     cuts
 }
 
+/// The last offset `i` in `from..end` (and `1..text.len() - 1`) where
+/// `text` has the ASCII whitespace byte `c` with non-whitespace on both sides
+/// (searched with `str::rfind`, which is fast even in unoptimised builds).
+pub fn last_between(text: &str, c: u8, from: usize, end: usize) -> Option<usize> {
+    let b = text.as_bytes();
+    let ws = |c: u8| c.is_ascii_whitespace();
+    let mut end = end.min(b.len().saturating_sub(1));
+    while end > from.max(1) {
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let i = text[..end].rfind(c as char)?;
+        if i < from.max(1) {
+            return None;
+        }
+        if !ws(b[i - 1]) && !ws(b[i + 1]) {
+            return Some(i);
+        }
+        end = i;
+    }
+    None
+}
+
+/// Bytes of one pre-token that the BPE is given at most: a stretch with no
+/// place to cut it exactly is cut this often (about 6 MB of the tokenizer's
+/// memory each).
+pub const MAX_WORD_BYTES: usize = 64 << 10;
+
 /// A cut of `text[from..end]` where no newline allows one (`from < end`):
 /// before its last space that has non-whitespace on both sides, which changes
 /// nothing either (every pre-token of the gpt-2 regex that holds non-whitespace
 /// ends before a space, and one space starts the next), else at the last
-/// character boundary after `from`, which splits one pre-token in two. Returns
-/// an offset in `from + 1..=end`.
+/// character boundary within [`MAX_WORD_BYTES`] of `from`, which splits one
+/// pre-token in two. Returns an offset in `from + 1..=end`.
 pub fn fallback_cut(text: &str, from: usize, end: usize) -> usize {
-    let b = text.as_bytes();
-    let ws = |c: u8| c.is_ascii_whitespace();
-    if let Some(i) = (from.max(1) + 1..end.min(b.len().saturating_sub(1))).rev().find(|&i| b[i] == b' ' && !ws(b[i - 1]) && !ws(b[i + 1])) {
+    if let Some(i) = last_between(text, b' ', from + 1, end) {
         return i;
     }
+    let end = end.min(from + MAX_WORD_BYTES);
     (from + 1..=end).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(end)
 }
 
@@ -99,12 +126,18 @@ pub fn encode_document(tok: &Tokenizer, doc: &str, chunk: usize) -> Result<Vec<u
         return tok.encode_document(doc);
     }
     let mut ids = Vec::with_capacity(doc.len() / 3);
-    let mut start = 0;
-    for cut in cut_points(doc, chunk, MAX_UNCUT_BYTES.max(chunk)).into_iter().chain([doc.len()]) {
-        ids.extend(tok.encode_document(&doc[start..cut])?);
-        start = cut;
+    for piece in pieces(doc, chunk) {
+        ids.extend(tok.encode_document(piece)?);
     }
     Ok(ids)
+}
+
+/// `doc` cut at [`cut_points`] about `chunk` bytes apart: what the tokenizer
+/// (and the BPE trainer) is given of a long document.
+pub fn pieces(doc: &str, chunk: usize) -> impl Iterator<Item = &str> + Send {
+    let cuts = if doc.len() <= chunk { Vec::new() } else { cut_points(doc, chunk, MAX_UNCUT_BYTES.max(chunk)) };
+    let bounds: Vec<usize> = [0].into_iter().chain(cuts).chain([doc.len()]).collect();
+    (0..bounds.len() - 1).map(move |k| &doc[bounds[k]..bounds[k + 1]])
 }
 
 /// Token ids of each document, each followed by the end-of-text id (a newline
