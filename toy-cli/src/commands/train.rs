@@ -334,6 +334,11 @@ fn run_options(a: &TrainArgs, stop: &Arc<AtomicI32>) -> RunOptions {
 pub fn run(args: &TrainArgs) -> Result<Outcome> {
     let cwd = std::env::current_dir().map_err(|e| input(format!("no current folder: {e}")))?;
     let a = merged(args, read_toml(&cwd)?);
+    if args.resume.is_none() {
+        let corpus: Vec<PathBuf> =
+            a.corpus.iter().filter(|p| !p.as_os_str().is_empty() && p.as_os_str() != "<embedded>").cloned().collect();
+        crate::data::corpus::check_text_field(&corpus, a.text_field.as_deref())?;
+    }
     let stop = install_signal_handlers();
     if let Some(dir) = &args.resume {
         // The run's config.toml, not toy.toml, says what the run is.
