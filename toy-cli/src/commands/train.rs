@@ -193,8 +193,16 @@ pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, text_fiel
                 ..Default::default()
             };
             let c = load_corpus_with(p, &CorpusOptions { vocab_size: vocab, ..Default::default() }, &text)?;
-            if let Some(v) = vocab.filter(|&v| p.join("manifest.json").is_file() && v != c.vocab_size) {
+            let prepared = p.join("manifest.json").is_file();
+            if let Some(v) = vocab.filter(|&v| prepared && v != c.vocab_size) {
                 return Err(input(format!("--vocab-size {v} contradicts {}, prepared with {} ids", p.display(), c.vocab_size)));
+            }
+            if let Some(v) = vocab.filter(|&v| !prepared && c.tokenizer.is_some() && c.vocab_size < v) {
+                eprintln!(
+                    "note: the BPE trained on {} has {} ids, fewer than the {v} of --vocab-size: the text has too few repeated pairs",
+                    p.display(),
+                    c.vocab_size
+                );
             }
             Ok(c)
         }
