@@ -20,8 +20,16 @@ pub const MAX_CONTEXT: usize = 8192;
 /// Read `toy.toml` (its `[train]` table) from `dir`, if present.
 pub fn read_toml(dir: &Path) -> Result<Option<TrainArgs>> {
     let path = dir.join("toy.toml");
-    if !path.is_file() {
-        return Ok(None);
+    // Missing is fine; anything there that is not a regular file is refused
+    // (a FIFO would block the read, a folder or dangling link would be ignored).
+    match std::fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(input(format!("cannot read {}: {e}", path.display()))),
+        Ok(_) => match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return Err(input(format!("{} is not a regular file", path.display()))),
+            Err(e) => return Err(input(format!("{} is a link to nothing ({e})", path.display()))),
+        },
     }
     let text = std::fs::read_to_string(&path).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
     // A typo'd table (`[trian]`) or a key outside [train] is an error, as unknown keys inside it are.
