@@ -368,9 +368,10 @@ pub struct EvalArgs {
     /// Tokens per window (default: the model's context).
     #[arg(long)]
     pub context: Option<usize>,
-    /// The field of JSON Lines records that holds their text (a `.jsonl` corpus).
-    #[arg(long = "text-field", default_value = "text")]
-    pub text_field: String,
+    /// The field of JSON Lines records that holds their text (a `.jsonl`
+    /// corpus; default `text`).
+    #[arg(long = "text-field")]
+    pub text_field: Option<String>,
     /// Windows per batch.
     #[arg(long, default_value_t = 8)]
     pub batch: usize,
@@ -450,9 +451,10 @@ pub struct PrepArgs {
     /// Write into a non-empty output folder.
     #[arg(long)]
     pub force: bool,
-    /// The field of a JSON Lines record (`.jsonl`) that holds its text.
-    #[arg(long = "text-field", default_value = "text")]
-    pub text_field: String,
+    /// The field of a JSON Lines record (`.jsonl`) that holds its text
+    /// (default `text`).
+    #[arg(long = "text-field")]
+    pub text_field: Option<String>,
     /// Train the BPE on a uniform sample of at most this many MB of the
     /// documents (the whole text when smaller).
     #[arg(long = "bpe-sample", default_value_t = (crate::data::prep::DEFAULT_BPE_SAMPLE_BYTES >> 20) as f64)]

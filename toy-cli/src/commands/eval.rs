@@ -62,7 +62,9 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
     // way (a BPE trained on it) means other tokens to the model. The byte tokenizer
     // stands in so that text is recognized without training one, then refused.
     let tokenizer = ck.tokenizer.clone().or(Some(Tokenizer::Bytes));
-    let text = TextOptions { tokenizer, text_field: args.text_field.clone(), ..Default::default() };
+    crate::data::corpus::check_text_field(std::slice::from_ref(path), args.text_field.as_deref())?;
+    let text_field = args.text_field.clone().unwrap_or_else(|| TextOptions::default().text_field);
+    let text = TextOptions { tokenizer, text_field, ..Default::default() };
     let c = load_corpus_with(path, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(ck.config.vocab) }, &text)?;
     match (&ck.tokenizer, &c.tokenizer) {
         (Some(ours), _) => c.check_tokenizer(ours)?,

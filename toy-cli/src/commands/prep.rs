@@ -14,6 +14,7 @@ pub fn run(args: &PrepArgs) -> Result<Manifest> {
     if !(args.bpe_sample.is_finite() && args.bpe_sample > 0.0 && args.bpe_sample <= 1e9) {
         return Err(input(format!("--bpe-sample {} must be a positive number of MB", args.bpe_sample)));
     }
+    crate::data::corpus::check_text_field(&args.files, args.text_field.as_deref())?;
     let stop = Arc::new(AtomicI32::new(0));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let flag = stop.clone();
@@ -25,10 +26,21 @@ pub fn run(args: &PrepArgs) -> Result<Manifest> {
         val_fraction: args.val_fraction,
         seed: args.seed,
         force: args.force,
-        text_field: args.text_field.clone(),
+        text_field: args.text_field.clone().unwrap_or_else(|| PrepOptions::default().text_field),
         bpe_sample_bytes: (args.bpe_sample * (1u64 << 20) as f64) as u64,
         stop: Some(stop),
         progress: std::io::stderr().is_terminal(),
     };
-    prep(&args.files, &args.out, &opts)
+    let m = prep(&args.files, &args.out, &opts)?;
+    if m.vocab_size < args.vocab_size {
+        let why = match m.bpe_sample_bytes {
+            Some(0) => "its sample is empty: every document is longer than --bpe-sample (raise it)".to_string(),
+            Some(b) => {
+                format!("its sample of {b} bytes has too few repeated pairs (documents longer than --bpe-sample are left out of it)")
+            }
+            None => "the text has too few repeated pairs".to_string(),
+        };
+        eprintln!("note: the BPE has {} ids, fewer than the {} of --vocab-size: {why}", m.vocab_size, args.vocab_size);
+    }
+    Ok(m)
 }

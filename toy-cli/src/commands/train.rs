@@ -20,8 +20,16 @@ pub const MAX_CONTEXT: usize = 8192;
 /// Read `toy.toml` (its `[train]` table) from `dir`, if present.
 pub fn read_toml(dir: &Path) -> Result<Option<TrainArgs>> {
     let path = dir.join("toy.toml");
-    if !path.is_file() {
-        return Ok(None);
+    // Missing is fine; anything there that is not a regular file is refused
+    // (a FIFO would block the read, a folder or dangling link would be ignored).
+    match std::fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(input(format!("cannot read {}: {e}", path.display()))),
+        Ok(_) => match std::fs::metadata(&path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return Err(input(format!("{} is not a regular file", path.display()))),
+            Err(e) => return Err(input(format!("{} is a link to nothing ({e})", path.display()))),
+        },
     }
     let text = std::fs::read_to_string(&path).map_err(|e| input(format!("cannot read {}: {e}", path.display())))?;
     // A typo'd table (`[trian]`) or a key outside [train] is an error, as unknown keys inside it are.
@@ -193,8 +201,16 @@ pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, text_fiel
                 ..Default::default()
             };
             let c = load_corpus_with(p, &CorpusOptions { vocab_size: vocab, ..Default::default() }, &text)?;
-            if let Some(v) = vocab.filter(|&v| p.join("manifest.json").is_file() && v != c.vocab_size) {
+            let prepared = p.join("manifest.json").is_file();
+            if let Some(v) = vocab.filter(|&v| prepared && v != c.vocab_size) {
                 return Err(input(format!("--vocab-size {v} contradicts {}, prepared with {} ids", p.display(), c.vocab_size)));
+            }
+            if let Some(v) = vocab.filter(|&v| !prepared && c.tokenizer.is_some() && c.vocab_size < v) {
+                eprintln!(
+                    "note: the BPE trained on {} has {} ids, fewer than the {v} of --vocab-size: the text has too few repeated pairs",
+                    p.display(),
+                    c.vocab_size
+                );
             }
             Ok(c)
         }
@@ -334,6 +350,11 @@ fn run_options(a: &TrainArgs, stop: &Arc<AtomicI32>) -> RunOptions {
 pub fn run(args: &TrainArgs) -> Result<Outcome> {
     let cwd = std::env::current_dir().map_err(|e| input(format!("no current folder: {e}")))?;
     let a = merged(args, read_toml(&cwd)?);
+    if args.resume.is_none() {
+        let corpus: Vec<PathBuf> =
+            a.corpus.iter().filter(|p| !p.as_os_str().is_empty() && p.as_os_str() != "<embedded>").cloned().collect();
+        crate::data::corpus::check_text_field(&corpus, a.text_field.as_deref())?;
+    }
     let stop = install_signal_handlers();
     if let Some(dir) = &args.resume {
         // The run's config.toml, not toy.toml, says what the run is.

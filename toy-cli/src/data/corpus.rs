@@ -87,6 +87,29 @@ impl Default for TextOptions {
     }
 }
 
+/// Refuse `--text-field` when none of `paths` holds JSON Lines input (`.jsonl`,
+/// `.ndjson`, their `.gz`): on a text file, a prepared folder or the embedded
+/// corpus (no `paths`) it would be ignored. Paths that cannot be read are left
+/// to the loader to report.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming the inputs.
+pub fn check_text_field(paths: &[PathBuf], field: Option<&str>) -> Result<()> {
+    let Some(field) = field else { return Ok(()) };
+    let json_lines = |p: &PathBuf| {
+        let prepared = p.is_dir() && p.join("manifest.json").is_file();
+        !prepared && discover(std::slice::from_ref(p)).map_or(true, |s| s.iter().any(|s| s.format == Format::JsonLines))
+    };
+    if paths.iter().any(json_lines) {
+        return Ok(());
+    }
+    let what = match paths {
+        [] => "the embedded corpus".to_string(),
+        _ => paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+    };
+    Err(input(format!("--text-field {field:?} applies to JSON Lines input (.jsonl, .ndjson), and {what} holds none")))
+}
+
 /// Read the corpus at `path` (see the module documentation for the formats).
 ///
 /// # Errors

@@ -105,7 +105,19 @@ impl Walk {
             if p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
                 continue;
             }
-            let Ok(meta) = std::fs::metadata(&p) else { continue };
+            // An input file's name on a dangling link or a FIFO, device or
+            // socket is refused, as the same path given directly is.
+            let meta = match std::fs::metadata(&p) {
+                Ok(m) => m,
+                Err(e) if is_input_file(&p) => {
+                    let why = if p.is_symlink() { "is a link to nothing".to_string() } else { format!("cannot be read: {e}") };
+                    return Err(input(format!("{} in a corpus folder {why}", p.display())));
+                }
+                Err(_) => continue,
+            };
+            if !meta.is_dir() && !meta.is_file() && is_input_file(&p) {
+                return Err(input(format!("{} in a corpus folder is not a regular file", p.display())));
+            }
             let id = file_id(&meta);
             if meta.is_dir() {
                 if id.is_some_and(|id| self.open.contains(&id)) {

@@ -110,8 +110,32 @@ fn hf_err(what: &str, e: impl std::fmt::Display) -> crate::error::Error {
     runtime(format!("{what}: {e}"))
 }
 
+/// Refuse a vocabulary whose ids are not `0..n`, each once (duplicate or
+/// missing ids), as every tokenizer is read: from `tokenizer.json`, a
+/// checkpoint's keys or training. The token table has one row per id, and a
+/// checkpoint stores tokens in id order, so a gap or a repeat cannot be saved.
+fn check_ids(hf: &Hf, origin: &str) -> Result<()> {
+    let mut vocab: Vec<(u32, String)> = hf.get_vocab(true).into_iter().map(|(t, id)| (id, t)).collect();
+    vocab.sort();
+    for (i, (id, t)) in vocab.iter().enumerate() {
+        if *id as usize != i {
+            let why = if i > 0 && vocab[i - 1].0 == *id {
+                format!("id {id} is given to both {:?} and {t:?}", vocab[i - 1].1)
+            } else {
+                format!("{t:?} has id {id}, but id {i} is missing")
+            };
+            return Err(input(format!("{origin}: token ids must be 0..{} with each id once: {why}", vocab.len())));
+        }
+    }
+    if hf.get_vocab_size(true) != vocab.len() {
+        return Err(input(format!("{origin}: {} token ids but {} tokens (an id given twice?)", hf.get_vocab_size(true), vocab.len())));
+    }
+    Ok(())
+}
+
 impl Bpe {
     fn new(hf: Hf, origin: &str, pre: PreSplit) -> Result<Bpe> {
+        check_ids(&hf, origin)?;
         let eot = hf.token_to_id(EOT).ok_or_else(|| input(format!("{origin}: the tokenizer has no {EOT} token")))?;
         let json = hf.to_string(true).map_err(|e| hf_err("cannot serialize the tokenizer", e))?;
         let control = hf.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();

@@ -59,7 +59,8 @@ fn jsonl_folders_and_gzip_give_the_ids_of_plain_text() {
     // `toy train --corpus` reads the same inputs directly.
     for c in ["docs.jsonl.gz", "folder"] {
         let out = format!("r-{}", c.replace('.', "-"));
-        let o = toy(t, &["train", "--preset", "smoke", "--steps", "2", "--corpus", c, "--text-field", "body", "--out", &out, "--json"]);
+        let field: &[&str] = if c.contains("jsonl") { &["--text-field", "body"] } else { &[] };
+        let o = toy(t, &[&["train", "--preset", "smoke", "--steps", "2", "--corpus", c, "--out", &out, "--json"], field].concat());
         assert!(o.status.success(), "toy train --corpus {c}: {}", String::from_utf8_lossy(&o.stderr));
     }
 }
