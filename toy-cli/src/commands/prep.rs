@@ -34,10 +34,7 @@ pub fn run(args: &PrepArgs) -> Result<Manifest> {
     let m = prep(&args.files, &args.out, &opts)?;
     if m.vocab_size < args.vocab_size {
         let why = match m.bpe_sample_bytes {
-            Some(0) => "its sample is empty: every document is longer than --bpe-sample (raise it)".to_string(),
-            Some(b) => {
-                format!("its sample of {b} bytes has too few repeated pairs (documents longer than --bpe-sample are left out of it)")
-            }
+            Some(b) => format!("its sample of {b} bytes has too few repeated pairs (a larger --bpe-sample may help)"),
             None => "the text has too few repeated pairs".to_string(),
         };
         eprintln!("note: the BPE has {} ids, fewer than the {} of --vocab-size: {why}", m.vocab_size, args.vocab_size);

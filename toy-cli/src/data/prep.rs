@@ -280,7 +280,8 @@ struct Scan {
 }
 
 /// First pass: count documents and keep the pieces with the smallest seeded keys
-/// up to `budget` bytes (a uniform sample of the text, the same for every run).
+/// up to `budget` bytes, and at least one (a uniform sample of the text, the
+/// same for every run).
 fn scan(sources: &[Source], opts: &PrepOptions, total: u64) -> Result<Scan> {
     let mut docs = Documents::new(sources, &opts.text_field);
     let pb = bar(opts.progress, total, "reading");
@@ -293,7 +294,8 @@ fn scan(sources: &[Source], opts: &PrepOptions, total: u64) -> Result<Scan> {
         let key = SplitMix64::new(key_seed ^ piece_no.wrapping_mul(0x9E37_79B9_7F4A_7C15)).next_u64();
         bytes += p.text.len() as u64;
         sample.push((key, p.doc, p.text));
-        while bytes > opts.bpe_sample_bytes {
+        // At least one piece, however small the budget: a BPE trained on nothing has no merges.
+        while bytes > opts.bpe_sample_bytes && sample.len() > 1 {
             let Some((_, _, t)) = sample.pop() else { break };
             bytes -= t.len() as u64;
         }
