@@ -286,8 +286,13 @@ enum Resumed {
 /// Continue the run in `dir` (see `--resume`): only [`RESUME_FLAGS`] may change;
 /// any other flag that contradicts the run is refused, naming it.
 fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
-    let text = std::fs::read_to_string(dir.join("config.toml"))
-        .map_err(|e| input(format!("--resume {}: no config.toml ({e}); is it a run folder?", dir.display())))?;
+    let text = std::fs::read_to_string(dir.join("config.toml")).map_err(|e| {
+        if crate::run::is_skeleton(dir) {
+            input(format!("--resume {}: the run was stopped before it started (no config.toml); start it again with --out", dir.display()))
+        } else {
+            input(format!("--resume {}: no config.toml ({e}); is it a run folder?", dir.display()))
+        }
+    })?;
     let mut cfg: TrainConfig =
         toml::from_str(&text).map_err(|e| input(format!("{}: {}", dir.join("config.toml").display(), e.message())))?;
     let conflicts = resume_conflicts(a, &cfg);

@@ -80,6 +80,20 @@ pub fn make_run_id(template: &str, arch: &str, runs_dir: &Path) -> String {
     id
 }
 
+/// Whether `path` holds nothing but what a run makes before its config.toml
+/// (`.lock`, the write probe, `weights/` with at most temporaries): the folder
+/// of a run killed while it started, which `--out` may take again.
+pub fn is_skeleton(path: &Path) -> bool {
+    let leftover = |n: &str| n == ".lock" || n == ".write-probe" || (n.starts_with('.') && n.contains(".tmp-"));
+    let names = |p: &Path| -> Option<Vec<String>> {
+        Some(std::fs::read_dir(p).ok()?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+    };
+    let Some(top) = names(path) else { return false };
+    top.iter().all(|n| {
+        leftover(n) || (n == "weights" && path.join(n).is_dir() && names(&path.join(n)).is_some_and(|w| w.iter().all(|n| leftover(n))))
+    })
+}
+
 /// An open run folder, locked for this process ([`RunDir::create`]).
 #[derive(Clone, Debug)]
 pub struct RunDir {
@@ -97,8 +111,8 @@ impl RunDir {
             return Err(input(format!("{} is a file, not a run folder", path.display())));
         }
         if path.exists() && !allow_existing {
-            let empty = std::fs::read_dir(&path).map(|mut d| d.next().is_none()).unwrap_or(false);
-            if !empty {
+            // A skeleton (a run killed before it wrote config.toml) is reused.
+            if !is_skeleton(&path) {
                 return Err(input(format!(
                     "run folder {} already exists; choose another --out or resume it with --resume",
                     path.display()
@@ -112,9 +126,7 @@ impl RunDir {
         let _ = std::fs::remove_file(probe);
         let lock = lock(&path, "run folder", "a toy train running in it")?;
         let run = RunDir { id, path, _lock: std::sync::Arc::new(lock) };
-        if allow_existing {
-            run.remove_leftovers();
-        }
+        run.remove_leftovers();
         Ok(run)
     }
 

@@ -257,3 +257,24 @@ fn a_merged_model_is_no_checkpoint_of_the_base_run_and_unwritable_out_exits_2() 
         fails(&toy(t, &["prep", "c.txt", "--out", "/sys/p"]), "/sys");
     }
 }
+
+/// Class 9, the gap the third pass's own adversarial run found: a run killed
+/// before it wrote config.toml (kill -9 while the model is built) left `.lock`
+/// and `weights/`; `--out` said "resume it", `--resume` said "no config.toml".
+/// Now `--out` takes the skeleton again, and `--resume` says to.
+#[test]
+fn a_run_killed_before_it_started_can_be_started_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    std::fs::create_dir_all(t.join("k/weights")).unwrap();
+    std::fs::write(t.join("k/.lock"), b"12345\n").unwrap();
+    std::fs::write(t.join("k/weights/.step_1.gguf.tmp-12345"), b"torn").unwrap();
+    fails(&toy(t, &["train", "--resume", "k", "--threads", "1"]), "start it again with --out");
+    ok(&train(t, "k", &["--steps", "1"]));
+    assert!(t.join("k/config.toml").is_file());
+    assert!(!t.join("k/weights/.step_1.gguf.tmp-12345").exists());
+    // A folder with anything else in it is still refused.
+    std::fs::create_dir_all(t.join("other")).unwrap();
+    std::fs::write(t.join("other/notes.txt"), b"mine").unwrap();
+    fails(&train(t, "other", &["--steps", "1"]), "already exists");
+}
