@@ -448,9 +448,17 @@ impl Backend {
 }
 
 /// [`Error::OutOfMemory`] when `needed` bytes exceed `backend`'s free memory
-/// (as its device reports it; a device reporting 0 is not checked).
+/// (as its device reports it; a device reporting 0 is not checked), or, on the
+/// CPU, what the process's address-space limit (`ulimit -v`) leaves: past it
+/// ggml's allocations fail, and ggml aborts.
 pub(crate) fn check_fits(backend: &Backend, needed: u64, what: &str) -> Result<()> {
-    let (free, _) = backend.device().memory();
+    let dev = backend.device();
+    let (mut free, _) = dev.memory();
+    if dev.backend_name().eq_ignore_ascii_case("cpu") {
+        if let Some(left) = address_space_left() {
+            free = if free == 0 { left } else { free.min(left) };
+        }
+    }
     if free > 0 && needed > free as u64 {
         return Err(Error::OutOfMemory {
             device: backend.name(),
@@ -460,6 +468,30 @@ pub(crate) fn check_fits(backend: &Backend, needed: u64, what: &str) -> Result<(
         });
     }
     Ok(())
+}
+
+/// Bytes this process may still map under its address-space limit, where one
+/// is set (Linux: `/proc/self/limits` and `VmSize`); None when unlimited or unknown.
+pub(crate) fn address_space_left() -> Option<usize> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let soft: usize = limits.lines().find(|l| l.starts_with("Max address space"))?.split_whitespace().nth(3)?.parse().ok()?;
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let vm_kib: usize = status.lines().find(|l| l.starts_with("VmSize:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(soft.saturating_sub(vm_kib.saturating_mul(1024)).max(1))
+}
+
+/// [`Error::OutOfMemory`] when a host arena of `bytes` (a ggml context, which
+/// ggml allocates or aborts) would pass the address-space limit.
+pub(crate) fn check_host_arena(bytes: usize, what: &str) -> Result<()> {
+    match address_space_left() {
+        Some(left) if bytes > left => Err(Error::OutOfMemory {
+            device: "CPU".into(),
+            what: what.to_string(),
+            needed_mib: (bytes as u64).div_ceil(1 << 20),
+            free_mib: left as u64 >> 20,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// The number of CPU threads to use by default: the machine's available parallelism.

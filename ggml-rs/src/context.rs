@@ -42,6 +42,7 @@ impl Context {
         let max_tensors = max_tensors.max(1);
         // SAFETY: pure size computation.
         let mem_size = max_tensors * unsafe { sys::ggml_tensor_overhead() };
+        crate::backend::check_host_arena(mem_size, "the tensors of a context")?;
         let params = sys::ggml_init_params { mem_size, mem_buffer: std::ptr::null_mut(), no_alloc: true };
         // SAFETY: ggml allocates the arena; NULL on failure.
         let ptr = unsafe { sys::ggml_init(params) };

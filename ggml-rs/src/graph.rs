@@ -99,6 +99,7 @@ impl<'a> Graph<'a> {
         let size = size.max(16);
         // SAFETY: size computation, then a context just big enough for the graph object.
         let mem = unsafe { sys::ggml_graph_overhead_custom(size, grads) } + 1024;
+        crate::backend::check_host_arena(mem, "the graph's nodes")?;
         let params = sys::ggml_init_params { mem_size: mem, mem_buffer: std::ptr::null_mut(), no_alloc: true };
         let gctx = NonNull::new(unsafe { sys::ggml_init(params) }).ok_or_else(|| Error::Capacity("cannot allocate a graph".into()))?;
         // SAFETY: the context was sized for exactly this graph.
@@ -440,6 +441,13 @@ impl<'a> Graph<'a> {
             nodes.iter().chain(leafs.iter()).copied().partition(|&t| unsafe { (*t).data.is_null() });
         let mut raw_backends: Vec<sys::ggml_backend_t> = backends.iter().map(|b| b.raw()).collect();
         let graph_size = (nodes.len() + leafs.len()).max(self.size) + 64;
+        // The scheduler's arena (ggml_backend_sched_new: one split per node at
+        // most, GGML_SCHED_MAX_SPLIT_INPUTS = 30 inputs each, copies of both
+        // sides), allocated twice over: ggml aborts when that fails.
+        // SAFETY: size computation.
+        let arena =
+            graph_size * 30 * 2 * std::mem::size_of::<sys::ggml_tensor>() + unsafe { sys::ggml_graph_overhead_custom(graph_size, false) };
+        crate::backend::check_host_arena(2 * arena, "the scheduler's buffers")?;
         // SAFETY: valid backend list with the CPU last.
         let sched = unsafe {
             sys::ggml_backend_sched_new(raw_backends.as_mut_ptr(), std::ptr::null_mut(), raw_backends.len() as i32, graph_size, false, true)

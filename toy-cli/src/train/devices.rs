@@ -11,7 +11,8 @@ use ggml_rs::Backend;
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input), naming the entry, for an empty
 /// entry, a device that does not exist, a list mixing the CPU with other
-/// devices, or a device other than the CPU named twice.
+/// devices, more CPU replicas than cores (at least 2), or a device other than
+/// the CPU named twice.
 pub fn parse(spec: &str) -> Result<Vec<String>> {
     ggml_rs::backend::load_default_backends();
     let mut out = Vec::new();
@@ -35,6 +36,13 @@ pub fn parse(spec: &str) -> Result<Vec<String>> {
         return Err(input(format!(
             "--device {spec}: a data-parallel run uses devices of one kind; it cannot mix the CPU with other devices"
         )));
+    }
+    // Every replica holds the model, its gradients and its moments: more CPU
+    // replicas than cores only multiply the memory (5,000 took 23.6 GB and
+    // the kernel's OOM killer) without any speed.
+    let cores = ggml_rs::backend::default_n_threads().max(2);
+    if cpus > cores {
+        return Err(input(format!("--device {spec}: {cpus} CPU replicas, more than the {cores} this machine can run side by side")));
     }
     let mut seen = std::collections::HashSet::new();
     for d in out.iter().filter(|d| d.as_str() != "cpu") {
@@ -98,6 +106,8 @@ mod tests {
         assert_eq!(parse(" CPU , cpu").unwrap(), vec!["cpu", "cpu"]);
         assert!(parse("cpu,").unwrap_err().to_string().contains("empty entry"));
         assert!(parse("cpu,cuda:3").unwrap_err().to_string().contains("cannot mix"));
+        let many = vec!["cpu"; 5000].join(",");
+        assert!(parse(&many).unwrap_err().to_string().contains("5000 CPU replicas"));
         assert!(parse("nosuch:3").unwrap_err().to_string().contains("nosuch"));
     }
 }

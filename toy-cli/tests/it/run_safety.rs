@@ -227,6 +227,25 @@ fn a_run_that_never_started_leaves_no_folder() {
     assert!(!t.join("runs").exists());
 }
 
+/// An address-space limit (`ulimit -v`) is memory too: ggml's arenas past it
+/// failed to allocate and ggml aborted (exit 134); and more CPU replicas than
+/// cores are refused before any is built (5,000 took 23.6 GB).
+#[test]
+fn memory_limits_and_replica_counts_are_checked_up_front() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let toy = env!("CARGO_BIN_EXE_toy");
+    let o = run(Command::new("sh")
+        .current_dir(t)
+        .arg("-c")
+        .arg(format!("ulimit -v 400000 && exec {toy} train --preset medium --context 32 --steps 1 --threads 1 --out r")));
+    fails(&o, "out of memory");
+    assert!(!t.join("r").exists());
+    let many = vec!["cpu"; 1000].join(",");
+    fails(&run(&mut train(t, "d", &["--preset", "smoke", "--steps", "1", "--batch", "1000", "--device", &many])), "1000 CPU replicas");
+    assert!(!t.join("d").exists());
+}
+
 #[test]
 fn threads_above_the_cores_are_capped() {
     let tmp = tempfile::tempdir().unwrap();
