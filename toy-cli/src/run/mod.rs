@@ -94,6 +94,16 @@ pub fn is_skeleton(path: &Path) -> bool {
     })
 }
 
+/// The run id that the run in `dir` started with (its first `run_start`
+/// event), which its checkpoints carry even after the folder is renamed.
+pub fn started_as(dir: &Path) -> Option<String> {
+    use std::io::BufRead;
+    let f = std::io::BufReader::new(std::fs::File::open(dir.join("events.jsonl")).ok()?);
+    let first = f.lines().next()?.ok()?;
+    let v: serde_json::Value = serde_json::from_str(&first).ok()?;
+    (v["kind"] == "run_start").then(|| v["run_id"].as_str().map(str::to_string)).flatten()
+}
+
 /// An open run folder, locked for this process ([`RunDir::create`]).
 #[derive(Clone, Debug)]
 pub struct RunDir {

@@ -147,7 +147,7 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     let mut start_step = 0;
     let mut opt_t = 0;
     if let Some(ck) = &plan.resume {
-        state::check_pair(ck)?;
+        state::check_pair(ck, crate::run::started_as(&run.path).as_deref())?;
         let mut p = None;
         for st in &states {
             p = Some(state::load(&state::state_path(ck), &st.weights, &st.moments)?);

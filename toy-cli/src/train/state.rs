@@ -99,12 +99,13 @@ pub fn load(path: &Path, w: &Weights<'_>, moments: &AdamWState<'_>) -> Result<Pr
 /// Refuse a resume state that was not written with `checkpoint`: its step, run
 /// and save id (`toy.state.*` against the checkpoint's `toy.step`, `toy.run_id`,
 /// `toy.save_id`) must agree, so a state from another step or run cannot rewind
-/// the run.
+/// the run; and the checkpoint must be one of run `run_id`'s own, when known
+/// (a pair copied in from another run is refused).
 ///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) naming both files and the key
 /// that differs.
-pub fn check_pair(checkpoint: &Path) -> Result<()> {
+pub fn check_pair(checkpoint: &Path, run_id: Option<&str>) -> Result<()> {
     let sp = state_path(checkpoint);
     if !sp.is_file() {
         return Err(input(format!("{}: no resume state beside the checkpoint", sp.display())));
@@ -128,6 +129,12 @@ pub fn check_pair(checkpoint: &Path) -> Result<()> {
     let (s_run, c_run) = (get(&st, "toy.state.run_id"), get(&ck, "toy.run_id"));
     if !s_run.is_empty() && s_run != c_run {
         return Err(differs("run", s_run, c_run));
+    }
+    if let Some(run_id) = run_id.filter(|r| !c_run.is_empty() && c_run != *r) {
+        return Err(input(format!(
+            "{} was written by run {c_run}, not by this run ({run_id}): refusing to resume from another run's checkpoint",
+            checkpoint.display()
+        )));
     }
     let (s_id, c_id) = (get(&st, "toy.state.save_id"), get(&ck, "toy.save_id"));
     if s_id != c_id {

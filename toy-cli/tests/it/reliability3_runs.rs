@@ -278,3 +278,19 @@ fn a_run_killed_before_it_started_can_be_started_again() {
     std::fs::write(t.join("other/notes.txt"), b"mine").unwrap();
     fails(&train(t, "other", &["--steps", "1"]), "already exists");
 }
+
+/// A checkpoint and its state copied in from another run (another seed) were
+/// resumed without a word; a renamed run folder still resumes.
+#[test]
+fn another_runs_checkpoint_pair_is_refused_a_renamed_run_resumes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&train(t, "a", &["--steps", "2", "--seed", "1"]));
+    ok(&train(t, "b", &["--steps", "2", "--seed", "2"]));
+    for f in ["step_2.gguf", "step_2.state.gguf"] {
+        std::fs::copy(t.join("b/weights").join(f), t.join("a/weights").join(f)).unwrap();
+    }
+    fails(&toy(t, &["train", "--resume", "a", "--steps", "3", "--threads", "1"]), "not by this run");
+    std::fs::rename(t.join("b"), t.join("b2")).unwrap();
+    ok(&toy(t, &["train", "--resume", "b2", "--steps", "3", "--threads", "1"]));
+}
