@@ -15,4 +15,5 @@ mod reliability;
 mod reliability3_data;
 mod reliability3_models;
 mod reliability3_runs;
+mod reliability4_output;
 mod run_safety;
