@@ -184,7 +184,12 @@ pub fn check_run_id(id: &str) -> Result<()> {
 /// the template; `restart`: `--out`, a run that saved nothing, starts again.
 pub fn run_dir(out: Option<&PathBuf>, arch: Arch, restart: bool) -> Result<RunDir> {
     let runs = PathBuf::from("runs");
-    let env_id = std::env::var("TOY_RUN_ID").ok().filter(|s| !s.trim().is_empty());
+    let env_id = match std::env::var("TOY_RUN_ID") {
+        Err(std::env::VarError::NotUnicode(v)) => {
+            return Err(input(format!("TOY_RUN_ID \"{}\" is not UTF-8", crate::output::shown(Path::new(&v)))));
+        }
+        r => r.ok().filter(|s| !s.trim().is_empty()),
+    };
     let id = match (out, &env_id) {
         (Some(p), _) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into()),
         (None, Some(id)) => {

@@ -102,6 +102,13 @@ fn run_id_must_be_one_folder_name() {
             toy(dir.path()).args(["train", "--preset", "smoke", "--steps", "1", "--threads", "1"]).env("TOY_RUN_ID", id).output().unwrap();
         one_line(&o, 2, "TOY_RUN_ID");
     }
+    let not_utf8 = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"run\xff");
+    let o = toy(dir.path())
+        .args(["train", "--preset", "smoke", "--steps", "1", "--threads", "1"])
+        .env("TOY_RUN_ID", not_utf8)
+        .output()
+        .unwrap();
+    one_line(&o, 2, "TOY_RUN_ID");
     assert!(!dir.path().join("runs/config.toml").exists());
 }
 
