@@ -114,6 +114,24 @@ pub struct DumpArgs {
     pub matmul_precision: crate::config::MatmulPrecision,
 }
 
+/// A count of `toy train` (`--keep`, `--batch`, ...): config.toml and events.jsonl
+/// hold it as a signed 64-bit integer, so larger values are refused as too large.
+fn count_u64(text: &str) -> Result<u64, String> {
+    use std::num::IntErrorKind;
+    let too_large = || format!("too large (at most {})", i64::MAX);
+    match text.parse::<u64>() {
+        Ok(v) if v <= i64::MAX as u64 => Ok(v),
+        Ok(_) => Err(too_large()),
+        Err(e) if *e.kind() == IntErrorKind::PosOverflow => Err(too_large()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// [`count_u64`] for `usize` fields.
+fn count_usize(text: &str) -> Result<usize, String> {
+    count_u64(text).and_then(|v| usize::try_from(v).map_err(|_| format!("too large (at most {})", usize::MAX)))
+}
+
 /// How a model is trained.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Recipe {
@@ -150,35 +168,35 @@ pub struct TrainArgs {
     #[arg(long, value_enum)]
     pub arch: Option<Arch>,
     /// Training steps.
-    #[arg(long)]
+    #[arg(long, value_parser = count_u64)]
     pub steps: Option<u64>,
     /// Seed of the initial weights and of the batch order.
-    #[arg(long)]
+    #[arg(long, value_parser = count_u64)]
     pub seed: Option<u64>,
     /// Sequences per step.
-    #[arg(long)]
+    #[arg(long, value_parser = count_usize)]
     pub batch: Option<usize>,
     /// Tokens per sequence (context length).
-    #[arg(long)]
+    #[arg(long, value_parser = count_usize)]
     pub context: Option<usize>,
     /// Residual width.
-    #[arg(long = "d-model")]
+    #[arg(long = "d-model", value_parser = count_usize)]
     pub d_model: Option<usize>,
     /// Transformer blocks.
-    #[arg(long)]
+    #[arg(long, value_parser = count_usize)]
     pub layers: Option<usize>,
     /// Attention heads.
-    #[arg(long)]
+    #[arg(long, value_parser = count_usize)]
     pub heads: Option<usize>,
     /// Key/value heads (grouped-query attention; llama only).
-    #[arg(long = "kv-heads")]
+    #[arg(long = "kv-heads", value_parser = count_usize)]
     pub kv_heads: Option<usize>,
     /// Feed-forward width.
-    #[arg(long = "d-ff")]
+    #[arg(long = "d-ff", value_parser = count_usize)]
     pub d_ff: Option<usize>,
     /// Vocabulary: of the BPE trained on the fly for raw text (default 1024), or of
     /// toy's id files (default: the largest id + 1; larger ids are an error).
-    #[arg(long = "vocab-size")]
+    #[arg(long = "vocab-size", value_parser = count_usize)]
     pub vocab_size: Option<usize>,
     /// Peak learning rate.
     #[arg(long)]
@@ -187,7 +205,7 @@ pub struct TrainArgs {
     #[arg(long = "min-lr")]
     pub min_lr: Option<f32>,
     /// Linear warmup steps.
-    #[arg(long = "warmup-steps")]
+    #[arg(long = "warmup-steps", value_parser = count_u64)]
     pub warmup_steps: Option<u64>,
     /// AdamW weight decay (matrices only).
     #[arg(long = "weight-decay")]
@@ -205,19 +223,19 @@ pub struct TrainArgs {
     #[arg(long)]
     pub tied: bool,
     /// Validation loss every N steps.
-    #[arg(long = "eval-every")]
+    #[arg(long = "eval-every", value_parser = count_u64)]
     pub eval_every: Option<u64>,
     /// Checkpoint every N steps (0: only at the end).
-    #[arg(long = "save-every")]
+    #[arg(long = "save-every", value_parser = count_u64)]
     pub save_every: Option<u64>,
     /// Print a loss line every N steps (default: 10 on a terminal, every step when piped).
-    #[arg(long = "log-every")]
+    #[arg(long = "log-every", value_parser = count_u64)]
     pub log_every: Option<u64>,
     /// Device: cpu, cuda, cuda:N, metal.
     #[arg(long)]
     pub device: Option<String>,
     /// CPU threads (default: all cores).
-    #[arg(long)]
+    #[arg(long, value_parser = count_usize)]
     pub threads: Option<usize>,
     /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);
     /// no effect on the CPU.
@@ -248,7 +266,7 @@ pub struct TrainArgs {
     #[serde(skip)]
     pub allow_corpus_change: bool,
     /// Keep only the newest K checkpoints (0: all).
-    #[arg(long)]
+    #[arg(long, value_parser = count_usize)]
     pub keep: Option<usize>,
     /// Skip a step whose loss or gradients are not finite (and log it) instead of stopping.
     #[arg(long = "skip-nonfinite")]
@@ -268,7 +286,7 @@ pub struct TrainArgs {
     pub lens_init: Option<crate::donor::LensInit>,
     /// Width of the token table behind a projection lens (llama); with --donor it
     /// must equal the donor's width.
-    #[arg(long = "donor-width")]
+    #[arg(long = "donor-width", value_parser = count_usize)]
     pub donor_width: Option<usize>,
     /// Train the token table behind the lens too (default: frozen).
     #[arg(long = "train-table")]
@@ -286,7 +304,7 @@ pub struct TrainArgs {
     pub freeze: Option<Vec<String>>,
     /// finetune: train low-rank adapters of this rank on the frozen base
     /// instead of every weight (LoRA).
-    #[arg(long = "lora-rank")]
+    #[arg(long = "lora-rank", value_parser = count_usize)]
     pub lora_rank: Option<usize>,
     /// finetune: LoRA's alpha; the update is scaled by alpha / rank (default: the rank).
     #[arg(long = "lora-alpha")]

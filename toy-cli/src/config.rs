@@ -306,8 +306,12 @@ impl TrainConfig {
                 )));
             }
         }
-        if self.model.context * self.batch > (1 << 24) {
-            return Err(input("--context × --batch is too large"));
+        // Checked: a product that wraps would pass as small.
+        if self.model.context.checked_mul(self.batch).is_none_or(|n| n > MAX_TOKENS_PER_STEP) {
+            return Err(input(format!(
+                "--batch {} × --context {} is too large (at most {MAX_TOKENS_PER_STEP} tokens per step)",
+                self.batch, self.model.context
+            )));
         }
         Ok(())
     }
@@ -317,6 +321,9 @@ impl TrainConfig {
         (self.model.context * self.batch) as u64
     }
 }
+
+/// The most tokens one step may hold (`--batch` × `--context`).
+pub const MAX_TOKENS_PER_STEP: usize = 1 << 24;
 
 /// Total physical memory in bytes, where the system says (Linux: /proc/meminfo).
 fn physical_memory() -> Option<u64> {

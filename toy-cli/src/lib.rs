@@ -13,6 +13,7 @@ pub mod data;
 pub mod donor;
 pub mod error;
 pub mod model;
+pub mod output;
 pub mod run;
 pub mod sample;
 pub mod signals;

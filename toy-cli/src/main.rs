@@ -3,6 +3,8 @@
 use clap::Parser;
 use std::process::ExitCode;
 use toy::cli::{Cli, Command};
+use toy::output::{one_line, shown};
+use toy::say;
 
 fn command_name(c: &Command) -> &'static str {
     match c {
@@ -24,9 +26,65 @@ fn named_command() -> Option<String> {
     std::env::args().skip(1).find(|a| cli.find_subcommand(a).is_some())
 }
 
+/// Run the command and write its result on stdout.
+fn dispatch(command: &Command) -> toy::error::Result<()> {
+    match command {
+        Command::Train(a) => toy::commands::train::run(a).and_then(|o| {
+            if !a.json {
+                return Ok(());
+            }
+            say!(
+                "{}",
+                serde_json::json!({ "format": "toy/train-v1", "run_id": o.run_id, "run_dir": o.run_dir, "steps": o.steps,
+                                    "seed": a.seed.unwrap_or(0), "final_loss": o.final_loss, "val_loss": o.val_loss })
+            )
+        }),
+        Command::Generate(a) => toy::commands::generate::run(a).and_then(|g| {
+            if a.json {
+                say!("{}", serde_json::json!({ "format": "toy/generate-v1", "text": g.text, "ids": g.ids, "n_prompt": g.n_prompt }))
+            } else if g.text.is_none() {
+                let ids: Vec<String> = g.ids.iter().map(|i| i.to_string()).collect();
+                say!("ids: {}", ids.join(" "))
+            } else {
+                Ok(())
+            }
+        }),
+        Command::Eval(a) => toy::commands::eval::run(a).and_then(|r| {
+            if a.json {
+                return say!(
+                    "{}",
+                    serde_json::json!({ "format": "toy/eval-v1", "loss": r.loss, "perplexity": r.perplexity, "tokens": r.tokens,
+                                                   "bytes": r.bytes, "bits_per_byte": r.bits_per_byte })
+                );
+            }
+            let bpb = r.bits_per_byte.map(|b| format!(" · {b:.4} bits/byte")).unwrap_or_default();
+            say!("loss {:.4} · perplexity {:.2} · {} tokens{bpb}", r.loss, r.perplexity, r.tokens)
+        }),
+        Command::Describe(a) => toy::commands::describe::run(a),
+        Command::Devices(a) => toy::commands::devices::run(a),
+        Command::New(a) => toy::commands::new::run(a).and_then(|d| say!("created {} (cd {} && toy train)", shown(&d), shown(&d))),
+        Command::Prep(a) => toy::commands::prep::run(a).and_then(|m| {
+            if a.json {
+                say!("{}", serde_json::to_string(&m).unwrap_or_default())
+            } else {
+                say!(
+                    "prepared {} documents: {} train + {} validation tokens, vocabulary {} → {}",
+                    m.n_documents,
+                    m.train_tokens,
+                    m.val_tokens,
+                    m.vocab_size,
+                    shown(&a.out)
+                )
+            }
+        }),
+        Command::Debug(a) => toy::commands::debug::run(a),
+        Command::Export(a) => toy::commands::export::run(a).and_then(|p| say!("wrote {}", shown(&p))),
+    }
+}
+
 fn main() -> ExitCode {
-    // Like other Unix tools, end quietly when stdout is a closed pipe (`toy describe x | head -1`)
-    // instead of panicking in println!. Checkpoints are written to temp files and renamed, so
+    // Like other Unix tools, end quietly when stdout is a closed pipe (`toy describe x | head -1`);
+    // other write errors on stdout are errors (`toy::say!`). Checkpoints are written to temp files and renamed, so
     // dying mid-write leaves no partial file.
     #[cfg(unix)]
     // SAFETY: restoring the default disposition of a signal, before any thread starts.
@@ -53,7 +111,7 @@ fn main() -> ExitCode {
                 Some(cmd) => format!("toy {cmd}"),
                 None => "toy".to_string(),
             };
-            eprintln!("{prefix}: {} (see `{prefix} --help`)", if msg.is_empty() { "bad arguments" } else { msg });
+            eprintln!("{prefix}: {} (see `{prefix} --help`)", one_line(if msg.is_empty() { "bad arguments" } else { msg }));
             return ExitCode::from(2);
         }
     };
@@ -61,67 +119,16 @@ fn main() -> ExitCode {
     let dir = cli.backend_dir.clone().or_else(|| std::env::var_os("TOY_BACKEND_DIR").map(Into::into));
     if let Some(dir) = dir {
         if let Err(e) = ggml_rs::backend::load_backends_from(&dir) {
-            eprintln!("toy {name}: --backend-dir: {e}");
+            eprintln!("toy {name}: --backend-dir: {}", one_line(&e.to_string()));
             return ExitCode::from(2);
         }
     }
-    let result = match &cli.command {
-        Command::Train(a) => toy::commands::train::run(a).map(|o| {
-            if a.json {
-                toy::outln!(
-                    "{}",
-                    serde_json::json!({ "format": "toy/train-v1", "run_id": o.run_id, "run_dir": o.run_dir, "steps": o.steps,
-                                        "seed": a.seed.unwrap_or(0), "final_loss": o.final_loss, "val_loss": o.val_loss })
-                );
-            }
-        }),
-        Command::Generate(a) => toy::commands::generate::run(a).map(|g| {
-            if a.json {
-                println!("{}", serde_json::json!({ "format": "toy/generate-v1", "text": g.text, "ids": g.ids, "n_prompt": g.n_prompt }));
-            } else if g.text.is_none() {
-                let ids: Vec<String> = g.ids.iter().map(|i| i.to_string()).collect();
-                println!("ids: {}", ids.join(" "));
-            }
-        }),
-        Command::Eval(a) => toy::commands::eval::run(a).map(|r| {
-            if a.json {
-                println!(
-                    "{}",
-                    serde_json::json!({ "format": "toy/eval-v1", "loss": r.loss, "perplexity": r.perplexity, "tokens": r.tokens,
-                                                   "bytes": r.bytes, "bits_per_byte": r.bits_per_byte })
-                );
-            } else {
-                print!("loss {:.4} · perplexity {:.2} · {} tokens", r.loss, r.perplexity, r.tokens);
-                match r.bits_per_byte {
-                    Some(b) => println!(" · {b:.4} bits/byte"),
-                    None => println!(),
-                }
-            }
-        }),
-        Command::Describe(a) => toy::commands::describe::run(a),
-        Command::Devices(a) => toy::commands::devices::run(a),
-        Command::New(a) => toy::commands::new::run(a).map(|d| println!("created {} (cd {} && toy train)", d.display(), d.display())),
-        Command::Prep(a) => toy::commands::prep::run(a).map(|m| {
-            if a.json {
-                println!("{}", serde_json::to_string(&m).unwrap_or_default());
-            } else {
-                println!(
-                    "prepared {} documents: {} train + {} validation tokens, vocabulary {} → {}",
-                    m.n_documents,
-                    m.train_tokens,
-                    m.val_tokens,
-                    m.vocab_size,
-                    a.out.display()
-                );
-            }
-        }),
-        Command::Debug(a) => toy::commands::debug::run(a),
-        Command::Export(a) => toy::commands::export::run(a).map(|p| toy::outln!("wrote {}", p.display())),
-    };
+    let result = dispatch(&cli.command);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("toy {name}: {e}");
+            // One line whatever the message holds (a path with a newline or an escape sequence).
+            eprintln!("toy {name}: {}", one_line(&e.to_string()));
             ExitCode::from(e.exit_code() as u8)
         }
     }

@@ -26,6 +26,9 @@ fn bench(a: &BenchArgs) -> Result<()> {
     if a.steps == 0 {
         return Err(input("--steps must be at least 1"));
     }
+    let Some(total_steps) = a.warmup.checked_add(a.steps) else {
+        return Err(input(format!("--warmup {} + --steps {} is too large", a.warmup, a.steps)));
+    };
     let mut cfg = TrainConfig::from_preset(a.preset, a.arch, a.vocab);
     if let Some(b) = a.batch {
         cfg.batch = b;
@@ -58,7 +61,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
     let (mut times, mut reduce_ms) = (Vec::new(), Vec::new());
     let mut last = 0.0;
-    for i in 0..a.warmup + a.steps {
+    for i in 0..total_steps {
         let tokens: Vec<i32> = (0..t * b).map(|_| rng.random_range(0..cfg.model.vocab as i32)).collect();
         let targets: Vec<i32> = (0..t * b).map(|_| rng.random_range(0..cfg.model.vocab as i32)).collect();
         let t0 = std::time::Instant::now();
@@ -87,7 +90,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
     let buffers: serde_json::Map<String, serde_json::Value> =
         graph.buffer_sizes().into_iter().map(|(k, v)| (k, serde_json::json!(v))).collect();
     let fallbacks: Vec<String> = graph.cpu_fallbacks().into_iter().map(|p| format!("{}:{}", p.op, p.name)).collect();
-    println!(
+    crate::say!(
         "{}",
         serde_json::json!({
             "format": "toy/bench-v1", "preset": a.preset.name(), "arch": a.arch.name(), "device": backends[0][0].name(),
@@ -99,8 +102,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
             "weights_bytes": wctxs[0].allocated_bytes(), "compute_bytes": buffers, "peak_rss_bytes": peak_rss(),
             "n_splits": graph.n_splits(), "cpu_fallbacks": fallbacks, "last_loss": last,
         })
-    );
-    Ok(())
+    )
 }
 
 /// Run a `toy debug` subcommand.
@@ -158,7 +160,7 @@ pub fn run(args: &DebugArgs) -> Result<()> {
                     } else {
                         write_model(&a.out, w, None, &prov, &src)?;
                     }
-                    println!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }));
+                    crate::say!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }))?;
                 } else {
                     let mut g = GgufWriter::new();
                     g.set("toy.loss", loss)?;
@@ -167,7 +169,7 @@ pub fn run(args: &DebugArgs) -> Result<()> {
                     }
                     g.add_tensor("logits", gs.logits())?;
                     g.write(&a.out)?;
-                    println!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }));
+                    crate::say!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }))?;
                 }
                 Ok(())
             })

@@ -24,7 +24,7 @@ pub fn run(args: &DescribeArgs) -> Result<()> {
     // file is still described (that is how one finds out what is wrong with it).
     if f.get("general.architecture").is_some() && !crate::adapter::is_adapter(&f) {
         if let Err(e) = crate::checkpoint::check_model(&f, &path) {
-            eprintln!("toy describe: warning: {e}");
+            eprintln!("toy describe: warning: {}", crate::output::one_line(&e.to_string()));
         }
     }
     let n_params: i64 = f.tensors().iter().map(|t| t.nelements()).sum();
@@ -35,18 +35,23 @@ pub fn run(args: &DescribeArgs) -> Result<()> {
             .iter()
             .map(|t| json!({ "name": t.name, "dtype": t.dtype.name(), "shape": t.shape(), "nbytes": t.nbytes }))
             .collect();
-        println!(
+        return crate::say!(
             "{}",
             json!({ "format": "toy/describe-v1", "path": path, "version": f.version(), "n_params": n_params, "metadata": meta, "tensors": tensors })
         );
-        return Ok(());
     }
-    println!("{} (GGUF v{}, {} tensors, {:.2}M parameters)", path.display(), f.version(), f.tensors().len(), n_params as f64 / 1e6);
+    crate::say!(
+        "{} (GGUF v{}, {} tensors, {:.2}M parameters)",
+        crate::output::shown(&path),
+        f.version(),
+        f.tensors().len(),
+        n_params as f64 / 1e6
+    )?;
     for (k, v) in f.metadata() {
-        println!("  {k:<44} {}", short(v));
+        crate::say!("  {k:<44} {}", short(v))?;
     }
     for t in f.tensors() {
-        println!("  {:<32} {:<5} {:?}", t.name, t.dtype.name(), t.shape());
+        crate::say!("  {:<32} {:<5} {:?}", t.name, t.dtype.name(), t.shape())?;
     }
     Ok(())
 }

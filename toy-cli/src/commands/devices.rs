@@ -17,13 +17,12 @@ pub fn run(args: &DevicesArgs) -> Result<()> {
                         "description": d.description(), "memory_free": free, "memory_total": total })
             })
             .collect();
-        println!("{}", json!({ "format": "toy/devices-v1", "devices": list, "allreduce": allreduce(&devs) }));
-        return Ok(());
+        return crate::say!("{}", json!({ "format": "toy/devices-v1", "devices": list, "allreduce": allreduce(&devs) }));
     }
-    println!("{:<10} {:<8} {:<8} {:>12} {:>12}  description", "device", "backend", "kind", "free MiB", "total MiB");
+    crate::say!("{:<10} {:<8} {:<8} {:>12} {:>12}  description", "device", "backend", "kind", "free MiB", "total MiB")?;
     for d in &devs {
         let (free, total) = d.memory();
-        println!(
+        crate::say!(
             "{:<10} {:<8} {:<8} {:>12} {:>12}  {}",
             d.user_name(),
             d.backend_name(),
@@ -31,10 +30,10 @@ pub fn run(args: &DevicesArgs) -> Result<()> {
             free >> 20,
             total >> 20,
             d.description()
-        );
+        )?;
     }
     for a in allreduce(&devs) {
-        println!("{}", a["summary"].as_str().unwrap_or_default());
+        crate::say!("{}", a["summary"].as_str().unwrap_or_default())?;
     }
     Ok(())
 }

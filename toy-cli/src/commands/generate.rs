@@ -8,7 +8,6 @@ use crate::train::backends_for;
 use crate::train::step::{capacity, Forward};
 use ggml_rs::Context;
 use rand::SeedableRng;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// A checkpoint path: the file itself, or a run folder's `weights/latest`.
@@ -101,8 +100,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
                 let tok = ck.tokenizer.as_ref().unwrap();
                 let piece = tok.decode(&ids[printed..])?;
                 if !piece.ends_with('\u{FFFD}') {
-                    print!("{piece}");
-                    let _ = std::io::stdout().flush();
+                    crate::output::write(format_args!("{piece}"))?;
                     printed = ids.len();
                 }
             }
@@ -111,7 +109,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
             }
         }
         if stream {
-            println!("{}", ck.tokenizer.as_ref().unwrap().decode(&ids[printed..])?);
+            crate::say!("{}", ck.tokenizer.as_ref().unwrap().decode(&ids[printed..])?)?;
         }
         Ok(ids)
     })?;

@@ -17,6 +17,15 @@ use std::sync::Arc;
 /// Longest context a run accepts (the causal mask alone is context² floats).
 pub const MAX_CONTEXT: usize = 8192;
 
+/// Where a TOML error is: the file, its line and the line's text (which names the key).
+fn where_in(path: &Path, text: &str, e: &toml::de::Error) -> String {
+    let shown = crate::output::shown(path);
+    let Some(at) = e.span().map(|s| s.start.min(text.len())) else { return shown };
+    let line = text[..at].matches('\n').count() + 1;
+    let content = text.lines().nth(line - 1).unwrap_or_default().trim();
+    format!("{shown} line {line} (`{}`)", crate::output::one_line(content))
+}
+
 /// Read `toy.toml` (its `[train]` table) from `dir`, if present.
 pub fn read_toml(dir: &Path) -> Result<Option<TrainArgs>> {
     let path = dir.join("toy.toml");
@@ -39,7 +48,7 @@ pub fn read_toml(dir: &Path) -> Result<Option<TrainArgs>> {
         #[serde(default)]
         train: TrainArgs,
     }
-    let f: File = toml::from_str(&text).map_err(|e| input(format!("{}: {}", path.display(), e.message())))?;
+    let f: File = toml::from_str(&text).map_err(|e| input(format!("{}: {}", where_in(&path, &text, &e), e.message())))?;
     let mut t = f.train;
     // Relative paths in toy.toml are relative to its folder.
     if let Some(c) = &t.corpus {
@@ -164,18 +173,41 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     Ok(c)
 }
 
+/// Refuse a run id (`TOY_RUN_ID`) that is not one plain path component: empty, `.`, `..`,
+/// with a separator or a control character, or starting with `-` (read as a
+/// flag by the tools the id is given to).
+pub fn check_run_id(id: &str) -> Result<()> {
+    let mut parts = Path::new(id).components();
+    let single = matches!((parts.next(), parts.next()), (Some(std::path::Component::Normal(n)), None) if n == id);
+    if !single || id.starts_with('-') || id.chars().any(|c| c.is_control() || c == '/' || c == '\\') {
+        return Err(input(format!(
+            "TOY_RUN_ID \"{}\" must be one plain folder name: not empty, `.` or `..`, no `/`, no control characters, not starting with `-`",
+            crate::output::one_line(id)
+        )));
+    }
+    Ok(())
+}
+
 /// Pick the run folder: `--out`, or `runs/<id>` with the id from `TOY_RUN_ID` or
 /// the template; `restart`: `--out`, a run that saved nothing, starts again.
 pub fn run_dir(out: Option<&PathBuf>, arch: Arch, restart: bool) -> Result<RunDir> {
     let runs = PathBuf::from("runs");
-    let env_id = std::env::var("TOY_RUN_ID").ok().filter(|s| !s.trim().is_empty());
+    let env_id = match std::env::var("TOY_RUN_ID") {
+        Err(std::env::VarError::NotUnicode(v)) => {
+            return Err(input(format!("TOY_RUN_ID \"{}\" is not UTF-8", crate::output::shown(Path::new(&v)))));
+        }
+        r => r.ok().filter(|s| !s.trim().is_empty()),
+    };
     let id = match (out, &env_id) {
         (Some(p), _) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into()),
-        (None, Some(id)) => id.clone(),
+        (None, Some(id)) => {
+            check_run_id(id)?;
+            id.clone()
+        }
         (None, None) => make_run_id("{arch}-{date}-{seq}", arch.name(), &runs),
     };
     if id.contains('/') || id == ".." {
-        return Err(input(format!("run id {id:?} must be a plain name")));
+        return Err(input(format!("run id \"{}\" must be a plain name", crate::output::one_line(&id))));
     }
     let path = out.cloned().unwrap_or_else(|| runs.join(&id));
     let run = RunDir::create(id, path, restart)?;
@@ -316,7 +348,10 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     if !run.has_checkpoint() {
         drop(run);
         if !a.json {
-            crate::outln!("restarting {} from step 0: it saved no checkpoint; the configuration comes from its config.toml", dir.display());
+            crate::outln!(
+                "restarting {} from step 0: it saved no checkpoint; the configuration comes from its config.toml",
+                crate::output::shown(dir)
+            );
         }
         return Ok(Resumed::Restart(Box::new(super::resume::restart_args(a, &cfg, dir)?)));
     }
@@ -330,7 +365,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     if !a.json {
         crate::outln!(
             "resuming {} from {}: model, corpus, optimizer and schedule from its config.toml",
-            dir.display(),
+            crate::output::shown(dir),
             ck.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
         );
     }
@@ -387,7 +422,7 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         };
         let out = train(&plan, &cfg, &corpus, &run, &opts)?;
         if !a.json {
-            crate::outln!("run {} → {}", out.run_id, out.run_dir.display());
+            crate::outln!("run {} → {}", crate::output::one_line(&out.run_id), crate::output::shown(&out.run_dir));
         }
         return Ok(out);
     }
@@ -469,7 +504,13 @@ fn warm_start_donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::
     let d = crate::donor::load(&opts, tokens.as_deref(), cfg.model.vocab, cfg.model.d_model, cfg.seed)?;
     if let Some(r) = &d.report {
         if !a.json {
-            crate::outln!("donor {}: {} of {} student tokens matched ({:.1}%)", path.display(), r.matched, r.total, 100.0 * r.match_rate);
+            crate::outln!(
+                "donor {}: {} of {} student tokens matched ({:.1}%)",
+                crate::output::shown(&path),
+                r.matched,
+                r.total,
+                100.0 * r.match_rate
+            );
         }
     }
     Ok(d)
@@ -499,7 +540,7 @@ pub(crate) fn finish(a: &TrainArgs, run: &RunDir, out: Result<Outcome>) -> Resul
     });
     let out = out?;
     if !a.json {
-        crate::outln!("run {} → {}", out.run_id, out.run_dir.display());
+        crate::outln!("run {} → {}", crate::output::one_line(&out.run_id), crate::output::shown(&out.run_dir));
     }
     Ok(out)
 }

@@ -16,4 +16,5 @@ mod reliability3_data;
 mod reliability3_models;
 mod reliability3_runs;
 mod reliability4_inputs;
+mod reliability4_output;
 mod run_safety;

@@ -1,0 +1,44 @@
+//! What the commands write for the user: results on stdout, and paths shown in
+//! one-line messages.
+//!
+//! A result that cannot be written is a failure like any other: a full disk is
+//! one line on stderr and exit 1. A closed pipe (`toy describe R | head -1`)
+//! ends the command quietly, as cargo and ripgrep do; `toy train`'s progress
+//! lines ([`crate::outln!`]) are dropped instead, so training goes on.
+
+use crate::error::{runtime, Result};
+use std::io::Write;
+use std::path::Path;
+
+/// Write `args` to stdout and flush it. A closed pipe exits quietly (status
+/// 0); any other failure is an error.
+pub fn write(args: std::fmt::Arguments<'_>) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_fmt(args).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => Err(runtime(format!("cannot write to stdout: {e}"))),
+    }
+}
+
+/// `println!` for results: a [`Result`] that fails when stdout cannot be written.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::output::write(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `text` with its control characters escaped (`\n`, `\u{1b}`, ...), so that a
+/// message stays one line and a file name cannot drive the terminal.
+pub fn one_line(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_string();
+    }
+    text.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+}
+
+/// A path as messages show it: lossy UTF-8 with control characters escaped.
+pub fn shown(path: &Path) -> String {
+    one_line(&path.to_string_lossy())
+}
