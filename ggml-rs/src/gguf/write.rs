@@ -182,7 +182,12 @@ impl GgufWriter {
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let file_name = path.file_name().ok_or_else(|| Error::gguf(path, "not a file path"))?;
         let tmp = dir.join(format!(".{}.tmp-{}", file_name.to_string_lossy(), std::process::id()));
-        let result = self.write_to(&tmp).and_then(|_| {
+        // Errors name the file being written, not its temporary.
+        let named = |e: Error| match e {
+            Error::Io { source, .. } => Error::io(path, source),
+            e => e,
+        };
+        let result = self.write_to(&tmp).map_err(named).and_then(|_| {
             std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
             if let Ok(d) = std::fs::File::open(dir) {
                 let _ = d.sync_all();

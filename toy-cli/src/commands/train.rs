@@ -434,6 +434,15 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if a.allow_corpus_change {
         return Err(input("--allow-corpus-change goes with --resume"));
     }
+    // config.toml records these paths for --resume, as UTF-8 text.
+    for (flag, p) in [("--corpus", &a.corpus), ("--donor", &a.donor), ("--from", &a.from)] {
+        if let Some(p) = p.as_ref().filter(|p| p.to_str().is_none()) {
+            return Err(input(format!(
+                "{flag} {}: the run records this path in config.toml, which takes UTF-8 paths only (rename it)",
+                crate::output::shown(p)
+            )));
+        }
+    }
     let recipe = a.recipe.unwrap_or(Recipe::FromScratch);
     if recipe == Recipe::Finetune {
         return crate::commands::finetune::run(a, opts, how);

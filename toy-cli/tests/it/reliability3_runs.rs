@@ -294,3 +294,22 @@ fn another_runs_checkpoint_pair_is_refused_a_renamed_run_resumes() {
     std::fs::rename(t.join("b"), t.join("b2")).unwrap();
     ok(&toy(t, &["train", "--resume", "b2", "--steps", "3", "--threads", "1"]));
 }
+
+/// A corpus path that is not UTF-8 was recorded lossily in config.toml: the
+/// run trained, and every `--resume` said the corpus no longer existed.
+#[test]
+fn a_corpus_path_that_is_not_utf8_is_refused_up_front() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let name = std::ffi::OsStr::from_bytes(b"\xff\xfe.txt");
+    std::fs::write(t.join(name), stories::generate_with(1, 5)).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_toy"))
+        .current_dir(t)
+        .args(["train", "--preset", "smoke", "--steps", "1", "--threads", "1", "--out", "r", "--corpus"])
+        .arg(name)
+        .output()
+        .unwrap();
+    fails(&o, "UTF-8");
+    assert!(!t.join("r").exists());
+}
