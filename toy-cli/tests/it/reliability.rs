@@ -2,9 +2,10 @@
 //! SIGINT/SIGTERM, kill -9 during checkpoint writes, an unwritable checkpoint,
 //! non-finite steps.
 
+use crate::common::process::{count, signal, wait_for};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 fn toy() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_toy"));
@@ -26,23 +27,6 @@ fn losses(run: &Path) -> std::collections::BTreeMap<u64, String> {
         .filter(|e| e["kind"] == "step")
         .map(|e| (e["step"].as_u64().unwrap(), e["loss"].to_string()))
         .collect()
-}
-
-fn count(run: &Path, kind: &str) -> usize {
-    std::fs::read_to_string(run.join("events.jsonl")).map(|t| t.matches(&format!("\"kind\":\"{kind}\"")).count()).unwrap_or(0)
-}
-
-fn wait_for(run: &Path, kind: &str, n: usize, child: &mut Child) {
-    let t0 = Instant::now();
-    while count(run, kind) < n {
-        assert!(child.try_wait().unwrap().is_none(), "the run ended before {n} {kind} events");
-        assert!(t0.elapsed() < Duration::from_secs(120), "timed out waiting for {kind}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn signal(child: &Child, sig: &str) {
-    assert!(Command::new("kill").args([sig, &child.id().to_string()]).status().unwrap().success());
 }
 
 fn last_event(run: &Path) -> serde_json::Value {

@@ -5,9 +5,9 @@
 //! JSON Lines record, a torn last line of `events.jsonl`). Processes are
 //! waited on through `events.jsonl`, never on fixed sleeps alone.
 
+use crate::common::process::{fails_with, ok, wait_for};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
 use toy::data::{load_corpus, CorpusOptions};
 
 fn toy(dir: &Path) -> Command {
@@ -30,32 +30,6 @@ fn prep(dir: &Path, input: &str, out: &str, extra: &[&str]) -> Command {
 
 fn run(c: &mut Command) -> Output {
     c.output().unwrap()
-}
-
-/// One line on stderr containing `needle`, exit `code`, no panic.
-fn fails_with(o: &Output, code: i32, needle: &str) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(code), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
-    assert!(err.contains(needle) && !err.contains("panicked") && !err.contains("ggml_"), "{err:?} lacks {needle:?}");
-    err
-}
-
-fn ok(o: &Output) {
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
-fn count(run: &Path, kind: &str) -> usize {
-    std::fs::read_to_string(run.join("events.jsonl")).map(|t| t.matches(&format!("\"kind\":\"{kind}\"")).count()).unwrap_or(0)
-}
-
-fn wait_for(run: &Path, kind: &str, n: usize, child: &mut Child) {
-    let t0 = Instant::now();
-    while count(run, kind) < n {
-        assert!(child.try_wait().unwrap().is_none(), "the run ended before {n} {kind} events");
-        assert!(t0.elapsed() < Duration::from_secs(120), "timed out waiting for {kind}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// Every id of `t`.

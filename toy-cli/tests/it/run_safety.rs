@@ -4,11 +4,16 @@
 //! process, a run that never started, transposed tensors, hostile corpora and
 //! donors. Signal tests wait on `events.jsonl`, never on fixed sleeps alone.
 
+use crate::common::process::{count, fails_with, ok, signal, wait_for};
 use ggml_rs::gguf::{GgufFile, GgufWriter};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use toy::data::stories;
+
+fn fails(o: &Output, needle: &str) -> String {
+    fails_with(o, 2, needle)
+}
 
 fn toy(dir: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_toy"));
@@ -24,35 +29,6 @@ fn train(dir: &Path, out: &str, extra: &[&str]) -> Command {
 
 fn run(c: &mut Command) -> Output {
     c.output().unwrap()
-}
-
-fn fails(o: &Output, needle: &str) -> String {
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
-    assert!(err.contains(needle) && !err.contains("panicked") && !err.contains("ggml_"), "{err:?} lacks {needle:?}");
-    err
-}
-
-fn ok(o: &Output) {
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
-fn count(run: &Path, kind: &str) -> usize {
-    std::fs::read_to_string(run.join("events.jsonl")).map(|t| t.matches(&format!("\"kind\":\"{kind}\"")).count()).unwrap_or(0)
-}
-
-fn wait_for(run: &Path, kind: &str, n: usize, child: &mut Child) {
-    let t0 = Instant::now();
-    while count(run, kind) < n {
-        assert!(child.try_wait().unwrap().is_none(), "the run ended before {n} {kind} events");
-        assert!(t0.elapsed() < Duration::from_secs(120), "timed out waiting for {kind}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn signal(child: &Child, sig: &str) {
-    let _ = Command::new("kill").args([sig, &child.id().to_string()]).status();
 }
 
 fn names(dir: &Path) -> Vec<String> {

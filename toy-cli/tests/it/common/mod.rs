@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod process;
 pub mod reference;
 
 use toy::model::{Arch, ModelConfig, Weights};

@@ -1,0 +1,41 @@
+//! Helpers for tests that run the `toy` binary: outcomes, and waiting on a
+//! run's `events.jsonl` (never on fixed sleeps alone).
+
+use std::path::Path;
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+/// Exit 0, or the stderr in the failure.
+pub fn ok(o: &Output) {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// One line on stderr containing `needle`, exit `code`, no panic and no ggml
+/// internals; returns the line.
+pub fn fails_with(o: &Output, code: i32, needle: &str) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(code), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(err.contains(needle) && !err.contains("panicked") && !err.contains("ggml_"), "{err:?} lacks {needle:?}");
+    err
+}
+
+/// How many events of `kind` the run in `run` has written.
+pub fn count(run: &Path, kind: &str) -> usize {
+    std::fs::read_to_string(run.join("events.jsonl")).map(|t| t.matches(&format!("\"kind\":\"{kind}\"")).count()).unwrap_or(0)
+}
+
+/// Wait until `run` has `n` events of `kind`, while `child` still runs (2 minutes at most).
+pub fn wait_for(run: &Path, kind: &str, n: usize, child: &mut Child) {
+    let t0 = Instant::now();
+    while count(run, kind) < n {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before {n} {kind} events");
+        assert!(t0.elapsed() < Duration::from_secs(120), "timed out waiting for {kind}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Send `sig` (`-INT`, `-KILL`, ...) to `child`.
+pub fn signal(child: &Child, sig: &str) {
+    let _ = Command::new("kill").args([sig, &child.id().to_string()]).status();
+}
