@@ -104,10 +104,29 @@ fn check_dir(dir: &Path, force: bool) -> Result<()> {
 ///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) when the folder is not empty
-/// (without `--force`) or cannot be written.
+/// (without `--force`) or cannot be written; what was written into a folder
+/// that was empty is then removed.
 pub fn run(args: &NewArgs) -> Result<PathBuf> {
     let dir = &args.dir;
+    let existed = dir.is_dir();
+    let was_empty = std::fs::read_dir(dir).map(|mut e| e.next().is_none()).unwrap_or(true);
     check_dir(dir, args.force)?;
+    let made = write_project(dir);
+    if made.is_err() && was_empty {
+        // Nothing of the user's was there: leave nothing half-made (a full disk).
+        if existed {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let _ = if e.path().is_dir() { std::fs::remove_dir_all(e.path()) } else { std::fs::remove_file(e.path()) };
+            }
+        } else {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    made.map(|_| dir.clone())
+}
+
+/// The project's files in `dir` (see the module's doc).
+fn write_project(dir: &Path) -> Result<()> {
     let (tok, split, n_docs) = embedded::split()?;
     let cfg = resolve(&TrainArgs::default(), tok.vocab_size())?;
     let prepared = dir.join(CORPUS_DIR);
@@ -119,6 +138,5 @@ pub fn run(args: &NewArgs) -> Result<PathBuf> {
         sha256: hex(&Sha256::digest(embedded::TEXT.as_bytes())),
     };
     write_prepared(&prepared, &tok, &split, n_docs, vec![source], embedded::VAL_FRACTION, embedded::SEED)?;
-    write_atomic(&dir.join("toy.toml"), toml_text(&cfg).as_bytes())?;
-    Ok(dir.clone())
+    write_atomic(&dir.join("toy.toml"), toml_text(&cfg).as_bytes())
 }

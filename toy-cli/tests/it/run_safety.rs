@@ -377,3 +377,23 @@ fn a_vocabulary_above_the_identity_limit_trains() {
     std::fs::write(t.join("ids.txt"), ids.join("\n")).unwrap();
     ok(&run(&mut train(t, "r", &["--preset", "smoke", "--corpus", "ids.txt", "--steps", "2"])));
 }
+
+/// `toy new` on a full disk left `data/default/.lock` and `runs/`, and the
+/// retry said "not empty": what it wrote into an empty place is removed. A
+/// full disk is a 300 KiB tmpfs (this test needs root to mount one, as CI has).
+#[test]
+fn toy_new_on_a_full_disk_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mnt = tmp.path().join("small");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "size=300k", "tmpfs"]).arg(&mnt).status().is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("toy_new_on_a_full_disk_leaves_nothing: cannot mount a tmpfs here (not root?); not run");
+        return;
+    }
+    let o = run(toy(tmp.path()).args(["new"]).arg(mnt.join("proj")));
+    let left = names(&mnt);
+    let _ = Command::new("umount").arg(&mnt).status();
+    fails_with(&o, 1, "No space left");
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
