@@ -460,7 +460,10 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if recipe == Recipe::FromScratch && a.train_table && a.donor_width.is_none() {
         return Err(input("--train-table applies to a projection lens (toy train warm-start ..., or --donor-width)"));
     }
-    let corpus = load_training_corpus(a.corpus.as_deref(), a.vocab_size, a.text_field.as_deref().unwrap_or("text"))?;
+    let (path, vocab, field) = (a.corpus.clone(), a.vocab_size, a.text_field.clone().unwrap_or_else(|| "text".into()));
+    let corpus = crate::signals::interruptible(opts.stop.as_deref(), "reading the corpus", move || {
+        load_training_corpus(path.as_deref(), vocab, &field)
+    })?;
     let mut a = a.clone();
     let donor = if recipe == Recipe::WarmStart { Some(warm_start_donor(&mut a, &corpus)?) } else { None };
     let mut cfg = resolve(&a, corpus.vocab_size)?;

@@ -397,3 +397,26 @@ fn toy_new_on_a_full_disk_leaves_nothing() {
     fails_with(&o, 1, "No space left");
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// SIGINT while `toy train` tokenized a raw-text corpus waited for the BPE
+/// (15 s for 20 MB): nothing is saved yet, so it ends at once with 130 and
+/// leaves no folder.
+#[test]
+fn sigint_while_reading_a_raw_corpus_ends_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let words: Vec<String> = (0..5000u32).map(|i| format!("w{}x{}", i * 7919 % 9973, i % 13)).collect();
+    let text: String =
+        (0..400_000usize).map(|i| format!("{} {} {}\n", words[i % 5000], words[i * 31 % 5000], words[i * 17 % 4999])).collect();
+    std::fs::write(t.join("big.txt"), text).unwrap();
+    let mut child = train(t, "r", &["--preset", "smoke", "--steps", "5", "--corpus", "big.txt"]).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    signal(&child, "-INT");
+    let t0 = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted while reading the corpus"), "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(5), "took {:?}", t0.elapsed());
+    assert!(!t.join("r").exists());
+}
