@@ -409,7 +409,7 @@ fn sigint_while_reading_a_raw_corpus_ends_at_once() {
     let text: String =
         (0..400_000usize).map(|i| format!("{} {} {}\n", words[i % 5000], words[i * 31 % 5000], words[i * 17 % 4999])).collect();
     std::fs::write(t.join("big.txt"), text).unwrap();
-    let mut child = train(t, "r", &["--preset", "smoke", "--steps", "5", "--corpus", "big.txt"]).stderr(Stdio::piped()).spawn().unwrap();
+    let child = train(t, "r", &["--preset", "smoke", "--steps", "5", "--corpus", "big.txt"]).stderr(Stdio::piped()).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(1000));
     signal(&child, "-INT");
     let t0 = Instant::now();
