@@ -21,6 +21,7 @@ use super::stories::SplitMix64;
 use super::text::{held_out, Split};
 use super::tokenizer::Tokenizer;
 use crate::error::{input, runtime, Error, Result};
+use crate::run::is_leftover;
 use crate::run::write_atomic;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -77,13 +78,7 @@ pub struct OutDir {
     _lock: std::fs::File,
 }
 
-/// Whether `name` is what a prep that died left in its output folder (a
-/// temporary `.NAME.tmp-PID`, a `.toy-write-test-PID` probe) or the lock.
-fn is_leftover(name: &str) -> bool {
-    name == ".lock" || (name.starts_with('.') && name.contains(".tmp-")) || name.starts_with(".toy-write-test-")
-}
-
-/// Whether `out` holds anything but leftovers (see `is_leftover`).
+/// Whether `out` holds anything but leftovers ([`crate::run::is_leftover`]).
 fn holds_files(out: &Path) -> bool {
     std::fs::read_dir(out).map(|d| d.flatten().any(|e| !is_leftover(&e.file_name().to_string_lossy()))).unwrap_or(false)
 }
@@ -445,8 +440,7 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
     let sources = discover(files)?;
     let total: u64 = sources.iter().map(|s| s.bytes).sum();
     let out_dir = check_out_dir(out, opts.force)?;
-    let pid = std::process::id();
-    let (train_tmp, val_tmp) = (out.join(format!(".train.bin.tmp-{pid}")), out.join(format!(".val.bin.tmp-{pid}")));
+    let (train_tmp, val_tmp) = (crate::run::temp_path(&out.join("train.bin")), crate::run::temp_path(&out.join("val.bin")));
     let mut temps = vec![train_tmp.clone(), val_tmp.clone()];
     if out_dir.created {
         temps.push(out.join(".lock"));
@@ -463,10 +457,10 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
         eprintln!("training the BPE on {:.1} MB of {} documents…", scan.sample_bytes as f64 / 1e6, scan.n_docs);
     }
     let t_bpe = std::time::Instant::now();
-    let tok = match &opts.stop {
-        Some(s) => Tokenizer::train_bpe_interruptible(sample, opts.vocab_size, s)?,
-        None => Tokenizer::train_bpe(sample.iter().map(String::as_str), opts.vocab_size)?,
-    };
+    let vocab_size = opts.vocab_size;
+    let tok = crate::signals::interruptible(opts.stop.as_deref(), "training the tokenizer", move || {
+        Tokenizer::train_bpe(sample.iter().map(String::as_str), vocab_size)
+    })?;
     check_stop(&opts.stop)?;
     if opts.progress {
         eprintln!("trained a BPE of {} ids in {:.1} s", tok.vocab_size(), t_bpe.elapsed().as_secs_f64());

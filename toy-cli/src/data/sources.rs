@@ -121,7 +121,7 @@ impl Walk {
             let id = file_id(&meta);
             if meta.is_dir() {
                 if id.is_some_and(|id| self.open.contains(&id)) {
-                    eprintln!("note: skipped {}: it links back to a folder being read (a loop)", p.display());
+                    note_loop(&p);
                     continue;
                 }
                 self.folder(&p, id)?;
@@ -133,6 +133,17 @@ impl Walk {
             self.open.pop();
         }
         Ok(())
+    }
+}
+
+/// Say once per process that `link` was skipped as a loop: a corpus folder is
+/// walked more than once (to read it, to identify it for `--resume`).
+fn note_loop(link: &Path) {
+    static NOTED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let mut noted = NOTED.lock().unwrap_or_else(|e| e.into_inner());
+    if !noted.iter().any(|p| p == link) {
+        noted.push(link.to_path_buf());
+        eprintln!("note: skipped {}: it links back to a folder being read (a loop)", crate::output::shown(link));
     }
 }
 

@@ -238,32 +238,6 @@ impl Tokenizer {
         Ok(Tokenizer::Bpe(Arc::new(Bpe::new(hf, "training", PreSplit::Gpt2)?)))
     }
 
-    /// [`train_bpe`](Self::train_bpe) on a thread, waiting for it while `stop`
-    /// stays 0 (it is set by a signal handler): returns within 50 ms of a signal
-    /// with [`Error::Interrupted`](crate::error::Error::Interrupted), leaving the
-    /// thread to end with the process.
-    pub fn train_bpe_interruptible(docs: Vec<String>, vocab_size: usize, stop: &std::sync::atomic::AtomicI32) -> Result<Tokenizer> {
-        if vocab_size > MAX_VOCAB_SIZE {
-            return Err(input(format!("--vocab-size {vocab_size} is too large (at most {MAX_VOCAB_SIZE})")));
-        }
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(Tokenizer::train_bpe(docs.iter().map(String::as_str), vocab_size));
-        });
-        loop {
-            match rx.recv_timeout(std::time::Duration::from_millis(50)) {
-                Ok(r) => return r,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    let sig = stop.load(std::sync::atomic::Ordering::SeqCst);
-                    if sig != 0 {
-                        return Err(crate::error::Error::Interrupted(sig, "interrupted while training the tokenizer".into()));
-                    }
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Err(runtime("BPE training stopped unexpectedly")),
-            }
-        }
-    }
-
     /// Token ids of each of `texts` (documents, as [`encode_document`](Self::encode_document)),
     /// encoded in parallel on all cores (the `tokenizers` crate's batch encoding).
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {

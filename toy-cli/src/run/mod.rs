@@ -37,13 +37,24 @@ pub fn create_fresh(path: &Path) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new().write(true).create_new(true).open(path)
 }
 
+/// The temporary beside `path` that a write goes to first: `.NAME.tmp-PID`.
+pub fn temp_path(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
+}
+
+/// Whether `name` is what a toy process leaves in a run or prep folder besides
+/// its results: the lock, a write probe, or a temporary ([`temp_path`]) of a
+/// process that died while writing.
+pub fn is_leftover(name: &str) -> bool {
+    name == ".lock" || name == ".write-probe" || name.starts_with(".toy-write-test-") || (name.starts_with('.') && name.contains(".tmp-"))
+}
+
 /// Write `bytes` to `path` atomically: a temporary file beside it
 /// ([`create_fresh`]), fsynced, renamed over `path` (which replaces a link at
 /// `path` rather than writing through it).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let tmp = temp_path(path);
     let res = (|| -> std::io::Result<()> {
         let mut f = create_fresh(&tmp)?;
         f.write_all(bytes)?;
@@ -84,13 +95,13 @@ pub fn make_run_id(template: &str, arch: &str, runs_dir: &Path) -> String {
 /// (`.lock`, the write probe, `weights/` with at most temporaries): the folder
 /// of a run killed while it started, which `--out` may take again.
 pub fn is_skeleton(path: &Path) -> bool {
-    let leftover = |n: &str| n == ".lock" || n == ".write-probe" || (n.starts_with('.') && n.contains(".tmp-"));
     let names = |p: &Path| -> Option<Vec<String>> {
         Some(std::fs::read_dir(p).ok()?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
     };
     let Some(top) = names(path) else { return false };
     top.iter().all(|n| {
-        leftover(n) || (n == "weights" && path.join(n).is_dir() && names(&path.join(n)).is_some_and(|w| w.iter().all(|n| leftover(n))))
+        is_leftover(n)
+            || (n == "weights" && path.join(n).is_dir() && names(&path.join(n)).is_some_and(|w| w.iter().all(|n| is_leftover(n))))
     })
 }
 
@@ -149,7 +160,7 @@ impl RunDir {
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let orphan_state = name.strip_suffix(".state.gguf").is_some_and(|stem| !dir.join(format!("{stem}.gguf")).exists());
-                if (name.starts_with('.') && name.contains(".tmp-")) || orphan_state {
+                if (is_leftover(&name) && name != ".lock") || orphan_state {
                     let _ = std::fs::remove_file(e.path());
                 }
             }
@@ -189,7 +200,7 @@ impl RunDir {
     /// Point `weights/latest` at `step_<N>.gguf` (relative link, replaced atomically).
     pub fn set_latest(&self, step: u64) -> Result<()> {
         let dir = self.path.join("weights");
-        let tmp = dir.join(format!(".latest.tmp-{}", std::process::id()));
+        let tmp = temp_path(&dir.join("latest"));
         let _ = std::fs::remove_file(&tmp);
         #[cfg(unix)]
         std::os::unix::fs::symlink(format!("step_{step}.gguf"), &tmp)

@@ -105,11 +105,7 @@ impl Loop<'_, '_> {
         let _section = crate::signals::critical();
         let path = self.run.checkpoint_path(step);
         let state_path = state::state_path(&path);
-        let temp = |p: &std::path::Path| {
-            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            p.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
-        };
-        let (tmp_ck, tmp_st) = (temp(&path), temp(&state_path));
+        let (tmp_ck, tmp_st) = (crate::run::temp_path(&path), crate::run::temp_path(&state_path));
         let save_id = format!("{:016x}", rand::random::<u64>());
         let progress = Progress { step, opt_t: self.train.step_count(), sampler: self.sampler.state() };
         let mut prov = (self.prov)(step);
