@@ -111,7 +111,8 @@ fn copy_dir(src: &Path, dst: &Path) -> std::io::Result<()> {
 }
 
 /// Apply a unified diff (one or more files, paths relative to the ggml folder
-/// with one leading component, as `git diff` writes them) to `root`.
+/// with one leading component, as `git diff` writes them) to `root`; a file
+/// diffed against `/dev/null` is created.
 fn apply_patch(root: &Path, patch: &Path) -> Result<(), String> {
     let text = fs::read_to_string(patch).map_err(|e| format!("{}: {e}", patch.display()))?;
     let name = patch.file_name().unwrap().to_string_lossy().to_string();
@@ -134,7 +135,15 @@ fn apply_patch(root: &Path, patch: &Path) -> Result<(), String> {
         let rel = target.split_once('/').map(|(_, r)| r).unwrap_or(target);
         let path = root.join(rel);
         let parsed = diffy::Patch::from_str(&chunk).map_err(|e| format!("patch {name}: {rel}: {e}"))?;
-        let original = fs::read_to_string(&path).map_err(|e| format!("patch {name}: {rel}: {e}"))?;
+        // A file the patch creates ("--- /dev/null") starts empty.
+        let original = if lines[s].starts_with("--- /dev/null") {
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            }
+            String::new()
+        } else {
+            fs::read_to_string(&path).map_err(|e| format!("patch {name}: {rel}: {e}"))?
+        };
         let patched = diffy::apply(&original, &parsed).map_err(|e| format!("patch {name} does not apply to {rel}: {e}"))?;
         fs::write(&path, patched).map_err(|e| format!("{}: {e}", path.display()))?;
     }

@@ -271,7 +271,9 @@ pub const GGML_OP_OPT_STEP_ADAMW: ggml_op = 98;
 pub const GGML_OP_OPT_STEP_SGD: ggml_op = 99;
 pub const GGML_OP_GLU: ggml_op = 100;
 pub const GGML_OP_GELU_BACK: ggml_op = 101;
-pub const GGML_OP_COUNT: ggml_op = 102;
+pub const GGML_OP_CROSS_ENTROPY_LOSS_IDS: ggml_op = 102;
+pub const GGML_OP_CROSS_ENTROPY_LOSS_IDS_BACK: ggml_op = 103;
+pub const GGML_OP_COUNT: ggml_op = 104;
 pub type ggml_op = ::std::os::raw::c_uint;
 pub const GGML_UNARY_OP_ABS: ggml_unary_op = 0;
 pub const GGML_UNARY_OP_SGN: ggml_unary_op = 1;
@@ -2047,6 +2049,17 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn ggml_cross_entropy_loss_back(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        b: *mut ggml_tensor,
+        c: *mut ggml_tensor,
+    ) -> *mut ggml_tensor;
+}
+unsafe extern "C" {
+    pub fn ggml_cross_entropy_loss_ids(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+}
+unsafe extern "C" {
+    pub fn ggml_cross_entropy_loss_ids_back(
         ctx: *mut ggml_context,
         a: *mut ggml_tensor,
         b: *mut ggml_tensor,

@@ -521,7 +521,7 @@ pub fn with_loaded<R>(
             wctx.set_param(p.tensor)?;
         }
     }
-    let consts = crate::train::step::Consts::new(&wctx, t, b_max, ck.config.vocab)?;
+    let consts = crate::train::step::Consts::new(&wctx, t, b_max)?;
     wctx.allocate(backend).map_err(|e| crate::error::runtime(e.to_string()))?;
     consts.fill()?;
     ck.load_weights(&weights)?;

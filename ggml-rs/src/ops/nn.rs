@@ -240,6 +240,40 @@ impl Context {
         // SAFETY: checked.
         self.op("cross_entropy_loss", |ctx| unsafe { sys::ggml_cross_entropy_loss(ctx, logits.raw(), labels.raw()) })
     }
+
+    /// Mean cross-entropy of softmax(`logits`) against class ids `targets`
+    /// (toy patch 0017, `ggml_cross_entropy_loss_ids`): with `N` the rows whose
+    /// target lies in `[0, n_vocab)`, `(1/N)·Σ (logsumexp(row) − row[target])`.
+    /// Rows whose target is outside that range (−1 for a masked token) are
+    /// ignored: they count neither in the sum nor in `N`, as with PyTorch's
+    /// `F.cross_entropy(..., ignore_index=-1)`, except that a batch with no
+    /// counted row gives 0, not NaN. No dense label tensor is made, on the host
+    /// or the device, and the backward writes the logits' gradient
+    /// `(softmax − onehot)·dloss/N` in one pass (in place over the logits when
+    /// nothing else reads them).
+    ///
+    /// `logits`: contiguous f32 `[n_vocab, rows, ...]`; `targets`: contiguous i32
+    /// with one element per row. The result is a one-element f32 tensor.
+    ///
+    /// # Errors
+    /// [`Error::Op`] on other types, a non-contiguous input, or a count of
+    /// targets other than the number of rows.
+    pub fn cross_entropy_loss_ids<'a>(&'a self, logits: Tensor<'a>, targets: Tensor<'a>) -> Result<Tensor<'a>> {
+        need_dtype("cross_entropy_loss_ids", &logits, &[DType::F32])?;
+        need_dtype("cross_entropy_loss_ids", &targets, &[DType::I32])?;
+        for t in [&logits, &targets] {
+            need_contiguous("cross_entropy_loss_ids", t)?;
+        }
+        let rows = logits.nelements() / logits.ne()[0].max(1);
+        if targets.nelements() != rows || logits.ne()[0] > i32::MAX as i64 {
+            return Err(Error::op(
+                "cross_entropy_loss_ids",
+                format!("targets {} do not give one id per row of logits {}", shape_str(&targets), shape_str(&logits)),
+            ));
+        }
+        // SAFETY: checked.
+        self.op("cross_entropy_loss_ids", |ctx| unsafe { sys::ggml_cross_entropy_loss_ids(ctx, logits.raw(), targets.raw()) })
+    }
 }
 
 fn check_norm(op: &'static str, a: &Tensor<'_>, eps: f32) -> Result<()> {

@@ -3,6 +3,7 @@
 //! also linked once. Each module is one subject.
 
 mod common;
+mod cross_entropy;
 mod errors;
 mod gguf;
 mod grad;

@@ -5,11 +5,6 @@ use crate::model::{Batch, Param, Weights};
 use ggml_rs::optim::{AdamWConfig, AdamWState, Optimizer, ParamGroup};
 use ggml_rs::{Backend, Context, DType, Graph, MulMatGrad, Result, Tensor};
 
-/// Vocabularies up to this size get their one-hot labels from `get_rows` on an
-/// identity matrix kept on the device (no dense label upload); larger ones
-/// upload dense labels each step.
-pub const MAX_EYE_VOCAB: usize = 8192;
-
 /// Constants every graph of a run shares, in a context allocated on the device.
 pub struct Consts<'c> {
     /// i32 `[T·B_max]` = 0..T repeated B_max times: the position of every token
@@ -17,8 +12,6 @@ pub struct Consts<'c> {
     pub pos: Tensor<'c>,
     /// f32 `[T, T]`, 0 where key ≤ query, −∞ above.
     pub mask: Tensor<'c>,
-    /// f32 `[V, V]` identity, when `V ≤ MAX_EYE_VOCAB`.
-    pub eye: Option<Tensor<'c>>,
 }
 
 impl<'c> Consts<'c> {
@@ -32,16 +25,11 @@ impl<'c> Consts<'c> {
     }
 
     /// Create (unallocated) constants for batches of up to `b_max` sequences of
-    /// `t` tokens and vocabulary `vocab`.
-    pub fn new(ctx: &'c Context, t: usize, b_max: usize, vocab: usize) -> Result<Consts<'c>> {
+    /// `t` tokens.
+    pub fn new(ctx: &'c Context, t: usize, b_max: usize) -> Result<Consts<'c>> {
         Ok(Consts {
             pos: ctx.new_tensor_1d(DType::I32, (t * b_max.max(1)) as i64)?.set_name("pos")?,
             mask: ctx.new_tensor_2d(DType::F32, t as i64, t as i64)?.set_name("causal_mask")?,
-            eye: if vocab <= MAX_EYE_VOCAB {
-                Some(ctx.new_tensor_2d(DType::F32, vocab as i64, vocab as i64)?.set_name("eye")?)
-            } else {
-                None
-            },
         })
     }
 
@@ -51,25 +39,15 @@ impl<'c> Consts<'c> {
         let n = self.pos.ne()[0] as usize;
         self.pos.write(&(0..n).map(|i| (i % t) as i32).collect::<Vec<i32>>())?;
         let mask: Vec<f32> = (0..t * t).map(|i| if i % t <= i / t { 0.0 } else { f32::NEG_INFINITY }).collect();
-        self.mask.write(&mask)?;
-        if let Some(eye) = self.eye {
-            let v = eye.ne()[0] as usize;
-            let mut m = vec![0f32; v * v];
-            for i in 0..v {
-                m[i * v + i] = 1.0;
-            }
-            eye.write(&m)?;
-        }
-        Ok(())
+        self.mask.write(&mask)
     }
 }
 
 /// Inputs and loss of a forward pass with cross-entropy.
 struct LossGraph<'a> {
     tokens: Tensor<'a>,
+    /// i32 `[T·B]`: the next token of every position, −1 where it does not count.
     targets: Tensor<'a>,
-    /// Dense labels `[V, T·B]` when there is no identity matrix.
-    labels: Option<Tensor<'a>>,
     logits: Tensor<'a>,
     loss: Tensor<'a>,
 }
@@ -81,35 +59,14 @@ fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b
     let targets = ctx.new_tensor_1d(DType::I32, n)?.set_name("targets")?.set_input();
     let logits = w.forward(ctx, c.batch(ctx, tokens, t, b)?)?; // [V, T, B]
     let logits = ctx.reshape(logits, &[v, n])?.set_name("logits")?; // [V, T·B]
-    let (labels, dense) = match c.eye {
-        Some(eye) => (ctx.get_rows(eye, targets)?, None), // one-hot [V, T·B]
-        None => {
-            let l = ctx.new_tensor_2d(DType::F32, v, n)?.set_name("labels")?.set_input();
-            (l, Some(l))
-        }
-    };
-    let loss = ctx.cross_entropy_loss(logits, labels)?.set_name("loss")?.set_output();
-    Ok(LossGraph { tokens, targets, labels: dense, logits, loss })
+    let loss = ctx.cross_entropy_loss_ids(logits, targets)?.set_name("loss")?.set_output(); // [1]
+    Ok(LossGraph { tokens, targets, logits, loss })
 }
 
 impl LossGraph<'_> {
     fn write(&self, tokens: &[i32], targets: &[i32]) -> Result<()> {
         self.tokens.write(tokens)?;
-        if self.labels.is_none() {
-            // The ids select rows of the identity; with dense labels they are not in the graph.
-            self.targets.write(targets)?;
-        }
-        if let Some(l) = self.labels {
-            let v = l.ne()[0] as usize;
-            let mut dense = vec![0f32; v * targets.len()];
-            for (i, &y) in targets.iter().enumerate() {
-                if (y as usize) < v {
-                    dense[i * v + y as usize] = 1.0;
-                }
-            }
-            l.write(&dense)?;
-        }
-        Ok(())
+        self.targets.write(targets)
     }
 }
 

@@ -23,7 +23,7 @@ fn check_forward(arch: Arch) {
     let be = cpu();
     let wctx = Context::new(capacity(cfg.n_layers)).unwrap();
     let w = Weights::new(&wctx, &cfg).unwrap();
-    let consts = Consts::new(&wctx, T, B, cfg.vocab).unwrap();
+    let consts = Consts::new(&wctx, T, B).unwrap();
     wctx.allocate(&be).unwrap();
     consts.fill().unwrap();
     init_weights(&w, 7).unwrap();
@@ -73,7 +73,7 @@ fn check_gradients(arch: Arch) {
     for p in w.params() {
         wctx.set_param(p.tensor).unwrap();
     }
-    let consts = Consts::new(&wctx, T, B, cfg.vocab).unwrap();
+    let consts = Consts::new(&wctx, T, B).unwrap();
     wctx.allocate(&be).unwrap();
     consts.fill().unwrap();
     init_weights(&w, 3).unwrap();
