@@ -44,6 +44,11 @@ pub enum MatmulPrecision {
     /// f32 accumulation): ggml's, llama.cpp's and nanoGPT's choice on CUDA.
     #[default]
     High,
+    /// bf16 inputs (8-bit mantissa), f32 accumulation and f32 results: the
+    /// products of PyTorch's `autocast(dtype=torch.bfloat16)` (and of its
+    /// `"medium"` precision). CUDA through our patch 0018; elsewhere the
+    /// backend keeps its own precision.
+    Medium,
 }
 
 impl MatmulPrecision {
@@ -52,6 +57,7 @@ impl MatmulPrecision {
         match self {
             MatmulPrecision::Highest => "highest",
             MatmulPrecision::High => "high",
+            MatmulPrecision::Medium => "medium",
         }
     }
 }
@@ -413,9 +419,10 @@ impl Backend {
     }
 
     /// Choose how f32 matrix products are computed, for backends with a choice
-    /// (CUDA through our patch 0009: `High` is ggml's TF32 tensor-core default,
-    /// `Highest` full f32). Returns false, changing nothing, when the backend
-    /// has no such setting (the CPU always computes in f32).
+    /// (CUDA through our patches 0009 and 0018: `High` is ggml's TF32
+    /// tensor-core default, `Highest` full f32, `Medium` bf16 products with f32
+    /// accumulation). Returns false, changing nothing, when the backend has no
+    /// such setting (the CPU always computes in f32).
     pub fn set_matmul_precision(&self, p: MatmulPrecision) -> bool {
         let f = self.proc_address(c"ggml_backend_cuda_set_matmul_precision");
         if f.is_null() {
@@ -425,7 +432,13 @@ impl Backend {
         // ignores backends that are not CUDA; live backend.
         unsafe {
             let f: unsafe extern "C" fn(sys::ggml_backend_t, i32) = std::mem::transmute(f);
-            f(self.inner.ptr, (p == MatmulPrecision::Highest) as i32);
+            // 0: TF32, 1: f32 (patch 0009), 2: bf16 (patch 0018).
+            let mode = match p {
+                MatmulPrecision::High => 0,
+                MatmulPrecision::Highest => 1,
+                MatmulPrecision::Medium => 2,
+            };
+            f(self.inner.ptr, mode);
         }
         true
     }

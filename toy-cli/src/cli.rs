@@ -62,12 +62,12 @@ pub struct BenchArgs {
     /// Model and batch shape.
     #[arg(long, value_enum, default_value = "small")]
     pub preset: Preset,
-    /// Architecture.
-    #[arg(long, value_enum, default_value = "llama")]
-    pub arch: Arch,
-    /// Vocabulary size.
-    #[arg(long, default_value_t = 4096)]
-    pub vocab: usize,
+    /// Architecture (default: the preset's, else llama).
+    #[arg(long, value_enum)]
+    pub arch: Option<Arch>,
+    /// Vocabulary size (default: the preset's, else 4096).
+    #[arg(long)]
+    pub vocab: Option<usize>,
     /// Timed steps.
     #[arg(long, default_value_t = 10)]
     pub steps: usize,
@@ -90,6 +90,10 @@ pub struct BenchArgs {
     /// no effect on the CPU.
     #[arg(long = "matmul-precision", value_enum, default_value = "high")]
     pub matmul_precision: crate::config::MatmulPrecision,
+    /// Step precision: bf16 (matrix products in bf16, f32 accumulation; CUDA
+    /// only) or f32 (default: bf16 on CUDA, f32 elsewhere).
+    #[arg(long, value_enum)]
+    pub dtype: Option<crate::config::Dtype>,
 }
 
 #[derive(Args, Debug)]
@@ -241,6 +245,12 @@ pub struct TrainArgs {
     /// no effect on the CPU.
     #[arg(long = "matmul-precision", value_enum)]
     pub matmul_precision: Option<crate::config::MatmulPrecision>,
+    /// Step precision, PyTorch autocast's: bf16 (every matrix product in bf16
+    /// with f32 accumulation; weights, gradients, optimizer state, norms,
+    /// softmax and the loss in f32; CUDA only) or f32. Default: bf16 on CUDA,
+    /// f32 elsewhere; --resume keeps the run's.
+    #[arg(long, value_enum)]
+    pub dtype: Option<crate::config::Dtype>,
     /// Run folder (default: `runs/{arch}-{date}-{seq}`, or `runs/$TOY_RUN_ID`).
     #[arg(long)]
     #[serde(skip)]

@@ -16,6 +16,18 @@ pub enum Preset {
     Small,
     /// d 512, 8 heads, d_ff 1376, 8 layers, context 512, batch 32.
     Medium,
+    /// GPT-2 124M (Radford et al. 2019; nanoGPT's and llm.c's `d12`): d 768, 12
+    /// heads, d_ff 3072, 12 layers, context 1024, batch 16, architecture gpt2,
+    /// a BPE of 50257 ids when toy trains its own.
+    #[value(name = "gpt2-124m")]
+    #[serde(rename = "gpt2-124m")]
+    Gpt2_124m,
+    /// A llama of GPT-2 124M's size and cost per token: d 768, 12 heads, d_ff
+    /// 2048 (SwiGLU: the same 4.7M weights per layer as GPT-2's 3072-wide MLP),
+    /// 12 layers, context 1024, batch 16, a BPE of 50257 ids.
+    #[value(name = "llama-124m")]
+    #[serde(rename = "llama-124m")]
+    Llama124m,
 }
 
 impl Preset {
@@ -26,6 +38,26 @@ impl Preset {
             Preset::Tiny => (128, 4, 344, 4, 64, 8),
             Preset::Small => (256, 8, 688, 6, 256, 32),
             Preset::Medium => (512, 8, 1376, 8, 512, 32),
+            Preset::Gpt2_124m => (768, 12, 3072, 12, 1024, 16),
+            Preset::Llama124m => (768, 12, 2048, 12, 1024, 16),
+        }
+    }
+
+    /// The architecture a preset names (None: any, llama by default).
+    pub fn arch(self) -> Option<Arch> {
+        match self {
+            Preset::Gpt2_124m => Some(Arch::Gpt2),
+            Preset::Llama124m => Some(Arch::Llama),
+            _ => None,
+        }
+    }
+
+    /// The vocabulary of the BPE toy trains for this preset, when it names one
+    /// (GPT-2's 50257); otherwise `--vocab-size`'s default.
+    pub fn vocab(self) -> Option<usize> {
+        match self {
+            Preset::Gpt2_124m | Preset::Llama124m => Some(50257),
+            _ => None,
         }
     }
 
@@ -36,6 +68,8 @@ impl Preset {
             Preset::Tiny => "tiny",
             Preset::Small => "small",
             Preset::Medium => "medium",
+            Preset::Gpt2_124m => "gpt2-124m",
+            Preset::Llama124m => "llama-124m",
         }
     }
 }
@@ -65,6 +99,61 @@ impl MatmulPrecision {
     /// The name (`highest`, `high`).
     pub fn name(self) -> &'static str {
         self.ggml().name()
+    }
+}
+
+/// The precision of a training step (`--dtype`), with PyTorch autocast's
+/// semantics: with `bf16` every matrix product (forward and backward) takes
+/// bf16 inputs and accumulates and returns f32 (ggml patch 0018 on CUDA);
+/// weights, gradients, AdamW moments, norms, softmax, cross-entropy and the
+/// loss stay f32, and checkpoints are f32.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    /// f32 throughout (matrix products as `--matmul-precision` says).
+    #[default]
+    F32,
+    /// bf16 matrix products, f32 accumulation (CUDA only).
+    Bf16,
+}
+
+impl Dtype {
+    /// The name (`f32`, `bf16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::F32 => "f32",
+            Dtype::Bf16 => "bf16",
+        }
+    }
+
+    /// The default on `device`: bf16 where every device is CUDA, else f32.
+    pub fn default_for(device: &str) -> Dtype {
+        let d = device.trim().to_lowercase();
+        if d.split(',').all(|x| x.trim().starts_with("cuda")) {
+            Dtype::Bf16
+        } else {
+            Dtype::F32
+        }
+    }
+
+    /// The precision the device's matrix products run at, given
+    /// `--matmul-precision` `p` (which only applies to f32).
+    pub fn precision(self, p: MatmulPrecision) -> ggml_rs::MatmulPrecision {
+        match self {
+            Dtype::F32 => p.ggml(),
+            Dtype::Bf16 => ggml_rs::MatmulPrecision::Medium,
+        }
+    }
+
+    /// Refuse bf16 on a device without the bf16 products (`flag` names the
+    /// option in the message).
+    pub fn check_device(self, device: &str) -> Result<()> {
+        if self == Dtype::Bf16 && Dtype::default_for(device) != Dtype::Bf16 {
+            return Err(input(format!(
+                "--dtype bf16 needs CUDA devices (--device {device}): ggml has no faster bf16 matrix product on this device; use --dtype f32"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -111,6 +200,10 @@ pub struct TrainConfig {
     /// f32 matrix products on CUDA: `highest` (f32) or `high` (TF32).
     #[serde(default)]
     pub matmul_precision: MatmulPrecision,
+    /// The step's precision (`f32`, or `bf16` matrix products on CUDA); runs
+    /// from before `--dtype` were f32.
+    #[serde(default)]
+    pub dtype: Dtype,
     /// The corpus path (`<embedded>` for the built-in one), to resume with.
     #[serde(default)]
     pub corpus: String,
@@ -225,6 +318,7 @@ impl TrainConfig {
             device: "cpu".into(),
             threads: 0,
             matmul_precision: MatmulPrecision::High,
+            dtype: Dtype::F32,
             corpus: String::new(),
             text_field: default_text_field(),
             recipe: default_recipe(),
@@ -280,6 +374,7 @@ impl TrainConfig {
         if self.batch == 0 {
             return Err(input("--batch must be at least 1"));
         }
+        self.dtype.check_device(&self.device)?;
         if !(self.lr > 0.0 && self.lr.is_finite() && self.min_lr >= 0.0 && self.min_lr <= self.lr) {
             return Err(input("--lr must be positive and --min-lr between 0 and --lr"));
         }

@@ -29,7 +29,13 @@ fn bench(a: &BenchArgs) -> Result<()> {
     let Some(total_steps) = a.warmup.checked_add(a.steps) else {
         return Err(input(format!("--warmup {} + --steps {} is too large", a.warmup, a.steps)));
     };
-    let mut cfg = TrainConfig::from_preset(a.preset, a.arch, a.vocab);
+    let arch = match (a.arch, a.preset.arch()) {
+        (Some(x), Some(p)) if x != p => {
+            return Err(input(format!("--preset {} is a {} model; it cannot take --arch {}", a.preset.name(), p.name(), x.name())))
+        }
+        (x, p) => x.or(p).unwrap_or(crate::model::Arch::Llama),
+    };
+    let mut cfg = TrainConfig::from_preset(a.preset, arch, a.vocab.or(a.preset.vocab()).unwrap_or(4096));
     if let Some(b) = a.batch {
         cfg.batch = b;
     }
@@ -44,7 +50,10 @@ fn bench(a: &BenchArgs) -> Result<()> {
     if b % n != 0 {
         return Err(input(format!("--batch {b} does not divide evenly over the {n} devices of --device {}", a.device)));
     }
-    let backends = devices::backends(&devs, a.threads, a.matmul_precision)?;
+    let dtype = a.dtype.unwrap_or_else(|| crate::config::Dtype::default_for(&a.device));
+    dtype.check_device(&a.device)?;
+    let backends = devices::backends(&devs, a.threads, dtype.precision(a.matmul_precision))?;
+    let memory = crate::train::memory::DeviceMemory::start(&backends[0][0]);
     let wctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers))).collect::<ggml_rs::Result<Vec<_>>>()?;
     let cctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers) * 2)).collect::<ggml_rs::Result<Vec<_>>>()?;
     let mut states = Vec::with_capacity(n);
@@ -93,13 +102,14 @@ fn bench(a: &BenchArgs) -> Result<()> {
     crate::say!(
         "{}",
         serde_json::json!({
-            "format": "toy/bench-v1", "preset": a.preset.name(), "arch": a.arch.name(), "device": backends[0][0].name(),
+            "format": "toy/bench-v1", "preset": a.preset.name(), "arch": arch.name(), "device": backends[0][0].name(),
             "devices": devs, "allreduce": step.allreduce_kind().name(), "allreduce_ms_median": median(&reduce_ms),
-            "matmul_precision": a.matmul_precision.name(),
+            "matmul_precision": a.matmul_precision.name(), "dtype": dtype.name(),
             "batch": b, "context": t, "vocab": cfg.model.vocab, "n_params": cfg.model.n_params(),
             "step_ms": times, "median_ms": med, "tokens_per_step": t * b,
             "tokens_per_s": (t * b) as f64 / (med / 1e3).max(1e-12),
             "weights_bytes": wctxs[0].allocated_bytes(), "compute_bytes": buffers, "peak_rss_bytes": peak_rss(),
+            "device_peak_bytes": memory.used_since_start(&backends[0][0]),
             "n_splits": graph.n_splits(), "cpu_fallbacks": fallbacks, "last_loss": last,
         })
     )
@@ -118,7 +128,7 @@ pub fn run(args: &DebugArgs) -> Result<()> {
             if t > ck.config.context && ck.config.arch == crate::model::Arch::Gpt2 {
                 return Err(input(format!("windows of {t} tokens exceed the model's context {}", ck.config.context)));
             }
-            let backends = backends_for(&a.device, 0, a.matmul_precision)?;
+            let backends = backends_for(&a.device, 0, a.matmul_precision.ggml())?;
             with_loaded(&ck, &backends[0], t, nb, true, |w, consts| {
                 let cctx = Context::new(capacity(ck.config.n_layers) * 2)?;
                 let mut gs = GradStep::new(&cctx, w, consts, t, nb, &backends)?;

@@ -128,7 +128,7 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
         )));
     }
     let b = args.batch.clamp(1, starts.len());
-    let backends = backends_for(&args.device, args.threads, args.matmul_precision)?;
+    let backends = backends_for(&args.device, args.threads, args.matmul_precision.ggml())?;
     let loss = with_loaded(&ck, &backends[0], t, b, false, |w, consts| {
         let ctx = Context::new(capacity(ck.config.n_layers))?;
         let rctx = Context::new(capacity(ck.config.n_layers))?;

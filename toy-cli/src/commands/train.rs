@@ -96,6 +96,7 @@ fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
             device,
             threads,
             matmul_precision,
+            dtype,
             keep,
             donor,
             init,
@@ -125,8 +126,13 @@ pub fn default_corpus() -> Result<Corpus> {
 
 /// Resolve the full configuration for `a` and a corpus of `vocab` ids.
 pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
-    let arch = a.arch.unwrap_or(Arch::Llama);
     let preset = a.preset.unwrap_or(Preset::Tiny);
+    let arch = match (a.arch, preset.arch()) {
+        (Some(x), Some(p)) if x != p => {
+            return Err(input(format!("--preset {} is a {} model; it cannot take --arch {}", preset.name(), p.name(), x.name())))
+        }
+        (x, p) => x.or(p).unwrap_or(Arch::Llama),
+    };
     let mut c = TrainConfig::from_preset(preset, arch, vocab);
     let m = &mut c.model;
     macro_rules! set {
@@ -140,7 +146,7 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     m.donor_width = a.donor_width;
     m.freeze_table = !a.train_table;
     m.freeze = a.freeze.clone().unwrap_or_default();
-    if a.arch == Some(Arch::Gpt2) && a.d_ff.is_none() {
+    if arch == Arch::Gpt2 && a.d_ff.is_none() {
         m.d_ff = 4 * m.d_model;
     }
     set!(batch => c.batch, steps => c.steps, seed => c.seed, lr => c.lr, warmup_steps => c.warmup_steps, weight_decay => c.weight_decay,
@@ -158,6 +164,7 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     if let Some(p) = a.matmul_precision {
         c.matmul_precision = p;
     }
+    c.dtype = a.dtype.unwrap_or_else(|| crate::config::Dtype::default_for(&c.device));
     // Options that shape the run besides the model and schedule, for --resume.
     (c.keep, c.skip_nonfinite, c.record_batches, c.save_initial) =
         (a.keep.unwrap_or(0), a.skip_nonfinite, a.record_batches, a.save_initial);
@@ -258,7 +265,7 @@ fn install_signal_handlers() -> Arc<AtomicI32> {
 
 /// Flags `--resume` takes: they change how the run goes on, not what it computes.
 const RESUME_FLAGS: &str =
-    "--steps, --device, --threads, --matmul-precision, --eval-every, --save-every, --log-every, --keep, --skip-nonfinite";
+    "--steps, --device, --threads, --matmul-precision, --dtype, --eval-every, --save-every, --log-every, --keep, --skip-nonfinite";
 
 fn opt<T: ToString>(v: &Option<T>) -> Option<String> {
     v.as_ref().map(T::to_string)
@@ -339,7 +346,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     macro_rules! take {
         ($($f:ident),*) => { $( if let Some(v) = a.$f.clone() { cfg.$f = v; } )* };
     }
-    take!(steps, device, threads, matmul_precision, eval_every, save_every, log_every, keep);
+    take!(steps, device, threads, matmul_precision, dtype, eval_every, save_every, log_every, keep);
     cfg.skip_nonfinite |= a.skip_nonfinite;
     super::resume::check_corpus(&mut cfg, dir, a.allow_corpus_change)?;
     cfg.validate()?;
@@ -460,7 +467,8 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if recipe == Recipe::FromScratch && a.train_table && a.donor_width.is_none() {
         return Err(input("--train-table applies to a projection lens (toy train warm-start ..., or --donor-width)"));
     }
-    let (path, vocab, field) = (a.corpus.clone(), a.vocab_size, a.text_field.clone().unwrap_or_else(|| "text".into()));
+    let vocab = a.vocab_size.or(a.preset.and_then(Preset::vocab));
+    let (path, field) = (a.corpus.clone(), a.text_field.clone().unwrap_or_else(|| "text".into()));
     let corpus = crate::signals::interruptible(opts.stop.as_deref(), "reading the corpus", move || {
         load_training_corpus(path.as_deref(), vocab, &field)
     })?;

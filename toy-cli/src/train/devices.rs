@@ -2,7 +2,6 @@
 //! for data-parallel training (`cuda:0,cuda:1`, `cuda:all`, `cpu,cpu`), and the
 //! backends each replica runs on.
 
-use crate::config::MatmulPrecision;
 use crate::error::{input, runtime, Result};
 use ggml_rs::Backend;
 
@@ -73,7 +72,7 @@ pub fn threads(requested: usize) -> usize {
 /// The backends of one replica on `device`: the device first (its f32 matrix
 /// products at `precision` where it has the choice), a CPU backend of
 /// `threads` threads last.
-pub fn replica_backends(device: &str, threads: usize, precision: MatmulPrecision) -> Result<Vec<Backend>> {
+pub fn replica_backends(device: &str, threads: usize, precision: ggml_rs::MatmulPrecision) -> Result<Vec<Backend>> {
     ggml_rs::backend::load_default_backends();
     let cpu = Backend::cpu().map_err(|e| runtime(e.to_string()))?;
     cpu.set_n_threads(self::threads(threads));
@@ -84,13 +83,13 @@ pub fn replica_backends(device: &str, threads: usize, precision: MatmulPrecision
     if main.is_cpu() {
         return Ok(vec![cpu]);
     }
-    main.set_matmul_precision(precision.ggml());
+    main.set_matmul_precision(precision);
     Ok(vec![main, cpu])
 }
 
 /// The backends of every replica of `devices`, the CPU threads (`threads`, 0:
 /// all cores) split evenly between CPU replicas.
-pub fn backends(devices: &[String], threads: usize, precision: MatmulPrecision) -> Result<Vec<Vec<Backend>>> {
+pub fn backends(devices: &[String], threads: usize, precision: ggml_rs::MatmulPrecision) -> Result<Vec<Vec<Backend>>> {
     let total = self::threads(threads);
     let per = if devices.iter().all(|d| d == "cpu") { (total / devices.len()).max(1) } else { total };
     devices.iter().map(|d| replica_backends(d, per, precision)).collect()

@@ -4,6 +4,7 @@
 
 pub mod batches;
 pub mod devices;
+pub mod memory;
 pub mod parallel;
 mod runner;
 pub mod schedule;
@@ -11,7 +12,7 @@ pub mod state;
 pub mod step;
 
 use crate::checkpoint::{write_checkpoint, Provenance};
-use crate::config::{MatmulPrecision, TrainConfig};
+use crate::config::TrainConfig;
 use crate::data::Corpus;
 use crate::error::{input, runtime, Result};
 use crate::model::{init::init_weights, Weights};
@@ -64,7 +65,7 @@ pub struct Outcome {
 /// The backends of a single-device command (`eval`, `generate`, `debug`): the
 /// chosen device first (its f32 matrix products at `precision` where it has the
 /// choice), the CPU (`threads` threads, 0: all cores) last.
-pub fn backends_for(device: &str, threads: usize, precision: MatmulPrecision) -> Result<Vec<Backend>> {
+pub fn backends_for(device: &str, threads: usize, precision: ggml_rs::MatmulPrecision) -> Result<Vec<Backend>> {
     let dev = device.trim().to_lowercase();
     if dev.contains(',') {
         return Err(input(format!("--device {device}: this command runs on one device")));
@@ -127,9 +128,10 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     if cfg.batch % n != 0 {
         return Err(input(format!("--batch {} does not divide evenly over the {n} devices of --device {}", cfg.batch, cfg.device)));
     }
-    let all_backends = devices::backends(&devices, cfg.threads, cfg.matmul_precision)?;
+    let all_backends = devices::backends(&devices, cfg.threads, cfg.dtype.precision(cfg.matmul_precision))?;
     let backends = all_backends[0].clone();
     let device = backends[0].clone();
+    let memory = memory::DeviceMemory::start(&device);
 
     // Per replica: weights, optimizer moments, gradient accumulators and
     // constants in one context on its device; the graphs in a compute context.
@@ -207,9 +209,10 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
                 "config": { "context": t, "batch": cfg.batch, "steps": cfg.steps, "lr": cfg.lr, "min_lr": cfg.min_lr,
                             "warmup_steps": cfg.warmup_steps, "betas": [cfg.betas.0, cfg.betas.1], "eps": cfg.eps,
                             "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip, "seed": cfg.seed,
-                            "matmul_precision": cfg.matmul_precision.name(),
+                            "matmul_precision": cfg.matmul_precision.name(), "dtype": cfg.dtype.name(),
                             "preset": cfg.preset.name(), "corpus": corpus.source.display().to_string(),
                             "train_tokens": corpus.train.len(), "val_tokens": corpus.val.len() },
+                "memory": memory.report(&device, &wctxs[0], train.graph()),
             }),
         )?;
     } else {
@@ -254,6 +257,7 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         sampler: &mut sampler,
         start_step,
         prov: &prov,
+        memory: (&memory, &device),
     })
 }
 
@@ -292,7 +296,7 @@ impl<'w> ReplicaState<'w> {
         } else {
             None
         };
-        let consts = Consts::new(wctx, cfg.model.context, cfg.batch, cfg.model.vocab)?;
+        let consts = Consts::new(wctx, cfg.model.context, cfg.batch)?;
         wctx.allocate(device).map_err(|e| crate::error::building("the weights", e))?;
         consts.fill()?;
         match plan.init {

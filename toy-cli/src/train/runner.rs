@@ -34,6 +34,8 @@ pub struct Loop<'l, 'a> {
     /// Steps already done (resuming).
     pub start_step: u64,
     pub prov: &'l dyn Fn(u64) -> Provenance,
+    /// The first replica's device and its memory at the start (for `run_end`).
+    pub memory: (&'l super::memory::DeviceMemory, &'l ggml_rs::Backend),
 }
 
 impl Loop<'_, '_> {
@@ -141,7 +143,8 @@ impl Loop<'_, '_> {
     fn end(&mut self, reason: &str, step: u64, loss: f32, code: i32) -> Result<()> {
         self.log.emit(
             "run_end",
-            json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": step, "final_loss": loss, "exit_code": code }),
+            json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": step, "final_loss": loss, "exit_code": code,
+                    "device_peak_bytes": self.memory.0.used_since_start(self.memory.1) }),
         )
     }
 }
@@ -271,7 +274,8 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     l.log.emit(
         "run_end",
         json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": done, "final_loss": last_loss, "val_loss": last_val,
-                "tokens_per_second": tps, "wall_seconds": wall, "exit_code": code }),
+                "tokens_per_second": tps, "wall_seconds": wall, "exit_code": code,
+                "device_peak_bytes": l.memory.0.used_since_start(l.memory.1) }),
     )?;
     let title = format!("{} — {} {}", l.run.id, cfg.model.arch.name(), cfg.preset.name());
     plot_run(l.run, &title, train_curve, val_curve)?;
