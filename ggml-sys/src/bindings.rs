@@ -2056,7 +2056,7 @@ unsafe extern "C" {
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_cross_entropy_loss_ids(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    pub fn ggml_cross_entropy_loss_ids(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, nc: i64) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_cross_entropy_loss_ids_back(
@@ -2064,6 +2064,7 @@ unsafe extern "C" {
         a: *mut ggml_tensor,
         b: *mut ggml_tensor,
         c: *mut ggml_tensor,
+        nc: i64,
     ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {

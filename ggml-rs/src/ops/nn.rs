@@ -259,6 +259,23 @@ impl Context {
     /// [`Error::Op`] on other types, a non-contiguous input, or a count of
     /// targets other than the number of rows.
     pub fn cross_entropy_loss_ids<'a>(&'a self, logits: Tensor<'a>, targets: Tensor<'a>) -> Result<Tensor<'a>> {
+        self.cross_entropy_loss_ids_ext(logits, targets, logits.ne()[0])
+    }
+
+    /// [`cross_entropy_loss_ids`](Self::cross_entropy_loss_ids) over the first
+    /// `n_classes` columns of `logits` `[ne0, rows]`: the columns from
+    /// `n_classes` on are padding (a vocabulary rounded up to a multiple of 128
+    /// so that the products around the head run aligned cuBLAS kernels). They
+    /// take no part in the softmax and get a zero gradient; targets must lie
+    /// below `n_classes` to count.
+    ///
+    /// # Errors
+    /// As [`cross_entropy_loss_ids`](Self::cross_entropy_loss_ids), and
+    /// [`Error::Op`] unless `0 < n_classes <= ne0`.
+    pub fn cross_entropy_loss_ids_ext<'a>(&'a self, logits: Tensor<'a>, targets: Tensor<'a>, n_classes: i64) -> Result<Tensor<'a>> {
+        if n_classes <= 0 || n_classes > logits.ne()[0] {
+            return Err(Error::op("cross_entropy_loss_ids", format!("{n_classes} classes for logits {}", shape_str(&logits))));
+        }
         need_dtype("cross_entropy_loss_ids", &logits, &[DType::F32])?;
         need_dtype("cross_entropy_loss_ids", &targets, &[DType::I32])?;
         for t in [&logits, &targets] {
@@ -272,7 +289,7 @@ impl Context {
             ));
         }
         // SAFETY: checked.
-        self.op("cross_entropy_loss_ids", |ctx| unsafe { sys::ggml_cross_entropy_loss_ids(ctx, logits.raw(), targets.raw()) })
+        self.op("cross_entropy_loss_ids", |ctx| unsafe { sys::ggml_cross_entropy_loss_ids(ctx, logits.raw(), targets.raw(), n_classes) })
     }
 }
 

@@ -85,6 +85,31 @@ impl Context {
         self.op("cont", |ctx| unsafe { sys::ggml_cont(ctx, a.raw()) })
     }
 
+    /// `a` with zeros appended: `pad[i]` more elements along dimension `i`
+    /// (`ggml_pad`); differentiable through our patch 0019 (the gradient is the
+    /// window of the result's gradient where `a` sits). f32, contiguous `a`.
+    ///
+    /// # Errors
+    /// [`Error::Op`] for another type, a non-contiguous `a`, or a negative or
+    /// overflowing size.
+    pub fn pad<'a>(&'a self, a: Tensor<'a>, pad: [i64; 4]) -> Result<Tensor<'a>> {
+        super::need_dtype("pad", &a, &[crate::DType::F32])?;
+        need_contiguous("pad", &a)?;
+        let ne = a.ne();
+        let mut out = [0i64; 4];
+        for i in 0..4 {
+            let n = ne.get(i).copied().unwrap_or(1);
+            out[i] = match n.checked_add(pad[i]) {
+                Some(v) if pad[i] >= 0 && pad[i] <= i32::MAX as i64 => v,
+                _ => return Err(Error::op("pad", format!("cannot pad {} by {pad:?}", shape_str(&a)))),
+            };
+        }
+        check_shape("pad", a.dtype(), &out)?;
+        let p: Vec<i32> = pad.iter().map(|&x| x as i32).collect();
+        // SAFETY: checked.
+        self.op("pad", |ctx| unsafe { sys::ggml_pad(ctx, a.raw(), p[0], p[1], p[2], p[3]) })
+    }
+
     /// A contiguous copy of `a` with shape `ne` (same element count; `ggml_cont_4d`).
     pub fn cont_nd<'a>(&'a self, a: Tensor<'a>, ne: &[i64]) -> Result<Tensor<'a>> {
         check_shape("cont_nd", a.dtype(), ne)?;

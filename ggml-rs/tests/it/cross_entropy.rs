@@ -144,3 +144,85 @@ fn refuses_bad_inputs() {
     assert!(ctx.cross_entropy_loss_ids(t, ok_ids).is_err());
     assert!(ctx.cross_entropy_loss_ids(logits, ok_ids).is_ok());
 }
+
+#[test]
+fn padding_columns_take_no_part() {
+    // The head padded to a multiple of 128 (toy's training graph): columns from
+    // n_classes on hold anything and get a zero gradient.
+    let (nv, pad, rows) = (1000usize, 24usize, 5usize);
+    let ne0 = nv + pad;
+    let mut r = rng(1720);
+    let logits = uniform(&mut r, ne0 * rows, -5.0, 5.0);
+    let mut targets: Vec<i32> = (0..rows).map(|_| r.random_range(0..nv) as i32).collect();
+    targets[2] = -1;
+    let valid: Vec<f64> = (0..rows).flat_map(|row| f64s(&logits[row * ne0..row * ne0 + nv])).collect();
+    let (want_loss, want_grad) = reference(&valid, &targets, nv);
+
+    let dev = cpu();
+    let ctx = Context::new(64).unwrap();
+    let x = ctx.new_tensor(DType::F32, &[ne0 as i64, rows as i64]).unwrap();
+    ctx.set_param(x).unwrap();
+    let ids = ctx.new_tensor(DType::I32, &[rows as i64]).unwrap();
+    ctx.allocate(&dev).unwrap();
+    x.write(&logits).unwrap();
+    ids.write(&targets).unwrap();
+    let loss = ctx.cross_entropy_loss_ids_ext(x, ids, nv as i64).unwrap().set_output();
+    let mut g = Graph::with_grads(&ctx, 64).unwrap();
+    g.build_backward(loss).unwrap();
+    let dx = g.grad(x).unwrap().set_output();
+    g.allocate(&backends(&dev)).unwrap();
+    g.reset_grads().unwrap();
+    g.compute().unwrap();
+    let (got_loss, got) = (loss.scalar().unwrap(), dx.read::<f32>().unwrap());
+    assert!((got_loss as f64 - want_loss).abs() / want_loss < 1e-6, "loss {got_loss} vs f64 {want_loss}");
+    for row in 0..rows {
+        assert!(got[row * ne0 + nv..(row + 1) * ne0].iter().all(|&v| v == 0.0), "padding of row {row} has a gradient");
+    }
+    let got_valid: Vec<f32> = (0..rows).flat_map(|row| got[row * ne0..row * ne0 + nv].to_vec()).collect();
+    assert!(norm_rel_err(&got_valid, &want_grad) < 1e-6);
+    assert!(ctx.cross_entropy_loss_ids_ext(x, ids, ne0 as i64 + 1).is_err());
+    assert!(ctx.cross_entropy_loss_ids_ext(x, ids, 0).is_err());
+}
+
+#[test]
+fn pad_has_a_gradient() {
+    // The padded head W_p = pad(W) (patch 0019), through a product and the loss.
+    let mut r = rng(1730);
+    let (k, nv, rows, extra) = (4usize, 13usize, 3usize, 3usize);
+    let w = rand_param(&mut r, &[k as i64, nv as i64], -2.0, 2.0);
+    let x = rand_param(&mut r, &[k as i64, rows as i64], -2.0, 2.0);
+    let targets: Vec<i32> = (0..rows).map(|_| r.random_range(0..nv) as i32).collect();
+    let tt = targets.clone();
+    grad_check(
+        "cross_entropy_loss_ids_ext(pad(W)·x)",
+        1730,
+        &[w, x],
+        &move |ctx, p| {
+            let ids = ctx.new_tensor(DType::I32, &[rows as i64]).unwrap();
+            ctx.allocate(&cpu()).unwrap();
+            ids.write(&tt).unwrap();
+            let wp = ctx.pad(p[0], [0, extra as i64, 0, 0]).unwrap(); // [k, nv + extra]
+            ctx.cross_entropy_loss_ids_ext(ctx.mul_mat(wp, p[1]).unwrap(), ids, nv as i64).unwrap()
+        },
+        &|xs| {
+            let mut logits = vec![0.0; nv * rows];
+            for row in 0..rows {
+                for v in 0..nv {
+                    logits[row * nv + v] = (0..k).map(|i| xs[0][v * k + i] * xs[1][row * k + i]).sum();
+                }
+            }
+            vec![reference(&logits, &targets, nv).0]
+        },
+    );
+    // pad alone, with padding in two dimensions: the gradient is the window.
+    let p = rand_param(&mut r, &[3, 2], -1.0, 1.0);
+    grad_check("pad [3, 2] by [2, 1, 0, 0]", 1731, &[p], &|ctx, p| ctx.pad(p[0], [2, 1, 0, 0]).unwrap(), &|xs| {
+        let mut out = vec![0.0; 5 * 3];
+        for j in 0..2 {
+            for i in 0..3 {
+                out[j * 5 + i] = xs[0][j * 3 + i];
+            }
+        }
+        out
+    });
+}

@@ -128,8 +128,13 @@ impl<'w> Gpt2<'w> {
         v
     }
 
-    /// Logits `[vocab, T, B]`.
-    pub fn forward<'a>(&self, ctx: &'a Context, x: Batch<'a>) -> Result<Tensor<'a>>
+    /// The output head `[d, vocab]`: the token table (tied).
+    pub fn head(&self) -> Tensor<'w> {
+        self.token_embd
+    }
+
+    /// The last hidden states `[d, T, B]`, normalized, before the head.
+    pub fn hidden<'a>(&self, ctx: &'a Context, x: Batch<'a>) -> Result<Tensor<'a>>
     where
         'w: 'a,
     {
@@ -148,7 +153,6 @@ impl<'w> Gpt2<'w> {
             let u = ctx.gelu(blk.ffn_up.forward(ctx, m)?)?; // [d_ff, T, B]
             h = ctx.add(h, blk.ffn_down.forward(ctx, u)?)?;
         }
-        let h = self.output_norm.forward(ctx, h, eps)?;
-        ctx.mul_mat(self.token_embd, h) // [vocab, T, B]
+        self.output_norm.forward(ctx, h, eps) // [d, T, B]
     }
 }

@@ -140,8 +140,14 @@ impl<'w> Llama<'w> {
         v
     }
 
-    /// Logits `[vocab, T, B]` (shapes annotated for d = d_model, H = heads).
-    pub fn forward<'a>(&self, ctx: &'a Context, x: Batch<'a>) -> Result<Tensor<'a>>
+    /// The output head `[d, vocab]` (the token table when tied).
+    pub fn head(&self) -> Tensor<'w> {
+        self.output.unwrap_or(self.token_embd)
+    }
+
+    /// The last hidden states `[d, T, B]`, normalized, before the head
+    /// (shapes annotated for d = d_model, H = heads).
+    pub fn hidden<'a>(&self, ctx: &'a Context, x: Batch<'a>) -> Result<Tensor<'a>>
     where
         'w: 'a,
     {
@@ -173,7 +179,6 @@ impl<'w> Llama<'w> {
             let g = ctx.swiglu_split(lin(4, m)?, lin(5, m)?)?; // [d_ff, T, B]
             h = ctx.add(h, lin(6, g)?)?;
         }
-        let h = ctx.mul(ctx.rms_norm(h, eps)?, self.output_norm)?;
-        ctx.mul_mat(self.output.unwrap_or(self.token_embd), h) // [vocab, T, B]
+        ctx.mul(ctx.rms_norm(h, eps)?, self.output_norm) // [d, T, B]
     }
 }

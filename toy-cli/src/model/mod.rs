@@ -228,9 +228,25 @@ impl<'w> Weights<'w> {
     where
         'w: 'a,
     {
+        ctx.mul_mat(self.head(), self.hidden(ctx, batch)?) // [vocab, T, B]
+    }
+
+    /// The normalized last hidden states f32 `[d, T, B]` (what the head reads).
+    pub fn hidden<'a>(&self, ctx: &'a Context, batch: Batch<'a>) -> ggml_rs::Result<Tensor<'a>>
+    where
+        'w: 'a,
+    {
         match self {
-            Weights::Llama(m) => m.forward(ctx, batch),
-            Weights::Gpt2(m) => m.forward(ctx, batch),
+            Weights::Llama(m) => m.hidden(ctx, batch),
+            Weights::Gpt2(m) => m.hidden(ctx, batch),
+        }
+    }
+
+    /// The output head f32 `[d, vocab]` (the token table when tied).
+    pub fn head(&self) -> Tensor<'w> {
+        match self {
+            Weights::Llama(m) => m.head(),
+            Weights::Gpt2(m) => m.head(),
         }
     }
 }

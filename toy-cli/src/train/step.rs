@@ -52,14 +52,25 @@ struct LossGraph<'a> {
     loss: Tensor<'a>,
 }
 
-fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b: usize) -> Result<LossGraph<'a>> {
+/// The head's rows are padded to a multiple of this when training (llm.c pads
+/// GPT-2's 50257 to 50304): with an odd leading dimension cuBLAS runs align-1
+/// kernels, 10× slower at GPT-2 124M.
+pub const HEAD_ROWS_MULTIPLE: i64 = 128;
+
+/// The loss of a batch of `b` sequences of `t` tokens. With `pad_head`, the
+/// head runs on `[d, Vp]`, its rows zero-padded to [`HEAD_ROWS_MULTIPLE`], and
+/// the loss ignores the padding columns (the logits are then `[Vp, T·B]`).
+fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b: usize, pad_head: bool) -> Result<LossGraph<'a>> {
     let v = w.config().vocab as i64;
     let n = (t * b) as i64;
     let tokens = ctx.new_tensor_1d(DType::I32, n)?.set_name("tokens")?.set_input();
     let targets = ctx.new_tensor_1d(DType::I32, n)?.set_name("targets")?.set_input();
-    let logits = w.forward(ctx, c.batch(ctx, tokens, t, b)?)?; // [V, T, B]
-    let logits = ctx.reshape(logits, &[v, n])?.set_name("logits")?; // [V, T·B]
-    let loss = ctx.cross_entropy_loss_ids(logits, targets)?.set_name("loss")?.set_output(); // [1]
+    let h = w.hidden(ctx, c.batch(ctx, tokens, t, b)?)?; // [d, T, B]
+    let h = ctx.reshape(h, &[h.ne()[0], n])?; // [d, T·B]: one product, not B
+    let vp = if pad_head { (v + HEAD_ROWS_MULTIPLE - 1) / HEAD_ROWS_MULTIPLE * HEAD_ROWS_MULTIPLE } else { v };
+    let head = if vp > v { ctx.pad(w.head(), [0, vp - v, 0, 0])? } else { w.head() }; // [d, Vp]
+    let logits = ctx.mul_mat(head, h)?.set_name("logits")?; // [Vp, T·B]
+    let loss = ctx.cross_entropy_loss_ids_ext(logits, targets, v)?.set_name("loss")?.set_output(); // [1]
     Ok(LossGraph { tokens, targets, logits, loss })
 }
 
@@ -126,7 +137,7 @@ impl<'a> TrainStep<'a> {
         accumulators: Option<&[Tensor<'a>]>,
         backends: &[Backend],
     ) -> Result<TrainStep<'a>> {
-        let lg = loss_graph(ctx, w, consts, t, b)?;
+        let lg = loss_graph(ctx, w, consts, t, b, true)?;
         let grad_mode = backends.first().map(MulMatGrad::for_backend).unwrap_or_default();
         let split = opt.skip_nonfinite || opt.grad_scale != 1.0;
         let mut graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
@@ -265,7 +276,7 @@ pub struct GradStep<'a> {
 impl<'a> GradStep<'a> {
     /// Build and allocate the graph for batches of `b` sequences of `t` tokens.
     pub fn new(ctx: &'a Context, w: &Weights<'a>, consts: &Consts<'a>, t: usize, b: usize, backends: &[Backend]) -> Result<GradStep<'a>> {
-        let lg = loss_graph(ctx, w, consts, t, b)?;
+        let lg = loss_graph(ctx, w, consts, t, b, false)?;
         lg.logits.set_output();
         let mut graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
         graph.set_mul_mat_grad(backends.first().map(MulMatGrad::for_backend).unwrap_or_default());
@@ -309,7 +320,7 @@ pub struct EvalStep<'a> {
 impl<'a> EvalStep<'a> {
     /// Build and allocate a loss graph for batches of `b` sequences of `t` tokens.
     pub fn new(ctx: &'a Context, w: &Weights<'a>, consts: &Consts<'a>, t: usize, b: usize, backends: &[Backend]) -> Result<EvalStep<'a>> {
-        let lg = loss_graph(ctx, w, consts, t, b)?;
+        let lg = loss_graph(ctx, w, consts, t, b, false)?;
         lg.logits.set_output();
         let mut graph = Graph::new(ctx, capacity(w.config().n_layers))?;
         graph.expand(lg.loss)?;
