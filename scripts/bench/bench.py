@@ -9,7 +9,12 @@ toy/PyTorch. PyTorch variants (--torch): eager or torch.compile, each with the
 explicit attention of scripts/parity/models.py or with
 F.scaled_dot_product_attention(is_causal=True) (nanoGPT's path). Precisions
 (--precisions): toy --matmul-precision highest|high against PyTorch
-torch.set_float32_matmul_precision("highest"|"high") (TF32 on CUDA).
+torch.set_float32_matmul_precision("highest"|"high") (TF32 on CUDA), and bf16:
+toy --dtype bf16 against PyTorch under autocast(bfloat16) with TF32 for the
+rest (nanoGPT's setting). PyTorch's AdamW is fused on CUDA (nanoGPT's).
+With --llmc PATH, llm.c's train_gpt2cu (bf16) runs beside them for GPT-2 124M
+(preset gpt2-124m, architecture gpt2, precision bf16): it needs its random
+token shards in --llmc-data (../shared/anchors/llmc_data.py writes them).
 
 toy runs as a subprocess (`toy debug bench`, which builds the step graph once
 and times steps after a warm-up); each PyTorch variant runs in a fresh Python
@@ -37,7 +42,12 @@ PRESETS = {
     "tiny": (128, 4, 344, 4, 64, 8),
     "small": (256, 8, 688, 6, 256, 32),
     "medium": (512, 8, 1376, 8, 512, 32),
+    "gpt2-124m": (768, 12, 3072, 12, 1024, 16),
+    "llama-124m": (768, 12, 2048, 12, 1024, 16),
 }
+# Presets that name their vocabulary and architecture (toy's config.rs).
+PRESET_VOCAB = {"gpt2-124m": 50257, "llama-124m": 50257}
+PRESET_ARCH = {"gpt2-124m": "gpt2", "llama-124m": "llama"}
 
 
 def torch_worker(args):
@@ -50,7 +60,7 @@ def torch_worker(args):
 
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
-    torch.set_float32_matmul_precision(args.precision)
+    torch.set_float32_matmul_precision("high" if args.precision == "bf16" else args.precision)
     dev = torch.device(args.device)
     d, h, f, n_layers, t, b = PRESETS[args.preset]
     if args.arch == "gpt2":
@@ -79,11 +89,13 @@ def torch_worker(args):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8, fused=dev.type == "cuda")
+    autocast = args.precision == "bf16"
 
     def step(tokens, targets):
         opt.zero_grad(set_to_none=True)
-        loss, _ = model.loss(tokens, targets)
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast):
+            loss, _ = model.loss(tokens, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -135,6 +147,25 @@ def gpu_lock(folder):
     return fh
 
 
+def run_llmc(args, preset):
+    """llm.c's train_gpt2cu on GPT-2 124M (`-e d12`, batch 16 x 1024, bf16, no cuDNN): median ms of
+    its steps after the warm-up, and its device memory (the "device memory usage" line)."""
+    import re
+
+    d, h, f, n_layers, t, b = PRESETS[preset]
+    n = args.warmup + args.steps
+    cmd = [args.llmc, "-i", f"{args.llmc_data}/train_*.bin", "-j", f"{args.llmc_data}/val_*.bin", "-e", f"d{n_layers}",
+           "-b", str(b), "-t", str(t), "-d", str(b * t), "-x", str(n), "-v", "100000", "-s", "0", "-n", "0", "-h", "0"]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=os.path.dirname(os.path.abspath(args.llmc)))
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    steps = [(int(m.group(1)), float(m.group(2))) for m in re.finditer(r"step\s+(\d+)/\d+ \|.*?\| *([0-9.]+) ms", out.stdout)]
+    times = [ms for s, ms in steps if s > args.warmup]
+    mem = re.search(r"device memory usage: (\d+) MiB", out.stdout)
+    return {"median_ms": statistics.median(times), "step_ms": times, "peak_bytes": int(mem.group(1)) * 2**20 if mem else 0,
+            "tokens_per_step": t * b}
+
+
 def run_json(cmd, env=None):
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
@@ -150,8 +181,10 @@ def main():
     ap.add_argument("--presets", default="smoke,small")
     ap.add_argument("--arch", default="llama", choices=["llama", "gpt2"], help="one architecture (see --archs)")
     ap.add_argument("--archs", help="comma list of architectures (overrides --arch)")
-    ap.add_argument("--vocab", type=int, default=4096)
-    ap.add_argument("--precisions", default="highest", help="comma list of highest, high")
+    ap.add_argument("--vocab", type=int, help="vocabulary (default: the preset's, else 4096)")
+    ap.add_argument("--precisions", default="highest", help="comma list of highest, high, bf16")
+    ap.add_argument("--llmc", help="llm.c's train_gpt2cu: a side for gpt2 / gpt2-124m / bf16")
+    ap.add_argument("--llmc-data", default="/tmp/llmc", help="llm.c's token shards (train_*.bin, val_*.bin)")
     ap.add_argument("--torch", default="eager", help="comma list of PyTorch variants: eager, eager-sdpa, compile, compile-sdpa")
     ap.add_argument("--compile", action="store_true", help="shorthand: add the compile variant")
     ap.add_argument("--reps", type=int, default=3, help="alternating repetitions of each side")
@@ -179,15 +212,27 @@ def main():
             sys.exit(f"bench: unknown PyTorch variant {v!r}")
     archs = (args.archs or args.arch).split(",")
     presets, precisions = args.presets.split(","), args.precisions.split(",")
-    sides = ["toy"] + [f"torch {v}" for v in variants]
+    all_sides = ["toy"] + [f"torch {v}" for v in variants] + (["llm.c"] if args.llmc else [])
+
+    def sides_for(arch, preset, prec):
+        return [s for s in all_sides if s != "llm.c" or (arch, preset, prec) == ("gpt2", "gpt2-124m", "bf16")]
+
+    def vocab(preset):
+        return args.vocab or PRESET_VOCAB.get(preset, 4096)
 
     def command(arch, preset, prec, side, extra=()):
         if side == "toy":
-            return [args.toy, "debug", "bench", "--preset", preset, "--arch", arch, "--vocab", str(args.vocab), "--steps", str(args.steps),
-                    "--warmup", str(args.warmup), "--device", args.device, "--threads", str(args.threads), "--matmul-precision", prec]
-        return [sys.executable, __file__, "--worker", "--preset", preset, "--arch", arch, "--vocab", str(args.vocab),
+            dtype = ["--dtype", "bf16", "--matmul-precision", "high"] if prec == "bf16" else ["--dtype", "f32", "--matmul-precision", prec]
+            return [args.toy, "debug", "bench", "--preset", preset, "--arch", arch, "--vocab", str(vocab(preset)), "--steps", str(args.steps),
+                    "--warmup", str(args.warmup), "--device", args.device, "--threads", str(args.threads), *dtype]
+        return [sys.executable, __file__, "--worker", "--preset", preset, "--arch", arch, "--vocab", str(vocab(preset)),
                 "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device, "--threads", str(args.threads),
                 "--variant", side.split(" ", 1)[1], "--precision", prec, *extra]
+
+    def run_side(arch, preset, prec, side, extra=()):
+        if side == "llm.c":
+            return run_llmc(args, preset)
+        return run_json(command(arch, preset, prec, side, extra))
 
     results = {}  # (arch, preset, prec, side) -> list of runs
 
@@ -198,13 +243,13 @@ def main():
 
     raw = []
     for arch in archs:
-        keys = [(arch, p, prec) for p in presets for prec in precisions]
-        if args.parallel_compile and any(s.startswith("torch compile") for s in sides):
+        keys = [(arch, p, prec) for p in presets for prec in precisions if PRESET_ARCH.get(p, arch) == arch]
+        if args.parallel_compile and any(s.startswith("torch compile") for s in all_sides):
             import tempfile
 
             for rep in range(args.reps):
                 folder = tempfile.mkdtemp(prefix="toy-bench-")
-                jobs = [(k + (s,)) for k in keys for s in sides if s.startswith("torch compile")]
+                jobs = [(k + (s,)) for k in keys for s in sides_for(*k) if s.startswith("torch compile")]
                 procs = [(j, subprocess.Popen(command(*j, extra=("--barrier", folder, "--n-barrier", str(len(jobs)))),
                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)) for j in jobs]
                 while len([f for f in os.listdir(folder) if f.startswith("ready-")]) < len(jobs):
@@ -212,10 +257,10 @@ def main():
                         break
                     time.sleep(0.5)
                 for k in keys:
-                    for s in sides:
+                    for s in sides_for(*k):
                         if not s.startswith("torch compile"):
                             lock = gpu_lock(folder)
-                            record(k + (s,), rep, run_json(command(*k, s)))
+                            record(k + (s,), rep, run_side(*k, s))
                             lock.close()
                 for j, p in procs:
                     out, err = p.communicate()
@@ -224,28 +269,33 @@ def main():
                     record(j, rep, json.loads(out.strip().splitlines()[-1]))
         else:
             for k in keys:
+                sides = sides_for(*k)
                 for rep in range(args.reps):
                     for s in (sides if rep % 2 == 0 else list(reversed(sides))):
-                        record(k + (s,), rep, run_json(command(*k, s)))
+                        record(k + (s,), rep, run_side(*k, s))
     rows = []
     for arch in archs:
         for preset in presets:
             for prec in precisions:
+                if PRESET_ARCH.get(preset, arch) != arch:
+                    continue
+                sides = sides_for(arch, preset, prec)
                 tokens = PRESETS[preset][4] * PRESETS[preset][5]
                 med, peak = {}, {}
                 for s in sides:
                     runs = results[(arch, preset, prec, s)]
                     med[s] = statistics.median([x for r in runs for x in r["step_ms"]])
-                    if s == "toy":
-                        peak[s] = max((sum(r["compute_bytes"].values()) + r["weights_bytes"]) if args.device == "cuda" else r["peak_rss_bytes"]
-                                      for r in runs)
+                    if s == "toy" and args.device == "cuda":
+                        peak[s] = max(r.get("device_peak_bytes") or (sum(r["compute_bytes"].values()) + r["weights_bytes"]) for r in runs)
+                    elif s == "toy":
+                        peak[s] = max(r["peak_rss_bytes"] for r in runs)
                     else:
                         peak[s] = max(r["peak_bytes"] for r in runs)
                 for s in sides:
                     rows.append((arch, preset, prec, s, med[s], tokens / med[s] * 1e3, peak[s] / 2**20, med["toy"] / med[s] if s != "toy" else None))
-    print(f"\n{'arch':<6} {'preset':<8} {'precision':<9} {'side':<20} {'median ms':>10} {'tokens/s':>12} {'peak MiB':>10} {'toy/this':>9}")
+    print(f"\n{'arch':<6} {'preset':<10} {'precision':<9} {'side':<20} {'median ms':>10} {'tokens/s':>12} {'peak MiB':>10} {'toy/this':>9}")
     for a, p, prec, s, m, tps, mib, ratio in rows:
-        print(f"{a:<6} {p:<8} {prec:<9} {s:<20} {m:>10.2f} {tps:>12.0f} {mib:>10.0f} {'' if ratio is None else f'{ratio:>9.3f}'}")
+        print(f"{a:<6} {p:<10} {prec:<9} {s:<20} {m:>10.2f} {tps:>12.0f} {mib:>10.0f} {'' if ratio is None else f'{ratio:>9.3f}'}")
     if args.json_out:
         with open(args.json_out, "w") as fh:
             json.dump({"device": args.device, "threads": args.threads, "archs": archs, "vocab": args.vocab, "runs": raw}, fh, indent=1)

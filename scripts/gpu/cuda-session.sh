@@ -160,6 +160,64 @@ stage_triage() {
   cd "$OLDPWD"
 }
 stage_parity_quick() { parity "llama small 100 highest"; }
+
+# --- GPT-2 124M (issue 20) ---
+# The ggml-rs tests of the cross-entropy op on CUDA (also part of `tests`).
+stage_tests_ce() {
+  for t in "$C"/tests/*; do
+    TOY_TEST_DEVICE=cuda timeout 120 "$t" cross_entropy --nocapture 2>&1 | grep -E "rel err|^test |test result" | tee -a "$OUT/tests-ce.log"
+  done
+}
+# toy alone at GPT-2 124M and llama-124m: bf16 and TF32, and vocabulary 8192 against 50257.
+stage_bench_124m_toy() {
+  local p a v d
+  for p in "gpt2-124m gpt2" "llama-124m llama"; do
+    set -- $p
+    for d in "--dtype bf16" "--dtype f32 --matmul-precision high"; do
+      for v in 50257 8192; do
+        timeout 150 $T debug bench --preset $1 --vocab $v --device cuda --steps 10 --warmup 3 $d > /tmp/b.json 2> /tmp/b.err || { echo "$1 $v $d failed"; tail -5 /tmp/b.err; continue; }
+        tee -a "$OUT/bench-124m-toy.jsonl" < /tmp/b.json | python3 -c "import json,sys; d=json.load(sys.stdin); print('$1', 'vocab', d['vocab'], d['dtype'], d['matmul_precision'], 'median ms', round(d['median_ms'],2), 'device MiB', (d['device_peak_bytes'] or 0)>>20, 'fallbacks', len(d['cpu_fallbacks']), 'loss', round(d['last_loss'],3))"
+      done
+    done
+  done
+}
+# ncu top-15 of one GPT-2 124M step (NCU_DTYPE: bf16 or f32).
+stage_ncu_124m() {
+  local dt=${NCU_DTYPE:-bf16}
+  GGML_CUDA_DISABLE_GRAPHS=1 timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv     $T debug bench --preset gpt2-124m --device cuda --steps 1 --warmup 0 --dtype $dt > "$OUT/ncu-gpt2-124m-$dt.csv" 2> "$OUT/ncu-gpt2-124m-$dt.err"
+  echo "== ncu gpt2-124m $dt (rc=$?)"
+  python3 scripts/gpu/ncu_top.py "$OUT/ncu-gpt2-124m-$dt.csv" --top 15 | tee "$OUT/ncu-gpt2-124m-$dt.md"
+  gzip -f "$OUT"/ncu-*.csv
+}
+# llm.c's train_gpt2cu from the carried anchor ($C/anchors), with the CUDA 13 fix of its notes.
+LLMC=/tmp/llmc/train_gpt2cu
+stage_llmc_build() {
+  [ -x $LLMC ] && return
+  mkdir -p /tmp/llmc && tar xzf "$C"/anchors/llm.c-*.tar.gz -C /tmp/llmc
+  sed -i 's/cudaMemAdvise(\*out, bytes, cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)/cudaMemAdvise(*out, bytes, cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})/' /tmp/llmc/llmc/cuda_utils.cuh
+  (cd /tmp/llmc && make train_gpt2cu USE_CUDNN=0 NO_MULTI_GPU=1 NO_USE_MPI=1 GPU_COMPUTE_CAPABILITY=90 > "$OUT/llmc-build.log" 2>&1) || tail -20 "$OUT/llmc-build.log"
+  python3 "$C"/anchors/llmc_data.py /tmp/llmc-data > /dev/null
+  ls -la $LLMC
+}
+# GPT-2 124M side by side: toy, PyTorch (nanoGPT-style, SDPA, fused AdamW) and llm.c.
+stage_bench_124m() {
+  stage_llmc_build
+  bench 124m --archs gpt2,llama --presets gpt2-124m,llama-124m --precisions bf16,high --torch eager-sdpa,compile-sdpa --reps 1 \
+    --steps 10 --warmup 3 --parallel-compile --llmc $LLMC --llmc-data /tmp/llmc-data
+}
+# Small and medium at bf16 against PyTorch bf16 (eager and compile, SDPA).
+stage_bench_bf16() {
+  bench bf16 --presets small,medium --precisions bf16 --torch ${BF16_TORCH:-eager-sdpa,compile-sdpa} --reps 1 --steps 10 --warmup 3 --parallel-compile
+}
+# Parity at f32 on CUDA, and the 200-step loss curve at bf16 against PyTorch autocast.
+stage_parity_124m() {
+  parity "llama small 100 highest" "gpt2 small 100 highest"
+  for a in llama gpt2; do
+    timeout 400 python3 scripts/parity/parity.py --toy $T --arch $a --preset small --steps 200 --matmul-precision high --dtype bf16 \
+      --corpus data/default-corpus.txt --device cuda --torch-device cuda --work /tmp/parity-$a-bf16 > "$OUT/parity-$a-small-bf16.txt" 2> "$OUT/parity-$a-small-bf16.err"
+    echo "== parity $a small 200 bf16 (rc=$?)"; grep -E "loss|FAIL" "$OUT/parity-$a-small-bf16.txt" | head -5
+  done
+}
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do

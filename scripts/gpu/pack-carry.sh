@@ -4,7 +4,7 @@
 # toy and the shared ggml libraries from dist/ (DIST, stripped), the ggml-rs
 # test binaries from dist/tests, a CUDA module built elsewhere
 # (MODULE=path/libggml-cuda.so, compressed) and the gguf wheel for Python
-# (.whl/ or downloaded here).
+# (.whl/ or downloaded here), and the benchmark anchors (llm.c).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 c=${CARRY_DIR:-.devcarry}
@@ -17,4 +17,7 @@ for l in libggml.so.0 libggml-base.so.0 libggml-cpu.so; do cp -L "$d/$l" "$c/"; 
 if [ -n "${MODULE:-}" ]; then xz -T0 -6 -c "$MODULE" > "$c/libggml-cuda.so.xz"; fi
 ls .whl/gguf-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps --only-binary=:all: -d .whl gguf
 cp .whl/gguf-*.whl "$c/whl/"
+# Other projects' programs to benchmark against (never committed): ANCHORS (default ../shared/anchors).
+a=${ANCHORS:-../shared/anchors}
+if [ -d "$a" ]; then mkdir -p "$c/anchors" && cp "$a"/*.tar.gz "$a"/*.py "$c/anchors/"; fi
 du -sh "$c" && du -sh "$c"/* | sort -h | tail -5
