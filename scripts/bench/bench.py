@@ -286,7 +286,8 @@ def main():
                     runs = results[(arch, preset, prec, s)]
                     med[s] = statistics.median([x for r in runs for x in r["step_ms"]])
                     if s == "toy" and args.device == "cuda":
-                        peak[s] = max(r.get("device_peak_bytes") or (sum(r["compute_bytes"].values()) + r["weights_bytes"]) for r in runs)
+                        # ggml's buffers (weights, moments, compute); the CUDA pool's temporaries come on top
+                        peak[s] = max(r.get("device_buffers_bytes") or (sum(r["compute_bytes"].values()) + r["weights_bytes"]) for r in runs)
                     elif s == "toy":
                         peak[s] = max(r["peak_rss_bytes"] for r in runs)
                     else:

@@ -176,7 +176,7 @@ stage_bench_124m_toy() {
     for d in "--dtype bf16" "--dtype f32 --matmul-precision high"; do
       for v in 50257 8192; do
         timeout 150 $T debug bench --preset $1 --vocab $v --device cuda --steps 10 --warmup 3 $d > /tmp/b.json 2> /tmp/b.err || { echo "$1 $v $d failed"; tail -5 /tmp/b.err; continue; }
-        tee -a "$OUT/bench-124m-toy.jsonl" < /tmp/b.json | python3 -c "import json,sys; d=json.load(sys.stdin); print('$1', 'vocab', d['vocab'], d['dtype'], d['matmul_precision'], 'median ms', round(d['median_ms'],2), 'device MiB', (d['device_peak_bytes'] or 0)>>20, 'fallbacks', len(d['cpu_fallbacks']), 'loss', round(d['last_loss'],3))"
+        tee -a "$OUT/bench-124m-toy.jsonl" < /tmp/b.json | python3 -c "import json,sys; d=json.load(sys.stdin); print('$1', 'vocab', d['vocab'], d['dtype'], d['matmul_precision'], 'median ms', round(d['median_ms'],2), 'buffers MiB', d['device_buffers_bytes']>>20, 'fallbacks', len(d['cpu_fallbacks']), 'loss', round(d['last_loss'],3))"
       done
     done
   done

@@ -109,7 +109,8 @@ fn bench(a: &BenchArgs) -> Result<()> {
             "step_ms": times, "median_ms": med, "tokens_per_step": t * b,
             "tokens_per_s": (t * b) as f64 / (med / 1e3).max(1e-12),
             "weights_bytes": wctxs[0].allocated_bytes(), "compute_bytes": buffers, "peak_rss_bytes": peak_rss(),
-            "device_peak_bytes": memory.used_since_start(&backends[0][0]),
+            "device_buffers_bytes": wctxs[0].allocated_bytes() + crate::train::memory::compute_bytes(&backends[0][0], graph),
+            "device_used_bytes": memory.used_since_start(&backends[0][0]),
             "n_splits": graph.n_splits(), "cpu_fallbacks": fallbacks, "last_loss": last,
         })
     )

@@ -1,6 +1,9 @@
 //! Device memory of a training run, for `run_start`, `run_end` and `toy debug
-//! bench`: what ggml's buffers hold, and what the device says this process
-//! took since its backend started.
+//! bench`: what ggml's buffers hold (weights, optimizer moments and the step's
+//! compute buffer: the peak, less ggml's CUDA pool of temporaries such as bf16
+//! copies of product operands), and how much more of the device is in use than
+//! when the backend started (the whole device's count: other processes on the
+//! same GPU move it).
 
 use ggml_rs::{Backend, Context, DeviceKind, Graph};
 use serde_json::{json, Value};
@@ -28,18 +31,25 @@ impl DeviceMemory {
         Some(used(backend)?.saturating_sub(self.base_used?))
     }
 
-    /// `{weights_bytes, compute_bytes, device_used_bytes}`: the weights'
-    /// context (weights, optimizer moments, accumulators), the compute buffers
-    /// of `graph` on `backend`'s device, and [`used_since_start`](Self::used_since_start).
+    /// `{weights_bytes, compute_bytes, buffers_bytes, device_used_bytes}`:
+    /// the weights' context (weights, optimizer moments, accumulators), the
+    /// compute buffers of `graph` on `backend`'s device, their sum, and
+    /// [`used_since_start`](Self::used_since_start).
     pub fn report(&self, backend: &Backend, weights: &Context, graph: &Graph<'_>) -> Value {
-        let name = backend.name();
-        let compute: usize = graph.buffer_sizes().into_iter().filter(|(b, _)| *b == name).map(|(_, s)| s).sum();
+        let compute = compute_bytes(backend, graph);
         json!({
             "weights_bytes": weights.allocated_bytes(),
             "compute_bytes": compute,
+            "buffers_bytes": weights.allocated_bytes() + compute,
             "device_used_bytes": self.used_since_start(backend),
         })
     }
+}
+
+/// Bytes of `graph`'s compute buffers on `backend`'s device.
+pub fn compute_bytes(backend: &Backend, graph: &Graph<'_>) -> usize {
+    let name = backend.name();
+    graph.buffer_sizes().into_iter().filter(|(b, _)| *b == name).map(|(_, s)| s).sum()
 }
 
 fn used(backend: &Backend) -> Option<usize> {

@@ -144,7 +144,7 @@ impl Loop<'_, '_> {
         self.log.emit(
             "run_end",
             json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": step, "final_loss": loss, "exit_code": code,
-                    "device_peak_bytes": self.memory.0.used_since_start(self.memory.1) }),
+                    "device_used_bytes": self.memory.0.used_since_start(self.memory.1) }),
         )
     }
 }
@@ -275,7 +275,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         "run_end",
         json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": done, "final_loss": last_loss, "val_loss": last_val,
                 "tokens_per_second": tps, "wall_seconds": wall, "exit_code": code,
-                "device_peak_bytes": l.memory.0.used_since_start(l.memory.1) }),
+                "device_used_bytes": l.memory.0.used_since_start(l.memory.1) }),
     )?;
     let title = format!("{} — {} {}", l.run.id, cfg.model.arch.name(), cfg.preset.name());
     plot_run(l.run, &title, train_curve, val_curve)?;

@@ -57,9 +57,10 @@ struct LossGraph<'a> {
 /// kernels, 10× slower at GPT-2 124M.
 pub const HEAD_ROWS_MULTIPLE: i64 = 128;
 
-/// The loss of a batch of `b` sequences of `t` tokens. With `pad_head`, the
-/// head runs on `[d, Vp]`, its rows zero-padded to [`HEAD_ROWS_MULTIPLE`], and
-/// the loss ignores the padding columns (the logits are then `[Vp, T·B]`).
+/// The loss of a batch of `b` sequences of `t` tokens. With `pad_head` and an
+/// f32 head, the head runs on `[d, Vp]`, its rows zero-padded to
+/// [`HEAD_ROWS_MULTIPLE`], and the loss ignores the padding columns (the
+/// logits are then `[Vp, T·B]`).
 fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b: usize, pad_head: bool) -> Result<LossGraph<'a>> {
     let v = w.config().vocab as i64;
     let n = (t * b) as i64;
@@ -67,6 +68,8 @@ fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b
     let targets = ctx.new_tensor_1d(DType::I32, n)?.set_name("targets")?.set_input();
     let h = w.hidden(ctx, c.batch(ctx, tokens, t, b)?)?; // [d, T, B]
     let h = ctx.reshape(h, &[h.ne()[0], n])?; // [d, T·B]: one product, not B
+                                              // An f16 or quantized head (a frozen base under LoRA) is read as it is.
+    let pad_head = pad_head && w.head().dtype() == DType::F32;
     let vp = if pad_head { (v + HEAD_ROWS_MULTIPLE - 1) / HEAD_ROWS_MULTIPLE * HEAD_ROWS_MULTIPLE } else { v };
     let head = if vp > v { ctx.pad(w.head(), [0, vp - v, 0, 0])? } else { w.head() }; // [d, Vp]
     let logits = ctx.mul_mat(head, h)?.set_name("logits")?; // [Vp, T·B]

@@ -10,6 +10,7 @@ mod finetune;
 mod hostile;
 mod model;
 mod parallel;
+mod precision;
 mod prep_inputs;
 mod reliability;
 mod reliability3_data;

@@ -1,0 +1,84 @@
+//! `--dtype`, the 124M presets and the memory figures of a run, through the
+//! binary (CPU only here: bf16 needs CUDA and is refused on the CPU).
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn toy(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toy")).args(args).current_dir(dir).env_remove("TOY_RUN_ID").output().unwrap()
+}
+
+fn fails(o: &Output, cmd: &str, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "toy {cmd}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with(&format!("toy {cmd}: ")) && err.contains(needle), "{err:?} lacks {needle:?}");
+}
+
+fn events(run: &Path) -> Vec<Value> {
+    std::fs::read_to_string(run.join("events.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[test]
+fn dtype_is_recorded_and_bf16_needs_cuda() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let quick = ["train", "--preset", "smoke", "--threads", "1", "--steps", "2", "--eval-every", "0"];
+    fails(&toy(t, &[&quick[..], &["--dtype", "bf16", "--out", "a"]].concat()), "train", "--dtype bf16 needs CUDA");
+    assert!(!t.join("a").exists(), "a refused run leaves no folder");
+    fails(&toy(t, &[&quick[..], &["--dtype", "f16", "--out", "a"]].concat()), "train", "f16");
+
+    let o = toy(t, &[&quick[..], &["--out", "r"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let config = std::fs::read_to_string(t.join("r/config.toml")).unwrap();
+    assert!(config.contains("dtype = \"f32\""), "{config}");
+    let ev = events(&t.join("r"));
+    let start = ev.iter().find(|e| e["kind"] == "run_start").unwrap();
+    assert_eq!(start["config"]["dtype"], "f32");
+    let m = &start["memory"];
+    let (w, c, b) = (m["weights_bytes"].as_u64().unwrap(), m["compute_bytes"].as_u64().unwrap(), m["buffers_bytes"].as_u64().unwrap());
+    assert!(w > 0 && c > 0 && b == w + c, "{m}");
+    assert!(m["device_used_bytes"].is_null(), "the CPU reports no device memory: {m}");
+    let end = ev.iter().find(|e| e["kind"] == "run_end").unwrap();
+    assert!(end.get("device_used_bytes").is_some(), "{end}");
+
+    // --resume keeps the run's dtype and refuses bf16 on the CPU.
+    fails(&toy(t, &["train", "--resume", "r", "--steps", "3", "--dtype", "bf16"]), "train", "--dtype bf16 needs CUDA");
+    let o = toy(t, &["train", "--resume", "r", "--steps", "3", "--threads", "1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read_to_string(t.join("r/config.toml")).unwrap().contains("dtype = \"f32\""));
+
+    // A config.toml from before --dtype (no key) resumes as f32.
+    let old: String = std::fs::read_to_string(t.join("r/config.toml"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with("dtype"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(t.join("r/config.toml"), old).unwrap();
+    let o = toy(t, &["train", "--resume", "r", "--steps", "4", "--threads", "1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn presets_at_real_scale() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let help = String::from_utf8(toy(t, &["train", "--help"]).stdout).unwrap();
+    assert!(help.contains("gpt2-124m") && help.contains("llama-124m"), "{help}");
+    fails(&toy(t, &["train", "--preset", "gpt2-124m", "--arch", "llama", "--out", "a"]), "train", "is a gpt2 model");
+    fails(&toy(t, &["debug", "bench", "--preset", "llama-124m", "--arch", "gpt2"]), "debug", "is a llama model");
+    // The preset's model (124M parameters) on a short batch: GPT-2's architecture and vocabulary.
+    let o = toy(
+        t,
+        &["debug", "bench", "--preset", "gpt2-124m", "--batch", "1", "--context", "8", "--steps", "1", "--warmup", "0", "--threads", "1"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((d["arch"].as_str(), d["vocab"].as_u64(), d["dtype"].as_str()), (Some("gpt2"), Some(50257), Some("f32")));
+    assert!(d["device_buffers_bytes"].as_u64().unwrap() > 0);
+    // Loss near ln(50257) at the start (random weights of std 0.02).
+    let loss = d["last_loss"].as_f64().unwrap();
+    assert!((loss - (50257f64).ln()).abs() < 0.5, "loss {loss}");
+}
