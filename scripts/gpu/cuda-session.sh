@@ -168,6 +168,10 @@ stage_tests_ce() {
     TOY_TEST_DEVICE=cuda timeout 120 "$t" cross_entropy --nocapture 2>&1 | grep -E "rel err|^test |test result" | tee -a "$OUT/tests-ce.log"
   done
 }
+# The cross-entropy op on CUDA against PyTorch's F.cross_entropy(ignore_index=-1).
+stage_ce_parity() {
+  python3 scripts/parity/cross_entropy.py --bin "$C"/examples/cross_entropy --device cuda | tee "$OUT/ce-parity.txt"
+}
 # toy alone at GPT-2 124M and llama-124m: bf16 and TF32, and vocabulary 8192 against 50257.
 stage_bench_124m_toy() {
   local p a v d

@@ -14,6 +14,7 @@ mkdir -p .git/info; grep -qx "/$c/" .git/info/exclude 2>/dev/null || echo "/$c/"
 cp "$d/toy" "$c/" && strip "$c/toy"
 for l in libggml.so.0 libggml-base.so.0 libggml-cpu.so; do cp -L "$d/$l" "$c/"; done
 [ -d "$d/tests" ] && cp "$d"/tests/* "$c/tests/"
+[ -d "$d/examples" ] && mkdir -p "$c/examples" && cp "$d"/examples/* "$c/examples/"
 if [ -n "${MODULE:-}" ]; then xz -T0 -6 -c "$MODULE" > "$c/libggml-cuda.so.xz"; fi
 ls .whl/gguf-*.whl >/dev/null 2>&1 || python3 -m pip download -q --no-deps --only-binary=:all: -d .whl gguf
 cp .whl/gguf-*.whl "$c/whl/"

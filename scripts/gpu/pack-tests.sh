@@ -11,4 +11,7 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get('reason') == 'compiler-artifact' and m.get('executable') and m['target']['kind'] == ['test']:
         print(m['executable'])" | while read -r exe; do cp "$exe" dist/tests/; strip "dist/tests/$(basename "$exe")"; done
-ls -la dist/tests
+# The cross-entropy example, for scripts/parity/cross_entropy.py on the GPU.
+cargo build --release --locked -p toy-ggml --features dynamic --example cross_entropy 2>/dev/null
+mkdir -p dist/examples && cp "$CARGO_TARGET_DIR/release/examples/cross_entropy" dist/examples/ && strip dist/examples/cross_entropy
+ls -la dist/tests dist/examples
