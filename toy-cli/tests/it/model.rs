@@ -200,7 +200,7 @@ fn check_padded_head(arch: Arch) {
     let (tokens, targets) = flat(&sequences(cfg.vocab, T, B, 2));
 
     let gctx = Context::new(capacity(cfg.n_layers)).unwrap();
-    let mut gs = GradStep::new(&gctx, &w, &consts, T, B, &[be.clone()]).unwrap();
+    let mut gs = GradStep::new(&gctx, &w, &consts, T, B, std::slice::from_ref(&be)).unwrap();
     let want_loss = gs.compute(&tokens, &targets).unwrap();
     let grads: Vec<Vec<f32>> = params.iter().map(|&p| gs.grad(p).unwrap().read::<f32>().unwrap()).collect();
     let before: Vec<Vec<f32>> = params.iter().map(|p| p.read::<f32>().unwrap()).collect();
