@@ -245,8 +245,9 @@ pub struct TrainArgs {
     /// no effect on the CPU.
     #[arg(long = "matmul-precision", value_enum)]
     pub matmul_precision: Option<crate::config::MatmulPrecision>,
-    /// Step precision, PyTorch autocast's: bf16 (every matrix product in bf16
-    /// with f32 accumulation; weights, gradients, optimizer state, norms,
+    /// Step precision, PyTorch autocast's: bf16 (matrix products with bf16
+    /// inputs and f32 accumulation, except those that only read the attention
+    /// scores, which stay TF32; weights, gradients, optimizer state, norms,
     /// softmax and the loss in f32; CUDA only) or f32. Default: bf16 on CUDA,
     /// f32 elsewhere; --resume keeps the run's.
     #[arg(long, value_enum)]

@@ -103,10 +103,12 @@ impl MatmulPrecision {
 }
 
 /// The precision of a training step (`--dtype`), with PyTorch autocast's
-/// semantics: with `bf16` every matrix product (forward and backward) takes
-/// bf16 inputs and accumulates and returns f32 (ggml patch 0018 on CUDA);
-/// weights, gradients, AdamW moments, norms, softmax, cross-entropy and the
-/// loss stay f32, and checkpoints are f32.
+/// semantics: with `bf16` the matrix products (forward and backward) take
+/// bf16 inputs and accumulate and return f32 (ggml patch 0018 on CUDA; the
+/// products that only read the `[T, T]` attention scores stay TF32, where the
+/// conversion would cost more than it saves); weights, gradients, AdamW
+/// moments, norms, softmax, cross-entropy and the loss stay f32, and
+/// checkpoints are f32.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Dtype {
