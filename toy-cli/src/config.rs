@@ -22,9 +22,10 @@ pub enum Preset {
     #[value(name = "gpt2-124m")]
     #[serde(rename = "gpt2-124m")]
     Gpt2_124m,
-    /// A llama of GPT-2 124M's size and cost per token: d 768, 12 heads, d_ff
+    /// A llama of GPT-2 124M's shape and cost per token: d 768, 12 heads, d_ff
     /// 2048 (SwiGLU: the same 4.7M weights per layer as GPT-2's 3072-wide MLP),
-    /// 12 layers, context 1024, batch 16, a BPE of 50257 ids.
+    /// 12 layers, context 1024, batch 16, a BPE of 50257 ids; 162M parameters
+    /// with llama's untied head (124M with --tied).
     #[value(name = "llama-124m")]
     #[serde(rename = "llama-124m")]
     Llama124m,
@@ -152,7 +153,7 @@ impl Dtype {
     pub fn check_device(self, device: &str) -> Result<()> {
         if self == Dtype::Bf16 && Dtype::default_for(device) != Dtype::Bf16 {
             return Err(input(format!(
-                "--dtype bf16 needs CUDA devices (--device {device}): ggml has no faster bf16 matrix product on this device; use --dtype f32"
+                "dtype bf16 (from --dtype, toy.toml or the run's config.toml) needs CUDA devices, not --device {device}: ggml has no faster bf16 matrix product there; use --dtype f32"
             )));
         }
         Ok(())

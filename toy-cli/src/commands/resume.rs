@@ -83,7 +83,7 @@ pub fn corpus(cfg: &TrainConfig, ck: &Path) -> Result<Corpus> {
         Some(tok) => super::finetune::corpus(Some(path), &tok, cfg.model.vocab, &cfg.text_field),
         None if cfg.recipe == "finetune" => Err(input(format!("{}: no tokenizer to read the corpus with", ck.display()))),
         // Token ids (toy's .bin/.txt files): no tokenizer to keep.
-        None => load_training_corpus(Some(path), Some(cfg.model.vocab), &cfg.text_field),
+        None => load_training_corpus(Some(path), Some(cfg.model.vocab), None, &cfg.text_field),
     }
 }
 

@@ -129,7 +129,12 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     let preset = a.preset.unwrap_or(Preset::Tiny);
     let arch = match (a.arch, preset.arch()) {
         (Some(x), Some(p)) if x != p => {
-            return Err(input(format!("--preset {} is a {} model; it cannot take --arch {}", preset.name(), p.name(), x.name())))
+            return Err(input(format!(
+                "--preset {} is a {} model; it cannot take arch {} (from --arch or toy.toml)",
+                preset.name(),
+                p.name(),
+                x.name()
+            )))
         }
         (x, p) => x.or(p).unwrap_or(Arch::Llama),
     };
@@ -224,9 +229,11 @@ pub fn run_dir(out: Option<&PathBuf>, arch: Arch, restart: bool) -> Result<RunDi
     Ok(run)
 }
 
-/// Load the corpus at `path` (the built-in one when `None`); `vocab` sizes the
-/// BPE trained for raw text, or bounds the ids of id files.
-pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, text_field: &str) -> Result<Corpus> {
+/// Load the corpus at `path` (the built-in one when `None`); `vocab`
+/// (`--vocab-size`) sizes the BPE trained for raw text, or bounds the ids of id
+/// files; `bpe_default` (a preset's vocabulary) sizes that BPE when `vocab` is
+/// not given, and nothing else (a prepared corpus or id file keeps its ids).
+pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, bpe_default: Option<usize>, text_field: &str) -> Result<Corpus> {
     match path {
         None => default_corpus(),
         Some(p) if p.as_os_str() == "<embedded>" || p.as_os_str().is_empty() => default_corpus(),
@@ -235,7 +242,7 @@ pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, text_fiel
                 return Err(input("--vocab-size must be at least 1"));
             }
             let text = TextOptions {
-                bpe_vocab_size: vocab.unwrap_or(TextOptions::default().bpe_vocab_size),
+                bpe_vocab_size: vocab.or(bpe_default).unwrap_or(TextOptions::default().bpe_vocab_size),
                 text_field: text_field.to_string(),
                 ..Default::default()
             };
@@ -244,9 +251,10 @@ pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, text_fiel
             if let Some(v) = vocab.filter(|&v| prepared && v != c.vocab_size) {
                 return Err(input(format!("--vocab-size {v} contradicts {}, prepared with {} ids", p.display(), c.vocab_size)));
             }
-            if let Some(v) = vocab.filter(|&v| !prepared && c.tokenizer.is_some() && c.vocab_size < v) {
+            if let Some(v) = vocab.or(bpe_default).filter(|&v| !prepared && c.tokenizer.is_some() && c.vocab_size < v) {
+                let what = if vocab.is_some() { "--vocab-size" } else { "the preset" };
                 eprintln!(
-                    "note: the BPE trained on {} has {} ids, fewer than the {v} of --vocab-size: the text has too few repeated pairs",
+                    "note: the BPE trained on {} has {} ids, fewer than the {v} of {what}: the text has too few repeated pairs",
                     p.display(),
                     c.vocab_size
                 );
@@ -467,10 +475,10 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if recipe == Recipe::FromScratch && a.train_table && a.donor_width.is_none() {
         return Err(input("--train-table applies to a projection lens (toy train warm-start ..., or --donor-width)"));
     }
-    let vocab = a.vocab_size.or(a.preset.and_then(Preset::vocab));
+    let (vocab, bpe_default) = (a.vocab_size, a.preset.and_then(Preset::vocab));
     let (path, field) = (a.corpus.clone(), a.text_field.clone().unwrap_or_else(|| "text".into()));
     let corpus = crate::signals::interruptible(opts.stop.as_deref(), "reading the corpus", move || {
-        load_training_corpus(path.as_deref(), vocab, &field)
+        load_training_corpus(path.as_deref(), vocab, bpe_default, &field)
     })?;
     let mut a = a.clone();
     let donor = if recipe == Recipe::WarmStart { Some(warm_start_donor(&mut a, &corpus)?) } else { None };

@@ -25,7 +25,11 @@ fn dtype_is_recorded_and_bf16_needs_cuda() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     let quick = ["train", "--preset", "smoke", "--threads", "1", "--steps", "2", "--eval-every", "0"];
-    fails(&toy(t, &[&quick[..], &["--dtype", "bf16", "--out", "a"]].concat()), "train", "--dtype bf16 needs CUDA");
+    fails(
+        &toy(t, &[&quick[..], &["--dtype", "bf16", "--out", "a"]].concat()),
+        "train",
+        "dtype bf16 (from --dtype, toy.toml or the run's config.toml) needs CUDA",
+    );
     assert!(!t.join("a").exists(), "a refused run leaves no folder");
     fails(&toy(t, &[&quick[..], &["--dtype", "f16", "--out", "a"]].concat()), "train", "f16");
 
@@ -44,7 +48,11 @@ fn dtype_is_recorded_and_bf16_needs_cuda() {
     assert!(end.get("device_used_bytes").is_some(), "{end}");
 
     // --resume keeps the run's dtype and refuses bf16 on the CPU.
-    fails(&toy(t, &["train", "--resume", "r", "--steps", "3", "--dtype", "bf16"]), "train", "--dtype bf16 needs CUDA");
+    fails(
+        &toy(t, &["train", "--resume", "r", "--steps", "3", "--dtype", "bf16"]),
+        "train",
+        "dtype bf16 (from --dtype, toy.toml or the run's config.toml) needs CUDA",
+    );
     let o = toy(t, &["train", "--resume", "r", "--steps", "3", "--threads", "1"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(std::fs::read_to_string(t.join("r/config.toml")).unwrap().contains("dtype = \"f32\""));
@@ -81,4 +89,41 @@ fn presets_at_real_scale() {
     // Loss near ln(50257) at the start (random weights of std 0.02).
     let loss = d["last_loss"].as_f64().unwrap();
     assert!((loss - (50257f64).ln()).abs() < 0.5, "loss {loss}");
+}
+
+#[test]
+fn a_preset_vocabulary_sizes_only_a_bpe_toy_trains() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let small = ["--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--batch", "1", "--context", "16"];
+    let run = |corpus: &[&str], out: &str| {
+        let args =
+            [&["train", "--preset", "llama-124m", "--steps", "1", "--eval-every", "0", "--threads", "1", "--out", out][..], &small, corpus]
+                .concat();
+        let o = toy(t, &args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let c = std::fs::read_to_string(t.join(out).join("config.toml")).unwrap();
+        c.lines().find(|l| l.starts_with("vocab = ")).unwrap().trim_start_matches("vocab = ").parse::<usize>().unwrap()
+    };
+    // The embedded corpus and a prepared one keep their ids.
+    assert_eq!(run(&[], "e"), 1024);
+    let text: String = (0..400).map(|i| format!("Tom saw a red ball number {} and Sue ran to the park. ", i % 37)).collect();
+    std::fs::write(t.join("s.txt"), text).unwrap();
+    let o = toy(t, &["prep", "s.txt", "--vocab-size", "300", "--out", "p"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(run(&["--corpus", "p"], "r1"), 300);
+    // Its ids, as an id file: the largest id + 1, not 50257.
+    assert!(run(&["--corpus", "p/train.bin"], "r2") <= 300);
+    // Raw text: the BPE aims at the preset's 50257 (fewer, with a note, for a small text).
+    let o = toy(
+        t,
+        &[
+            &["train", "--preset", "llama-124m", "--steps", "1", "--eval-every", "0", "--threads", "1", "--out", "r3", "--corpus", "s.txt"]
+                [..],
+            &small,
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("fewer than the 50257 of the preset"));
 }
