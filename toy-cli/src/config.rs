@@ -430,3 +430,36 @@ fn physical_memory() -> Option<u64> {
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtype_defaults_to_bf16_only_where_every_device_is_cuda() {
+        assert_eq!(Dtype::default_for("cuda"), Dtype::Bf16);
+        assert_eq!(Dtype::default_for(" CUDA:0,cuda:1 "), Dtype::Bf16);
+        assert_eq!(Dtype::default_for("cuda:0,cpu"), Dtype::F32);
+        assert_eq!(Dtype::default_for("cpu"), Dtype::F32);
+        assert_eq!(Dtype::default_for("metal"), Dtype::F32);
+        assert!(Dtype::Bf16.check_device("cpu").is_err());
+        assert!(Dtype::Bf16.check_device("cuda:0").is_ok());
+        assert!(Dtype::F32.check_device("cpu").is_ok());
+        assert_eq!(Dtype::Bf16.precision(MatmulPrecision::Highest), ggml_rs::MatmulPrecision::Medium);
+        assert_eq!(Dtype::F32.precision(MatmulPrecision::Highest), ggml_rs::MatmulPrecision::Highest);
+    }
+
+    #[test]
+    fn real_scale_presets_name_their_architecture_and_vocabulary() {
+        let g = TrainConfig::from_preset(Preset::Gpt2_124m, Arch::Gpt2, 50257);
+        assert_eq!((g.model.d_model, g.model.n_layers, g.model.n_heads, g.model.d_ff), (768, 12, 12, 3072));
+        assert_eq!((g.model.context, g.batch), (1024, 16));
+        // GPT-2 124M: 124,439,808 parameters with its tied head and 1024 positions.
+        assert_eq!(g.model.n_params(), 124_439_808);
+        assert_eq!((Preset::Gpt2_124m.arch(), Preset::Llama124m.arch(), Preset::Small.arch()), (Some(Arch::Gpt2), Some(Arch::Llama), None));
+        assert_eq!((Preset::Gpt2_124m.vocab(), Preset::Tiny.vocab()), (Some(50257), None));
+        let l = TrainConfig::from_preset(Preset::Llama124m, Arch::Llama, 50257);
+        assert_eq!(l.model.d_ff, 2048);
+        assert_eq!(l.model.n_params(), 162_148_608);
+    }
+}

@@ -218,7 +218,9 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     } else {
         log.emit(
             "resume",
-            json!({ "resumed_at": now_rfc3339(), "from_step": start_step, "steps": cfg.steps, "backend": { "device": device.name() } }),
+            json!({ "resumed_at": now_rfc3339(), "from_step": start_step, "steps": cfg.steps, "backend": { "device": device.name() },
+                    "dtype": cfg.dtype.name(), "matmul_precision": cfg.matmul_precision.name(),
+                    "memory": memory.report(&device, &wctxs[0], train.graph()) }),
         )?;
     }
     let fallbacks = train.graph().cpu_fallbacks();
