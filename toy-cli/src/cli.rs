@@ -86,12 +86,14 @@ pub struct BenchArgs {
     /// CPU threads (default: all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);
-    /// no effect on the CPU.
-    #[arg(long = "matmul-precision", value_enum, default_value = "high")]
-    pub matmul_precision: crate::config::MatmulPrecision,
+    /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores,
+    /// the default); no effect on the CPU. Given, it implies --dtype f32
+    /// unless --dtype says otherwise.
+    #[arg(long = "matmul-precision", value_enum)]
+    pub matmul_precision: Option<crate::config::MatmulPrecision>,
     /// Step precision: bf16 (matrix products in bf16, f32 accumulation; CUDA
-    /// only) or f32 (default: bf16 on CUDA, f32 elsewhere).
+    /// only) or f32 (default: bf16 on CUDA, f32 elsewhere or with
+    /// --matmul-precision).
     #[arg(long, value_enum)]
     pub dtype: Option<crate::config::Dtype>,
 }
@@ -242,7 +244,8 @@ pub struct TrainArgs {
     #[arg(long, value_parser = count_usize)]
     pub threads: Option<usize>,
     /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);
-    /// no effect on the CPU.
+    /// no effect on the CPU. Given, it implies --dtype f32 unless --dtype says
+    /// otherwise.
     #[arg(long = "matmul-precision", value_enum)]
     pub matmul_precision: Option<crate::config::MatmulPrecision>,
     /// Step precision, PyTorch autocast's: bf16 (matrix products with bf16

@@ -50,9 +50,17 @@ fn bench(a: &BenchArgs) -> Result<()> {
     if b % n != 0 {
         return Err(input(format!("--batch {b} does not divide evenly over the {n} devices of --device {}", a.device)));
     }
-    let dtype = a.dtype.unwrap_or_else(|| crate::config::Dtype::default_for(&a.device));
+    // An explicit --matmul-precision asks for f32 products.
+    let dtype = a.dtype.unwrap_or_else(|| {
+        if a.matmul_precision.is_some() {
+            crate::config::Dtype::F32
+        } else {
+            crate::config::Dtype::default_for(&a.device)
+        }
+    });
+    let precision = a.matmul_precision.unwrap_or_default();
     dtype.check_device(&a.device)?;
-    let backends = devices::backends(&devs, a.threads, dtype.precision(a.matmul_precision))?;
+    let backends = devices::backends(&devs, a.threads, dtype.precision(precision))?;
     let memory = crate::train::memory::DeviceMemory::start(&backends[0][0]);
     let wctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers))).collect::<ggml_rs::Result<Vec<_>>>()?;
     let cctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers) * 2)).collect::<ggml_rs::Result<Vec<_>>>()?;
@@ -104,7 +112,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         serde_json::json!({
             "format": "toy/bench-v1", "preset": a.preset.name(), "arch": arch.name(), "device": backends[0][0].name(),
             "devices": devs, "allreduce": step.allreduce_kind().name(), "allreduce_ms_median": median(&reduce_ms),
-            "matmul_precision": a.matmul_precision.name(), "dtype": dtype.name(),
+            "matmul_precision": precision.name(), "dtype": dtype.name(),
             "batch": b, "context": t, "vocab": cfg.model.vocab, "n_params": cfg.model.n_params(),
             "step_ms": times, "median_ms": med, "tokens_per_step": t * b,
             "tokens_per_s": (t * b) as f64 / (med / 1e3).max(1e-12),

@@ -169,7 +169,15 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     if let Some(p) = a.matmul_precision {
         c.matmul_precision = p;
     }
-    c.dtype = a.dtype.unwrap_or_else(|| crate::config::Dtype::default_for(&c.device));
+    // An explicit --matmul-precision asks for f32 products (PyTorch's
+    // set_float32_matmul_precision applies outside autocast).
+    c.dtype = a.dtype.unwrap_or_else(|| {
+        if a.matmul_precision.is_some() {
+            crate::config::Dtype::F32
+        } else {
+            crate::config::Dtype::default_for(&c.device)
+        }
+    });
     // Options that shape the run besides the model and schedule, for --resume.
     (c.keep, c.skip_nonfinite, c.record_batches, c.save_initial) =
         (a.keep.unwrap_or(0), a.skip_nonfinite, a.record_batches, a.save_initial);
@@ -355,6 +363,9 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
         ($($f:ident),*) => { $( if let Some(v) = a.$f.clone() { cfg.$f = v; } )* };
     }
     take!(steps, device, threads, matmul_precision, dtype, eval_every, save_every, log_every, keep);
+    if a.matmul_precision.is_some() && a.dtype.is_none() {
+        cfg.dtype = crate::config::Dtype::F32; // as for a new run: f32 products at that precision
+    }
     cfg.skip_nonfinite |= a.skip_nonfinite;
     super::resume::check_corpus(&mut cfg, dir, a.allow_corpus_change)?;
     cfg.validate()?;
