@@ -2,22 +2,11 @@
 //! panic and no half-made output; plus the warm-start recipe and the
 //! `toy debug` dump formats the parity harness reads.
 
+use crate::common::process::{fails, toy};
 use ggml_rs::gguf::{GgufFile, GgufWriter};
 use ggml_rs::DType;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn toy(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_toy")).args(args).current_dir(dir).env_remove("TOY_RUN_ID").output().unwrap()
-}
-
-fn fails(o: &Output, cmd: &str, needle: &str) {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "toy {cmd}: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
-    assert!(err.starts_with(&format!("toy {cmd}: ")) && !err.contains("panicked"), "{err}");
-    assert!(err.contains(needle), "{err:?} lacks {needle:?}");
-}
+use std::process::Output;
 
 fn ok(o: &Output) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

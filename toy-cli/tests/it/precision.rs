@@ -1,20 +1,9 @@
 //! `--dtype`, the 124M presets and the memory figures of a run, through the
 //! binary (CPU only here: bf16 needs CUDA and is refused on the CPU).
 
+use crate::common::process::{fails, toy};
 use serde_json::Value;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn toy(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_toy")).args(args).current_dir(dir).env_remove("TOY_RUN_ID").output().unwrap()
-}
-
-fn fails(o: &Output, cmd: &str, needle: &str) {
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "toy {cmd}: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
-    assert!(err.starts_with(&format!("toy {cmd}: ")) && err.contains(needle), "{err:?} lacks {needle:?}");
-}
 
 fn events(run: &Path) -> Vec<Value> {
     std::fs::read_to_string(run.join("events.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()

@@ -3,15 +3,12 @@
 //! a checkpoint's tokenizer and vocabulary, `llama.rope.dimension_count`, and
 //! `generate --prompt` with `--prompt-ids`.
 
+use crate::common::process::toy;
 use ggml_rs::gguf::{Array, GgufFile, GgufWriter, Value};
 use ggml_rs::DType;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use toy::data::stories;
-
-fn toy(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_toy")).args(args).current_dir(dir).env_remove("TOY_RUN_ID").output().unwrap()
-}
 
 fn ok(o: &Output) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -4,16 +4,13 @@
 //! (duplicated `--lora-targets`, `finetune --preset`, unknown keys in a run's
 //! config.toml, the identity of a merged model, an unwritable `--out`).
 
+use crate::common::process::toy;
 use ggml_rs::gguf::GgufFile;
 use std::path::Path;
 use std::process::{Command, Output};
 use toy::data::stories;
 
 const QUICK: &[&str] = &["--preset", "smoke", "--threads", "1", "--log-every", "1000", "--eval-every", "0"];
-
-fn toy(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_toy")).env_remove("TOY_RUN_ID").current_dir(dir).args(args).output().unwrap()
-}
 
 /// `toy train --out OUT` with the quick settings and `extra`.
 fn train(dir: &Path, out: &str, extra: &[&str]) -> Output {

@@ -5,6 +5,20 @@ use std::path::Path;
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
+/// Run `toy ARGS` in `dir` (without the caller's `TOY_RUN_ID`) and wait for it.
+pub fn toy(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_toy")).args(args).current_dir(dir).env_remove("TOY_RUN_ID").output().unwrap()
+}
+
+/// Exit 2 with one line `toy CMD: ...` on stderr that contains `needle`, no panic.
+pub fn fails(o: &Output, cmd: &str, needle: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "toy {cmd}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
+    assert!(err.starts_with(&format!("toy {cmd}: ")) && !err.contains("panicked"), "{err}");
+    assert!(err.contains(needle), "{err:?} lacks {needle:?}");
+}
+
 /// Exit 0, or the stderr in the failure.
 pub fn ok(o: &Output) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
