@@ -46,6 +46,7 @@ const OPS_WITH_BACKWARD: &[sys::ggml_op] = &[
     sys::GGML_OP_CROSS_ENTROPY_LOSS,
     sys::GGML_OP_CROSS_ENTROPY_LOSS_IDS,
     sys::GGML_OP_PAD,
+    sys::GGML_OP_ATTN_CAUSAL,
     sys::GGML_OP_GLU,
 ];
 

@@ -273,7 +273,9 @@ pub const GGML_OP_GLU: ggml_op = 100;
 pub const GGML_OP_GELU_BACK: ggml_op = 101;
 pub const GGML_OP_CROSS_ENTROPY_LOSS_IDS: ggml_op = 102;
 pub const GGML_OP_CROSS_ENTROPY_LOSS_IDS_BACK: ggml_op = 103;
-pub const GGML_OP_COUNT: ggml_op = 104;
+pub const GGML_OP_ATTN_CAUSAL: ggml_op = 104;
+pub const GGML_OP_ATTN_CAUSAL_BACK: ggml_op = 105;
+pub const GGML_OP_COUNT: ggml_op = 106;
 pub type ggml_op = ::std::os::raw::c_uint;
 pub const GGML_UNARY_OP_ABS: ggml_unary_op = 0;
 pub const GGML_UNARY_OP_SGN: ggml_unary_op = 1;
@@ -2057,6 +2059,26 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn ggml_cross_entropy_loss_ids(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor, nc: i64) -> *mut ggml_tensor;
+}
+unsafe extern "C" {
+    pub fn ggml_attn_causal(
+        ctx: *mut ggml_context,
+        q: *mut ggml_tensor,
+        k: *mut ggml_tensor,
+        v: *mut ggml_tensor,
+        scale: f32,
+    ) -> *mut ggml_tensor;
+}
+unsafe extern "C" {
+    pub fn ggml_attn_causal_back(
+        ctx: *mut ggml_context,
+        q: *mut ggml_tensor,
+        k: *mut ggml_tensor,
+        v: *mut ggml_tensor,
+        out: *mut ggml_tensor,
+        dout: *mut ggml_tensor,
+        scale: f32,
+    ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_cross_entropy_loss_ids_back(

@@ -241,6 +241,44 @@ impl Context {
         self.op("cross_entropy_loss", |ctx| unsafe { sys::ggml_cross_entropy_loss(ctx, logits.raw(), labels.raw()) })
     }
 
+    /// Causal self-attention in one op (toy patch 0020, `ggml_attn_causal`;
+    /// FlashAttention-2, Dao 2023): `softmax(scale·q·kᵀ + causal mask)·v`
+    /// without storing the `[T, T]` scores; the backward recomputes them from
+    /// each row's log-sum-exp.
+    ///
+    /// `q`: f32 `[d_head, n_head, T, B]`; `k`, `v`: f32 `[d_head, n_kv, T, B]`,
+    /// `n_kv` dividing `n_head` (query head `h` reads kv head
+    /// `h / (n_head/n_kv)`, llama.cpp's convention). Rows (`ne0`) contiguous,
+    /// other strides free. Returns the output `[d_head, n_head, T, B]`
+    /// (contiguous: a view of the op's packed result). CPU only for now: on
+    /// other backends the scheduler runs it on the CPU.
+    ///
+    /// # Errors
+    /// [`Error::Op`] on other types, strided rows, or shapes that do not match.
+    pub fn attn_causal<'a>(&'a self, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>, scale: f32) -> Result<Tensor<'a>> {
+        for t in [&q, &k, &v] {
+            need_dtype("attn_causal", t, &[DType::F32])?;
+            if t.nb()[0] != 4 {
+                return Err(Error::op("attn_causal", format!("{} has strided rows", shape_str(t))));
+            }
+        }
+        let (qn, kn) = (q.ne(), k.ne());
+        if !same_shape(&k, &v) || kn[0] != qn[0] || kn[2] != qn[2] || kn[3] != qn[3] || kn[1] == 0 || qn[1] % kn[1] != 0 {
+            return Err(Error::op(
+                "attn_causal",
+                format!("q {}, k {} and v {} do not make grouped attention", shape_str(&q), shape_str(&k), shape_str(&v)),
+            ));
+        }
+        if !scale.is_finite() {
+            return Err(Error::op("attn_causal", format!("scale {scale} is not finite")));
+        }
+        // SAFETY: checked.
+        let packed = self.op("attn_causal", |ctx| unsafe { sys::ggml_attn_causal(ctx, q.raw(), k.raw(), v.raw(), scale) })?;
+        let row = qn[0] as usize * 4;
+        let nb = [row, row * qn[1] as usize, row * (qn[1] * qn[2]) as usize];
+        self.view(packed, &qn, &nb, 0)
+    }
+
     /// Mean cross-entropy of softmax(`logits`) against class ids `targets`
     /// (toy patch 0017, `ggml_cross_entropy_loss_ids`): with `N` the rows whose
     /// target lies in `[0, n_vocab)`, `(1/N)·Σ (logsumexp(row) − row[target])`.

@@ -1,0 +1,102 @@
+//! `attn_causal` (patch 0020): the fused causal attention against an f64
+//! reference (forward) and finite differences (q, k, v), with grouped-query
+//! heads, a single position, and strided (permuted) inputs.
+
+use crate::common::gradcheck::{grad_check, rand_param};
+use crate::common::*;
+use ggml_rs::{Context, DType};
+
+/// f64 causal attention over `[dh, h, t, b]` q and `[dh, hkv, t, b]` k, v.
+fn reference(q: &[f64], k: &[f64], v: &[f64], dims: [usize; 5], scale: f64) -> Vec<f64> {
+    let [dh, h, hkv, t, b] = dims;
+    let qi = |d, hh, tt, bb| ((bb * t + tt) * h + hh) * dh + d;
+    let ki = |d, g, tt, bb| ((bb * t + tt) * hkv + g) * dh + d;
+    let mut out = vec![0.0; dh * h * t * b];
+    for bb in 0..b {
+        for hh in 0..h {
+            let g = hh / (h / hkv);
+            for i in 0..t {
+                let s: Vec<f64> = (0..=i).map(|j| scale * (0..dh).map(|d| q[qi(d, hh, i, bb)] * k[ki(d, g, j, bb)]).sum::<f64>()).collect();
+                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                for d in 0..dh {
+                    out[qi(d, hh, i, bb)] = (0..=i).map(|j| (s[j] - m).exp() / z * v[ki(d, g, j, bb)]).sum();
+                }
+            }
+        }
+    }
+    out
+}
+
+fn check_shape(dims: [usize; 5], seed: u64) {
+    let [dh, h, hkv, t, b] = dims;
+    let mut r = rng(seed);
+    let scale = 1.0 / (dh as f32).sqrt();
+    let q = rand_param(&mut r, &[dh as i64, h as i64, t as i64, b as i64], -1.5, 1.5);
+    let k = rand_param(&mut r, &[dh as i64, hkv as i64, t as i64, b as i64], -1.5, 1.5);
+    let v = rand_param(&mut r, &[dh as i64, hkv as i64, t as i64, b as i64], -1.5, 1.5);
+    grad_check(
+        &format!("attn_causal dh {dh}, heads {h}/{hkv}, T {t}, B {b}"),
+        seed,
+        &[q, k, v],
+        &move |ctx, p| ctx.attn_causal(p[0], p[1], p[2], scale).unwrap(),
+        &move |xs| reference(&xs[0], &xs[1], &xs[2], dims, scale as f64),
+    );
+}
+
+#[test]
+fn matches_reference_and_finite_differences() {
+    check_shape([4, 2, 2, 5, 2], 2000); // multi-head
+    check_shape([8, 6, 2, 7, 1], 2001); // grouped-query: 3 query heads per kv head
+    check_shape([3, 3, 1, 1, 3], 2002); // one position: the output is v
+    check_shape([16, 9, 3, 17, 2], 2003); // SmolLM2's 9/3 heads
+}
+
+#[test]
+fn forward_of_a_long_row_and_permuted_inputs() {
+    // T = 64, d_head 32; q, k, v read through permuted views of [dh, T, H, B] tensors.
+    let (dh, h, t, b) = (32usize, 4usize, 64usize, 2usize);
+    let mut r = rng(2010);
+    let n = dh * h * t * b;
+    let (qd, kd, vd) = (uniform(&mut r, n, -2.0, 2.0), uniform(&mut r, n, -2.0, 2.0), uniform(&mut r, n, -2.0, 2.0));
+    let ctx = Context::new(64).unwrap();
+    let dev = cpu();
+    let ne = [dh as i64, t as i64, h as i64, b as i64];
+    let (q, k, v) = (leaf(&ctx, &dev, &ne, &qd), leaf(&ctx, &dev, &ne, &kd), leaf(&ctx, &dev, &ne, &vd));
+    let p = |x| ctx.permute(x, [0, 2, 1, 3]).unwrap(); // [dh, H, T, B] views
+    let o = ctx.attn_causal(p(q), p(k), p(v), 0.25).unwrap();
+    let got = eval(&ctx, &[o]);
+    // The reference in [dh, H, T, B] order.
+    let perm = |x: &[f32]| -> Vec<f64> {
+        let mut y = vec![0.0; n];
+        for bb in 0..b {
+            for hh in 0..h {
+                for tt in 0..t {
+                    for d in 0..dh {
+                        y[((bb * t + tt) * h + hh) * dh + d] = x[((bb * h + hh) * t + tt) * dh + d] as f64;
+                    }
+                }
+            }
+        }
+        y
+    };
+    let want = reference(&perm(&qd), &perm(&kd), &perm(&vd), [dh, h, h, t, b], 0.25);
+    check("attn_causal forward, T 64, permuted inputs", &got[0], &want, 1e-5);
+}
+
+#[test]
+fn refuses_bad_shapes() {
+    let ctx = Context::new(32).unwrap();
+    let q = ctx.new_tensor(DType::F32, &[8, 6, 5, 2]).unwrap();
+    let kv = ctx.new_tensor(DType::F32, &[8, 4, 5, 2]).unwrap(); // 4 does not divide 6
+    assert!(ctx.attn_causal(q, kv, kv, 1.0).unwrap_err().to_string().contains("grouped attention"));
+    let k = ctx.new_tensor(DType::F32, &[8, 3, 5, 2]).unwrap();
+    let v = ctx.new_tensor(DType::F32, &[8, 3, 4, 2]).unwrap();
+    assert!(ctx.attn_causal(q, k, v, 1.0).is_err());
+    let t = ctx.transpose(q).unwrap(); // strided rows
+    assert!(ctx.attn_causal(t, k, k, 1.0).is_err());
+    assert!(ctx.attn_causal(q, k, k, f32::NAN).is_err());
+    let i = ctx.new_tensor(DType::I32, &[8, 3, 5, 2]).unwrap();
+    assert!(ctx.attn_causal(q, i, k, 1.0).is_err());
+    assert!(ctx.attn_causal(q, k, k, 0.5).is_ok());
+}
