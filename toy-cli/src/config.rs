@@ -207,6 +207,10 @@ pub struct TrainConfig {
     /// from before `--dtype` were f32.
     #[serde(default)]
     pub dtype: Dtype,
+    /// How attention is computed (`reference`, `fused`); runs from before
+    /// `--attention` used the reference.
+    #[serde(default)]
+    pub attention: crate::model::attention::Attention,
     /// The corpus path (`<embedded>` for the built-in one), to resume with.
     #[serde(default)]
     pub corpus: String,
@@ -322,6 +326,7 @@ impl TrainConfig {
             threads: 0,
             matmul_precision: MatmulPrecision::High,
             dtype: Dtype::F32,
+            attention: Default::default(),
             corpus: String::new(),
             text_field: default_text_field(),
             recipe: default_recipe(),

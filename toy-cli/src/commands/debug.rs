@@ -36,6 +36,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         (x, p) => x.or(p).unwrap_or(crate::model::Arch::Llama),
     };
     let mut cfg = TrainConfig::from_preset(a.preset, arch, a.vocab.or(a.preset.vocab()).unwrap_or(4096));
+    cfg.attention = a.attention;
     if let Some(b) = a.batch {
         cfg.batch = b;
     }
@@ -112,7 +113,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         serde_json::json!({
             "format": "toy/bench-v1", "preset": a.preset.name(), "arch": arch.name(), "device": backends[0][0].name(),
             "devices": devs, "allreduce": step.allreduce_kind().name(), "allreduce_ms_median": median(&reduce_ms),
-            "matmul_precision": precision.name(), "dtype": dtype.name(),
+            "matmul_precision": precision.name(), "dtype": dtype.name(), "attention": a.attention.name(),
             "batch": b, "context": t, "vocab": cfg.model.vocab, "n_params": cfg.model.n_params(),
             "step_ms": times, "median_ms": med, "tokens_per_step": t * b,
             "tokens_per_s": (t * b) as f64 / (med / 1e3).max(1e-12),

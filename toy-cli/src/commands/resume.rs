@@ -188,6 +188,7 @@ pub fn restart_args(a: &TrainArgs, cfg: &TrainConfig, dir: &Path) -> Result<Trai
         threads: Some(cfg.threads),
         matmul_precision: Some(cfg.matmul_precision),
         dtype: Some(cfg.dtype),
+        attention: Some(cfg.attention),
         out: Some(dir.to_path_buf()),
         json: a.json,
         save_initial: cfg.save_initial,

@@ -97,6 +97,7 @@ fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
             threads,
             matmul_precision,
             dtype,
+            attention,
             keep,
             donor,
             init,
@@ -169,6 +170,7 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     if let Some(p) = a.matmul_precision {
         c.matmul_precision = p;
     }
+    c.attention = a.attention.unwrap_or_default();
     // An explicit --matmul-precision asks for f32 products (PyTorch's
     // set_float32_matmul_precision applies outside autocast).
     c.dtype = a.dtype.unwrap_or_else(|| {
@@ -281,7 +283,7 @@ fn install_signal_handlers() -> Arc<AtomicI32> {
 
 /// Flags `--resume` takes: they change how the run goes on, not what it computes.
 const RESUME_FLAGS: &str =
-    "--steps, --device, --threads, --matmul-precision, --dtype, --eval-every, --save-every, --log-every, --keep, --skip-nonfinite";
+    "--steps, --device, --threads, --matmul-precision, --dtype, --attention, --eval-every, --save-every, --log-every, --keep, --skip-nonfinite";
 
 fn opt<T: ToString>(v: &Option<T>) -> Option<String> {
     v.as_ref().map(T::to_string)
@@ -362,7 +364,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     macro_rules! take {
         ($($f:ident),*) => { $( if let Some(v) = a.$f.clone() { cfg.$f = v; } )* };
     }
-    take!(steps, device, threads, matmul_precision, dtype, eval_every, save_every, log_every, keep);
+    take!(steps, device, threads, matmul_precision, dtype, attention, eval_every, save_every, log_every, keep);
     if a.matmul_precision.is_some() && a.dtype.is_none() {
         cfg.dtype = crate::config::Dtype::F32; // as for a new run: f32 products at that precision
     }

@@ -1,15 +1,47 @@
 //! Causal self-attention over a batch, one masked softmax for all heads.
 
+use super::Batch;
 use ggml_rs::{Context, Result, RopeMode, Tensor};
+use serde::{Deserialize, Serialize};
+
+/// How attention is computed (`--attention`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Attention {
+    /// Scores, masked softmax and product as separate ops, the `[T, T]` scores
+    /// kept for the backward (the reference).
+    #[default]
+    Reference,
+    /// One fused op (ggml patch 0020, FlashAttention-2's recomputation): no
+    /// `[T, T]` tensor is stored. CPU kernels only for now: on CUDA it runs on
+    /// the CPU.
+    Fused,
+}
+
+impl Attention {
+    /// The name (`reference`, `fused`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Attention::Reference => "reference",
+            Attention::Fused => "fused",
+        }
+    }
+}
 
 /// Scaled dot-product attention with a causal mask (Vaswani et al. 2017).
 ///
 /// `q` is `[d_head, n_head, T, B]`, `k` and `v` are `[d_head, n_kv, T, B]` with
 /// `n_kv` dividing `n_head` (grouped-query attention: query head `h` reads kv
-/// head `h / (n_head/n_kv)`, llama.cpp's convention). Returns `[d_head·n_head, T, B]`.
-pub fn causal_attention<'a>(ctx: &'a Context, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>, mask: Tensor<'a>) -> Result<Tensor<'a>> {
+/// head `h / (n_head/n_kv)`, llama.cpp's convention), as `x.attention` says
+/// (the causal mask `x.mask` for the reference). Returns `[d_head·n_head, T, B]`.
+pub fn causal_attention<'a>(ctx: &'a Context, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>, x: &Batch<'a>) -> Result<Tensor<'a>> {
     let [dh, n_head, t, b] = q.ne();
     let n_kv = k.ne()[1];
+    if x.attention == Attention::Fused {
+        let o = ctx.attn_causal(q, k, v, 1.0 / (dh as f32).sqrt())?; // [dh, H, T, B], GQA read in place
+        return ctx.reshape(o, &[dh * n_head, t, b]);
+    }
+    let mask = x.mask;
     // Contiguous operands let ggml's CPU mul_mat use its tiled sgemm (llamafile)
     // instead of one dot product per output element.
     let q = ctx.cont(ctx.permute(q, [0, 2, 1, 3])?)?; // [dh, T, H, B]

@@ -147,7 +147,7 @@ impl<'w> Gpt2<'w> {
         for blk in &self.blocks {
             let a = blk.attn_norm.forward(ctx, h, eps)?;
             let split = |l: &Linear<'w>| -> Result<Tensor<'a>> { ctx.reshape(l.forward(ctx, a)?, &[dh, heads, t, b]) };
-            let att = causal_attention(ctx, split(&blk.attn_q)?, split(&blk.attn_k)?, split(&blk.attn_v)?, x.mask)?; // [d, T, B]
+            let att = causal_attention(ctx, split(&blk.attn_q)?, split(&blk.attn_k)?, split(&blk.attn_v)?, &x)?; // [d, T, B]
             h = ctx.add(h, blk.attn_output.forward(ctx, att)?)?;
             let m = blk.ffn_norm.forward(ctx, h, eps)?;
             let u = ctx.gelu(blk.ffn_up.forward(ctx, m)?)?; // [d_ff, T, B]

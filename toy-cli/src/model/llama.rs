@@ -172,7 +172,7 @@ impl<'w> Llama<'w> {
             let q = ctx.reshape(q, &[dh, hq, t, b])?; // [dh, H, T, B]
             let k = ctx.reshape(k, &[dh, hkv, t, b])?;
             let v = ctx.reshape(lin(2, a)?, &[dh, hkv, t, b])?;
-            let att = causal_attention(ctx, q, k, v, x.mask)?; // [H·dh, T, B]
+            let att = causal_attention(ctx, q, k, v, &x)?; // [H·dh, T, B]
             h = ctx.add(h, lin(3, att)?)?;
 
             let m = ctx.mul(ctx.rms_norm(h, eps)?, blk.ffn_norm)?;

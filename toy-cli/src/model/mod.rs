@@ -1,7 +1,7 @@
 //! Models: the hyper-parameters ([`ModelConfig`]), the parameter tensors of each
 //! architecture and their forward passes.
 
-mod attention;
+pub mod attention;
 pub mod gpt2;
 pub mod init;
 pub mod llama;
@@ -171,6 +171,8 @@ pub struct Batch<'a> {
     pub t: usize,
     /// Sequences B.
     pub b: usize,
+    /// How attention is computed.
+    pub attention: attention::Attention,
 }
 
 /// The weights of a model of either architecture.

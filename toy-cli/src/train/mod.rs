@@ -209,8 +209,8 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
                 "config": { "context": t, "batch": cfg.batch, "steps": cfg.steps, "lr": cfg.lr, "min_lr": cfg.min_lr,
                             "warmup_steps": cfg.warmup_steps, "betas": [cfg.betas.0, cfg.betas.1], "eps": cfg.eps,
                             "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip, "seed": cfg.seed,
-                            "matmul_precision": cfg.matmul_precision.name(), "dtype": cfg.dtype.name(),
-                            "preset": cfg.preset.name(), "corpus": corpus.source.display().to_string(),
+                            "matmul_precision": cfg.matmul_precision.name(), "dtype": cfg.dtype.name(), "attention": cfg.attention.name(),
+                            "attention": cfg.attention.name(), "preset": cfg.preset.name(), "corpus": corpus.source.display().to_string(),
                             "train_tokens": corpus.train.len(), "val_tokens": corpus.val.len() },
                 "memory": memory.report(&device, &wctxs[0], train.graph()),
             }),
@@ -298,7 +298,8 @@ impl<'w> ReplicaState<'w> {
         } else {
             None
         };
-        let consts = Consts::new(wctx, cfg.model.context, cfg.batch)?;
+        let mut consts = Consts::new(wctx, cfg.model.context, cfg.batch)?;
+        consts.attention = cfg.attention;
         wctx.allocate(device).map_err(|e| crate::error::building("the weights", e))?;
         consts.fill()?;
         match plan.init {

@@ -12,6 +12,8 @@ pub struct Consts<'c> {
     pub pos: Tensor<'c>,
     /// f32 `[T, T]`, 0 where key ≤ query, −∞ above.
     pub mask: Tensor<'c>,
+    /// How the graphs built on these constants compute attention.
+    pub attention: crate::model::attention::Attention,
 }
 
 impl<'c> Consts<'c> {
@@ -21,7 +23,7 @@ impl<'c> Consts<'c> {
         'c: 'a,
     {
         let pos = ctx.view(self.pos, &[(t * b) as i64], &[], 0)?;
-        Ok(Batch { tokens, pos, mask: self.mask, t, b })
+        Ok(Batch { tokens, pos, mask: self.mask, t, b, attention: self.attention })
     }
 
     /// Create (unallocated) constants for batches of up to `b_max` sequences of
@@ -30,6 +32,7 @@ impl<'c> Consts<'c> {
         Ok(Consts {
             pos: ctx.new_tensor_1d(DType::I32, (t * b_max.max(1)) as i64)?.set_name("pos")?,
             mask: ctx.new_tensor_2d(DType::F32, t as i64, t as i64)?.set_name("causal_mask")?,
+            attention: Default::default(),
         })
     }
 

@@ -116,3 +116,34 @@ fn a_preset_vocabulary_sizes_only_a_bpe_toy_trains() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("fewer than the 50257 of the preset"));
 }
+
+#[test]
+fn fused_attention_trains_like_the_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let losses = |arch: &str, attention: &str| -> Vec<f64> {
+        let out = format!("{arch}-{attention}");
+        // llama with grouped-query heads (4 query heads on 2 kv heads).
+        let gqa: &[&str] = if arch == "llama" { &["--kv-heads", "2"] } else { &[] };
+        let args = [
+            &["train", "--arch", arch, "--preset", "smoke", "--steps", "12", "--eval-every", "0", "--threads", "1"][..],
+            gqa,
+            &["--attention", attention, "--out", &out],
+        ]
+        .concat();
+        let o = toy(t, &args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let ev = events(&t.join(&out));
+        let start = ev.iter().find(|e| e["kind"] == "run_start").unwrap();
+        assert_eq!(start["config"]["attention"], attention);
+        ev.iter().filter(|e| e["kind"] == "step").map(|e| e["loss"].as_f64().unwrap()).collect()
+    };
+    for arch in ["llama", "gpt2"] {
+        let (r, f) = (losses(arch, "reference"), losses(arch, "fused"));
+        assert_eq!(r.len(), 12);
+        for (a, b) in r.iter().zip(&f) {
+            assert!((a - b).abs() / a < 1e-5, "{arch}: reference {a} against fused {b}");
+        }
+    }
+    fails(&toy(t, &["train", "--attention", "flash", "--out", "x"]), "train", "flash");
+}
