@@ -53,6 +53,23 @@ impl Preset {
         }
     }
 
+    /// The architecture of a run of this preset: `given` (`--arch` or
+    /// toy.toml), else the preset's, else llama.
+    ///
+    /// # Errors
+    /// One line when `given` contradicts the preset's architecture.
+    pub fn resolve_arch(self, given: Option<Arch>) -> Result<Arch> {
+        match (given, self.arch()) {
+            (Some(x), Some(p)) if x != p => Err(input(format!(
+                "--preset {} is a {} model; it cannot take arch {} (from --arch or toy.toml)",
+                self.name(),
+                p.name(),
+                x.name()
+            ))),
+            (x, p) => Ok(x.or(p).unwrap_or(Arch::Llama)),
+        }
+    }
+
     /// The vocabulary of the BPE toy trains for this preset, when it names one
     /// (GPT-2's 50257); otherwise `--vocab-size`'s default.
     pub fn vocab(self) -> Option<usize> {
@@ -127,6 +144,13 @@ impl Dtype {
             Dtype::F32 => "f32",
             Dtype::Bf16 => "bf16",
         }
+    }
+
+    /// The dtype of a run: `given` (`--dtype`), else f32 when
+    /// `--matmul-precision` was given (it asks for f32 products), else
+    /// [`default_for`](Self::default_for) `device`.
+    pub fn resolve(given: Option<Dtype>, matmul_precision_given: bool, device: &str) -> Dtype {
+        given.unwrap_or_else(|| if matmul_precision_given { Dtype::F32 } else { Dtype::default_for(device) })
     }
 
     /// The default on `device`: bf16 where every device is CUDA, else f32.

@@ -17,8 +17,24 @@ pub fn peak_rss() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
 }
 
+/// The run a `debug bench` times: the preset for its architecture (the
+/// preset's, else `--arch`, else llama) and vocabulary, with the overrides.
+fn bench_config(a: &BenchArgs) -> Result<crate::config::TrainConfig> {
+    let arch = a.preset.resolve_arch(a.arch)?;
+    let mut cfg = crate::config::TrainConfig::from_preset(a.preset, arch, a.vocab.or(a.preset.vocab()).unwrap_or(4096));
+    cfg.attention = a.attention;
+    if let Some(b) = a.batch {
+        cfg.batch = b;
+    }
+    if let Some(t) = a.context {
+        cfg.model.context = t;
+    }
+    cfg.device = a.device.clone();
+    cfg.validate()?;
+    Ok(cfg)
+}
+
 fn bench(a: &BenchArgs) -> Result<()> {
-    use crate::config::TrainConfig;
     use crate::train::step::OptSettings;
     use crate::train::{build_trainer, devices, parallel::Trainer, Plan, ReplicaState};
     use ggml_rs::optim::AdamWConfig;
@@ -29,36 +45,14 @@ fn bench(a: &BenchArgs) -> Result<()> {
     let Some(total_steps) = a.warmup.checked_add(a.steps) else {
         return Err(input(format!("--warmup {} + --steps {} is too large", a.warmup, a.steps)));
     };
-    let arch = match (a.arch, a.preset.arch()) {
-        (Some(x), Some(p)) if x != p => {
-            return Err(input(format!("--preset {} is a {} model; it cannot take --arch {}", a.preset.name(), p.name(), x.name())))
-        }
-        (x, p) => x.or(p).unwrap_or(crate::model::Arch::Llama),
-    };
-    let mut cfg = TrainConfig::from_preset(a.preset, arch, a.vocab.or(a.preset.vocab()).unwrap_or(4096));
-    cfg.attention = a.attention;
-    if let Some(b) = a.batch {
-        cfg.batch = b;
-    }
-    if let Some(t) = a.context {
-        cfg.model.context = t;
-    }
-    cfg.device = a.device.clone();
-    cfg.validate()?;
+    let cfg = bench_config(a)?;
     let (t, b) = (cfg.model.context, cfg.batch);
     let devs = devices::parse(&a.device)?;
     let n = devs.len();
     if b % n != 0 {
         return Err(input(format!("--batch {b} does not divide evenly over the {n} devices of --device {}", a.device)));
     }
-    // An explicit --matmul-precision asks for f32 products.
-    let dtype = a.dtype.unwrap_or_else(|| {
-        if a.matmul_precision.is_some() {
-            crate::config::Dtype::F32
-        } else {
-            crate::config::Dtype::default_for(&a.device)
-        }
-    });
+    let dtype = crate::config::Dtype::resolve(a.dtype, a.matmul_precision.is_some(), &a.device);
     let precision = a.matmul_precision.unwrap_or_default();
     dtype.check_device(&a.device)?;
     let backends = devices::backends(&devs, a.threads, dtype.precision(precision))?;
@@ -111,7 +105,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
     crate::say!(
         "{}",
         serde_json::json!({
-            "format": "toy/bench-v1", "preset": a.preset.name(), "arch": arch.name(), "device": backends[0][0].name(),
+            "format": "toy/bench-v1", "preset": a.preset.name(), "arch": cfg.model.arch.name(), "device": backends[0][0].name(),
             "devices": devs, "allreduce": step.allreduce_kind().name(), "allreduce_ms_median": median(&reduce_ms),
             "matmul_precision": precision.name(), "dtype": dtype.name(), "attention": a.attention.name(),
             "batch": b, "context": t, "vocab": cfg.model.vocab, "n_params": cfg.model.n_params(),

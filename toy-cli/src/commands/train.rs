@@ -128,17 +128,7 @@ pub fn default_corpus() -> Result<Corpus> {
 /// Resolve the full configuration for `a` and a corpus of `vocab` ids.
 pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     let preset = a.preset.unwrap_or(Preset::Tiny);
-    let arch = match (a.arch, preset.arch()) {
-        (Some(x), Some(p)) if x != p => {
-            return Err(input(format!(
-                "--preset {} is a {} model; it cannot take arch {} (from --arch or toy.toml)",
-                preset.name(),
-                p.name(),
-                x.name()
-            )))
-        }
-        (x, p) => x.or(p).unwrap_or(Arch::Llama),
-    };
+    let arch = preset.resolve_arch(a.arch)?;
     let mut c = TrainConfig::from_preset(preset, arch, vocab);
     let m = &mut c.model;
     macro_rules! set {
@@ -173,13 +163,7 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     c.attention = a.attention.unwrap_or_default();
     // An explicit --matmul-precision asks for f32 products (PyTorch's
     // set_float32_matmul_precision applies outside autocast).
-    c.dtype = a.dtype.unwrap_or_else(|| {
-        if a.matmul_precision.is_some() {
-            crate::config::Dtype::F32
-        } else {
-            crate::config::Dtype::default_for(&c.device)
-        }
-    });
+    c.dtype = crate::config::Dtype::resolve(a.dtype, a.matmul_precision.is_some(), &c.device);
     // Options that shape the run besides the model and schedule, for --resume.
     (c.keep, c.skip_nonfinite, c.record_batches, c.save_initial) =
         (a.keep.unwrap_or(0), a.skip_nonfinite, a.record_batches, a.save_initial);
