@@ -69,10 +69,9 @@ fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b
     let n = (t * b) as i64;
     let tokens = ctx.new_tensor_1d(DType::I32, n)?.set_name("tokens")?.set_input();
     let targets = ctx.new_tensor_1d(DType::I32, n)?.set_name("targets")?.set_input();
-    let h = w.hidden(ctx, c.batch(ctx, tokens, t, b)?)?; // [d, T, B]
-    let h = ctx.reshape(h, &[h.ne()[0], n])?; // [d, T·B]: one product, not B
-                                              // An f16 or quantized head (a frozen base under LoRA) is read as it is.
-    let pad_head = pad_head && w.head().dtype() == DType::F32;
+    let h = w.hidden(ctx, c.batch(ctx, tokens, t, b)?)?;
+    let h = ctx.reshape(h, &[h.ne()[0], n])?; // [d, T, B] as [d, T·B]: the head is one product, not B
+    let pad_head = pad_head && w.head().dtype() == DType::F32; // an f16 or quantized head (a LoRA base) is read as it is
     let vp = if pad_head { (v + HEAD_ROWS_MULTIPLE - 1) / HEAD_ROWS_MULTIPLE * HEAD_ROWS_MULTIPLE } else { v };
     let head = if vp > v { ctx.pad(w.head(), [0, vp - v, 0, 0])? } else { w.head() }; // [d, Vp]
     let logits = ctx.mul_mat(head, h)?.set_name("logits")?; // [Vp, T·B]
