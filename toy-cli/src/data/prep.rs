@@ -101,8 +101,23 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
     if !force && holds_files(out) {
         return Err(not_empty());
     }
-    let created = !out.exists();
-    std::fs::create_dir_all(out).map_err(|e| input(format!("cannot create --out {o}: {e}")))?;
+    // Whether this process made the folder, decided by one create_dir: of two
+    // preps racing to a new folder only one made it, and only the one holding
+    // the lock may take it away again (the other removed the winner's lock
+    // and folder, and both failed).
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| input(format!("cannot create --out {o}: {e}")))?;
+    }
+    let created = match std::fs::create_dir(out) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && out.is_dir() => false,
+        Err(e) => return Err(input(format!("cannot create --out {o}: {e}"))),
+    };
+    let lock = crate::run::lock(out, "--out", "a toy prep writing into it").inspect_err(|_| {
+        if created {
+            let _ = std::fs::remove_dir(out); // empty unless another prep holds it: then it stays
+        }
+    })?;
     let undo = |e: Error| {
         if created {
             let _ = std::fs::remove_file(out.join(".lock"));
@@ -110,7 +125,6 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
         }
         e
     };
-    let lock = crate::run::lock(out, "--out", "a toy prep writing into it").map_err(undo)?;
     if let Ok(rd) = std::fs::read_dir(out) {
         for e in rd.flatten().filter(|e| e.file_name() != ".lock" && is_leftover(&e.file_name().to_string_lossy())) {
             let _ = std::fs::remove_file(e.path());
