@@ -479,6 +479,21 @@ mod tests {
     }
 
     #[test]
+    fn arch_and_dtype_resolution() {
+        assert_eq!(Preset::Gpt2_124m.resolve_arch(None).unwrap(), Arch::Gpt2);
+        assert_eq!(Preset::Gpt2_124m.resolve_arch(Some(Arch::Gpt2)).unwrap(), Arch::Gpt2);
+        let e = Preset::Gpt2_124m.resolve_arch(Some(Arch::Llama)).unwrap_err().to_string();
+        assert!(e.contains("gpt2-124m is a gpt2 model") && e.contains("toy.toml"), "{e}");
+        assert_eq!(Preset::Small.resolve_arch(None).unwrap(), Arch::Llama);
+        assert_eq!(Preset::Small.resolve_arch(Some(Arch::Gpt2)).unwrap(), Arch::Gpt2);
+        // --dtype wins; an explicit --matmul-precision asks for f32; else the device's default.
+        assert_eq!(Dtype::resolve(Some(Dtype::Bf16), true, "cpu"), Dtype::Bf16);
+        assert_eq!(Dtype::resolve(None, true, "cuda"), Dtype::F32);
+        assert_eq!(Dtype::resolve(None, false, "cuda"), Dtype::Bf16);
+        assert_eq!(Dtype::resolve(None, false, "cpu"), Dtype::F32);
+    }
+
+    #[test]
     fn real_scale_presets_name_their_architecture_and_vocabulary() {
         let g = TrainConfig::from_preset(Preset::Gpt2_124m, Arch::Gpt2, 50257);
         assert_eq!((g.model.d_model, g.model.n_layers, g.model.n_heads, g.model.d_ff), (768, 12, 12, 3072));
