@@ -53,6 +53,14 @@ fn matches_reference_and_finite_differences() {
 }
 
 #[test]
+fn several_key_blocks() {
+    // d_head 16 and 32 take the blocked CPU kernels (patch 0022), whose key
+    // blocks are 64 wide: T 130 is two full blocks and a partial one.
+    check_shape([16, 2, 1, 130, 1], 2004);
+    check_shape([32, 4, 2, 70, 2], 2005);
+}
+
+#[test]
 fn forward_of_a_long_row_and_permuted_inputs() {
     // T = 64, d_head 32; q, k, v read through permuted views of [dh, T, H, B] tensors.
     let (dh, h, t, b) = (32usize, 4usize, 64usize, 2usize);
