@@ -29,6 +29,12 @@ pub enum Preset {
     #[value(name = "llama-124m")]
     #[serde(rename = "llama-124m")]
     Llama124m,
+    /// SmolLM2-135M's shape (Hugging Face 2024): llama, d 576, 9 heads with 3
+    /// kv heads, d_ff 1536, 30 layers, tied head, RoPE base 100000, context
+    /// 2048 (up to 8192 with --context), batch 8, a BPE of 49152 ids.
+    #[value(name = "smollm2-135m")]
+    #[serde(rename = "smollm2-135m")]
+    Smollm2_135m,
 }
 
 impl Preset {
@@ -41,6 +47,24 @@ impl Preset {
             Preset::Medium => (512, 8, 1376, 8, 512, 32),
             Preset::Gpt2_124m => (768, 12, 3072, 12, 1024, 16),
             Preset::Llama124m => (768, 12, 2048, 12, 1024, 16),
+            Preset::Smollm2_135m => (576, 9, 1536, 30, 2048, 8),
+        }
+    }
+
+    /// Key/value heads where the preset groups its queries (GQA), else None
+    /// (as many as query heads).
+    pub fn kv_heads(self) -> Option<usize> {
+        match self {
+            Preset::Smollm2_135m => Some(3),
+            _ => None,
+        }
+    }
+
+    /// RoPE's base (θ of Su et al. 2021): 10000 unless the preset's model says otherwise.
+    pub fn rope_base(self) -> f32 {
+        match self {
+            Preset::Smollm2_135m => 100_000.0,
+            _ => 10_000.0,
         }
     }
 
@@ -48,7 +72,7 @@ impl Preset {
     pub fn arch(self) -> Option<Arch> {
         match self {
             Preset::Gpt2_124m => Some(Arch::Gpt2),
-            Preset::Llama124m => Some(Arch::Llama),
+            Preset::Llama124m | Preset::Smollm2_135m => Some(Arch::Llama),
             _ => None,
         }
     }
@@ -75,6 +99,7 @@ impl Preset {
     pub fn vocab(self) -> Option<usize> {
         match self {
             Preset::Gpt2_124m | Preset::Llama124m => Some(50257),
+            Preset::Smollm2_135m => Some(49152),
             _ => None,
         }
     }
@@ -88,6 +113,7 @@ impl Preset {
             Preset::Medium => "medium",
             Preset::Gpt2_124m => "gpt2-124m",
             Preset::Llama124m => "llama-124m",
+            Preset::Smollm2_135m => "smollm2-135m",
         }
     }
 }
@@ -320,12 +346,12 @@ impl TrainConfig {
                 d_model: d,
                 n_layers: l,
                 n_heads: h,
-                n_kv_heads: h,
+                n_kv_heads: preset.kv_heads().unwrap_or(h),
                 d_ff: if arch == Arch::Gpt2 { 4 * d } else { f },
                 context: t,
-                rope_base: 10_000.0,
+                rope_base: preset.rope_base(),
                 norm_eps: 1e-5,
-                tied: arch == Arch::Gpt2,
+                tied: arch == Arch::Gpt2 || preset == Preset::Smollm2_135m,
                 donor_width: None,
                 freeze_table: true,
                 freeze: Vec::new(),
@@ -505,5 +531,9 @@ mod tests {
         let l = TrainConfig::from_preset(Preset::Llama124m, Arch::Llama, 50257);
         assert_eq!(l.model.d_ff, 2048);
         assert_eq!(l.model.n_params(), 162_148_608);
+        // SmolLM2-135M's published count, 134,515,008, with its 3 kv heads and tied head.
+        let m = TrainConfig::from_preset(Preset::Smollm2_135m, Arch::Llama, 49152);
+        assert_eq!((m.model.n_heads, m.model.n_kv_heads, m.model.tied, m.model.rope_base), (9, 3, true, 100_000.0));
+        assert_eq!(m.model.n_params(), 134_515_008);
     }
 }

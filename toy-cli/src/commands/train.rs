@@ -135,7 +135,8 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
         ($($src:ident => $dst:expr),*) => { $( if let Some(v) = a.$src { $dst = v; } )* };
     }
     set!(d_model => m.d_model, layers => m.n_layers, heads => m.n_heads, d_ff => m.d_ff, context => m.context, norm_eps => m.norm_eps, rope_base => m.rope_base);
-    m.n_kv_heads = a.kv_heads.unwrap_or(m.n_heads);
+    // The preset's kv heads hold while --heads keeps the preset's heads.
+    m.n_kv_heads = a.kv_heads.unwrap_or(if a.heads.is_some() { m.n_heads } else { m.n_kv_heads });
     if a.tied {
         m.tied = true;
     }
