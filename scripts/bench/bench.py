@@ -44,10 +44,20 @@ PRESETS = {
     "medium": (512, 8, 1376, 8, 512, 32),
     "gpt2-124m": (768, 12, 3072, 12, 1024, 16),
     "llama-124m": (768, 12, 2048, 12, 1024, 16),
+    "smollm2-135m": (576, 9, 1536, 30, 2048, 8),
 }
-# Presets that name their vocabulary and architecture (toy's config.rs).
-PRESET_VOCAB = {"gpt2-124m": 50257, "llama-124m": 50257}
-PRESET_ARCH = {"gpt2-124m": "gpt2", "llama-124m": "llama"}
+# Presets that name their vocabulary and architecture (toy's config.rs), and
+# SmolLM2's grouped kv heads, tied head and RoPE base.
+PRESET_VOCAB = {"gpt2-124m": 50257, "llama-124m": 50257, "smollm2-135m": 49152}
+PRESET_ARCH = {"gpt2-124m": "gpt2", "llama-124m": "llama", "smollm2-135m": "llama"}
+PRESET_KV = {"smollm2-135m": 3}
+PRESET_ROPE = {"smollm2-135m": 100000.0}
+
+
+def shape(preset, context=None):
+    """(d_model, heads, d_ff, layers, context, batch), with --context applied."""
+    d, h, f, n_layers, t, b = PRESETS[preset]
+    return d, h, f, n_layers, context or t, b
 
 
 def torch_worker(args):
@@ -62,17 +72,21 @@ def torch_worker(args):
         torch.set_num_threads(args.threads)
     torch.set_float32_matmul_precision("high" if args.precision == "bf16" else args.precision)
     dev = torch.device(args.device)
-    d, h, f, n_layers, t, b = PRESETS[args.preset]
+    d, h, f, n_layers, t, b = shape(args.preset, args.context)
     if args.arch == "gpt2":
         f = 4 * d
-    cfg = ToyConfig(arch=args.arch, vocab=args.vocab, d_model=d, n_layers=n_layers, n_heads=h, n_kv_heads=h, d_ff=f,
-                    context=t, norm_eps=1e-5, rope_base=10000.0, tied=args.arch == "gpt2")
+    kv = PRESET_KV.get(args.preset, h)
+    tied = args.arch == "gpt2" or args.preset == "smollm2-135m"
+    cfg = ToyConfig(arch=args.arch, vocab=args.vocab, d_model=d, n_layers=n_layers, n_heads=h, n_kv_heads=kv, d_ff=f,
+                    context=t, norm_eps=1e-5, rope_base=PRESET_ROPE.get(args.preset, 10000.0), tied=tied)
     g = torch.Generator().manual_seed(0)
     shapes = {"token_embd.weight": (args.vocab, d), "output_norm.weight": (d,)}
+    dkv = d // h * kv
     if args.arch == "llama":
-        shapes["output.weight"] = (args.vocab, d)
+        if not tied:
+            shapes["output.weight"] = (args.vocab, d)
         for i in range(n_layers):
-            for name, s in [("attn_norm", (d,)), ("ffn_norm", (d,)), ("attn_q", (d, d)), ("attn_k", (d, d)), ("attn_v", (d, d)),
+            for name, s in [("attn_norm", (d,)), ("ffn_norm", (d,)), ("attn_q", (d, d)), ("attn_k", (dkv, d)), ("attn_v", (dkv, d)),
                             ("attn_output", (d, d)), ("ffn_gate", (f, d)), ("ffn_up", (f, d)), ("ffn_down", (d, f))]:
                 shapes[f"blk.{i}.{name}.weight"] = s
     else:
@@ -126,7 +140,9 @@ def torch_worker(args):
             lock = gpu_lock(args.barrier)
     import resource
     peak = torch.cuda.max_memory_allocated() if dev.type == "cuda" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"median_ms": statistics.median(times), "step_ms": times, "peak_bytes": peak, "compile_s": compile_s,
+    reserved = torch.cuda.max_memory_reserved() if dev.type == "cuda" else None
+    print(json.dumps({"median_ms": statistics.median(times), "step_ms": times, "peak_bytes": peak, "peak_reserved_bytes": reserved,
+                      "compile_s": compile_s,
                       "tokens_per_step": t * b, "torch": torch.__version__}))
 
 
@@ -191,6 +207,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10, help="timed steps per repetition")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json-out", help="write all measurements here")
+    ap.add_argument("--context", type=int, help="override every preset's context")
+    ap.add_argument("--attention", default="reference", choices=["reference", "fused"], help="toy's attention")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--preset", help=argparse.SUPPRESS)
     ap.add_argument("--variant", default="eager", help=argparse.SUPPRESS)
@@ -224,8 +242,10 @@ def main():
         if side == "toy":
             dtype = ["--dtype", "bf16", "--matmul-precision", "high"] if prec == "bf16" else ["--dtype", "f32", "--matmul-precision", prec]
             return [args.toy, "debug", "bench", "--preset", preset, "--arch", arch, "--vocab", str(vocab(preset)), "--steps", str(args.steps),
-                    "--warmup", str(args.warmup), "--device", args.device, "--threads", str(args.threads), *dtype]
+                    "--warmup", str(args.warmup), "--device", args.device, "--threads", str(args.threads), *dtype,
+                    "--attention", args.attention, *(["--context", str(args.context)] if args.context else [])]
         return [sys.executable, __file__, "--worker", "--preset", preset, "--arch", arch, "--vocab", str(vocab(preset)),
+                *(["--context", str(args.context)] if args.context else []),
                 "--steps", str(args.steps), "--warmup", str(args.warmup), "--device", args.device, "--threads", str(args.threads),
                 "--variant", side.split(" ", 1)[1], "--precision", prec, *extra]
 
@@ -280,14 +300,14 @@ def main():
                 if PRESET_ARCH.get(preset, arch) != arch:
                     continue
                 sides = sides_for(arch, preset, prec)
-                tokens = PRESETS[preset][4] * PRESETS[preset][5]
+                tokens = shape(preset, args.context)[4] * shape(preset, args.context)[5]
                 med, peak = {}, {}
                 for s in sides:
                     runs = results[(arch, preset, prec, s)]
                     med[s] = statistics.median([x for r in runs for x in r["step_ms"]])
                     if s == "toy" and args.device == "cuda":
-                        # ggml's buffers (weights, moments, compute); the CUDA pool's temporaries come on top
-                        peak[s] = max(r.get("device_buffers_bytes") or (sum(r["compute_bytes"].values()) + r["weights_bytes"]) for r in runs)
+                        # The device memory the run took: ggml's buffers, its CUDA pool of temporaries and cuBLAS's workspace
+                        peak[s] = max(r.get("device_used_bytes") or r["device_buffers_bytes"] for r in runs)
                     elif s == "toy":
                         peak[s] = max(r["peak_rss_bytes"] for r in runs)
                     else:
