@@ -222,6 +222,51 @@ stage_parity_124m() {
     echo "== parity $a small 200 bf16 (rc=$?)"; grep -E "loss|FAIL" "$OUT/parity-$a-small-bf16.txt" | head -5
   done
 }
+# --- fused attention on CUDA (issue 21, patch 0021) ---
+# The ggml-rs attention tests on CUDA, and the op against PyTorch's SDPA there.
+stage_attn_tests() {
+  for t in "$C"/tests/*; do
+    TOY_TEST_DEVICE=cuda timeout 200 "$t" attention --nocapture 2>&1 | grep -E "rel err|max|^test |test result|panicked" | tee -a "$OUT/attn-tests.log"
+  done
+  timeout 300 python3 scripts/parity/attention.py --bin "$C"/examples/attention --device cuda --max-t 4096 | tee "$OUT/attn-parity.txt"
+}
+# toy at GPT-2 124M and SmolLM2's shape, fused against reference attention (bf16).
+stage_attn_bench_toy() {
+  local p runs
+  # ATTN_RUNS: "preset context attention" runs, comma-separated.
+  IFS=, read -ra runs <<< "${ATTN_RUNS:-gpt2-124m 1024 reference,gpt2-124m 1024 fused,smollm2-135m 1024 reference,smollm2-135m 1024 fused,smollm2-135m 2048 reference,smollm2-135m 2048 fused,smollm2-135m 4096 fused,smollm2-135m 8192 fused}"
+  for p in "${runs[@]}"; do
+    set -- $p
+    timeout 200 $T debug bench --preset $1 --context $2 --device cuda --steps 6 --warmup 2 --attention $3 > /tmp/b.json 2> /tmp/b.err || { echo "$1 ctx $2 $3 failed: $(tail -2 /tmp/b.err)"; continue; }
+    tee -a "$OUT/attn-bench-toy.jsonl" < /tmp/b.json | python3 -c "import json,sys; d=json.load(sys.stdin); print('$1', 'ctx', d['context'], '$3', d['dtype'], 'median ms', round(d['median_ms'],2), 'device used MiB', (d['device_used_bytes'] or 0)>>20, 'buffers MiB', d['device_buffers_bytes']>>20, 'fallbacks', len(d['cpu_fallbacks']), 'loss', round(d['last_loss'],3))"
+  done
+}
+# SmolLM2-135M's shape, batch 8, contexts 1024-8192: toy (fused) against PyTorch SDPA + compile, bf16.
+stage_smollm_table() {
+  local ctx
+  for ctx in ${CONTEXTS:-1024 2048 4096 8192}; do
+    bench smollm-$ctx --archs llama --presets smollm2-135m --precisions bf16 --torch compile-sdpa --reps 1 --steps 6 --warmup 2 \
+      --context $ctx --attention fused
+  done
+}
+stage_ncu_124m_fused() {
+  GGML_CUDA_DISABLE_GRAPHS=1 timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv $T debug bench --preset gpt2-124m --device cuda --steps 1 --warmup 0 --attention fused > "$OUT/ncu-gpt2-124m-fused.csv" 2> "$OUT/ncu-gpt2-124m-fused.err"
+  echo "== ncu gpt2-124m bf16 fused (rc=$?)"
+  python3 scripts/gpu/ncu_top.py "$OUT/ncu-gpt2-124m-fused.csv" --top 10 | tee "$OUT/ncu-gpt2-124m-fused.md"
+  gzip -f "$OUT"/ncu-*.csv
+}
+# The parity harness with the fused attention on CUDA (f32, full precision).
+stage_parity_fused() {
+  local a
+  for a in llama gpt2; do
+    timeout 300 python3 scripts/parity/parity.py --toy $T --arch $a --preset small --steps 100 --matmul-precision highest --attention fused \
+      --corpus data/default-corpus.txt --device cuda --torch-device cuda --work /tmp/parity-$a-fused > "$OUT/parity-$a-fused.txt" 2> "$OUT/parity-$a-fused.err"
+    echo "== parity $a small 100 highest fused (rc=$?)"; tail -14 "$OUT/parity-$a-fused.txt"
+  done
+}
+# Hand the CUDA module back in parts of at most 15 MiB (xz).
+module_out() { xz -T0 -6 -c "$C/libggml-cuda.so" | split -b 15M - "$OUT/libggml-cuda.so.xz.part-"; }
+
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do
@@ -230,3 +275,5 @@ for s in "$@"; do
 done 2>&1 | tee -a "$OUT/session.log"
 # At most 8 files come back from a call: everything in one archive.
 (cd "$OUT" && tar czf /tmp/results.tgz --exclude=results.tgz . && rm -rf ./* && mv /tmp/results.tgz .)
+[ -n "${MODULE_OUT:-}" ] && module_out
+

@@ -11,7 +11,11 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get('reason') == 'compiler-artifact' and m.get('executable') and m['target']['kind'] == ['test']:
         print(m['executable'])" | while read -r exe; do cp "$exe" dist/tests/; strip "dist/tests/$(basename "$exe")"; done
-# The cross-entropy example, for scripts/parity/cross_entropy.py on the GPU.
-cargo build --release --locked -p toy-ggml --features dynamic --example cross_entropy 2>/dev/null
-mkdir -p dist/examples && cp "$CARGO_TARGET_DIR/release/examples/cross_entropy" dist/examples/ && strip dist/examples/cross_entropy
+# The cross-entropy and attention examples, for scripts/parity/cross_entropy.py
+# and scripts/parity/attention.py on the GPU.
+mkdir -p dist/examples
+for ex in cross_entropy attention; do
+  cargo build --release --locked -p toy-ggml --features dynamic --example $ex 2>/dev/null
+  cp "$CARGO_TARGET_DIR/release/examples/$ex" dist/examples/ && strip dist/examples/$ex
+done
 ls -la dist/tests dist/examples
