@@ -91,9 +91,10 @@ pub struct BenchArgs {
     /// unless --dtype says otherwise.
     #[arg(long = "matmul-precision", value_enum)]
     pub matmul_precision: Option<crate::config::MatmulPrecision>,
-    /// Attention: reference or fused (ggml patch 0020).
-    #[arg(long, value_enum, default_value = "reference")]
-    pub attention: crate::model::attention::Attention,
+    /// Attention: reference or fused (ggml patches 0020 and 0021; the default
+    /// on the CPU and CUDA).
+    #[arg(long, value_enum)]
+    pub attention: Option<crate::model::attention::Attention>,
     /// Step precision: bf16 (matrix products in bf16, f32 accumulation; CUDA
     /// only) or f32 (default: bf16 on CUDA, f32 elsewhere or with
     /// --matmul-precision).
@@ -253,8 +254,8 @@ pub struct TrainArgs {
     pub matmul_precision: Option<crate::config::MatmulPrecision>,
     /// Attention: reference (scores, masked softmax and product as separate
     /// ops, the [T, T] scores kept for the backward) or fused (one op that
-    /// stores no [T, T] tensor: memory O(T) per row; CPU kernels only for now).
-    /// --resume keeps the run's.
+    /// stores no [T, T] tensor: memory O(T) per row). Default: fused on the
+    /// CPU and CUDA, reference elsewhere; --resume keeps the run's.
     #[arg(long, value_enum)]
     pub attention: Option<crate::model::attention::Attention>,
     /// Step precision, PyTorch autocast's: bf16 (matrix products with bf16

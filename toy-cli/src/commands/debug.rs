@@ -22,7 +22,7 @@ pub fn peak_rss() -> Option<u64> {
 fn bench_config(a: &BenchArgs) -> Result<crate::config::TrainConfig> {
     let arch = a.preset.resolve_arch(a.arch)?;
     let mut cfg = crate::config::TrainConfig::from_preset(a.preset, arch, a.vocab.or(a.preset.vocab()).unwrap_or(4096));
-    cfg.attention = a.attention;
+    cfg.attention = a.attention.unwrap_or_else(|| crate::model::attention::Attention::default_for(&a.device));
     if let Some(b) = a.batch {
         cfg.batch = b;
     }
@@ -107,7 +107,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         serde_json::json!({
             "format": "toy/bench-v1", "preset": a.preset.name(), "arch": cfg.model.arch.name(), "device": backends[0][0].name(),
             "devices": devs, "allreduce": step.allreduce_kind().name(), "allreduce_ms_median": median(&reduce_ms),
-            "matmul_precision": precision.name(), "dtype": dtype.name(), "attention": a.attention.name(),
+            "matmul_precision": precision.name(), "dtype": dtype.name(), "attention": cfg.attention.name(),
             "batch": b, "context": t, "vocab": cfg.model.vocab, "n_params": cfg.model.n_params(),
             "step_ms": times, "median_ms": med, "tokens_per_step": t * b,
             "tokens_per_s": (t * b) as f64 / (med / 1e3).max(1e-12),

@@ -161,7 +161,7 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     if let Some(p) = a.matmul_precision {
         c.matmul_precision = p;
     }
-    c.attention = a.attention.unwrap_or_default();
+    c.attention = a.attention.unwrap_or_else(|| crate::model::attention::Attention::default_for(&c.device));
     // An explicit --matmul-precision asks for f32 products (PyTorch's
     // set_float32_matmul_precision applies outside autocast).
     c.dtype = crate::config::Dtype::resolve(a.dtype, a.matmul_precision.is_some(), &c.device);

@@ -4,7 +4,8 @@ use super::Batch;
 use ggml_rs::{Context, Result, RopeMode, Tensor};
 use serde::{Deserialize, Serialize};
 
-/// How attention is computed (`--attention`).
+/// How attention is computed (`--attention`). The serde default is
+/// `Reference`: runs recorded before `--attention` existed used it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Attention {
@@ -12,13 +13,28 @@ pub enum Attention {
     /// kept for the backward (the reference).
     #[default]
     Reference,
-    /// One fused op (ggml patch 0020, FlashAttention-2's recomputation): no
-    /// `[T, T]` tensor is stored. CPU kernels only for now: on CUDA it runs on
-    /// the CPU.
+    /// One fused op (ggml patches 0020 and 0021, FlashAttention-2's
+    /// recomputation): no `[T, T]` tensor is stored. CPU and CUDA kernels.
     Fused,
 }
 
 impl Attention {
+    /// The default on `device` (a `--device` value or comma list): `Fused`
+    /// where every device has the op's kernels (the CPU and CUDA; no slower
+    /// there, see bench/results.md), else `Reference` (Metal, where the fused
+    /// op would run on the CPU).
+    pub fn default_for(device: &str) -> Attention {
+        let has_kernels = |d: &str| {
+            let d = d.trim().to_ascii_lowercase();
+            d.starts_with("cpu") || d.starts_with("cuda")
+        };
+        if device.split(',').all(has_kernels) {
+            Attention::Fused
+        } else {
+            Attention::Reference
+        }
+    }
+
     /// The name (`reference`, `fused`).
     pub fn name(self) -> &'static str {
         match self {
@@ -76,4 +92,17 @@ pub fn rope<'a>(ctx: &'a Context, x: Tensor<'a>, pos: Tensor<'a>, base: f32) -> 
     #[cfg(feature = "parity-perturb")]
     let base = base * 1.01;
     ctx.rope_ext(x, pos, dh, RopeMode::Normal, base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Attention;
+
+    #[test]
+    fn fused_by_default_where_the_kernels_exist() {
+        assert_eq!(Attention::default_for("cpu"), Attention::Fused);
+        assert_eq!(Attention::default_for("cuda:0, CUDA:1"), Attention::Fused);
+        assert_eq!(Attention::default_for("metal"), Attention::Reference);
+        assert_eq!(Attention::default_for("cuda,metal"), Attention::Reference);
+    }
 }

@@ -146,4 +146,9 @@ fn fused_attention_trains_like_the_reference() {
         }
     }
     fails(&toy(t, &["train", "--attention", "flash", "--out", "x"]), "train", "flash");
+    // Without --attention the CPU takes the fused op.
+    let o = toy(t, &["train", "--preset", "smoke", "--steps", "1", "--eval-every", "0", "--threads", "1", "--out", "default"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let start = events(&t.join("default")).into_iter().find(|e| e["kind"] == "run_start").unwrap();
+    assert_eq!(start["config"]["attention"], "fused");
 }
