@@ -259,7 +259,7 @@ stage_ncu_124m_fused() {
 stage_parity_fused() {
   local a
   for a in llama gpt2; do
-    timeout 300 python3 scripts/parity/parity.py --toy $T --arch $a --preset small --steps 100 --matmul-precision highest --attention fused \
+    timeout 300 python3 scripts/parity/parity.py --toy $T --arch $a --preset small --steps 100 --matmul-precision highest --toy-arg=--attention --toy-arg=fused \
       --corpus data/default-corpus.txt --device cuda --torch-device cuda --work /tmp/parity-$a-fused > "$OUT/parity-$a-fused.txt" 2> "$OUT/parity-$a-fused.err"
     echo "== parity $a small 100 highest fused (rc=$?)"; tail -14 "$OUT/parity-$a-fused.txt"
   done
@@ -275,5 +275,5 @@ for s in "$@"; do
 done 2>&1 | tee -a "$OUT/session.log"
 # At most 8 files come back from a call: everything in one archive.
 (cd "$OUT" && tar czf /tmp/results.tgz --exclude=results.tgz . && rm -rf ./* && mv /tmp/results.tgz .)
-[ -n "${MODULE_OUT:-}" ] && module_out
+if [ -n "${MODULE_OUT:-}" ]; then module_out; fi
 
