@@ -375,7 +375,8 @@ pub struct GenerateArgs {
     /// Always take the most likely token.
     #[arg(long)]
     pub greedy: bool,
-    /// Keep generating past the end-of-text token.
+    /// Keep generating past the end-of-generation tokens (end of text, the
+    /// GGUF's eos/eot/eom ids, a chat template's end of turn).
     #[arg(long = "ignore-eot")]
     pub ignore_eot: bool,
     /// Sampling seed.
@@ -407,7 +408,8 @@ pub struct EvalArgs {
     /// Raw text (tokenized with the checkpoint's tokenizer), a prepared folder, or toy's .bin/.txt ids.
     #[arg(long)]
     pub corpus: PathBuf,
-    /// Tokens per window (default: the model's context).
+    /// Tokens per window (default: the longest the text fills, at most the
+    /// model's context).
     #[arg(long)]
     pub context: Option<usize>,
     /// The field of JSON Lines records that holds their text (a `.jsonl`

@@ -94,6 +94,20 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
     Ok((ids, bytes))
 }
 
+/// A progress bar of `n` windows on a terminal's stderr, unless `show` is
+/// false or stderr is not a terminal (scripts read one line of result).
+fn progress(show: bool, n: usize) -> Option<indicatif::ProgressBar> {
+    use std::io::IsTerminal;
+    (show && n > 1 && std::io::stderr().is_terminal()).then(|| {
+        let pb = indicatif::ProgressBar::new(n as u64);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template("eval {bar:30} {pos}/{len} windows [{elapsed_precise} < {eta_precise}]")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb
+    })
+}
+
 /// Evaluate `args.model` on `args.corpus`.
 ///
 /// A model without tokenizer keys is evaluated on token ids only (an id file,
@@ -114,7 +128,9 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     if args.batch == 0 {
         return Err(input("--batch must be at least 1"));
     }
-    let t = args.context.unwrap_or(ck.config.context);
+    // Default: the longest window the text fills (one window plus its shifted
+    // target), capped by the model's context.
+    let t = args.context.unwrap_or_else(|| ck.config.context.min(ids.len().saturating_sub(1)).max(1));
     if t == 0 {
         return Err(input("--context must be at least 1"));
     }
@@ -136,6 +152,7 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
         let rest = starts.len() % b;
         let mut tail = if rest > 0 { Some(EvalStep::new(&rctx, w, consts, t, rest, &backends)?) } else { None };
         let mut sum = 0f64;
+        let pb = progress(!args.json, starts.len());
         for chunk in starts.chunks(b) {
             let bt = batch_at(&ids, chunk, t)?;
             let step = if chunk.len() == b { &mut full } else { tail.as_mut().expect("tail graph") };
@@ -148,6 +165,12 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
                 )));
             }
             sum += l as f64 * chunk.len() as f64;
+            if let Some(pb) = &pb {
+                pb.inc(chunk.len() as u64);
+            }
+        }
+        if let Some(pb) = pb {
+            pb.finish_and_clear();
         }
         Ok(sum / starts.len() as f64)
     })?;

@@ -78,6 +78,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     let backends = backends_for(&args.device, args.threads, args.matmul_precision.ggml())?;
     let stream = !args.json && ck.tokenizer.is_some();
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
+    let stop = if args.ignore_eot { Vec::new() } else { ck.tokenizer.as_ref().map(|t| t.end_of_generation(&ck.file)).unwrap_or_default() };
     let ids = with_loaded(&ck, &backends[0], t, 1, false, |w, consts| {
         let cctx = Context::new(capacity(ck.config.n_layers))?;
         let mut fwd = Forward::new(&cctx, w, consts, t, &backends)?;
@@ -104,7 +105,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
                     printed = ids.len();
                 }
             }
-            if Some(next) == ck.tokenizer.as_ref().and_then(|t| t.eot()) && !args.ignore_eot {
+            if stop.contains(&next) {
                 break;
             }
         }

@@ -102,6 +102,11 @@ pub enum Tokenizer {
     Bpe(Arc<Bpe>),
 }
 
+/// Control tokens that end a chat turn in the templates llama.cpp knows (its
+/// end-of-generation list in `llama-vocab.cpp`).
+pub const END_OF_TURN: [&str; 8] =
+    ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<|return|>", "<EOT>"];
+
 fn byte_level() -> ByteLevel {
     ByteLevel::new(false, true, true)
 }
@@ -385,6 +390,27 @@ impl Tokenizer {
             Tokenizer::Bytes => None,
             Tokenizer::Bpe(b) => Some(b.eot),
         }
+    }
+
+    /// The ids that end generation, as llama.cpp's `llama_vocab_is_eog`
+    /// decides: the end-of-text id, the GGUF `f`'s
+    /// `tokenizer.ggml.{eos,eot,eom}_token_id`, and the control tokens that end
+    /// a chat turn ([`END_OF_TURN`], e.g. SmolLM2's `<|im_end|>`). Sorted,
+    /// without repeats; ids outside the vocabulary are left out.
+    pub fn end_of_generation(&self, f: &GgufFile) -> Vec<u32> {
+        let mut ids: Vec<u32> = self.eot().into_iter().collect();
+        for key in ["eos", "eot", "eom"] {
+            if let Ok(id) = f.get_u64(&format!("tokenizer.ggml.{key}_token_id")) {
+                ids.extend(u32::try_from(id).ok());
+            }
+        }
+        if let Tokenizer::Bpe(b) = self {
+            ids.extend(b.control.iter().copied().filter(|&i| b.hf.id_to_token(i).is_some_and(|t| END_OF_TURN.contains(&t.as_str()))));
+        }
+        ids.retain(|&i| (i as usize) < self.vocab_size());
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     /// Write `tokenizer.json` to `path` atomically (BPE only).

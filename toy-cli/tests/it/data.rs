@@ -173,6 +173,40 @@ fn tokenizer_survives_a_gguf_round_trip() {
 }
 
 #[test]
+fn generation_ends_at_every_end_of_generation_token() {
+    // A GGUF declaring eos and eot ids, with a chat template's <|im_end|> control token.
+    let text = stories::generate_with(3, 30);
+    let tok = Tokenizer::train_bpe(split_documents(&text).into_iter(), 400).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (plain, chat) = (tmp.path().join("plain.gguf"), tmp.path().join("chat.gguf"));
+    let mut g = GgufWriter::new();
+    tok.write_gguf(&mut g).unwrap();
+    g.write(&plain).unwrap();
+    let f = GgufFile::open(&plain).unwrap();
+    assert_eq!(tok.end_of_generation(&f), vec![0], "a toy tokenizer ends at <|endoftext|> alone");
+    let Some(Value::Array(Array::String(mut tokens))) = f.get("tokenizer.ggml.tokens").cloned() else { panic!("tokens") };
+    let Some(Value::Array(Array::I32(mut types))) = f.get("tokenizer.ggml.token_type").cloned() else { panic!("types") };
+    let im_end = tokens.len() as u32;
+    tokens.push("<|im_end|>".into());
+    types.push(3);
+    let mut g = GgufWriter::new();
+    for (k, v) in
+        [("tokenizer.ggml.model", Value::String("gpt2".into())), ("tokenizer.ggml.merges", f.get("tokenizer.ggml.merges").unwrap().clone())]
+    {
+        g.set(k, v).unwrap();
+    }
+    g.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens))).unwrap();
+    g.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types))).unwrap();
+    g.set("tokenizer.ggml.eos_token_id", 7u32).unwrap();
+    g.set("tokenizer.ggml.eot_token_id", 5u32).unwrap();
+    g.set("tokenizer.ggml.eom_token_id", 99_999u32).unwrap(); // outside the vocabulary: left out
+    g.write(&chat).unwrap();
+    let f = GgufFile::open(&chat).unwrap();
+    let back = Tokenizer::read_gguf(&f).unwrap().unwrap();
+    assert_eq!(back.end_of_generation(&f), vec![0, 5, 7, im_end]);
+}
+
+#[test]
 fn byte_tokenizer_still_round_trips() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("b.gguf");
