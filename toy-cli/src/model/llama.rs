@@ -66,7 +66,7 @@ pub fn hidden<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>) -> Result<Ten
     let (dh, eps) = (c.d_head() as i64, c.norm_eps);
     let s = c.lora.as_ref().map_or(1.0, |l| l.scale());
     let mut h = ctx.get_rows(w.tensor("token_embd.weight")?, x.tokens)?; // [d or donor, T·B]
-    if let Some(lens) = w.get("lens.weight") {
+    if let Some((lens, _)) = w.lens() {
         h = ctx.mul_mat(lens, h)?; // [d, T·B]
     }
     let mut h = ctx.reshape(h, &[d, t, b])?; // [d, T, B]

@@ -214,19 +214,19 @@ impl Table {
     /// Number of parameters of a `c`-shaped model; a table under a lens is
     /// not counted (it comes from the donor), the lens is.
     pub fn n_params(&self, c: &ModelConfig) -> usize {
-        let count = |specs: &mut dyn Iterator<Item = &'static Spec>| -> usize {
-            specs.filter(|s| (s.present)(c) && !self.lensed(s.name, c)).map(|s| (s.ne)(c).iter().product::<usize>()).sum()
+        let size = |s: &Spec| -> usize {
+            if (s.present)(c) && self.lens_of(s.name, c).is_none() {
+                (s.ne)(c).iter().product()
+            } else {
+                0
+            }
         };
-        count(&mut self.globals()) + c.n_layers * count(&mut self.blocks.iter())
+        self.globals().map(size).sum::<usize>() + c.n_layers * self.blocks.iter().map(size).sum::<usize>()
     }
 
     /// The present lens folded into `table`, if any.
     pub fn lens_of(&self, table: &str, c: &ModelConfig) -> Option<&'static Spec> {
         self.globals().find(|s| s.folded_into == Some(table) && (s.present)(c))
-    }
-
-    fn lensed(&self, table: &str, c: &ModelConfig) -> bool {
-        self.lens_of(table, c).is_some()
     }
 
     /// The checkpoint's tensors for a `c`-shaped model, in file order.

@@ -72,9 +72,11 @@ impl<'w> Block<'w> {
 pub struct Weights<'w> {
     cfg: ModelConfig,
     table: &'static Table,
-    /// `table.first` then `table.last`; `None` where absent for the config.
-    globals: Vec<Option<Tensor<'w>>>,
+    /// `table.first`'s tensors; `None` where absent for the config.
+    first: Vec<Option<Tensor<'w>>>,
     blocks: Vec<Block<'w>>,
+    /// `table.last`'s tensors.
+    last: Vec<Option<Tensor<'w>>>,
 }
 
 /// The type of a frozen LoRA base's matrices and tables: the base's own
@@ -121,8 +123,9 @@ impl<'w> Weights<'w> {
                 Ok(Block { table, tensors, lora })
             })
             .collect::<Result<Vec<_>>>()?;
-        let globals = table.first.iter().chain(table.last).map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
-        Ok(Weights { cfg: cfg.clone(), table, globals, blocks })
+        let first = table.first.iter().map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
+        let last = table.last.iter().map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
+        Ok(Weights { cfg: cfg.clone(), table, first, blocks, last })
     }
 
     /// The model's configuration.
@@ -142,8 +145,13 @@ impl<'w> Weights<'w> {
 
     /// The tensor named `name` outside the blocks, if the model has it.
     pub fn get(&self, name: &str) -> Option<Tensor<'w>> {
-        let k = self.table.first.iter().chain(self.table.last).position(|s| s.name == name)?;
-        self.globals[k]
+        self.globals().find(|(s, _)| s.name == name)?.1
+    }
+
+    /// The specs outside the blocks with their tensors, `first` then `last`.
+    fn globals(&self) -> impl Iterator<Item = (&'static Spec, Option<Tensor<'w>>)> + '_ {
+        let t = self.table;
+        t.first.iter().zip(self.first.iter().copied()).chain(t.last.iter().zip(self.last.iter().copied()))
     }
 
     /// The tensor named `name` outside the blocks.
@@ -164,10 +172,11 @@ impl<'w> Weights<'w> {
         }
     }
 
-    /// The projection lens `[donor_width, d]` and the table `[donor_width, vocab]` it projects, when the model has one.
+    /// The projection lens `[donor_width, d]` and the table `[donor_width, vocab]`
+    /// it projects, when the model has one.
     pub fn lens(&self) -> Option<(Tensor<'w>, Tensor<'w>)> {
-        let s = self.table.first.iter().chain(self.table.last).find(|s| s.folded_into.is_some() && (s.present)(&self.cfg))?;
-        Some((self.get(s.name)?, self.get(s.folded_into?)?))
+        let (s, lens) = self.globals().find(|(s, t)| s.folded_into.is_some() && t.is_some())?;
+        Some((lens?, self.get(s.folded_into?)?))
     }
 
     /// The low-rank adapters, block by block in table order (none without LoRA).
@@ -185,17 +194,16 @@ impl<'w> Weights<'w> {
     /// `cfg.freeze_table`, with LoRA only the adapters train, and parameters
     /// whose name contains a `cfg.freeze` pattern are frozen.
     pub fn params(&self) -> Vec<Param<'w>> {
-        let (n_first, t) = (self.table.first.len(), self.table);
-        let globals = |specs: &'static [Spec], at: usize| {
-            specs.iter().zip(&self.globals[at..]).filter_map(|(s, g)| g.map(|g| self.param_of(s, g))).collect::<Vec<_>>()
+        let t = self.table;
+        let of = |specs: &'static [Spec], tensors: &[Option<Tensor<'w>>]| -> Vec<Param<'w>> {
+            specs.iter().zip(tensors).filter_map(|(s, g)| g.map(|g| self.param_of(s, g))).collect()
         };
-        let mut v = globals(t.first, 0);
+        let mut v = of(t.first, &self.first);
         for b in &self.blocks {
-            let specs = t.blocks.iter().zip(&b.tensors);
-            let (norms, rest): (Vec<_>, Vec<_>) = specs.partition(|(s, _)| s.is_norm());
+            let (norms, rest): (Vec<_>, Vec<_>) = t.blocks.iter().zip(&b.tensors).partition(|(s, _)| s.is_norm());
             v.extend(norms.into_iter().chain(rest).filter_map(|(s, g)| g.map(|g| self.param_of(s, g))));
         }
-        v.extend(globals(t.last, n_first));
+        v.extend(of(t.last, &self.last));
         for ad in self.adapters() {
             v.extend([ad.a, ad.b].map(|t| Param { tensor: t, trainable: true, decay: true, init: Init::Normal }));
         }
