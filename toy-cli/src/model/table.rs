@@ -167,7 +167,9 @@ pub struct Table {
     pub last: &'static [Spec],
     /// Block tensors stored fused in checkpoints.
     pub fused: &'static [Fused],
+    /// The forward pass up to the head; it finds its tensors by name.
     pub hidden: Hidden,
+    /// The head `[d, vocab]` the logits are computed with.
     pub head: Head,
 }
 
@@ -229,7 +231,9 @@ impl Table {
         self.globals().find(|s| s.folded_into == Some(table) && (s.present)(c))
     }
 
-    /// The checkpoint's tensors for a `c`-shaped model, in file order.
+    /// The checkpoint's tensors for a `c`-shaped model, in file order: every
+    /// present spec but a lens, a table under a lens as its fold `[d, vocab]`,
+    /// and [`Fused`] parts as one tensor at the place of their first part.
     pub fn stored(&self, c: &ModelConfig) -> Vec<Stored> {
         let mut out = Vec::new();
         for s in self.globals().filter(|s| (s.present)(c) && s.folded_into.is_none()) {
