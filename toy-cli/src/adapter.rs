@@ -8,7 +8,7 @@
 
 use crate::checkpoint::Provenance;
 use crate::error::{input, Result};
-use crate::model::lora::{LoraConfig, TARGETS};
+use crate::model::lora::LoraConfig;
 use crate::model::{ModelConfig, Weights};
 use ggml_rs::gguf::{GgufFile, GgufWriter};
 use ggml_rs::DType;
@@ -109,9 +109,8 @@ pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
     if !(alpha.is_finite() && alpha > 0.0) {
         return Err(input(format!("--lora {p}: adapter.lora.alpha {alpha} must be positive and finite")));
     }
-    let (d, f) = (base.d_model, base.d_ff);
-    let (hq, hkv) = (base.n_heads * base.d_head(), base.n_kv_heads * base.d_head());
-    let dims = [(d, hq), (d, hkv), (d, hkv), (hq, d), (d, f), (d, f), (f, d)];
+    let table = base.arch.table();
+    let targets = table.lora_targets();
     let other = |why: String| input(format!("--lora {p}: {why} (an adapter for another base?)"));
     let mut per_block: Vec<Vec<String>> = vec![Vec::new(); base.n_layers];
     let mut rank = None;
@@ -124,14 +123,15 @@ pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
         };
         let parsed = stem.strip_prefix("blk.").and_then(|r| r.split_once('.')).and_then(|(n, rest)| {
             let target = rest.strip_suffix(".weight")?;
-            Some((n.parse::<usize>().ok()?, TARGETS.iter().position(|x| *x == target)?))
+            Some((n.parse::<usize>().ok()?, targets.iter().position(|x| *x == target)?))
         });
-        let (blk, k) = parsed.ok_or_else(|| other(format!("toy adapts blk.N.{{{}}}.weight, not {stem}", TARGETS.join(","))))?;
+        let (blk, k) = parsed.ok_or_else(|| other(format!("toy adapts blk.N.{{{}}}.weight, not {stem}", targets.join(","))))?;
         if blk >= base.n_layers {
             return Err(other(format!("{stem}: the base has {} blocks", base.n_layers)));
         }
         let b = file.tensor(&format!("{stem}.lora_b")).ok_or_else(|| other(format!("{stem}.lora_b is missing")))?;
-        let (n_in, n_out) = dims[k];
+        let ne = table.lora_spec(targets[k]).map(|s| (s.ne)(base)).unwrap_or_default(); // [in, out]
+        let (n_in, n_out) = (ne[0], ne[1]);
         let r = t.ne[1] as usize;
         if t.shape() != [n_in as i64, r as i64] || b.shape() != [r as i64, n_out as i64] {
             return Err(other(format!("{stem} is [{n_in}, {n_out}] in the base, its adapters are {:?} and {:?}", t.shape(), b.shape())));
@@ -142,7 +142,7 @@ pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
         if *rank.get_or_insert(r) != r || r == 0 {
             return Err(input(format!("--lora {p}: adapters of ranks {} and {r}; toy needs one rank", rank.unwrap_or(0))));
         }
-        per_block[blk].push(TARGETS[k].to_string());
+        per_block[blk].push(targets[k].to_string());
     }
     for t in file.tensors().iter().filter(|t| t.name.ends_with(".lora_b")) {
         if file.tensor(&t.name.replace(".lora_b", ".lora_a")).is_none() {
@@ -150,19 +150,18 @@ pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
         }
     }
     let rank = rank.ok_or_else(|| input(format!("--lora {p}: no adapter tensors")))?;
-    let mut targets = per_block[0].clone();
-    targets.sort_by_key(|t| TARGETS.iter().position(|x| x == t));
+    let order = |t: &String| targets.iter().position(|x| x == t);
+    let mut first = per_block[0].clone();
+    first.sort_by_key(order);
     for (i, b) in per_block.iter().enumerate() {
         let mut b = b.clone();
-        b.sort_by_key(|t| TARGETS.iter().position(|x| x == t));
-        if b != targets {
-            return Err(input(format!(
-                "--lora {p}: block {i} adapts {b:?}, block 0 {targets:?}; toy needs the same targets in every block"
-            )));
+        b.sort_by_key(order);
+        if b != first {
+            return Err(input(format!("--lora {p}: block {i} adapts {b:?}, block 0 {first:?}; toy needs the same targets in every block")));
         }
     }
-    let config = LoraConfig { rank, alpha, targets };
-    config.validate(base.d_model).map_err(|m| input(format!("--lora {p}: {m}")))?;
+    let config = LoraConfig { rank, alpha, targets: first };
+    config.validate(table, base.d_model).map_err(|m| input(format!("--lora {p}: {m}")))?;
     Ok(AdapterFile { file, config })
 }
 

@@ -3,6 +3,7 @@
 
 use crate::data::Tokenizer;
 use crate::error::{input, Result};
+use crate::model::table::{Stored, StoredFrom, Table};
 use crate::model::{Arch, ModelConfig, Weights};
 use ggml_rs::gguf::{GgufFile, GgufWriter};
 use ggml_rs::DType;
@@ -54,10 +55,40 @@ pub fn fold_lens(table: &[f32], lens: &[f32], w: usize, d: usize) -> Vec<f32> {
     out
 }
 
-fn add(g: &mut GgufWriter, name: &str, t: Tensor<'_>, src: Source<'_>) -> Result<()> {
-    let v = src(t)?;
-    finite(name, &v)?;
-    Ok(g.add_tensor_data(name, &t.shape(), &v)?)
+/// Write the checkpoint tensor `st` of `w`, its values from `src`.
+fn add(g: &mut GgufWriter, w: &Weights<'_>, st: &Stored, src: Source<'_>) -> Result<()> {
+    let param = |name: &str| param_of(w, name);
+    match &st.source {
+        StoredFrom::Param(name) => {
+            let t = param(name)?;
+            let v = src(t)?;
+            finite(&st.name, &v)?;
+            Ok(g.add_tensor_data(&st.name, &t.shape(), &v)?)
+        }
+        StoredFrom::Stacked(parts) => {
+            let mut v = Vec::new();
+            for p in parts {
+                v.extend(src(param(p)?)?);
+            }
+            finite(stem(&st.name), &v)?;
+            Ok(g.add_tensor_data(&st.name, &ne_i64(&st.ne), &v)?)
+        }
+        StoredFrom::Folded { table, lens } => {
+            let (table, lens) = (param(table)?, param(lens)?);
+            let folded = fold_lens(&src(table)?, &src(lens)?, lens.ne()[0] as usize, lens.ne()[1] as usize);
+            finite(&st.name, &folded)?;
+            Ok(g.add_tensor_data(&st.name, &ne_i64(&st.ne), &folded)?)
+        }
+    }
+}
+
+fn ne_i64(ne: &[usize]) -> Vec<i64> {
+    ne.iter().map(|&n| n as i64).collect()
+}
+
+/// `blk.0.attn_qkv` of `blk.0.attn_qkv.weight`: how messages name a fused tensor.
+fn stem(name: &str) -> &str {
+    name.rsplit_once('.').map_or(name, |(s, _)| s)
 }
 
 /// Refuse to write non-finite values: a checkpoint of diverged weights would
@@ -118,63 +149,8 @@ pub fn write_model(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, prov: 
     if let Some(t) = tok {
         t.write_gguf(&mut g)?;
     }
-    match w {
-        Weights::Llama(m) => {
-            let d = c.d_model;
-            match (m.lens, c.donor_width) {
-                (Some(lens), Some(width)) => {
-                    let folded = fold_lens(&src(m.token_embd)?, &src(lens)?, width, d);
-                    finite("token_embd.weight", &folded)?;
-                    g.add_tensor_data("token_embd.weight", &[d as i64, c.vocab as i64], &folded)?;
-                }
-                _ => add(&mut g, "token_embd.weight", m.token_embd, src)?,
-            }
-            add(&mut g, "output_norm.weight", m.output_norm, src)?;
-            if let Some(o) = m.output {
-                add(&mut g, "output.weight", o, src)?;
-            }
-            for b in &m.blocks {
-                for t in [b.attn_norm, b.attn_q, b.attn_k, b.attn_v, b.attn_output, b.ffn_norm, b.ffn_gate, b.ffn_up, b.ffn_down] {
-                    add(&mut g, &t.name(), t, src)?;
-                }
-            }
-        }
-        Weights::Gpt2(m) => {
-            add(&mut g, "token_embd.weight", m.token_embd, src)?;
-            add(&mut g, "position_embd.weight", m.position_embd, src)?;
-            add(&mut g, "output_norm.weight", m.output_norm.weight, src)?;
-            add(&mut g, "output_norm.bias", m.output_norm.bias, src)?;
-            for (i, b) in m.blocks.iter().enumerate() {
-                let n = |s: &str| format!("blk.{i}.{s}");
-                let d = c.d_model as i64;
-                // Fused q|k|v: the three [d, d] matrices stacked along ne1.
-                let mut qkv = src(b.attn_q.weight)?;
-                qkv.extend(src(b.attn_k.weight)?);
-                qkv.extend(src(b.attn_v.weight)?);
-                let mut qkv_b = src(b.attn_q.bias)?;
-                qkv_b.extend(src(b.attn_k.bias)?);
-                qkv_b.extend(src(b.attn_v.bias)?);
-                for (name, t) in [("attn_norm.weight", b.attn_norm.weight), ("attn_norm.bias", b.attn_norm.bias)] {
-                    add(&mut g, &n(name), t, src)?;
-                }
-                finite(&n("attn_qkv"), &qkv)?;
-                finite(&n("attn_qkv"), &qkv_b)?;
-                g.add_tensor_data(&n("attn_qkv.weight"), &[d, 3 * d], &qkv)?;
-                g.add_tensor_data(&n("attn_qkv.bias"), &[3 * d], &qkv_b)?;
-                for (name, t) in [
-                    ("attn_output.weight", b.attn_output.weight),
-                    ("attn_output.bias", b.attn_output.bias),
-                    ("ffn_norm.weight", b.ffn_norm.weight),
-                    ("ffn_norm.bias", b.ffn_norm.bias),
-                    ("ffn_up.weight", b.ffn_up.weight),
-                    ("ffn_up.bias", b.ffn_up.bias),
-                    ("ffn_down.weight", b.ffn_down.weight),
-                    ("ffn_down.bias", b.ffn_down.bias),
-                ] {
-                    add(&mut g, &n(name), t, src)?;
-                }
-            }
-        }
+    for st in w.table().stored(c) {
+        add(&mut g, w, &st, src)?;
     }
     g.write(path).map_err(|e| crate::error::runtime(format!("cannot write checkpoint: {e}")))
 }
@@ -239,50 +215,15 @@ pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
 }
 
 /// Every tensor of a `c`-shaped model as checkpoints lay them out (llama.cpp's
-/// names), with its shape in ggml `ne` order, trailing 1s dropped; `output.weight`
-/// is listed for untied models only.
+/// names and order, from the architecture's table), with its shape in ggml
+/// `ne` order; `output.weight` is listed for untied models only.
 pub fn expected_shapes(c: &ModelConfig) -> Vec<(String, Vec<i64>)> {
-    let (d, v, ff) = (c.d_model as i64, c.vocab as i64, c.d_ff as i64);
-    let kv = (c.n_kv_heads * (c.d_model / c.n_heads.max(1))) as i64;
-    let mut out = vec![("token_embd.weight".to_string(), vec![d, v]), ("output_norm.weight".into(), vec![d])];
-    if !c.tied {
-        out.push(("output.weight".into(), vec![d, v]));
-    }
-    let blk: &[(&str, Vec<i64>)] = match c.arch {
-        Arch::Llama => &[
-            ("attn_norm.weight", vec![d]),
-            ("attn_q.weight", vec![d, d]),
-            ("attn_k.weight", vec![d, kv]),
-            ("attn_v.weight", vec![d, kv]),
-            ("attn_output.weight", vec![d, d]),
-            ("ffn_norm.weight", vec![d]),
-            ("ffn_gate.weight", vec![d, ff]),
-            ("ffn_up.weight", vec![d, ff]),
-            ("ffn_down.weight", vec![ff, d]),
-        ],
-        Arch::Gpt2 => {
-            out.push(("output_norm.bias".into(), vec![d]));
-            out.push(("position_embd.weight".into(), vec![d, c.context as i64]));
-            &[
-                ("attn_norm.weight", vec![d]),
-                ("attn_norm.bias", vec![d]),
-                ("attn_qkv.weight", vec![d, 3 * d]),
-                ("attn_qkv.bias", vec![3 * d]),
-                ("attn_output.weight", vec![d, d]),
-                ("attn_output.bias", vec![d]),
-                ("ffn_norm.weight", vec![d]),
-                ("ffn_norm.bias", vec![d]),
-                ("ffn_up.weight", vec![d, ff]),
-                ("ffn_up.bias", vec![ff]),
-                ("ffn_down.weight", vec![ff, d]),
-                ("ffn_down.bias", vec![d]),
-            ]
-        }
-    };
-    for i in 0..c.n_layers {
-        out.extend(blk.iter().map(|(n, s)| (format!("blk.{i}.{n}"), s.clone())));
-    }
-    out
+    expected_shapes_of(c.arch.table(), c)
+}
+
+/// [`expected_shapes`] of the architecture `table` lists.
+pub fn expected_shapes_of(table: &Table, c: &ModelConfig) -> Vec<(String, Vec<i64>)> {
+    table.stored(c).into_iter().map(|st| (st.name, ne_i64(&st.ne))).collect()
 }
 
 /// Refuse a file whose tensors contradict the shape `c` read from its keys: a
@@ -292,7 +233,15 @@ pub fn expected_shapes(c: &ModelConfig) -> Vec<(String, Vec<i64>)> {
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) naming `what` and the tensor.
 pub fn check_shapes(file: &GgufFile, c: &ModelConfig, what: &str) -> Result<()> {
-    for (name, shape) in expected_shapes(c) {
+    check_shapes_of(c.arch.table(), file, c, what)
+}
+
+/// [`check_shapes`] against the tensors `table` lists.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming `what` and the tensor.
+pub fn check_shapes_of(table: &Table, file: &GgufFile, c: &ModelConfig, what: &str) -> Result<()> {
+    for (name, shape) in expected_shapes_of(table, c) {
         let info = file.tensor(&name).ok_or_else(|| input(format!("{what}: missing tensor {name}")))?;
         if info.shape() != shape {
             return Err(input(format!(
@@ -444,63 +393,48 @@ impl Checkpoint {
         }
     }
 
-    /// Copy the weights into `w` (allocated, built from [`Checkpoint::config`]).
+    /// Copy the weights into `w` (allocated, built from [`Checkpoint::config`]
+    /// with any table), tensor by tensor as its table lays out the checkpoint.
     pub fn load_weights(&self, w: &Weights<'_>) -> Result<()> {
-        match w {
-            Weights::Llama(m) => {
-                if m.lens.is_some() {
-                    return Err(input("a checkpoint holds a folded table; load it into a model without a lens"));
-                }
-                for p in w.params() {
-                    let name = p.tensor.name();
-                    if !name.contains(".lora_") {
-                        self.load(&name, p.tensor)?;
-                    }
-                }
-                match &self.adapter {
-                    Some(a) => a.load(w),
-                    None => Ok(()),
-                }
-            }
-            Weights::Gpt2(m) => {
-                let path = self.file.path().display().to_string();
-                for t in [m.token_embd, m.position_embd, m.output_norm.weight, m.output_norm.bias] {
-                    self.load(&t.name(), t)?;
-                }
-                let d = self.config.d_model;
-                for (i, b) in m.blocks.iter().enumerate() {
-                    let n = |s: &str| format!("blk.{i}.{s}");
-                    let qkv = self.file.tensor_f32(&n("attn_qkv.weight"))?;
-                    let qkv_b = self.file.tensor_f32(&n("attn_qkv.bias"))?;
-                    if qkv.len() != 3 * d * d || qkv_b.len() != 3 * d {
-                        return Err(input(format!("{path}: {} has the wrong size", n("attn_qkv"))));
-                    }
-                    if qkv.iter().chain(&qkv_b).any(|x| !x.is_finite()) {
-                        return Err(input(format!("{path}: tensor {} holds a non-finite value; the model is broken", n("attn_qkv"))));
-                    }
-                    for (k, l) in [b.attn_q, b.attn_k, b.attn_v].iter().enumerate() {
-                        l.weight.write(&qkv[k * d * d..(k + 1) * d * d])?;
-                        l.bias.write(&qkv_b[k * d..(k + 1) * d])?;
-                    }
-                    for t in [
-                        b.attn_norm.weight,
-                        b.attn_norm.bias,
-                        b.attn_output.weight,
-                        b.attn_output.bias,
-                        b.ffn_norm.weight,
-                        b.ffn_norm.bias,
-                        b.ffn_up.weight,
-                        b.ffn_up.bias,
-                        b.ffn_down.weight,
-                        b.ffn_down.bias,
-                    ] {
-                        self.load(&t.name(), t)?;
-                    }
-                }
-                Ok(())
+        if w.lens().is_some() {
+            return Err(input("a checkpoint holds a folded table; load it into a model without a lens"));
+        }
+        for st in w.table().stored(w.config()) {
+            match &st.source {
+                StoredFrom::Param(name) => self.load(&st.name, param_of(w, name)?)?,
+                StoredFrom::Stacked(parts) => self.load_stacked(&st.name, parts, w)?,
+                StoredFrom::Folded { .. } => unreachable!("a model without a lens folds nothing"),
             }
         }
+        match &self.adapter {
+            Some(a) => a.load(w),
+            None => Ok(()),
+        }
     }
+
+    /// Split the fused tensor `name` into the parameters `parts` of `w`.
+    fn load_stacked(&self, name: &str, parts: &[String], w: &Weights<'_>) -> Result<()> {
+        let path = self.file.path().display();
+        let tensors = parts.iter().map(|p| param_of(w, p)).collect::<Result<Vec<_>>>()?;
+        let values = self.file.tensor_f32(name)?;
+        if values.len() != tensors.iter().map(|t| t.nelements() as usize).sum::<usize>() {
+            return Err(input(format!("{path}: {} has the wrong size", stem(name))));
+        }
+        if values.iter().any(|x| !x.is_finite()) {
+            return Err(input(format!("{path}: tensor {} holds a non-finite value; the model is broken", stem(name))));
+        }
+        let mut at = 0;
+        for t in tensors {
+            let n = t.nelements() as usize;
+            t.write(&values[at..at + n])?;
+            at += n;
+        }
+        Ok(())
+    }
+}
+
+fn param_of<'w>(w: &Weights<'w>, name: &str) -> Result<Tensor<'w>> {
+    w.param(name).ok_or_else(|| crate::error::runtime(format!("{name} is not a parameter of the model")))
 }
 
 /// Load `ck` onto `backend` with constants for up to `b_max` sequences of `t` tokens, and run

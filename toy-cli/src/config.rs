@@ -418,7 +418,7 @@ impl TrainConfig {
             if self.model.arch != crate::model::Arch::Llama {
                 return Err(input("LoRA adapters apply to llama models"));
             }
-            l.validate(self.model.d_model).map_err(input)?;
+            l.validate(self.model.arch.table(), self.model.d_model).map_err(input)?;
         }
         if !self.model.freeze.is_empty() {
             let names: Vec<String> = crate::checkpoint::expected_shapes(&self.model).into_iter().map(|(n, _)| n).collect();

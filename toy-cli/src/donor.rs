@@ -2,7 +2,7 @@
 //! mapped onto the student's vocabulary, feeding a projection lens.
 
 use crate::error::{input, Result};
-use crate::model::Weights;
+use crate::model::{Arch, Weights};
 use ggml_rs::gguf::{Array, GgufFile, Value};
 use ggml_rs::DType;
 use rand::SeedableRng;
@@ -275,9 +275,9 @@ fn orthonormalize(q: &mut [Vec<f64>]) {
 impl Donor {
     /// Write the table (and the PCA lens) into the student's weights.
     pub fn apply(&self, w: &Weights<'_>) -> Result<()> {
-        if let Weights::Llama(m) = w {
-            m.token_embd.write(&self.table)?;
-            if let (Some(l), Some(init)) = (m.lens, &self.lens) {
+        if w.config().arch == Arch::Llama {
+            w.tensor("token_embd.weight")?.write(&self.table)?;
+            if let (Some((l, _)), Some(init)) = (w.lens(), &self.lens) {
                 l.write(init)?;
             }
         }

@@ -9,7 +9,7 @@ use crate::cli::TrainArgs;
 use crate::data::tokenizer::Tokenizer;
 use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
 use crate::error::{input, Result};
-use crate::model::lora::{LoraConfig, DEFAULT_TARGETS};
+use crate::model::lora::LoraConfig;
 use crate::model::Arch;
 use crate::train::{train, Init, Outcome, Plan, RunOptions};
 use ggml_rs::gguf::GgufFile;
@@ -106,7 +106,9 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
         (Some(rank), _) => Some(LoraConfig {
             rank,
             alpha: a.lora_alpha.unwrap_or(rank as f32),
-            targets: dedup_targets(&a.lora_targets.clone().unwrap_or_else(|| DEFAULT_TARGETS.split(',').map(String::from).collect())),
+            targets: dedup_targets(
+                &a.lora_targets.clone().unwrap_or_else(|| base.arch.table().default_lora_targets().into_iter().map(String::from).collect()),
+            ),
         }),
         (None, true) => return Err(input("--lora-alpha and --lora-targets need --lora-rank")),
         (None, false) => None,

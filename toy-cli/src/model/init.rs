@@ -4,29 +4,24 @@
 //! (`attn_output`, `ffn_down`) ~ N(0, 0.02/√(2·n_layers)) (Radford et al. 2019,
 //! §2.3); norm gains 1, biases 0; a projection lens ~ N(0, 1/√donor_width) so the
 //! projected embedding keeps the table's scale. Values come from one ChaCha
-//! stream seeded with `seed`, drawn parameter by parameter in checkpoint order:
-//! the same seed gives the same weights on every machine.
+//! stream seeded with `seed`, drawn parameter by parameter in the table's
+//! parameter order: the same seed gives the same weights on every machine.
+//! Which scheme a parameter gets is its table's [`Init`].
 
+use super::table::Init;
 use super::{Param, Weights};
 use rand::SeedableRng;
 use rand_distr::{Distribution, Normal};
 
-/// Initial values of one parameter, from its name and shape.
+/// Initial values of one parameter, from its table's [`Init`] and its shape.
 fn values(p: &Param<'_>, n_layers: usize, rng: &mut rand::rngs::StdRng) -> Vec<f32> {
-    let name = p.tensor.name();
     let n = p.tensor.nelements() as usize;
-    if name.ends_with("norm.weight") {
-        return vec![1.0; n];
-    }
-    if name.ends_with(".bias") {
-        return vec![0.0; n];
-    }
-    let std = if name.ends_with("attn_output.weight") || name.ends_with("ffn_down.weight") {
-        0.02 / ((2 * n_layers) as f32).sqrt()
-    } else if name == "lens.weight" {
-        1.0 / (p.tensor.ne()[0] as f32).sqrt()
-    } else {
-        0.02
+    let std = match p.init {
+        Init::Ones => return vec![1.0; n],
+        Init::Zeros => return vec![0.0; n],
+        Init::Normal => 0.02,
+        Init::Residual => 0.02 / ((2 * n_layers) as f32).sqrt(),
+        Init::Lens => 1.0 / (p.tensor.ne()[0] as f32).sqrt(),
     };
     let dist = Normal::new(0.0f32, std).expect("positive std");
     (0..n).map(|_| dist.sample(rng)).collect()

@@ -5,16 +5,11 @@
 //! `build_lora_mm`). `A` starts as loralib's `kaiming_uniform_(a=√5)`,
 //! U(−1/√in, 1/√in), and `B` at zero, so step 0 is the base model.
 
+use super::table::Table;
 use ggml_rs::{Context, DType, Result, Tensor};
 use rand::SeedableRng;
 use rand_distr::{Distribution, Uniform};
 use serde::{Deserialize, Serialize};
-
-/// The matrices an adapter can target, in block order (llama.cpp's names).
-pub const TARGETS: [&str; 7] = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"];
-
-/// `--lora-targets` when not given (the LoRA paper adapts the attention projections).
-pub const DEFAULT_TARGETS: &str = "attn_q,attn_k,attn_v,attn_output";
 
 /// Which matrices get adapters, of what rank, at what scale.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -24,7 +19,7 @@ pub struct LoraConfig {
     pub rank: usize,
     /// `alpha`: the update is scaled by `alpha / rank`.
     pub alpha: f32,
-    /// Names out of [`TARGETS`].
+    /// Names out of the table's [`Table::lora_targets`] (`attn_q`...).
     pub targets: Vec<String>,
 }
 
@@ -34,13 +29,14 @@ impl LoraConfig {
         self.alpha / self.rank as f32
     }
 
-    /// Whether `target` (one of [`TARGETS`]) is adapted.
+    /// Whether `target` (`attn_q`...) is adapted.
     pub fn targets(&self, target: &str) -> bool {
         self.targets.iter().any(|t| t == target)
     }
 
-    /// Check rank, alpha and targets for a model of width `d_model`.
-    pub fn validate(&self, d_model: usize) -> std::result::Result<(), String> {
+    /// Check rank, alpha and targets for a model of width `d_model` whose
+    /// parameters `table` lists.
+    pub fn validate(&self, table: &Table, d_model: usize) -> std::result::Result<(), String> {
         if self.rank == 0 || self.rank > d_model {
             return Err(format!("--lora-rank {} must be between 1 and the model width {d_model}", self.rank));
         }
@@ -50,8 +46,9 @@ impl LoraConfig {
         if self.targets.is_empty() {
             return Err("--lora-targets names no matrix".into());
         }
-        if let Some(t) = self.targets.iter().find(|t| !TARGETS.contains(&t.as_str())) {
-            return Err(format!("--lora-targets: {t:?} is not one of {}", TARGETS.join(", ")));
+        let all = table.lora_targets();
+        if let Some(t) = self.targets.iter().find(|t| !all.contains(&t.as_str())) {
+            return Err(format!("--lora-targets: {t:?} is not one of {}", all.join(", ")));
         }
         Ok(())
     }

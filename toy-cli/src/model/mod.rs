@@ -6,8 +6,12 @@ pub mod gpt2;
 pub mod init;
 pub mod llama;
 pub mod lora;
+pub mod table;
+pub mod weights;
 
-use ggml_rs::{Context, Tensor};
+pub use weights::{Block, Param, Weights};
+
+use ggml_rs::Tensor;
 use serde::{Deserialize, Serialize};
 
 /// Which transformer family.
@@ -26,6 +30,14 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Gpt2 => "gpt2",
+        }
+    }
+
+    /// The architecture's parameter table.
+    pub fn table(self) -> &'static table::Table {
+        match self {
+            Arch::Llama => &llama::TABLE,
+            Arch::Gpt2 => &gpt2::TABLE,
         }
     }
 }
@@ -130,32 +142,11 @@ impl ModelConfig {
         Ok(())
     }
 
-    /// Number of trainable parameters.
+    /// Number of parameters, from the architecture's table
+    /// ([`table::Table::n_params`]: a donor table under a lens is not counted).
     pub fn n_params(&self) -> usize {
-        let (d, f, v, l) = (self.d_model, self.d_ff, self.vocab, self.n_layers);
-        let dh = self.d_head();
-        match self.arch {
-            Arch::Llama => {
-                let attn = d * dh * (self.n_heads + 2 * self.n_kv_heads) + self.n_heads * dh * d;
-                let emb = match self.donor_width {
-                    Some(w) => w * d, // the donor table is frozen
-                    None => v * d,
-                };
-                emb + l * (attn + 3 * d * f + 2 * d) + d + if self.tied { 0 } else { v * d }
-            }
-            Arch::Gpt2 => v * d + self.context * d + l * (4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d) + 2 * d,
-        }
+        self.arch.table().n_params(self)
     }
-}
-
-/// A parameter tensor with the facts the optimizer and the checkpoint need.
-#[derive(Clone, Copy, Debug)]
-pub struct Param<'w> {
-    pub tensor: Tensor<'w>,
-    /// Trained (false for a frozen donor table).
-    pub trainable: bool,
-    /// In the weight-decay group (matrices, as nanoGPT's `configure_optimizers`).
-    pub decay: bool,
 }
 
 /// Inputs of a forward pass, all in the compute context.
@@ -173,82 +164,4 @@ pub struct Batch<'a> {
     pub b: usize,
     /// How attention is computed.
     pub attention: attention::Attention,
-}
-
-/// The weights of a model of either architecture.
-pub enum Weights<'w> {
-    Llama(llama::Llama<'w>),
-    Gpt2(gpt2::Gpt2<'w>),
-}
-
-impl<'w> Weights<'w> {
-    /// Create the (unallocated) parameter tensors of `cfg` in `ctx`, named as in
-    /// llama.cpp's GGUF files.
-    pub fn new(ctx: &'w Context, cfg: &ModelConfig) -> ggml_rs::Result<Weights<'w>> {
-        Ok(match cfg.arch {
-            Arch::Llama => Weights::Llama(llama::Llama::new(ctx, cfg)?),
-            Arch::Gpt2 => Weights::Gpt2(gpt2::Gpt2::new(ctx, cfg)?),
-        })
-    }
-
-    /// The model's configuration.
-    pub fn config(&self) -> &ModelConfig {
-        match self {
-            Weights::Llama(m) => &m.cfg,
-            Weights::Gpt2(m) => &m.cfg,
-        }
-    }
-
-    /// The low-rank adapters, block by block in [`lora::TARGETS`] order (none without LoRA).
-    pub fn adapters(&self) -> Vec<lora::Adapter<'w>> {
-        match self {
-            Weights::Llama(m) => m.blocks.iter().flat_map(|b| b.lora.iter().flatten().copied()).collect(),
-            Weights::Gpt2(_) => Vec::new(),
-        }
-    }
-
-    /// Every parameter tensor, in a fixed order (the order of the checkpoint).
-    pub fn params(&self) -> Vec<Param<'w>> {
-        let mut v = match self {
-            Weights::Llama(m) => m.params(),
-            Weights::Gpt2(m) => m.params(),
-        };
-        let freeze = &self.config().freeze;
-        if !freeze.is_empty() {
-            for p in &mut v {
-                let name = p.tensor.name();
-                if freeze.iter().any(|pat| name.contains(pat.as_str())) {
-                    p.trainable = false;
-                }
-            }
-        }
-        v
-    }
-
-    /// Logits f32 `[vocab, T, B]` for `batch`, built in `ctx`.
-    pub fn forward<'a>(&self, ctx: &'a Context, batch: Batch<'a>) -> ggml_rs::Result<Tensor<'a>>
-    where
-        'w: 'a,
-    {
-        ctx.mul_mat(self.head(), self.hidden(ctx, batch)?) // [vocab, T, B]
-    }
-
-    /// The normalized last hidden states f32 `[d, T, B]` (what the head reads).
-    pub fn hidden<'a>(&self, ctx: &'a Context, batch: Batch<'a>) -> ggml_rs::Result<Tensor<'a>>
-    where
-        'w: 'a,
-    {
-        match self {
-            Weights::Llama(m) => m.hidden(ctx, batch),
-            Weights::Gpt2(m) => m.hidden(ctx, batch),
-        }
-    }
-
-    /// The output head f32 `[d, vocab]` (the token table when tied).
-    pub fn head(&self) -> Tensor<'w> {
-        match self {
-            Weights::Llama(m) => m.head(),
-            Weights::Gpt2(m) => m.head(),
-        }
-    }
 }

@@ -19,3 +19,4 @@ mod reliability3_runs;
 mod reliability4_inputs;
 mod reliability4_output;
 mod run_safety;
+mod table_variant;

@@ -95,8 +95,9 @@ pub fn forward(cfg: &ModelConfig, w: &WeightMap, tokens: &[usize]) -> Vec<Vec<f6
             .collect();
         let proj = |name: &str, rows: usize, a: &[f64]| -> Vec<f64> {
             let mut y = matvec(g(&n(&format!("{name}.weight"))), a, rows);
-            if cfg.arch == Arch::Gpt2 {
-                add(&mut y, g(&n(&format!("{name}.bias"))));
+            // gpt2's products all have biases; a llama variant's may (qwen2's q/k/v).
+            if let Some(b) = w.get(&n(&format!("{name}.bias"))) {
+                add(&mut y, b);
             }
             y
         };

@@ -1,0 +1,242 @@
+//! The parameter tensors of a model, allocated from its architecture's
+//! [`Table`], and what the optimizer, initialization and checkpoints need to
+//! know of each.
+
+use super::lora::{self, Adapter};
+use super::table::{Init, Lora, Role, Spec, Table};
+use super::{Batch, ModelConfig};
+use ggml_rs::{Context, DType, Result, Tensor};
+
+/// A parameter tensor with the facts the optimizer and the checkpoint need.
+#[derive(Clone, Copy, Debug)]
+pub struct Param<'w> {
+    pub tensor: Tensor<'w>,
+    /// Trained (false for a frozen donor table, a LoRA base, `--freeze`).
+    pub trainable: bool,
+    /// In the weight-decay group (matrices, as nanoGPT's `configure_optimizers`).
+    pub decay: bool,
+    /// Starting values.
+    pub init: Init,
+}
+
+/// One block's tensors (`blk.N.*`), in the table's block order.
+pub struct Block<'w> {
+    table: &'static Table,
+    /// `table.blocks`' tensors; `None` where absent for the config.
+    tensors: Vec<Option<Tensor<'w>>>,
+    /// The low-rank adapter of each of `table.blocks`, where LoRA targets it.
+    lora: Vec<Option<Adapter<'w>>>,
+}
+
+fn missing(name: &str) -> ggml_rs::Error {
+    ggml_rs::Error::Tensor { name: name.to_string(), msg: "not a parameter of this model".into() }
+}
+
+impl<'w> Block<'w> {
+    fn index(&self, name: &str) -> Option<usize> {
+        self.table.blocks.iter().position(|s| s.name == name)
+    }
+
+    /// The tensor named `name` (after `blk.N.`), if the model has it.
+    pub fn get(&self, name: &str) -> Option<Tensor<'w>> {
+        self.index(name).and_then(|k| self.tensors[k])
+    }
+
+    /// The tensor named `name` (after `blk.N.`).
+    ///
+    /// # Errors
+    /// [`ggml_rs::Error::Tensor`] when the model does not have it.
+    pub fn tensor(&self, name: &str) -> Result<Tensor<'w>> {
+        self.get(name).ok_or_else(|| missing(name))
+    }
+
+    /// `W·x`, plus `scale·B·(A·x)` where an adapter targets `W`, plus `b` where
+    /// the table has `{stem}.bias`: `[in, ...] → [out, ...]`, with `W` the
+    /// matrix `{stem}.weight` `[in, out]`.
+    pub fn linear<'a>(&self, ctx: &'a Context, stem: &str, scale: f32, x: Tensor<'a>) -> Result<Tensor<'a>>
+    where
+        'w: 'a,
+    {
+        let name = format!("{stem}.weight");
+        let k = self.index(&name).ok_or_else(|| missing(&name))?;
+        let w = self.tensors[k].ok_or_else(|| missing(&name))?;
+        let y = lora::linear(ctx, w, self.lora[k], scale, x)?;
+        match self.get(&format!("{stem}.bias")) {
+            Some(b) => ctx.add(y, b),
+            None => Ok(y),
+        }
+    }
+}
+
+/// The weights of a model: every tensor of its table that the config has.
+pub struct Weights<'w> {
+    cfg: ModelConfig,
+    table: &'static Table,
+    /// `table.first`'s tensors; `None` where absent for the config.
+    first: Vec<Option<Tensor<'w>>>,
+    blocks: Vec<Block<'w>>,
+    /// `table.last`'s tensors.
+    last: Vec<Option<Tensor<'w>>>,
+}
+
+/// The type of a frozen LoRA base's matrices and tables: the base's own
+/// f16/bf16, else f32. Gains, biases and a lens stay f32.
+fn dtype(s: &Spec, cfg: &ModelConfig) -> DType {
+    let big = matches!(s.role, Role::Matrix | Role::Embedding) && s.folded_into.is_none();
+    match (big, &cfg.lora, cfg.base_dtype.as_deref()) {
+        (true, Some(_), Some("f16")) => DType::F16,
+        (true, Some(_), Some("bf16")) => DType::BF16,
+        _ => DType::F32,
+    }
+}
+
+fn create<'w>(ctx: &'w Context, cfg: &ModelConfig, s: &Spec, name: &str) -> Result<Option<Tensor<'w>>> {
+    if !(s.present)(cfg) {
+        return Ok(None);
+    }
+    let ne: Vec<i64> = (s.ne)(cfg).iter().map(|&n| n as i64).collect();
+    Ok(Some(ctx.new_tensor(dtype(s, cfg), &ne)?.set_name(name)?))
+}
+
+impl<'w> Weights<'w> {
+    /// Create the (unallocated) parameter tensors of `cfg` in `ctx`, named as in
+    /// llama.cpp's GGUF files, from the table of `cfg.arch`.
+    pub fn new(ctx: &'w Context, cfg: &ModelConfig) -> Result<Weights<'w>> {
+        Weights::from_table(ctx, cfg, cfg.arch.table())
+    }
+
+    /// Create the (unallocated) parameter tensors that `table` lists for `cfg`,
+    /// with the adapters `cfg.lora` asks for (`A` `[in, rank]`, `B` `[rank, out]`).
+    pub fn from_table(ctx: &'w Context, cfg: &ModelConfig, table: &'static Table) -> Result<Weights<'w>> {
+        let blocks = (0..cfg.n_layers)
+            .map(|i| {
+                let mut lora = vec![None; table.blocks.len()];
+                if let Some(l) = &cfg.lora {
+                    for (k, s) in table.blocks.iter().enumerate() {
+                        if s.lora != Lora::No && l.targets(s.stem()) {
+                            let ne = (s.ne)(cfg);
+                            lora[k] = Some(lora::new_adapter(ctx, i, s.stem(), ne[0], ne[1], l.rank)?);
+                        }
+                    }
+                }
+                let tensors = table.blocks.iter().map(|s| create(ctx, cfg, s, &format!("blk.{i}.{}", s.name))).collect::<Result<_>>()?;
+                Ok(Block { table, tensors, lora })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let first = table.first.iter().map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
+        let last = table.last.iter().map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
+        Ok(Weights { cfg: cfg.clone(), table, first, blocks, last })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// The architecture's table the weights were made from.
+    pub fn table(&self) -> &'static Table {
+        self.table
+    }
+
+    /// The blocks, in order.
+    pub fn blocks(&self) -> &[Block<'w>] {
+        &self.blocks
+    }
+
+    /// The tensor named `name` outside the blocks, if the model has it.
+    pub fn get(&self, name: &str) -> Option<Tensor<'w>> {
+        self.globals().find(|(s, _)| s.name == name)?.1
+    }
+
+    /// The specs outside the blocks with their tensors, `first` then `last`.
+    fn globals(&self) -> impl Iterator<Item = (&'static Spec, Option<Tensor<'w>>)> + '_ {
+        let t = self.table;
+        t.first.iter().zip(self.first.iter().copied()).chain(t.last.iter().zip(self.last.iter().copied()))
+    }
+
+    /// The tensor named `name` outside the blocks.
+    ///
+    /// # Errors
+    /// [`ggml_rs::Error::Tensor`] when the model does not have it.
+    pub fn tensor(&self, name: &str) -> Result<Tensor<'w>> {
+        self.get(name).ok_or_else(|| missing(name))
+    }
+
+    /// The parameter of GGUF name `name` (`blk.N.…` in block N), if the model has it.
+    pub fn param(&self, name: &str) -> Option<Tensor<'w>> {
+        let in_block =
+            name.strip_prefix("blk.").and_then(|r| r.split_once('.')).and_then(|(n, rest)| Some((n.parse::<usize>().ok()?, rest)));
+        match in_block {
+            Some((i, rest)) => self.blocks.get(i)?.get(rest),
+            None => self.get(name),
+        }
+    }
+
+    /// The projection lens `[donor_width, d]` and the table `[donor_width, vocab]`
+    /// it projects, when the model has one.
+    pub fn lens(&self) -> Option<(Tensor<'w>, Tensor<'w>)> {
+        let (s, lens) = self.globals().find(|(s, t)| s.folded_into.is_some() && t.is_some())?;
+        Some((lens?, self.get(s.folded_into?)?))
+    }
+
+    /// The low-rank adapters, block by block in table order (none without LoRA).
+    pub fn adapters(&self) -> Vec<Adapter<'w>> {
+        self.blocks.iter().flat_map(|b| b.lora.iter().flatten().copied()).collect()
+    }
+
+    fn param_of(&self, s: &Spec, t: Tensor<'w>) -> Param<'w> {
+        let lensed = self.cfg.freeze_table && self.table.lens_of(s.name, &self.cfg).is_some();
+        Param { tensor: t, trainable: self.cfg.lora.is_none() && !lensed, decay: s.decay, init: s.init }
+    }
+
+    /// Every parameter tensor, in a fixed order ([`Table`]'s parameter order),
+    /// then the adapters. A table under a lens is frozen when
+    /// `cfg.freeze_table`, with LoRA only the adapters train, and parameters
+    /// whose name contains a `cfg.freeze` pattern are frozen.
+    pub fn params(&self) -> Vec<Param<'w>> {
+        let t = self.table;
+        let of = |specs: &'static [Spec], tensors: &[Option<Tensor<'w>>]| -> Vec<Param<'w>> {
+            specs.iter().zip(tensors).filter_map(|(s, g)| g.map(|g| self.param_of(s, g))).collect()
+        };
+        let mut v = of(t.first, &self.first);
+        for b in &self.blocks {
+            let (norms, rest): (Vec<_>, Vec<_>) = t.blocks.iter().zip(&b.tensors).partition(|(s, _)| s.is_norm());
+            v.extend(norms.into_iter().chain(rest).filter_map(|(s, g)| g.map(|g| self.param_of(s, g))));
+        }
+        v.extend(of(t.last, &self.last));
+        for ad in self.adapters() {
+            v.extend([ad.a, ad.b].map(|t| Param { tensor: t, trainable: true, decay: true, init: Init::Normal }));
+        }
+        let freeze = &self.cfg.freeze;
+        if !freeze.is_empty() {
+            for p in &mut v {
+                let name = p.tensor.name();
+                if freeze.iter().any(|pat| name.contains(pat.as_str())) {
+                    p.trainable = false;
+                }
+            }
+        }
+        v
+    }
+
+    /// Logits f32 `[vocab, T, B]` for `batch`, built in `ctx`.
+    pub fn forward<'a>(&self, ctx: &'a Context, batch: Batch<'a>) -> Result<Tensor<'a>>
+    where
+        'w: 'a,
+    {
+        ctx.mul_mat(self.head()?, self.hidden(ctx, batch)?) // [vocab, T, B]
+    }
+
+    /// The normalized last hidden states f32 `[d, T, B]` (what the head reads).
+    pub fn hidden<'a>(&self, ctx: &'a Context, batch: Batch<'a>) -> Result<Tensor<'a>>
+    where
+        'w: 'a,
+    {
+        (self.table.hidden)(self, ctx, batch)
+    }
+
+    /// The output head f32 `[d, vocab]` (the token table when tied).
+    pub fn head(&self) -> Result<Tensor<'w>> {
+        (self.table.head)(self)
+    }
+}
