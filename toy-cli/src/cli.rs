@@ -360,6 +360,14 @@ pub struct GenerateArgs {
     /// Token ids to continue instead of text (space-separated).
     #[arg(long = "prompt-ids", conflicts_with = "prompt")]
     pub prompt_ids: Option<String>,
+    /// A user message to answer: the model's chat template
+    /// (`tokenizer.chat_template`) turns it into the prompt, with the opening
+    /// of the assistant's turn.
+    #[arg(long, conflicts_with_all = ["prompt", "prompt_ids"])]
+    pub chat: Option<String>,
+    /// With --chat: a system message before the user's.
+    #[arg(long, requires = "chat")]
+    pub system: Option<String>,
     /// Tokens to generate.
     #[arg(short = 'n', long = "n", default_value_t = 100)]
     pub n: usize,

@@ -46,6 +46,17 @@ pub struct Generated {
 }
 
 /// Generate `args.n` tokens after the prompt.
+/// The prompt of `--chat`: the checkpoint's chat template over the
+/// `--system` and user messages, opening the assistant's turn.
+fn chat_prompt(ck: &crate::checkpoint::Checkpoint, tok: &crate::data::tokenizer::Tokenizer, args: &GenerateArgs) -> Result<String> {
+    use crate::data::chat::{ChatTemplate, Message};
+    let template = ChatTemplate::from_gguf(&ck.file, tok)?
+        .ok_or_else(|| input(format!("{} has no chat template (tokenizer.chat_template); use --prompt", ck.file.path().display())))?;
+    let mut messages: Vec<Message> = args.system.iter().map(|s| Message::new("system", s)).collect();
+    messages.push(Message::new("user", args.chat.as_deref().unwrap_or_default()));
+    template.render(&messages, true)
+}
+
 pub fn run(args: &GenerateArgs) -> Result<Generated> {
     let ck = open_checkpoint(&resolve_model(&args.model)?)?;
     let ck = match &args.lora {
@@ -53,6 +64,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         None => ck,
     };
     let prompt: Vec<u32> = match (&args.prompt_ids, &ck.tokenizer) {
+        (None, Some(tok)) if args.chat.is_some() => tok.encode(&chat_prompt(&ck, tok, args)?)?,
         (Some(ids), _) => ids
             .split_whitespace()
             .map(|s| s.parse::<u32>().map_err(|_| input(format!("--prompt-ids: {s:?} is not a token id"))))

@@ -1,6 +1,7 @@
 //! Training data: tokenizers, raw text and documents, corpus readers, `toy
 //! prep`, the embedded default corpus and the story generator that wrote it.
 
+pub mod chat;
 pub mod corpus;
 pub mod embedded;
 pub mod prep;

@@ -392,6 +392,15 @@ impl Tokenizer {
         }
     }
 
+    /// The text of token `id` as the vocabulary spells it (special tokens
+    /// included, e.g. `<|im_end|>`), or `None` outside the vocabulary.
+    pub fn token_text(&self, id: u32) -> Option<String> {
+        match self {
+            Tokenizer::Bytes => u8::try_from(id).ok().map(|b| byte_to_unicode(b).to_string()),
+            Tokenizer::Bpe(b) => b.hf.id_to_token(id),
+        }
+    }
+
     /// The ids that end generation, as llama.cpp's `llama_vocab_is_eog`
     /// decides: the end-of-text id, the GGUF `f`'s
     /// `tokenizer.ggml.{eos,eot,eom}_token_id`, and the control tokens that end

@@ -67,6 +67,7 @@ fn generate_and_eval_refuse_bad_checkpoints() {
         fails(&toy(t, &["eval", f, "--corpus", "r/config.toml"]), "eval", f);
     }
     fails(&toy(t, &["generate", "r", "--temperature=-1"]), "generate", "temperature");
+    fails(&toy(t, &["generate", "r", "--chat", "hi"]), "generate", "no chat template");
     fails(&toy(t, &["eval", "r", "--corpus", "missing.txt"]), "eval", "missing.txt");
     fails(&toy(t, &["eval", "r", "--corpus", "r/config.toml", "--batch", "0"]), "eval", "--batch");
     fails(&toy(t, &["eval", "r", "--corpus", "r/config.toml", "--context", "100000"]), "eval", "longer than the model's context");

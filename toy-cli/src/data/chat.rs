@@ -1,0 +1,139 @@
+//! Conversations and a model's chat template: the Jinja text of a GGUF's
+//! `tokenizer.chat_template` (the `chat_template` of Hugging Face's
+//! `tokenizer_config.json`), rendered with minijinja as `transformers`'
+//! `apply_chat_template` renders it.
+
+use crate::data::tokenizer::Tokenizer;
+use crate::error::{input, Result};
+use ggml_rs::gguf::GgufFile;
+use serde::{Deserialize, Serialize};
+
+/// One turn of a conversation, OpenAI's and TRL's `{"role", "content"}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The turn's text.
+    pub content: String,
+}
+
+impl Message {
+    /// A turn of `role` saying `content`.
+    pub fn new(role: &str, content: &str) -> Message {
+        Message { role: role.into(), content: content.into() }
+    }
+}
+
+/// A model's chat template with the special tokens it may name
+/// (`bos_token`, `eos_token`).
+#[derive(Clone, Debug)]
+pub struct ChatTemplate {
+    source: String,
+    bos: String,
+    eos: String,
+    origin: String,
+}
+
+impl ChatTemplate {
+    /// A template from its Jinja `source`; `bos` and `eos` are the texts of
+    /// the model's begin and end tokens (empty when it has none). `origin`
+    /// names the file in messages.
+    ///
+    /// # Errors
+    /// [`Error::Input`](crate::error::Error::Input) when the template does not parse.
+    pub fn new(source: &str, bos: &str, eos: &str, origin: &str) -> Result<ChatTemplate> {
+        let t = ChatTemplate { source: source.into(), bos: bos.into(), eos: eos.into(), origin: origin.into() };
+        let env = environment();
+        env.template_from_str(&t.source).map_err(|e| t.error(e))?;
+        Ok(t)
+    }
+
+    /// The template of the GGUF `f` (`tokenizer.chat_template`), its special
+    /// tokens read from `tok` and the file's `tokenizer.ggml.{bos,eos}_token_id`;
+    /// `None` when the file has no template.
+    ///
+    /// # Errors
+    /// [`Error::Input`](crate::error::Error::Input) naming the file when the
+    /// key is not a string or the template does not parse.
+    pub fn from_gguf(f: &GgufFile, tok: &Tokenizer) -> Result<Option<ChatTemplate>> {
+        let origin = f.path().display().to_string();
+        let Some(v) = f.get("tokenizer.chat_template") else {
+            return Ok(None);
+        };
+        let source = v.as_str().ok_or_else(|| input(format!("{origin}: tokenizer.chat_template is not a string")))?;
+        let text = |key: &str| {
+            f.get_u64(&format!("tokenizer.ggml.{key}_token_id")).ok().and_then(|id| tok.token_text(id as u32)).unwrap_or_default()
+        };
+        ChatTemplate::new(source, &text("bos"), &text("eos"), &origin).map(Some)
+    }
+
+    /// The text of `messages`, with the opening of an assistant turn after
+    /// them when `add_generation_prompt` (the prompt a chat model answers).
+    ///
+    /// # Errors
+    /// [`Error::Input`](crate::error::Error::Input) when rendering fails, e.g.
+    /// the template's own `raise_exception` for a conversation it refuses.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let env = environment();
+        let t = env.template_from_str(&self.source).map_err(|e| self.error(e))?;
+        t.render(minijinja::context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos,
+            eos_token => self.eos,
+        })
+        .map_err(|e| self.error(e))
+    }
+
+    fn error(&self, e: minijinja::Error) -> crate::error::Error {
+        let detail = e.detail().map(|d| format!(": {d}")).unwrap_or_default();
+        input(format!("{}: chat template: {}{detail}", self.origin, e.kind()))
+    }
+}
+
+/// minijinja with what Hugging Face templates use beyond Jinja's core:
+/// Python's string methods (`.strip()`, `.startswith()`) and `raise_exception`.
+fn environment() -> minijinja::Environment<'static> {
+    let mut env = minijinja::Environment::new();
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
+        Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+    });
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SmolLM2-135M-Instruct's template, as its GGUF carries it.
+    const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    #[test]
+    fn renders_smollm2_as_transformers_does() {
+        let t = ChatTemplate::new(SMOLLM2, "<|im_start|>", "<|im_end|>", "m.gguf").unwrap();
+        let got = t.render(&[Message::new("user", "What is 2+2?")], true).unwrap();
+        assert_eq!(
+            got,
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
+             <|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+        );
+        let with_system = [Message::new("system", "Be brief."), Message::new("user", "Hi"), Message::new("assistant", "Hello.")];
+        assert_eq!(
+            t.render(&with_system, false).unwrap(),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
+        );
+    }
+
+    #[test]
+    fn python_methods_tokens_and_exceptions() {
+        let src = "{{ bos_token }}{% for m in messages %}{% if m.role not in ['user', 'assistant'] %}\
+                   {{ raise_exception('roles must be user or assistant') }}{% endif %}{{ m.content.strip() }}{{ eos_token }}{% endfor %}";
+        let t = ChatTemplate::new(src, "<s>", "</s>", "m.gguf").unwrap();
+        assert_eq!(t.render(&[Message::new("user", "  hi  ")], false).unwrap(), "<s>hi</s>");
+        let e = t.render(&[Message::new("tool", "x")], false).unwrap_err().to_string();
+        assert!(e.contains("m.gguf: chat template") && e.contains("roles must be user or assistant"), "{e}");
+        let e = ChatTemplate::new("{% for %}", "", "", "bad.gguf").unwrap_err().to_string();
+        assert!(e.contains("bad.gguf: chat template") && e.contains("syntax"), "{e}");
+    }
+}
