@@ -155,6 +155,41 @@ impl DType {
     }
 }
 
+impl DType {
+    /// Rows of f32 `values`, `n_per_row` each, written in this type by ggml's
+    /// own converters (`ggml_quantize_chunk`: the reference quantizers
+    /// llama.cpp's `llama-quantize` runs, without an importance matrix; for
+    /// f16 and bf16 a rounding conversion, for f32 a copy). Returns
+    /// `values.len() / n_per_row` rows of [`row_size`](Self::row_size) bytes.
+    ///
+    /// # Errors
+    /// When the type has no converter (integer types), needs an importance
+    /// matrix (the IQ types), or `n_per_row` is 0, is not a multiple of the
+    /// block size, or does not divide `values.len()`.
+    pub fn quantize(self, values: &[f32], n_per_row: usize) -> Result<Vec<u8>> {
+        let name = self.name();
+        let fail = |why: String| Err(Error::op("quantize", why));
+        let convertible = matches!(self, DType::F32 | DType::F16 | DType::BF16) || (self.is_quantized() && self.can_dequantize());
+        // SAFETY: valid type.
+        if !convertible || unsafe { sys::ggml_quantize_requires_imatrix(self.to_raw()) } {
+            return fail(format!("no converter from f32 to {name} without an importance matrix"));
+        }
+        let blck = self.block_size() as usize;
+        if n_per_row == 0 || n_per_row % blck != 0 || values.len() % n_per_row != 0 {
+            return fail(format!("rows of {n_per_row} of {} values do not split into {name} blocks of {blck}", values.len()));
+        }
+        let nrows = values.len() / n_per_row;
+        let mut out = vec![0u8; nrows * self.row_size(n_per_row as i64)];
+        // SAFETY: `values` holds nrows·n_per_row floats and `out` nrows rows of
+        // this type; no importance matrix is read for these types.
+        let written = unsafe {
+            sys::ggml_quantize_chunk(self.to_raw(), values.as_ptr(), out.as_mut_ptr().cast(), 0, nrows as i64, n_per_row as i64, std::ptr::null())
+        };
+        debug_assert_eq!(written, out.len());
+        Ok(out)
+    }
+}
+
 impl std::fmt::Display for DType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())

@@ -11,3 +11,4 @@ mod grad;
 mod kernels;
 mod ops;
 mod optim;
+mod quant;
