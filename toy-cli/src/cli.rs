@@ -459,7 +459,7 @@ pub enum ExportCommand {
 
 #[derive(Args, Debug, Clone)]
 pub struct MergeArgs {
-    /// The base model (a llama GGUF; f32, f16 or bf16 matrices).
+    /// The base model (a llama GGUF; f32, f16, bf16 or quantized matrices).
     #[arg(long)]
     pub base: PathBuf,
     /// The adapter (llama.cpp's LoRA layout).
@@ -468,6 +468,62 @@ pub struct MergeArgs {
     /// Where to write the merged model.
     #[arg(long)]
     pub out: PathBuf,
+    /// The merged model's type: `same` (each tensor in the base's type) or one
+    /// type for every matrix, quantized by ggml's own quantizers as
+    /// llama.cpp's llama-quantize does (no importance matrix; a matrix whose
+    /// rows do not split into the type's blocks falls back to f16; norms and
+    /// other vectors stay f32).
+    #[arg(long = "type", value_name = "TYPE", value_enum, default_value = "same")]
+    pub dtype: ExportType,
+}
+
+/// The tensor type of `toy export merge --type` (llama.cpp's names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportType {
+    /// Each tensor in the base's type.
+    Same,
+    F32,
+    F16,
+    Bf16,
+    #[value(name = "q8_0")]
+    Q8_0,
+    #[value(name = "q4_0")]
+    Q4_0,
+    #[value(name = "q4_1")]
+    Q4_1,
+    #[value(name = "q5_0")]
+    Q5_0,
+    #[value(name = "q5_1")]
+    Q5_1,
+    #[value(name = "q4_k")]
+    Q4K,
+    #[value(name = "q5_k")]
+    Q5K,
+    #[value(name = "q6_k")]
+    Q6K,
+}
+
+impl ExportType {
+    /// The ggml type and llama.cpp's `general.file_type` number for it
+    /// (`llama_ftype`; the k-quants as their `_S` variants, one type
+    /// throughout); `None` for `same`.
+    pub fn dtype(self) -> Option<(ggml_rs::DType, u32)> {
+        use ggml_rs::DType as D;
+        Some(match self {
+            ExportType::Same => return None,
+            ExportType::F32 => (D::F32, 0),
+            ExportType::F16 => (D::F16, 1),
+            ExportType::Bf16 => (D::BF16, 32),
+            ExportType::Q8_0 => (D::Q8_0, 7),
+            ExportType::Q4_0 => (D::Q4_0, 2),
+            ExportType::Q4_1 => (D::Q4_1, 3),
+            ExportType::Q5_0 => (D::Q5_0, 8),
+            ExportType::Q5_1 => (D::Q5_1, 9),
+            ExportType::Q4K => (D::Q4K, 14),
+            ExportType::Q5K => (D::Q5K, 16),
+            ExportType::Q6K => (D::Q6K, 18),
+        })
+    }
 }
 
 #[derive(Args, Debug, Clone)]

@@ -1,7 +1,8 @@
-//! `toy export merge --base MODEL.gguf --lora ADAPTER.gguf --out MERGED.gguf`:
-//! every adapted matrix becomes `W + (alpha/rank)·B·A` (f64 sums), written
-//! back in the base's own type (f32, f16 or bf16); every other tensor and every
-//! key of the base are copied as they are. A merged value that is not finite
+//! `toy export merge --base MODEL.gguf --lora ADAPTER.gguf --out MERGED.gguf
+//! [--type T]`: every adapted matrix becomes `W + (alpha/rank)·B·A` (f64
+//! sums), written back in the base's own type (f32, f16, bf16 or quantized) or
+//! in `--type`'s; every other tensor and every key of the base are copied as
+//! they are, or converted to `--type`. A merged value that is not finite
 //! in the base's type (an f16 overflows above 65504) is a failure: nothing is
 //! written.
 
@@ -63,6 +64,31 @@ fn in_dtype(values: &[f32], dtype: DType) -> Result<Vec<u8>, Option<(usize, f32)
     }
 }
 
+/// The type a tensor `ne` of type `base` is written in under `--type`
+/// `target` (None: `same`): matrices take the target, or f16 where their rows
+/// do not split into its blocks; vectors (norms, biases) f32, as llama.cpp's
+/// quantizer keeps them.
+fn out_type(target: Option<DType>, base: DType, ne: &[i64]) -> DType {
+    match target {
+        None => base,
+        Some(_) if ne.iter().skip(1).all(|&n| n == 1) => DType::F32,
+        Some(t) if ne[0] % t.block_size() == 0 => t,
+        Some(_) => DType::F16,
+    }
+}
+
+/// `values` (rows of `ne0`) as the bytes of `dtype`: [`in_dtype`] for f32,
+/// f16 and bf16, ggml's quantizers otherwise. Errors as [`in_dtype`]'s.
+fn encode(values: &[f32], dtype: DType, ne0: i64) -> Result<Vec<u8>, Option<(usize, f32)>> {
+    if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return in_dtype(values, dtype);
+    }
+    if let Some((i, &x)) = values.iter().enumerate().find(|(_, x)| !x.is_finite()) {
+        return Err(Some((i, x)));
+    }
+    dtype.quantize(values, ne0 as usize).map_err(|_| None)
+}
+
 /// Refuse an input tensor (`name` of the file `what`) holding a non-finite value.
 fn broken(values: &[f32], what: &str, name: &str) -> Result<()> {
     match values.iter().position(|x| !x.is_finite()) {
@@ -118,41 +144,58 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     crate::adapter::check_base(&ad, &m.lora, &m.base)?;
     let scale = ad.config.scale();
     let f = &base.file;
+    let target = m.dtype.dtype();
     let mut g = GgufWriter::new();
     for (k, v) in f.metadata() {
-        if k != "general.alignment" && !RUN_KEYS.contains(&k.as_str()) {
+        let retyped = target.is_some() && k == "general.file_type";
+        if k != "general.alignment" && !RUN_KEYS.contains(&k.as_str()) && !retyped {
             g.set(k, v.clone())?;
         }
     }
+    if let Some((_, file_type)) = target {
+        g.set("general.file_type", file_type)?;
+    }
     g.set("toy.lora.merged", m.lora.display().to_string())?;
+    let (base_arg, lora_arg) = (format!("--base {}", m.base.display()), format!("--lora {}", m.lora.display()));
+    let mut fallback = 0;
     // Every tensor is checked before anything is written (the file is written
     // to a temporary and renamed): a merge never leaves a model toy would refuse.
     for t in f.tensors() {
+        let dtype = out_type(target.map(|x| x.0), t.dtype, &t.ne);
+        fallback += usize::from(target.is_some_and(|x| x.0 != dtype && dtype == DType::F16));
         let a_name = format!("{}.lora_a", t.name);
-        let Some(_) = ad.file.tensor(&a_name) else {
+        let adapted = ad.file.tensor(&a_name).is_some();
+        if !adapted && dtype == t.dtype {
             if matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16) {
-                broken(&f.tensor_f32(&t.name)?, &format!("--base {}", m.base.display()), &t.name)?;
+                broken(&f.tensor_f32(&t.name)?, &base_arg, &t.name)?;
             }
             g.add_tensor_bytes(&t.name, t.dtype, &t.ne, f.tensor_data(&t.name)?.to_vec())?;
             continue;
+        }
+        let w = f.tensor_f32(&t.name).map_err(|e| input(format!("{base_arg}: {}: {e}", t.name)))?;
+        broken(&w, &base_arg, &t.name)?;
+        let out = if adapted {
+            let b_name = format!("{}.lora_b", t.name);
+            let (av, bv) = (ad.file.tensor_f32(&a_name)?, ad.file.tensor_f32(&b_name)?);
+            broken(&av, &lora_arg, &a_name)?;
+            broken(&bv, &lora_arg, &b_name)?;
+            merged(&w, &av, &bv, t.ne[0] as usize, ad.config.rank, scale)
+        } else {
+            w
         };
-        let b_name = format!("{}.lora_b", t.name);
-        let w = f.tensor_f32(&t.name)?;
-        let (av, bv) = (ad.file.tensor_f32(&a_name)?, ad.file.tensor_f32(&b_name)?);
-        broken(&w, &format!("--base {}", m.base.display()), &t.name)?;
-        broken(&av, &format!("--lora {}", m.lora.display()), &a_name)?;
-        broken(&bv, &format!("--lora {}", m.lora.display()), &b_name)?;
-        let out = merged(&w, &av, &bv, t.ne[0] as usize, ad.config.rank, scale);
-        let bytes = in_dtype(&out, t.dtype).map_err(|e| match e {
+        let bytes = encode(&out, dtype, t.ne[0]).map_err(|e| match e {
             Some((i, x)) => runtime(format!(
-                "{}: the merged value at element {i} is not finite in {} ({x:e}; the adapter's scale alpha/rank is {scale:e}); not writing {}",
+                "{}: the merged value at element {i} is not finite in {dtype} ({x:e}; the adapter's scale alpha/rank is {scale:e}); not writing {}",
                 t.name,
-                t.dtype,
                 m.out.display()
             )),
-            None => input(format!("--base {}: {} is {}; merging needs f32, f16 or bf16", m.base.display(), t.name, t.dtype)),
+            None => input(format!("{base_arg}: {} is {}, which toy cannot write", t.name, t.dtype)),
         })?;
-        g.add_tensor_bytes(&t.name, t.dtype, &t.ne, bytes)?;
+        g.add_tensor_bytes(&t.name, dtype, &t.ne, bytes)?;
+    }
+    if fallback > 0 {
+        let (d, _) = target.expect("a fallback needs a target type");
+        eprintln!("note: {fallback} matrices are f16: their rows do not split into {d} blocks of {}", d.block_size());
     }
     g.write(&m.out).map_err(|e| crate::error::runtime(format!("cannot write {}: {e}", m.out.display())))?;
     Ok(m.out.clone())

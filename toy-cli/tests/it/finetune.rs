@@ -176,6 +176,23 @@ fn lora_trains_adapters_only_and_merges_into_the_same_model() {
     let b = GgufFile::open(t.join("base/weights/latest")).unwrap();
     assert_eq!(m.tensor_f32("blk.0.attn_k.weight").unwrap(), b.tensor_f32("blk.0.attn_k.weight").unwrap(), "an unadapted matrix changed");
     assert_ne!(m.tensor_f32("blk.0.attn_q.weight").unwrap(), b.tensor_f32("blk.0.attn_q.weight").unwrap());
+
+    // --type: matrices in ggml's q8_0, vectors f32, llama.cpp's file type; the loss barely moves.
+    let merge = |out: &str, ty: &str| {
+        toy(t, &["export", "merge", "--base", "base/weights/latest", "--lora", "lo/weights/latest", "--out", out, "--type", ty])
+    };
+    ok(&merge("q8.gguf", "q8_0"));
+    let q = GgufFile::open(t.join("q8.gguf")).unwrap();
+    assert_eq!((q.tensor("blk.0.attn_q.weight").unwrap().dtype, q.tensor("output_norm.weight").unwrap().dtype), (DType::Q8_0, DType::F32));
+    assert_eq!(q.get_u64("general.file_type").unwrap(), 7);
+    let lq = eval_loss(t, &["q8.gguf"]);
+    assert!((lq - tuned).abs() / tuned < 1e-2, "q8_0 loss {lq} against {tuned}");
+    // Rows of 64 do not split into q4_K's blocks of 256: f16, said on stderr.
+    let o = merge("q4k.gguf", "q4_k");
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("do not split into q4_K blocks of 256"));
+    assert_eq!(GgufFile::open(t.join("q4k.gguf")).unwrap().tensor("blk.0.attn_q.weight").unwrap().dtype, DType::F16);
+    crate::common::process::fails(&merge("x.gguf", "q3_k"), "export", "q3_k");
 }
 
 #[test]
