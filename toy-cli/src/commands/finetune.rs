@@ -50,6 +50,10 @@ pub fn corpus(path: Option<&Path>, tok: &Tokenizer, vocab: usize, text_field: &s
     Ok(c)
 }
 
+/// Finetune's context when neither --context nor --preset gives one: the
+/// model's own, at most this (unsloth's and TRL's usual 1024).
+pub const FINETUNE_CONTEXT: usize = 1024;
+
 /// Refuse a `--preset` (given on the command line) whose model shape is not
 /// that of the base `base` at `path`: finetune keeps the model's shape, and
 /// takes only a preset's batch and context.
@@ -98,7 +102,12 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let text_field = a.text_field.as_deref().unwrap_or("text");
     let corpus = corpus(a.corpus.as_deref(), &tok, base.vocab, text_field)?;
     let mut cfg = resolve(&TrainArgs { arch: Some(Arch::Llama), context: None, ..a.clone() }, base.vocab)?;
-    let context = a.context.unwrap_or(cfg.model.context.min(base.context));
+    // --context, else the preset's (flag or toy.toml), else the model's own up to
+    // FINETUNE_CONTEXT (SmolLM2's 8192 would be a slow first run).
+    let context = a.context.unwrap_or(match a.preset {
+        Some(_) => cfg.model.context.min(base.context),
+        None => base.context.min(FINETUNE_CONTEXT),
+    });
     if context == 0 || context > base.context {
         return Err(input(format!("--context {context}: the model at {} takes 1 to {} tokens", path.display(), base.context)));
     }

@@ -378,3 +378,22 @@ fn a_smollm_pre_tokenizer_is_read_and_kept() {
     other.write(t.join("qwen.gguf")).unwrap();
     fails(&toy(t, &["train", "finetune", "--from", "qwen.gguf", "--steps", "1", "--out", "x"]), "pre-tokenizer \"qwen2\"");
 }
+
+#[test]
+fn finetune_context_defaults_to_the_models_up_to_1024() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let long = ["train", "--preset", "smoke", "--context", "1100", "--steps", "1", "--eval-every", "0", "--threads", "1", "--out", "long"];
+    ok(&toy(t, &long));
+    let context = |out: &str, extra: &[&str]| -> u64 {
+        let args =
+            [&["train", "finetune", "--from", "long/weights/latest", "--steps", "1", "--threads", "1", "--out", out][..], extra].concat();
+        ok(&toy(t, &args));
+        let text = std::fs::read_to_string(t.join(out).join("events.jsonl")).unwrap();
+        let start: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        start["config"]["context"].as_u64().unwrap()
+    };
+    assert_eq!(context("a", &["--batch", "1"]), 1024, "the model's 1100, capped");
+    assert_eq!(context("b", &["--preset", "smoke"]), 32, "a preset's context");
+    assert_eq!(context("c", &["--context", "1100", "--batch", "1"]), 1100);
+}
