@@ -183,7 +183,15 @@ impl DType {
         // SAFETY: `values` holds nrows·n_per_row floats and `out` nrows rows of
         // this type; no importance matrix is read for these types.
         let written = unsafe {
-            sys::ggml_quantize_chunk(self.to_raw(), values.as_ptr(), out.as_mut_ptr().cast(), 0, nrows as i64, n_per_row as i64, std::ptr::null())
+            sys::ggml_quantize_chunk(
+                self.to_raw(),
+                values.as_ptr(),
+                out.as_mut_ptr().cast(),
+                0,
+                nrows as i64,
+                n_per_row as i64,
+                std::ptr::null(),
+            )
         };
         debug_assert_eq!(written, out.len());
         Ok(out)
