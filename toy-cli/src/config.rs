@@ -1,7 +1,7 @@
 //! Presets and the resolved training configuration (preset < `toy.toml` < flags).
 
 use crate::error::{input, Result};
-use crate::model::{Arch, ModelConfig};
+use crate::model::{short_f32, Arch, ModelConfig};
 use serde::{Deserialize, Serialize};
 
 /// A named model and batch shape.
@@ -312,12 +312,6 @@ pub struct TrainConfig {
     pub lens_init: Option<crate::donor::LensInit>,
 }
 
-/// An f32 as the shortest decimal that reads back to it (`0.001`, not the f64
-/// widening `0.0010000000474974513`), so config.toml shows values as given.
-pub fn short_f32<S: serde::Serializer>(x: &f32, s: S) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_f64(x.to_string().parse::<f64>().unwrap_or(*x as f64))
-}
-
 fn short_f32_pair<S: serde::Serializer>(x: &(f32, f32), s: S) -> std::result::Result<S::Ok, S::Error> {
     use serde::ser::SerializeTuple;
     let mut t = s.serialize_tuple(2)?;
@@ -421,7 +415,7 @@ impl TrainConfig {
             l.validate(self.model.arch.table(), self.model.d_model).map_err(input)?;
         }
         if !self.model.freeze.is_empty() {
-            let names: Vec<String> = crate::checkpoint::expected_shapes(&self.model).into_iter().map(|(n, _)| n).collect();
+            let names: Vec<String> = self.model.arch.table().stored(&self.model).into_iter().map(|st| st.name).collect();
             if let Some(p) = self.model.freeze.iter().find(|p| p.is_empty() || !names.iter().any(|n| n.contains(p.as_str()))) {
                 return Err(input(format!("--freeze {p:?} matches no parameter (names look like token_embd.weight, blk.0.attn_q.weight)")));
             }

@@ -4,11 +4,11 @@
 
 use super::resume::{dedup_targets, record_corpus, Start};
 use super::train::{finish, resolve, run_dir};
-use crate::checkpoint::{open_model, Checkpoint};
 use crate::cli::TrainArgs;
 use crate::data::tokenizer::Tokenizer;
 use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
 use crate::error::{input, Result};
+use crate::formats::checkpoint::{open_model, Checkpoint};
 use crate::model::lora::LoraConfig;
 use crate::model::Arch;
 use crate::train::{train, Init, Outcome, Plan, RunOptions};
@@ -25,7 +25,7 @@ use std::path::Path;
 /// contradicts the metadata, no or an unsupported tokenizer.
 pub fn open_base(path: &Path) -> Result<(Checkpoint, Tokenizer)> {
     let p = path.display();
-    if path.is_file() && GgufFile::open(path).is_ok_and(|f| crate::adapter::is_adapter(&f)) {
+    if path.is_file() && GgufFile::open(path).is_ok_and(|f| crate::formats::adapter::is_adapter(&f)) {
         return Err(input(format!("--from {p}: a LoRA adapter, not a model; merge it first (toy export merge)")));
     }
     let ck = open_model(path).map_err(|e| input(format!("--from {e}")))?;
@@ -116,12 +116,12 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if lora.is_some() && a.freeze.is_some() {
         return Err(input("--freeze applies to full fine-tuning; with --lora-rank the base is frozen already"));
     }
-    let base_dtype = if lora.is_some() { crate::checkpoint::matrix_dtype(&ck.file) } else { None };
+    let base_dtype = if lora.is_some() { crate::formats::checkpoint::matrix_dtype(&ck.file) } else { None };
     cfg.model = crate::model::ModelConfig { context, freeze: cfg.model.freeze.clone(), lora, base_dtype, ..base.clone() };
     cfg.validate()?;
     cfg.recipe = "finetune".into();
     cfg.from = Some(std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()).display().to_string());
-    cfg.from_sha256 = Some(crate::adapter::file_sha256(&path)?);
+    cfg.from_sha256 = Some(crate::formats::adapter::file_sha256(&path)?);
     record_corpus(&mut cfg, a.corpus.as_deref())?;
     cfg.text_field = text_field.to_string();
     let run = run_dir(a.out.as_ref(), Arch::Llama, how.restart)?;

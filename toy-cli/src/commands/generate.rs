@@ -1,10 +1,11 @@
 //! `toy generate`: sample text from a checkpoint.
 
-use crate::checkpoint::{open_checkpoint, with_loaded};
 use crate::cli::GenerateArgs;
 use crate::error::{input, Result};
+use crate::formats::checkpoint::open_checkpoint;
 use crate::sample::{sample, Sampling};
 use crate::train::backends_for;
+use crate::train::step::with_loaded;
 use crate::train::step::{capacity, Forward};
 use ggml_rs::Context;
 use rand::SeedableRng;

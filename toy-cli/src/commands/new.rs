@@ -14,7 +14,7 @@ use crate::data::embedded;
 use crate::data::prep::{check_out_dir, write_prepared, SourceFile};
 use crate::data::tokenizer::hex;
 use crate::error::{input, Result};
-use crate::run::write_atomic;
+use crate::files::write_atomic;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 

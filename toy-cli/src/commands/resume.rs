@@ -3,11 +3,11 @@
 //! the flags that start a run that saved nothing again from step 0.
 
 use super::train::load_training_corpus;
-use crate::checkpoint::open_checkpoint;
 use crate::cli::{Recipe, TrainArgs};
 use crate::config::TrainConfig;
 use crate::data::Corpus;
 use crate::error::{input, Result};
+use crate::formats::checkpoint::open_checkpoint;
 use crate::run::identity::{corpus_id, embedded_id};
 use clap::ValueEnum;
 use std::path::{Path, PathBuf};
@@ -144,7 +144,7 @@ pub fn recipe_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
 /// checkpoint. A finetune run's base must be the file it started from.
 pub fn restart_args(a: &TrainArgs, cfg: &TrainConfig, dir: &Path) -> Result<TrainArgs> {
     if let (Some(from), Some(sha)) = (&cfg.from, &cfg.from_sha256) {
-        if crate::adapter::file_sha256(Path::new(from))? != *sha {
+        if crate::formats::adapter::file_sha256(Path::new(from))? != *sha {
             return Err(input(format!("--resume {}: its base model {from} changed since the run started", dir.display())));
         }
     }

@@ -8,16 +8,16 @@ pub mod memory;
 pub mod parallel;
 mod runner;
 pub mod schedule;
-pub mod state;
 pub mod step;
 
-use crate::checkpoint::{write_checkpoint, Provenance};
 use crate::config::TrainConfig;
 use crate::data::Corpus;
 use crate::error::{input, runtime, Result};
+use crate::files::write_atomic;
+use crate::formats::{checkpoint::write_checkpoint, state, Provenance};
 use crate::model::{init::init_weights, Weights};
 use crate::run::events::{now_rfc3339, EventLog, SCHEMA};
-use crate::run::{flow, git_info, host_info, write_atomic, RunDir};
+use crate::run::{flow, git_info, host_info, RunDir};
 use batches::{eval_starts, Sampler};
 use ggml_rs::comm::{AllReduceKind, Comm};
 use ggml_rs::optim::{AdamWConfig, AdamWState};
@@ -81,7 +81,7 @@ pub enum Init<'p> {
     /// Random, then the token table (and lens) from a donor.
     Donor(&'p crate::donor::Donor),
     /// Every weight from an existing model (the finetune recipe).
-    Model(&'p crate::checkpoint::Checkpoint),
+    Model(&'p crate::formats::checkpoint::Checkpoint),
 }
 
 /// What a run does, beyond its configuration.

@@ -4,13 +4,13 @@
 use super::batches::{batch_at, Batch, Recorder, Sampler};
 use super::parallel::Trainer;
 use super::schedule::Cosine;
-use super::state::{self, Progress};
 use super::step::EvalStep;
 use super::{Outcome, RunOptions};
-use crate::checkpoint::{write_checkpoint, Provenance};
 use crate::config::TrainConfig;
 use crate::data::Corpus;
 use crate::error::{runtime, Error, Result};
+use crate::formats::state::{self, Progress};
+use crate::formats::{checkpoint::write_checkpoint, Provenance};
 use crate::model::Weights;
 use crate::run::events::{now_rfc3339, EventLog};
 use crate::run::{plot, RunDir};
@@ -107,7 +107,7 @@ impl Loop<'_, '_> {
         let _section = crate::signals::critical();
         let path = self.run.checkpoint_path(step);
         let state_path = state::state_path(&path);
-        let (tmp_ck, tmp_st) = (crate::run::temp_path(&path), crate::run::temp_path(&state_path));
+        let (tmp_ck, tmp_st) = (crate::files::temp_path(&path), crate::files::temp_path(&state_path));
         let save_id = format!("{:016x}", rand::random::<u64>());
         let progress = Progress { step, opt_t: self.train.step_count(), sampler: self.sampler.state() };
         let mut prov = (self.prov)(step);
