@@ -2,11 +2,9 @@
 //! GGUF (ours or llama.cpp-converted) trained further on a corpus tokenized
 //! with the model's own tokenizer; `--freeze` keeps parameters fixed by name.
 
-use super::resume::{dedup_targets, record_corpus, Start};
-use super::train::{finish, resolve, run_dir};
+use super::setup::{dedup_targets, finish, model_corpus, record_corpus, resolve, run_dir, Start};
 use crate::cli::TrainArgs;
 use crate::data::tokenizer::Tokenizer;
-use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
 use crate::error::{input, Result};
 use crate::formats::checkpoint::{open_model, Checkpoint};
 use crate::model::lora::LoraConfig;
@@ -37,17 +35,6 @@ pub fn open_base(path: &Path) -> Result<(Checkpoint, Tokenizer)> {
     }
     let tok = ck.tokenizer.clone().ok_or_else(|| input(format!("--from {p}: the model carries no tokenizer (tokenizer.ggml.*)")))?;
     Ok((ck, tok))
-}
-
-/// The corpus at `path` (the embedded one when `None` or `<embedded>`)
-/// tokenized with `tok`; a prepared folder must have been made with it.
-pub fn corpus(path: Option<&Path>, tok: &Tokenizer, vocab: usize, text_field: &str) -> Result<Corpus> {
-    let path = path.filter(|p| p.as_os_str() != "<embedded>" && !p.as_os_str().is_empty());
-    let Some(path) = path else { return crate::data::embedded::corpus_with(tok.clone()) };
-    let text = TextOptions { tokenizer: Some(tok.clone()), text_field: text_field.to_string(), ..Default::default() };
-    let c = load_corpus_with(path, &CorpusOptions { vocab_size: Some(vocab), ..Default::default() }, &text)?;
-    c.check_tokenizer(tok)?;
-    Ok(c)
 }
 
 /// Refuse a `--preset` (given on the command line) whose model shape is not
@@ -96,7 +83,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let base = &ck.config;
     check_preset(how.cli_preset, base, &path)?;
     let text_field = a.text_field.as_deref().unwrap_or("text");
-    let corpus = corpus(a.corpus.as_deref(), &tok, base.vocab, text_field)?;
+    let corpus = model_corpus(a.corpus.as_deref(), &tok, base.vocab, text_field)?;
     let mut cfg = resolve(&TrainArgs { arch: Some(Arch::Llama), context: None, ..a.clone() }, base.vocab)?;
     let context = a.context.unwrap_or(cfg.model.context.min(base.context));
     if context == 0 || context > base.context {

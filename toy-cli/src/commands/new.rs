@@ -8,7 +8,7 @@
 //! - `runs/`: where runs go.
 
 use crate::cli::{NewArgs, TrainArgs};
-use crate::commands::train::resolve;
+use crate::commands::setup::resolve;
 use crate::config::TrainConfig;
 use crate::data::embedded;
 use crate::data::prep::{check_out_dir, write_prepared, SourceFile};

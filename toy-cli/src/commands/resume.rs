@@ -2,7 +2,7 @@
 //! it started on, its own tokenizer, the options fixed when it started), and
 //! the flags that start a run that saved nothing again from step 0.
 
-use super::train::load_training_corpus;
+use super::setup::{dedup_targets, is_embedded, load_training_corpus, model_corpus};
 use crate::cli::{Recipe, TrainArgs};
 use crate::config::TrainConfig;
 use crate::data::Corpus;
@@ -11,39 +11,6 @@ use crate::formats::checkpoint::open_checkpoint;
 use crate::run::identity::{corpus_id, embedded_id};
 use clap::ValueEnum;
 use std::path::{Path, PathBuf};
-
-/// How a new run comes about: from the command line, or again from step 0
-/// in the folder of a run that saved nothing (`--resume`).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Start {
-    /// `--preset` as given on the command line (toy.toml's sets only the
-    /// batch and context of a finetune run).
-    pub cli_preset: Option<crate::config::Preset>,
-    /// Start again in the existing run folder (`--out`) that saved nothing.
-    pub restart: bool,
-}
-
-fn is_embedded(corpus: &str) -> bool {
-    corpus.is_empty() || corpus == "<embedded>"
-}
-
-/// Record the corpus at `path` (`None`: the embedded one) in `cfg`: its
-/// absolute path, bytes and SHA-256 (see [`corpus_id`]).
-pub fn record_corpus(cfg: &mut TrainConfig, path: Option<&Path>) -> Result<()> {
-    let id = match path.filter(|p| !is_embedded(&p.to_string_lossy())) {
-        None => {
-            cfg.corpus = "<embedded>".into();
-            embedded_id()
-        }
-        Some(p) => {
-            let id = corpus_id(p)?;
-            cfg.corpus = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
-            id
-        }
-    };
-    (cfg.corpus_bytes, cfg.corpus_sha256) = (Some(id.bytes), Some(id.sha256));
-    Ok(())
-}
 
 /// Refuse to resume the run in `dir` on a corpus whose input changed since it
 /// started, unless `allow` (`--allow-corpus-change`): then, as for a run whose
@@ -80,7 +47,7 @@ pub fn check_corpus(cfg: &mut TrainConfig, dir: &Path, allow: bool) -> Result<()
 pub fn corpus(cfg: &TrainConfig, ck: &Path) -> Result<Corpus> {
     let path = Path::new(&cfg.corpus);
     match open_checkpoint(ck)?.tokenizer {
-        Some(tok) => super::finetune::corpus(Some(path), &tok, cfg.model.vocab, &cfg.text_field),
+        Some(tok) => model_corpus(Some(path), &tok, cfg.model.vocab, &cfg.text_field),
         None if cfg.recipe == "finetune" => Err(input(format!("{}: no tokenizer to read the corpus with", ck.display()))),
         // Token ids (toy's .bin/.txt files): no tokenizer to keep.
         None => load_training_corpus(Some(path), Some(cfg.model.vocab), None, &cfg.text_field),
@@ -89,17 +56,6 @@ pub fn corpus(cfg: &TrainConfig, ck: &Path) -> Result<Corpus> {
 
 fn name<T: ValueEnum>(v: &T) -> String {
     v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
-}
-
-/// `targets` without repeats, in their order.
-pub fn dedup_targets(targets: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for t in targets {
-        if !out.contains(t) {
-            out.push(t.clone());
-        }
-    }
-    out
 }
 
 /// The options of `a` fixed when the run of `cfg` started (recipe, donor,

@@ -342,8 +342,8 @@ fn toy_new_scaffolds_a_project() {
     let c = load_corpus(t.corpus.as_ref().unwrap(), &CorpusOptions::default()).unwrap();
     let e = embedded::corpus().unwrap();
     assert_eq!((c.train, c.val, c.vocab_size), (e.train, e.val, e.vocab_size));
-    let defaults = toy::commands::train::resolve(&toy::cli::TrainArgs::default(), e.vocab_size).unwrap();
-    assert_eq!(toy::commands::train::resolve(&t, e.vocab_size).unwrap(), defaults, "toy.toml holds the defaults");
+    let defaults = toy::commands::setup::resolve(&toy::cli::TrainArgs::default(), e.vocab_size).unwrap();
+    assert_eq!(toy::commands::setup::resolve(&t, e.vocab_size).unwrap(), defaults, "toy.toml holds the defaults");
 
     let e = input_err(toy::commands::new::run(&args));
     assert!(e.contains("not empty") && e.contains("--force"), "{e}");
