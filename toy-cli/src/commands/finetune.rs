@@ -4,6 +4,7 @@
 
 use super::setup::{dedup_targets, finish, model_corpus, record_corpus, resolve, run_dir, Start};
 use crate::cli::TrainArgs;
+use crate::config::{Recipe, Sampling};
 use crate::data::tokenizer::Tokenizer;
 use crate::error::{input, Result};
 use crate::formats::checkpoint::{open_model, Checkpoint};
@@ -106,12 +107,12 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let base_dtype = if lora.is_some() { crate::formats::checkpoint::matrix_dtype(&ck.file) } else { None };
     cfg.model = crate::model::ModelConfig { context, freeze: cfg.model.freeze.clone(), lora, base_dtype, ..base.clone() };
     cfg.validate()?;
-    cfg.recipe = "finetune".into();
+    cfg.recipe = Recipe::Finetune;
     cfg.from = Some(std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()).display().to_string());
     cfg.from_sha256 = Some(crate::formats::adapter::file_sha256(&path)?);
     record_corpus(&mut cfg, a.corpus.as_deref())?;
     cfg.text_field = text_field.to_string();
     let run = run_dir(a.out.as_ref(), Arch::Llama, how.restart)?;
-    let plan = Plan { recipe: "finetune", init: Init::Model(&ck), stream: None, resume: None };
+    let plan = Plan { recipe: Recipe::Finetune, init: Init::Model(&ck), sampling: Sampling::Random, resume: None };
     finish(a, &run, train(&plan, &cfg, &corpus, &run, opts))
 }

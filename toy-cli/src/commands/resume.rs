@@ -3,8 +3,8 @@
 //! the flags that start a run that saved nothing again from step 0.
 
 use super::setup::{dedup_targets, is_embedded, load_training_corpus, model_corpus};
-use crate::cli::{Recipe, TrainArgs};
-use crate::config::TrainConfig;
+use crate::cli::TrainArgs;
+use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::Corpus;
 use crate::error::{input, Result};
 use crate::formats::checkpoint::open_checkpoint;
@@ -48,7 +48,7 @@ pub fn corpus(cfg: &TrainConfig, ck: &Path) -> Result<Corpus> {
     let path = Path::new(&cfg.corpus);
     match open_checkpoint(ck)?.tokenizer {
         Some(tok) => model_corpus(Some(path), &tok, cfg.model.vocab, &cfg.text_field),
-        None if cfg.recipe == "finetune" => Err(input(format!("{}: no tokenizer to read the corpus with", ck.display()))),
+        None if cfg.recipe == Recipe::Finetune => Err(input(format!("{}: no tokenizer to read the corpus with", ck.display()))),
         // Token ids (toy's .bin/.txt files): no tokenizer to keep.
         None => load_training_corpus(Some(path), Some(cfg.model.vocab), None, &cfg.text_field),
     }
@@ -67,14 +67,14 @@ pub fn recipe_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
     let path = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
     let lora = m.lora.as_ref();
     let checks: [(&str, Option<String>, String); 14] = [
-        ("the recipe", a.recipe.as_ref().map(name), cfg.recipe.clone()),
+        ("the recipe", a.recipe.as_ref().map(name), cfg.recipe.name().to_string()),
         ("--donor", a.donor.as_deref().map(path), cfg.donor.clone().unwrap_or_default()),
         ("--init", a.init.as_ref().map(name), cfg.donor_init.as_ref().map(name).unwrap_or_default()),
         ("--match-by", a.match_by.as_ref().map(name), cfg.match_by.as_ref().map(name).unwrap_or_default()),
         ("--lens-init", a.lens_init.as_ref().map(name), cfg.lens_init.as_ref().map(name).unwrap_or_default()),
         ("--donor-width", a.donor_width.map(|w| w.to_string()), m.donor_width.map(|w| w.to_string()).unwrap_or_default()),
         ("--train-table", a.train_table.then(|| on(true)), on(!m.freeze_table && m.donor_width.is_some())),
-        ("--shuffle", a.shuffle.then(|| on(true)), on(cfg.stream == Some(true))),
+        ("--shuffle", a.shuffle.then(|| on(true)), on(cfg.sampling == Sampling::Stream { shuffle: true })),
         ("--save-initial", a.save_initial.then(|| on(true)), on(cfg.save_initial)),
         ("--record-batches", a.record_batches.then(|| on(true)), on(cfg.record_batches)),
         ("--from", a.from.as_deref().map(path), cfg.from.clone().unwrap_or_default()),
@@ -105,16 +105,11 @@ pub fn restart_args(a: &TrainArgs, cfg: &TrainConfig, dir: &Path) -> Result<Trai
         }
     }
     let m = &cfg.model;
-    let finetune = cfg.recipe == "finetune";
+    let finetune = cfg.recipe == Recipe::Finetune;
     // A finetune run's shape comes from its base model, which refuses shape flags.
     let shape = |v: usize| (!finetune).then_some(v);
-    let recipe = match cfg.recipe.as_str() {
-        "warm-start" => Recipe::WarmStart,
-        "finetune" => Recipe::Finetune,
-        _ => Recipe::FromScratch,
-    };
     Ok(TrainArgs {
-        recipe: Some(recipe),
+        recipe: Some(cfg.recipe),
         corpus: (!is_embedded(&cfg.corpus)).then(|| PathBuf::from(&cfg.corpus)),
         text_field: Some(cfg.text_field.clone()),
         preset: Some(cfg.preset),
@@ -159,7 +154,7 @@ pub fn restart_args(a: &TrainArgs, cfg: &TrainConfig, dir: &Path) -> Result<Trai
         lens_init: cfg.lens_init,
         donor_width: if finetune { None } else { m.donor_width },
         train_table: !finetune && m.donor_width.is_some() && !m.freeze_table,
-        shuffle: cfg.stream == Some(true),
+        shuffle: cfg.sampling == Sampling::Stream { shuffle: true },
         from: cfg.from.as_ref().map(PathBuf::from),
         freeze: (!m.freeze.is_empty()).then(|| m.freeze.clone()),
         lora_rank: m.lora.as_ref().map(|l| l.rank),

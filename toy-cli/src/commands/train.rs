@@ -2,8 +2,8 @@
 //! the corpus, create the run folder and run the recipe.
 
 use super::setup::{finish, load_training_corpus, record_corpus, resolve, run_dir, Start};
-use crate::cli::{Recipe, TrainArgs};
-use crate::config::{Preset, TrainConfig};
+use crate::cli::TrainArgs;
+use crate::config::{Preset, Recipe, Sampling, TrainConfig};
 use crate::data::Corpus;
 use crate::error::{input, Result};
 use crate::model::Arch;
@@ -235,12 +235,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
             ck.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
         );
     }
-    let recipe = match cfg.recipe.as_str() {
-        "warm-start" => "warm-start",
-        "finetune" => "finetune",
-        _ => "from-scratch",
-    };
-    let plan = Plan { recipe, init: Init::Random, stream: cfg.stream, resume: Some(ck) };
+    let plan = Plan { recipe: cfg.recipe, init: Init::Random, sampling: cfg.sampling, resume: Some(ck) };
     Ok(Resumed::Continue(Box::new((cfg, corpus, run, plan))))
 }
 
@@ -346,10 +341,16 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let run = run_dir(a.out.as_ref(), cfg.model.arch, how.restart)?;
     let out = match (recipe, &donor) {
         (Recipe::WarmStart, Some(d)) => {
-            cfg.recipe = "warm-start".into();
-            cfg.stream = Some(a.shuffle);
+            cfg.recipe = Recipe::WarmStart;
+            cfg.sampling = Sampling::Stream { shuffle: a.shuffle };
             // A stream walks the data once per epoch: evaluate and report by epoch too.
-            train(&Plan { recipe: "warm-start", init: Init::Donor(d), stream: Some(a.shuffle), resume: None }, &cfg, &corpus, &run, opts)
+            train(
+                &Plan { recipe: Recipe::WarmStart, init: Init::Donor(d), sampling: cfg.sampling, resume: None },
+                &cfg,
+                &corpus,
+                &run,
+                opts,
+            )
         }
         _ => train(&Plan::from_scratch(), &cfg, &corpus, &run, opts),
     };

@@ -10,7 +10,7 @@ mod runner;
 pub mod schedule;
 pub mod step;
 
-use crate::config::TrainConfig;
+use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::Corpus;
 use crate::error::{input, runtime, Result};
 use crate::files::write_atomic;
@@ -48,6 +48,18 @@ pub struct RunOptions {
     pub stop: Option<Arc<AtomicI32>>,
 }
 
+/// How a run ended: `run_end`'s `reason` in events.jsonl.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum End {
+    /// Every step ran.
+    Completed,
+    /// A signal stopped it after a step (and a save).
+    Interrupted,
+    /// An error stopped it.
+    Errored,
+}
+
 /// What a finished (or interrupted) run reports.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
@@ -56,8 +68,8 @@ pub struct Outcome {
     pub steps: u64,
     pub final_loss: f32,
     pub val_loss: Option<f32>,
-    /// `completed` or `interrupted`.
-    pub reason: String,
+    /// Completed, or interrupted by a signal.
+    pub reason: End,
     pub tokens_per_second: f64,
     pub wall_seconds: f64,
 }
@@ -87,11 +99,11 @@ pub enum Init<'p> {
 /// What a run does, beyond its configuration.
 #[derive(Clone, Debug)]
 pub struct Plan<'p> {
-    /// `from-scratch` or `warm-start` (recorded in events).
-    pub recipe: &'static str,
+    /// The recipe (recorded in events).
+    pub recipe: Recipe,
     pub init: Init<'p>,
-    /// Walk the corpus in order (with per-epoch shuffling) instead of random windows.
-    pub stream: Option<bool>,
+    /// Random windows, or the corpus in order (with per-epoch shuffling or not).
+    pub sampling: Sampling,
     /// Continue from this checkpoint's resume state.
     pub resume: Option<PathBuf>,
 }
@@ -99,7 +111,7 @@ pub struct Plan<'p> {
 impl Plan<'_> {
     /// A new from-scratch run.
     pub fn from_scratch() -> Plan<'static> {
-        Plan { recipe: "from-scratch", init: Init::Random, stream: None, resume: None }
+        Plan { recipe: Recipe::FromScratch, init: Init::Random, sampling: Sampling::Random, resume: None }
     }
 }
 
@@ -142,9 +154,9 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     for (wctx, bk) in wctxs.iter().zip(&all_backends) {
         states.push(ReplicaState::new(wctx, cfg, plan, &bk[0], split)?);
     }
-    let mut sampler = match plan.stream {
-        Some(shuffle) => Sampler::stream(cfg.seed, t, cfg.batch, shuffle),
-        None => Sampler::random(cfg.seed, t, cfg.batch),
+    let mut sampler = match plan.sampling {
+        Sampling::Stream { shuffle } => Sampler::stream(cfg.seed, t, cfg.batch, shuffle),
+        Sampling::Random => Sampler::random(cfg.seed, t, cfg.batch),
     };
     let mut start_step = 0;
     let mut opt_t = 0;

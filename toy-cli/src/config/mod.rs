@@ -2,7 +2,11 @@
 
 use crate::error::{input, Result};
 use crate::model::{short_f32, Arch, ModelConfig};
+use recipe::{lenient_recipe, stream_deserialize, stream_serialize};
 use serde::{Deserialize, Serialize};
+
+mod recipe;
+pub use recipe::{Recipe, Sampling};
 
 /// A named model and batch shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -268,17 +272,18 @@ pub struct TrainConfig {
     #[serde(default = "default_text_field")]
     pub text_field: String,
     /// `from-scratch`, `warm-start` or `finetune`.
-    #[serde(default = "default_recipe")]
-    pub recipe: String,
+    #[serde(default, deserialize_with = "lenient_recipe")]
+    pub recipe: Recipe,
     /// finetune: the model the run started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
     /// finetune: hex SHA-256 of that model's file (a resumed LoRA run refuses another base).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_sha256: Option<String>,
-    /// Streamed (in-order) windows, shuffled per epoch or not; random windows when absent.
-    #[serde(default)]
-    pub stream: Option<bool>,
+    /// Random windows, or the corpus in order (config.toml's `stream`: shuffled
+    /// per epoch or not; absent for random windows).
+    #[serde(rename = "stream", default, serialize_with = "stream_serialize", deserialize_with = "stream_deserialize")]
+    pub sampling: Sampling,
     /// Bytes of the corpus's input (its file or files; a prepared folder's
     /// manifest.json; the built-in corpus's text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -318,10 +323,6 @@ fn short_f32_pair<S: serde::Serializer>(x: &(f32, f32), s: S) -> std::result::Re
     t.serialize_element(&x.0.to_string().parse::<f64>().unwrap_or(x.0 as f64))?;
     t.serialize_element(&x.1.to_string().parse::<f64>().unwrap_or(x.1 as f64))?;
     t.end()
-}
-
-fn default_recipe() -> String {
-    "from-scratch".into()
 }
 
 fn default_text_field() -> String {
@@ -373,10 +374,10 @@ impl TrainConfig {
             attention: Default::default(),
             corpus: String::new(),
             text_field: default_text_field(),
-            recipe: default_recipe(),
+            recipe: Recipe::FromScratch,
             from: None,
             from_sha256: None,
-            stream: None,
+            sampling: Sampling::Random,
             corpus_bytes: None,
             corpus_sha256: None,
             keep: 0,
