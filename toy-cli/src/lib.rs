@@ -14,6 +14,7 @@ pub mod files;
 pub mod formats;
 pub mod model;
 pub mod output;
+pub mod rng;
 pub mod run;
 pub mod sample;
 pub mod signals;

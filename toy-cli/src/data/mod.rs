@@ -1,12 +1,11 @@
 //! Training data: tokenizers, raw text and documents, corpus readers, `toy
-//! prep`, the embedded default corpus and the story generator that wrote it.
+//! prep`, the embedded default corpus.
 
 pub mod corpus;
 pub mod embedded;
 pub mod prep;
 pub mod prepared;
 pub mod sources;
-pub mod stories;
 pub mod text;
 pub mod tokenizer;
 pub mod tokens;

@@ -17,12 +17,12 @@
 
 pub use super::prepared::{read_manifest, read_prepared, Manifest, SourceFile, DTYPE, FORMAT};
 use super::sources::{discover, Documents, FileDigest, Source};
-use super::stories::SplitMix64;
 use super::text::{held_out, Split};
 use super::tokenizer::Tokenizer;
 use crate::error::{input, runtime, Error, Result};
 use crate::files::is_leftover;
 use crate::files::write_atomic;
+use crate::rng::SplitMix64;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};

@@ -6,7 +6,7 @@
 use ggml_rs::gguf::{Array, GgufFile, Value};
 use std::path::Path;
 use std::process::{Command, Output};
-use toy::data::stories;
+use toy_stories as stories;
 
 fn toy(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_toy"))

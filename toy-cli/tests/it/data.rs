@@ -5,10 +5,10 @@ use ggml_rs::gguf::{Array, GgufFile, GgufWriter, Value};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use toy::data::prep::{prep, read_manifest, PrepOptions};
-use toy::data::stories;
 use toy::data::text::split_documents;
 use toy::data::{embedded, load_corpus, load_corpus_with, CorpusOptions, TextOptions, Tokenizer};
 use toy::error::Error;
+use toy_stories as stories;
 
 fn sha(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
