@@ -1,7 +1,7 @@
 //! `events.jsonl`: one JSON object per line, schema `toy/v1`, append-only.
 //!
-//! Kinds written here: `run_start`, `step`, `eval`, `checkpoint`, `epoch`,
-//! `fallback`, `resume`, `run_end`. Readers skip torn lines and ignore keys
+//! Kinds written (by `train`): `run_start`, `step`, `skip`, `eval`,
+//! `checkpoint`, `epoch`, `fallback`, `resume`, `run_end`. Readers skip torn lines and ignore keys
 //! they do not know ([`read_events`] does both).
 
 use crate::error::{runtime, Result};
