@@ -1,8 +1,8 @@
 //! Command-line arguments (clap). Parsing only: the commands live in `commands/`.
 
-use crate::config::Preset;
+use crate::config::{Preset, Recipe};
 use crate::model::Arch;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 /// Train small llama- and GPT-2-shaped language models from scratch on ggml.
@@ -140,19 +140,6 @@ fn count_u64(text: &str) -> Result<u64, String> {
 /// [`count_u64`] for `usize` fields.
 fn count_usize(text: &str) -> Result<usize, String> {
     count_u64(text).and_then(|v| usize::try_from(v).map_err(|_| format!("too large (at most {})", usize::MAX)))
-}
-
-/// How a model is trained.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Recipe {
-    /// Random initialisation, random windows of the corpus.
-    FromScratch,
-    /// A donor model's token embeddings through a trainable projection lens;
-    /// the corpus is streamed in order, epoch after epoch.
-    WarmStart,
-    /// Every weight of an existing llama GGUF (`--from`), trained further on
-    /// the corpus tokenized with the model's own tokenizer.
-    Finetune,
 }
 
 #[derive(Args, Debug, Default, Clone, serde::Deserialize)]

@@ -1,11 +1,13 @@
 //! `toy debug`: dumps for the PyTorch parity harness (`scripts/parity/`).
 //! Hidden from the main help.
 
-use crate::checkpoint::{open_checkpoint, with_loaded, write_model, Provenance};
 use crate::cli::{BenchArgs, DebugArgs, DebugCommand};
 use crate::error::{input, runtime, Result};
+use crate::formats::checkpoint::{open_checkpoint, write_model};
+use crate::formats::Provenance;
 use crate::train::backends_for;
 use crate::train::batches::Recorded;
+use crate::train::step::with_loaded;
 use crate::train::step::{capacity, GradStep};
 use ggml_rs::gguf::GgufWriter;
 use ggml_rs::Context;

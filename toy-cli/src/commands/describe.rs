@@ -22,8 +22,8 @@ pub fn run(args: &DescribeArgs) -> Result<()> {
     let f = GgufFile::open(&path)?;
     // What generate, eval, finetune and export would refuse, said up front; the
     // file is still described (that is how one finds out what is wrong with it).
-    if f.get("general.architecture").is_some() && !crate::adapter::is_adapter(&f) {
-        if let Err(e) = crate::checkpoint::check_model(&f, &path) {
+    if f.get("general.architecture").is_some() && !crate::formats::adapter::is_adapter(&f) {
+        if let Err(e) = crate::formats::checkpoint::check_model(&f, &path) {
             eprintln!("toy describe: warning: {}", crate::output::one_line(&e.to_string()));
         }
     }

@@ -1,13 +1,14 @@
 //! `toy eval`: loss and perplexity of a checkpoint on a corpus.
 
-use crate::checkpoint::{open_checkpoint, with_loaded, Checkpoint};
 use crate::cli::EvalArgs;
 use crate::commands::generate::resolve_model;
 use crate::data::Tokenizer;
 use crate::data::{load_corpus_with, CorpusOptions, TextOptions};
 use crate::error::{input, runtime, Result};
+use crate::formats::checkpoint::{open_checkpoint, Checkpoint};
 use crate::train::backends_for;
 use crate::train::batches::{batch_at, eval_starts};
+use crate::train::step::with_loaded;
 use crate::train::step::{capacity, EvalStep};
 use ggml_rs::Context;
 

@@ -6,10 +6,10 @@
 //! in the base's type (an f16 overflows above 65504) is a failure: nothing is
 //! written.
 
-use crate::adapter::open_adapter;
-use crate::checkpoint::open_checkpoint;
 use crate::cli::{ExportArgs, ExportCommand, MergeArgs};
 use crate::error::{input, runtime, Result};
+use crate::formats::adapter::open_adapter;
+use crate::formats::checkpoint::open_checkpoint;
 use crate::model::Arch;
 use ggml_rs::gguf::GgufWriter;
 use ggml_rs::DType;
@@ -141,7 +141,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
         return Err(input(format!("--base {}: adapters apply to llama models", m.base.display())));
     }
     let ad = open_adapter(&m.lora, &base.config)?;
-    crate::adapter::check_base(&ad, &m.lora, &m.base)?;
+    crate::formats::adapter::check_base(&ad, &m.lora, &m.base)?;
     let scale = ad.config.scale();
     let f = &base.file;
     let target = m.dtype.dtype();

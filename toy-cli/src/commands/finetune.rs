@@ -2,13 +2,12 @@
 //! GGUF (ours or llama.cpp-converted) trained further on a corpus tokenized
 //! with the model's own tokenizer; `--freeze` keeps parameters fixed by name.
 
-use super::resume::{dedup_targets, record_corpus, Start};
-use super::train::{finish, resolve, run_dir};
-use crate::checkpoint::{open_model, Checkpoint};
+use super::setup::{dedup_targets, finish, model_corpus, record_corpus, resolve, run_dir, Start};
 use crate::cli::TrainArgs;
+use crate::config::{Recipe, Sampling};
 use crate::data::tokenizer::Tokenizer;
-use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
 use crate::error::{input, Result};
+use crate::formats::checkpoint::{open_model, Checkpoint};
 use crate::model::lora::LoraConfig;
 use crate::model::Arch;
 use crate::train::{train, Init, Outcome, Plan, RunOptions};
@@ -25,7 +24,7 @@ use std::path::Path;
 /// contradicts the metadata, no or an unsupported tokenizer.
 pub fn open_base(path: &Path) -> Result<(Checkpoint, Tokenizer)> {
     let p = path.display();
-    if path.is_file() && GgufFile::open(path).is_ok_and(|f| crate::adapter::is_adapter(&f)) {
+    if path.is_file() && GgufFile::open(path).is_ok_and(|f| crate::formats::adapter::is_adapter(&f)) {
         return Err(input(format!("--from {p}: a LoRA adapter, not a model; merge it first (toy export merge)")));
     }
     let ck = open_model(path).map_err(|e| input(format!("--from {e}")))?;
@@ -37,17 +36,6 @@ pub fn open_base(path: &Path) -> Result<(Checkpoint, Tokenizer)> {
     }
     let tok = ck.tokenizer.clone().ok_or_else(|| input(format!("--from {p}: the model carries no tokenizer (tokenizer.ggml.*)")))?;
     Ok((ck, tok))
-}
-
-/// The corpus at `path` (the embedded one when `None` or `<embedded>`)
-/// tokenized with `tok`; a prepared folder must have been made with it.
-pub fn corpus(path: Option<&Path>, tok: &Tokenizer, vocab: usize, text_field: &str) -> Result<Corpus> {
-    let path = path.filter(|p| p.as_os_str() != "<embedded>" && !p.as_os_str().is_empty());
-    let Some(path) = path else { return crate::data::embedded::corpus_with(tok.clone()) };
-    let text = TextOptions { tokenizer: Some(tok.clone()), text_field: text_field.to_string(), ..Default::default() };
-    let c = load_corpus_with(path, &CorpusOptions { vocab_size: Some(vocab), ..Default::default() }, &text)?;
-    c.check_tokenizer(tok)?;
-    Ok(c)
 }
 
 /// Finetune's context when neither --context nor --preset gives one: the
@@ -100,7 +88,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let base = &ck.config;
     check_preset(how.cli_preset, base, &path)?;
     let text_field = a.text_field.as_deref().unwrap_or("text");
-    let corpus = corpus(a.corpus.as_deref(), &tok, base.vocab, text_field)?;
+    let corpus = model_corpus(a.corpus.as_deref(), &tok, base.vocab, text_field)?;
     let mut cfg = resolve(&TrainArgs { arch: Some(Arch::Llama), context: None, ..a.clone() }, base.vocab)?;
     // --context, else the preset's (flag or toy.toml), else the model's own up to
     // FINETUNE_CONTEXT (SmolLM2's 8192 would be a slow first run).
@@ -125,15 +113,15 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if lora.is_some() && a.freeze.is_some() {
         return Err(input("--freeze applies to full fine-tuning; with --lora-rank the base is frozen already"));
     }
-    let base_dtype = if lora.is_some() { crate::checkpoint::matrix_dtype(&ck.file) } else { None };
+    let base_dtype = if lora.is_some() { crate::formats::checkpoint::matrix_dtype(&ck.file) } else { None };
     cfg.model = crate::model::ModelConfig { context, freeze: cfg.model.freeze.clone(), lora, base_dtype, ..base.clone() };
     cfg.validate()?;
-    cfg.recipe = "finetune".into();
+    cfg.recipe = Recipe::Finetune;
     cfg.from = Some(std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()).display().to_string());
-    cfg.from_sha256 = Some(crate::adapter::file_sha256(&path)?);
+    cfg.from_sha256 = Some(crate::formats::adapter::file_sha256(&path)?);
     record_corpus(&mut cfg, a.corpus.as_deref())?;
     cfg.text_field = text_field.to_string();
     let run = run_dir(a.out.as_ref(), Arch::Llama, how.restart)?;
-    let plan = Plan { recipe: "finetune", init: Init::Model(&ck), stream: None, resume: None };
+    let plan = Plan { recipe: Recipe::Finetune, init: Init::Model(&ck), sampling: Sampling::Random, resume: None };
     finish(a, &run, train(&plan, &cfg, &corpus, &run, opts))
 }

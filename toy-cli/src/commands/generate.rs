@@ -1,10 +1,11 @@
 //! `toy generate`: sample text from a checkpoint.
 
-use crate::checkpoint::{open_checkpoint, with_loaded};
 use crate::cli::GenerateArgs;
 use crate::error::{input, Result};
+use crate::formats::checkpoint::open_checkpoint;
 use crate::sample::{sample, Sampling};
 use crate::train::backends_for;
+use crate::train::step::with_loaded;
 use crate::train::step::{capacity, Forward};
 use ggml_rs::Context;
 use rand::SeedableRng;
@@ -48,7 +49,11 @@ pub struct Generated {
 /// Generate `args.n` tokens after the prompt.
 /// The prompt of `--chat`: the checkpoint's chat template over the
 /// `--system` and user messages, opening the assistant's turn.
-fn chat_prompt(ck: &crate::checkpoint::Checkpoint, tok: &crate::data::tokenizer::Tokenizer, args: &GenerateArgs) -> Result<String> {
+fn chat_prompt(
+    ck: &crate::formats::checkpoint::Checkpoint,
+    tok: &crate::data::tokenizer::Tokenizer,
+    args: &GenerateArgs,
+) -> Result<String> {
     use crate::data::chat::{ChatTemplate, Message};
     let template = ChatTemplate::from_gguf(&ck.file, tok)?
         .ok_or_else(|| input(format!("{} has no chat template (tokenizer.chat_template); use --prompt", ck.file.path().display())))?;

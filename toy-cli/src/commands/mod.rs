@@ -10,4 +10,5 @@ pub mod generate;
 pub mod new;
 pub mod prep;
 pub mod resume;
+pub mod setup;
 pub mod train;

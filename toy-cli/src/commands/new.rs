@@ -8,13 +8,13 @@
 //! - `runs/`: where runs go.
 
 use crate::cli::{NewArgs, TrainArgs};
-use crate::commands::train::resolve;
+use crate::commands::setup::resolve;
 use crate::config::TrainConfig;
 use crate::data::embedded;
 use crate::data::prep::{check_out_dir, write_prepared, SourceFile};
 use crate::data::tokenizer::hex;
 use crate::error::{input, Result};
-use crate::run::write_atomic;
+use crate::files::write_atomic;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 

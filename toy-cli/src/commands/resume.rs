@@ -2,48 +2,15 @@
 //! it started on, its own tokenizer, the options fixed when it started), and
 //! the flags that start a run that saved nothing again from step 0.
 
-use super::train::load_training_corpus;
-use crate::checkpoint::open_checkpoint;
-use crate::cli::{Recipe, TrainArgs};
-use crate::config::TrainConfig;
+use super::setup::{dedup_targets, is_embedded, load_training_corpus, model_corpus};
+use crate::cli::TrainArgs;
+use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::Corpus;
 use crate::error::{input, Result};
+use crate::formats::checkpoint::open_checkpoint;
 use crate::run::identity::{corpus_id, embedded_id};
 use clap::ValueEnum;
 use std::path::{Path, PathBuf};
-
-/// How a new run comes about: from the command line, or again from step 0
-/// in the folder of a run that saved nothing (`--resume`).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Start {
-    /// `--preset` as given on the command line (toy.toml's sets only the
-    /// batch and context of a finetune run).
-    pub cli_preset: Option<crate::config::Preset>,
-    /// Start again in the existing run folder (`--out`) that saved nothing.
-    pub restart: bool,
-}
-
-fn is_embedded(corpus: &str) -> bool {
-    corpus.is_empty() || corpus == "<embedded>"
-}
-
-/// Record the corpus at `path` (`None`: the embedded one) in `cfg`: its
-/// absolute path, bytes and SHA-256 (see [`corpus_id`]).
-pub fn record_corpus(cfg: &mut TrainConfig, path: Option<&Path>) -> Result<()> {
-    let id = match path.filter(|p| !is_embedded(&p.to_string_lossy())) {
-        None => {
-            cfg.corpus = "<embedded>".into();
-            embedded_id()
-        }
-        Some(p) => {
-            let id = corpus_id(p)?;
-            cfg.corpus = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
-            id
-        }
-    };
-    (cfg.corpus_bytes, cfg.corpus_sha256) = (Some(id.bytes), Some(id.sha256));
-    Ok(())
-}
 
 /// Refuse to resume the run in `dir` on a corpus whose input changed since it
 /// started, unless `allow` (`--allow-corpus-change`): then, as for a run whose
@@ -80,8 +47,8 @@ pub fn check_corpus(cfg: &mut TrainConfig, dir: &Path, allow: bool) -> Result<()
 pub fn corpus(cfg: &TrainConfig, ck: &Path) -> Result<Corpus> {
     let path = Path::new(&cfg.corpus);
     match open_checkpoint(ck)?.tokenizer {
-        Some(tok) => super::finetune::corpus(Some(path), &tok, cfg.model.vocab, &cfg.text_field),
-        None if cfg.recipe == "finetune" => Err(input(format!("{}: no tokenizer to read the corpus with", ck.display()))),
+        Some(tok) => model_corpus(Some(path), &tok, cfg.model.vocab, &cfg.text_field),
+        None if cfg.recipe == Recipe::Finetune => Err(input(format!("{}: no tokenizer to read the corpus with", ck.display()))),
         // Token ids (toy's .bin/.txt files): no tokenizer to keep.
         None => load_training_corpus(Some(path), Some(cfg.model.vocab), None, &cfg.text_field),
     }
@@ -89,17 +56,6 @@ pub fn corpus(cfg: &TrainConfig, ck: &Path) -> Result<Corpus> {
 
 fn name<T: ValueEnum>(v: &T) -> String {
     v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
-}
-
-/// `targets` without repeats, in their order.
-pub fn dedup_targets(targets: &[String]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for t in targets {
-        if !out.contains(t) {
-            out.push(t.clone());
-        }
-    }
-    out
 }
 
 /// The options of `a` fixed when the run of `cfg` started (recipe, donor,
@@ -111,14 +67,14 @@ pub fn recipe_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
     let path = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
     let lora = m.lora.as_ref();
     let checks: [(&str, Option<String>, String); 14] = [
-        ("the recipe", a.recipe.as_ref().map(name), cfg.recipe.clone()),
+        ("the recipe", a.recipe.as_ref().map(name), cfg.recipe.name().to_string()),
         ("--donor", a.donor.as_deref().map(path), cfg.donor.clone().unwrap_or_default()),
         ("--init", a.init.as_ref().map(name), cfg.donor_init.as_ref().map(name).unwrap_or_default()),
         ("--match-by", a.match_by.as_ref().map(name), cfg.match_by.as_ref().map(name).unwrap_or_default()),
         ("--lens-init", a.lens_init.as_ref().map(name), cfg.lens_init.as_ref().map(name).unwrap_or_default()),
         ("--donor-width", a.donor_width.map(|w| w.to_string()), m.donor_width.map(|w| w.to_string()).unwrap_or_default()),
         ("--train-table", a.train_table.then(|| on(true)), on(!m.freeze_table && m.donor_width.is_some())),
-        ("--shuffle", a.shuffle.then(|| on(true)), on(cfg.stream == Some(true))),
+        ("--shuffle", a.shuffle.then(|| on(true)), on(cfg.sampling == Sampling::Stream { shuffle: true })),
         ("--save-initial", a.save_initial.then(|| on(true)), on(cfg.save_initial)),
         ("--record-batches", a.record_batches.then(|| on(true)), on(cfg.record_batches)),
         ("--from", a.from.as_deref().map(path), cfg.from.clone().unwrap_or_default()),
@@ -144,21 +100,16 @@ pub fn recipe_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
 /// checkpoint. A finetune run's base must be the file it started from.
 pub fn restart_args(a: &TrainArgs, cfg: &TrainConfig, dir: &Path) -> Result<TrainArgs> {
     if let (Some(from), Some(sha)) = (&cfg.from, &cfg.from_sha256) {
-        if crate::adapter::file_sha256(Path::new(from))? != *sha {
+        if crate::formats::adapter::file_sha256(Path::new(from))? != *sha {
             return Err(input(format!("--resume {}: its base model {from} changed since the run started", dir.display())));
         }
     }
     let m = &cfg.model;
-    let finetune = cfg.recipe == "finetune";
+    let finetune = cfg.recipe == Recipe::Finetune;
     // A finetune run's shape comes from its base model, which refuses shape flags.
     let shape = |v: usize| (!finetune).then_some(v);
-    let recipe = match cfg.recipe.as_str() {
-        "warm-start" => Recipe::WarmStart,
-        "finetune" => Recipe::Finetune,
-        _ => Recipe::FromScratch,
-    };
     Ok(TrainArgs {
-        recipe: Some(recipe),
+        recipe: Some(cfg.recipe),
         corpus: (!is_embedded(&cfg.corpus)).then(|| PathBuf::from(&cfg.corpus)),
         text_field: Some(cfg.text_field.clone()),
         preset: Some(cfg.preset),
@@ -203,7 +154,7 @@ pub fn restart_args(a: &TrainArgs, cfg: &TrainConfig, dir: &Path) -> Result<Trai
         lens_init: cfg.lens_init,
         donor_width: if finetune { None } else { m.donor_width },
         train_table: !finetune && m.donor_width.is_some() && !m.freeze_table,
-        shuffle: cfg.stream == Some(true),
+        shuffle: cfg.sampling == Sampling::Stream { shuffle: true },
         from: cfg.from.as_ref().map(PathBuf::from),
         freeze: (!m.freeze.is_empty()).then(|| m.freeze.clone()),
         lora_rank: m.lora.as_ref().map(|l| l.rank),

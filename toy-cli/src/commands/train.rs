@@ -1,21 +1,18 @@
 //! `toy train`: resolve the configuration (preset < `toy.toml` < flags), read
 //! the corpus, create the run folder and run the recipe.
 
-use super::resume::{record_corpus, Start};
-use crate::cli::{Recipe, TrainArgs};
-use crate::config::{Preset, TrainConfig};
-use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
+use super::setup::{finish, load_training_corpus, record_corpus, resolve, run_dir, Start};
+use crate::cli::TrainArgs;
+use crate::config::{Preset, Recipe, Sampling, TrainConfig};
+use crate::data::Corpus;
 use crate::error::{input, Result};
 use crate::model::Arch;
-use crate::run::{make_run_id, RunDir};
+use crate::run::RunDir;
 use crate::train::{train, Init, Outcome, Plan, RunOptions};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
-
-/// Longest context a run accepts (the causal mask alone is context² floats).
-pub const MAX_CONTEXT: usize = 8192;
 
 /// Where a TOML error is: the file, its line and the line's text (which names the key).
 fn where_in(path: &Path, text: &str, e: &toml::de::Error) -> String {
@@ -118,145 +115,6 @@ fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
         a.record_batches |= t.record_batches;
     }
     a
-}
-
-/// The corpus shipped inside the binary (see `data/`).
-pub fn default_corpus() -> Result<Corpus> {
-    crate::data::embedded::corpus()
-}
-
-/// Resolve the full configuration for `a` and a corpus of `vocab` ids.
-pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
-    let preset = a.preset.unwrap_or(Preset::Tiny);
-    let arch = preset.resolve_arch(a.arch)?;
-    let mut c = TrainConfig::from_preset(preset, arch, vocab);
-    let m = &mut c.model;
-    macro_rules! set {
-        ($($src:ident => $dst:expr),*) => { $( if let Some(v) = a.$src { $dst = v; } )* };
-    }
-    set!(d_model => m.d_model, layers => m.n_layers, heads => m.n_heads, d_ff => m.d_ff, context => m.context, norm_eps => m.norm_eps, rope_base => m.rope_base);
-    // The preset's kv heads hold while --heads keeps the preset's heads.
-    m.n_kv_heads = a.kv_heads.unwrap_or(if a.heads.is_some() { m.n_heads } else { m.n_kv_heads });
-    if a.tied {
-        m.tied = true;
-    }
-    m.donor_width = a.donor_width;
-    m.freeze_table = !a.train_table;
-    m.freeze = a.freeze.clone().unwrap_or_default();
-    if arch == Arch::Gpt2 && a.d_ff.is_none() {
-        m.d_ff = 4 * m.d_model;
-    }
-    set!(batch => c.batch, steps => c.steps, seed => c.seed, lr => c.lr, warmup_steps => c.warmup_steps, weight_decay => c.weight_decay,
-         grad_clip => c.grad_clip, eval_every => c.eval_every, save_every => c.save_every, log_every => c.log_every, threads => c.threads);
-    c.min_lr = a.min_lr.unwrap_or(c.lr / 10.0);
-    if a.log_every.is_none() {
-        // A terminal shows the progress bar: a loss line every 10 steps above it.
-        // Scripts reading a pipe get every step, as before.
-        use std::io::IsTerminal;
-        c.log_every = if std::io::stdout().is_terminal() { 10 } else { 1 };
-    }
-    if let Some(d) = &a.device {
-        c.device = d.clone();
-    }
-    if let Some(p) = a.matmul_precision {
-        c.matmul_precision = p;
-    }
-    c.attention = a.attention.unwrap_or_else(|| crate::model::attention::Attention::default_for(&c.device));
-    // An explicit --matmul-precision asks for f32 products (PyTorch's
-    // set_float32_matmul_precision applies outside autocast).
-    c.dtype = crate::config::Dtype::resolve(a.dtype, a.matmul_precision.is_some(), &c.device);
-    // Options that shape the run besides the model and schedule, for --resume.
-    (c.keep, c.skip_nonfinite, c.record_batches, c.save_initial) =
-        (a.keep.unwrap_or(0), a.skip_nonfinite, a.record_batches, a.save_initial);
-    c.donor = a.donor.as_ref().map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string());
-    (c.donor_init, c.match_by, c.lens_init) = (a.init, a.match_by, a.lens_init);
-    if c.model.context > MAX_CONTEXT {
-        return Err(input(format!("--context {} is larger than the maximum {MAX_CONTEXT}", c.model.context)));
-    }
-    if arch == Arch::Gpt2 && a.kv_heads.is_some_and(|k| k != c.model.n_heads) {
-        return Err(input("--kv-heads is a llama option; gpt2 uses multi-head attention"));
-    }
-    c.validate()?;
-    Ok(c)
-}
-
-/// Refuse a run id (`TOY_RUN_ID`) that is not one plain path component: empty, `.`, `..`,
-/// with a separator or a control character, or starting with `-` (read as a
-/// flag by the tools the id is given to).
-pub fn check_run_id(id: &str) -> Result<()> {
-    let mut parts = Path::new(id).components();
-    let single = matches!((parts.next(), parts.next()), (Some(std::path::Component::Normal(n)), None) if n == id);
-    if !single || id.starts_with('-') || id.chars().any(|c| c.is_control() || c == '/' || c == '\\') {
-        return Err(input(format!(
-            "TOY_RUN_ID \"{}\" must be one plain folder name: not empty, `.` or `..`, no `/`, no control characters, not starting with `-`",
-            crate::output::one_line(id)
-        )));
-    }
-    Ok(())
-}
-
-/// Pick the run folder: `--out`, or `runs/<id>` with the id from `TOY_RUN_ID` or
-/// the template; `restart`: `--out`, a run that saved nothing, starts again.
-pub fn run_dir(out: Option<&PathBuf>, arch: Arch, restart: bool) -> Result<RunDir> {
-    let runs = PathBuf::from("runs");
-    let env_id = match std::env::var("TOY_RUN_ID") {
-        Err(std::env::VarError::NotUnicode(v)) => {
-            return Err(input(format!("TOY_RUN_ID \"{}\" is not UTF-8", crate::output::shown(Path::new(&v)))));
-        }
-        r => r.ok().filter(|s| !s.trim().is_empty()),
-    };
-    let id = match (out, &env_id) {
-        (Some(p), _) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into()),
-        (None, Some(id)) => {
-            check_run_id(id)?;
-            id.clone()
-        }
-        (None, None) => make_run_id("{arch}-{date}-{seq}", arch.name(), &runs),
-    };
-    if id.contains('/') || id == ".." {
-        return Err(input(format!("run id \"{}\" must be a plain name", crate::output::one_line(&id))));
-    }
-    let path = out.cloned().unwrap_or_else(|| runs.join(&id));
-    let run = RunDir::create(id, path, restart)?;
-    if restart {
-        run.clear_logs();
-    }
-    Ok(run)
-}
-
-/// Load the corpus at `path` (the built-in one when `None`); `vocab`
-/// (`--vocab-size`) sizes the BPE trained for raw text, or bounds the ids of id
-/// files; `bpe_default` (a preset's vocabulary) sizes that BPE when `vocab` is
-/// not given, and nothing else (a prepared corpus or id file keeps its ids).
-pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, bpe_default: Option<usize>, text_field: &str) -> Result<Corpus> {
-    match path {
-        None => default_corpus(),
-        Some(p) if p.as_os_str() == "<embedded>" || p.as_os_str().is_empty() => default_corpus(),
-        Some(p) => {
-            if vocab == Some(0) {
-                return Err(input("--vocab-size must be at least 1"));
-            }
-            let text = TextOptions {
-                bpe_vocab_size: vocab.or(bpe_default).unwrap_or(TextOptions::default().bpe_vocab_size),
-                text_field: text_field.to_string(),
-                ..Default::default()
-            };
-            let c = load_corpus_with(p, &CorpusOptions { vocab_size: vocab, ..Default::default() }, &text)?;
-            let prepared = p.join("manifest.json").is_file();
-            if let Some(v) = vocab.filter(|&v| prepared && v != c.vocab_size) {
-                return Err(input(format!("--vocab-size {v} contradicts {}, prepared with {} ids", p.display(), c.vocab_size)));
-            }
-            if let Some(v) = vocab.or(bpe_default).filter(|&v| !prepared && c.tokenizer.is_some() && c.vocab_size < v) {
-                let what = if vocab.is_some() { "--vocab-size" } else { "the preset" };
-                eprintln!(
-                    "note: the BPE trained on {} has {} ids, fewer than the {v} of {what}: the text has too few repeated pairs",
-                    p.display(),
-                    c.vocab_size
-                );
-            }
-            Ok(c)
-        }
-    }
 }
 
 /// SIGINT/SIGTERM stop the run after the current step (see [`crate::signals`]).
@@ -370,11 +228,6 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     }
     let ck = run.latest().ok_or_else(|| input(format!("--resume {}: no checkpoint (weights/latest) to resume from", dir.display())))?;
     let corpus = super::resume::corpus(&cfg, &ck)?;
-    let recipe = match cfg.recipe.as_str() {
-        "warm-start" => "warm-start",
-        "finetune" => "finetune",
-        _ => "from-scratch",
-    };
     if !a.json {
         crate::outln!(
             "resuming {} from {}: model, corpus, optimizer and schedule from its config.toml",
@@ -382,7 +235,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
             ck.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
         );
     }
-    let plan = Plan { recipe, init: Init::Random, stream: cfg.stream, resume: Some(ck) };
+    let plan = Plan { recipe: cfg.recipe, init: Init::Random, sampling: cfg.sampling, resume: Some(ck) };
     Ok(Resumed::Continue(Box::new((cfg, corpus, run, plan))))
 }
 
@@ -488,10 +341,16 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let run = run_dir(a.out.as_ref(), cfg.model.arch, how.restart)?;
     let out = match (recipe, &donor) {
         (Recipe::WarmStart, Some(d)) => {
-            cfg.recipe = "warm-start".into();
-            cfg.stream = Some(a.shuffle);
+            cfg.recipe = Recipe::WarmStart;
+            cfg.sampling = Sampling::Stream { shuffle: a.shuffle };
             // A stream walks the data once per epoch: evaluate and report by epoch too.
-            train(&Plan { recipe: "warm-start", init: Init::Donor(d), stream: Some(a.shuffle), resume: None }, &cfg, &corpus, &run, opts)
+            train(
+                &Plan { recipe: Recipe::WarmStart, init: Init::Donor(d), sampling: cfg.sampling, resume: None },
+                &cfg,
+                &corpus,
+                &run,
+                opts,
+            )
         }
         _ => train(&Plan::from_scratch(), &cfg, &corpus, &run, opts),
     };
@@ -540,33 +399,4 @@ fn warm_start_donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::
         }
     }
     Ok(d)
-}
-
-/// Print the run's summary line, or — for a run that saved no checkpoint (bad
-/// input, no memory for the step, divergence or a full disk before its first
-/// save) — remove its folder, saying so when it had trained.
-pub(crate) fn finish(a: &TrainArgs, run: &RunDir, out: Result<Outcome>) -> Result<Outcome> {
-    use crate::error::Error;
-    let out = out.map_err(|e| {
-        if matches!(e, Error::Interrupted(..)) || run.has_checkpoint() {
-            return e;
-        }
-        // Nothing to resume from: no dead folder is left behind.
-        let trained = run.has_progress();
-        let _ = std::fs::remove_dir_all(&run.path);
-        if a.out.is_none() {
-            let _ = std::fs::remove_dir("runs"); // only when empty
-        }
-        let note = format!("; nothing was saved, so the run folder {} was removed", run.path.display());
-        match e {
-            Error::Runtime(m) if trained => Error::Runtime(m + &note),
-            Error::Input(m) if trained => Error::Input(m + &note),
-            other => other,
-        }
-    });
-    let out = out?;
-    if !a.json {
-        crate::outln!("run {} → {}", crate::output::one_line(&out.run_id), crate::output::shown(&out.run_dir));
-    }
-    Ok(out)
 }

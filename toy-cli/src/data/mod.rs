@@ -1,5 +1,5 @@
 //! Training data: tokenizers, raw text and documents, corpus readers, `toy
-//! prep`, the embedded default corpus and the story generator that wrote it.
+//! prep`, the embedded default corpus.
 
 pub mod chat;
 pub mod corpus;
@@ -7,7 +7,6 @@ pub mod embedded;
 pub mod prep;
 pub mod prepared;
 pub mod sources;
-pub mod stories;
 pub mod text;
 pub mod tokenizer;
 pub mod tokens;

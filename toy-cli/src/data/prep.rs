@@ -17,12 +17,12 @@
 
 pub use super::prepared::{read_manifest, read_prepared, Manifest, SourceFile, DTYPE, FORMAT};
 use super::sources::{discover, Documents, FileDigest, Source};
-use super::stories::SplitMix64;
 use super::text::{held_out, Split};
 use super::tokenizer::Tokenizer;
 use crate::error::{input, runtime, Error, Result};
-use crate::run::is_leftover;
-use crate::run::write_atomic;
+use crate::files::is_leftover;
+use crate::files::write_atomic;
+use crate::rng::SplitMix64;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -78,7 +78,7 @@ pub struct OutDir {
     _lock: std::fs::File,
 }
 
-/// Whether `out` holds anything but leftovers ([`crate::run::is_leftover`]).
+/// Whether `out` holds anything but leftovers ([`crate::files::is_leftover`]).
 fn holds_files(out: &Path) -> bool {
     std::fs::read_dir(out).map(|d| d.flatten().any(|e| !is_leftover(&e.file_name().to_string_lossy()))).unwrap_or(false)
 }
@@ -113,7 +113,7 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && out.is_dir() => false,
         Err(e) => return Err(input(format!("cannot create --out {o}: {e}"))),
     };
-    let lock = crate::run::lock(out, "--out", "a toy prep writing into it").inspect_err(|_| {
+    let lock = crate::files::lock(out, "--out", "a toy prep writing into it").inspect_err(|_| {
         if created {
             let _ = std::fs::remove_dir(out); // empty unless another prep holds it: then it stays
         }
@@ -135,7 +135,7 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
         return Err(not_empty());
     }
     let probe = out.join(format!(".toy-write-test-{}", std::process::id()));
-    if let Err(e) = crate::run::create_fresh(&probe) {
+    if let Err(e) = crate::files::create_fresh(&probe) {
         return Err(undo(input(format!("cannot write into --out {o}: {e}"))));
     }
     let _ = std::fs::remove_file(&probe);
@@ -331,7 +331,7 @@ struct BinWriter {
 
 impl BinWriter {
     fn create(tmp: PathBuf) -> Result<BinWriter> {
-        let f = crate::run::create_fresh(&tmp).map_err(|e| runtime(format!("cannot write {}: {e}", tmp.display())))?;
+        let f = crate::files::create_fresh(&tmp).map_err(|e| runtime(format!("cannot write {}: {e}", tmp.display())))?;
         Ok(BinWriter { tmp, file: std::io::BufWriter::with_capacity(1 << 20, f), tokens: 0 })
     }
 
@@ -416,7 +416,7 @@ fn split_single_document(train: &Path, val: &Path, tokens: u64, fraction: f64) -
     let io = |e: std::io::Error| runtime(format!("cannot write {}: {e}", train.display()));
     let mut src = std::fs::File::open(train).map_err(io)?;
     std::io::Seek::seek(&mut src, std::io::SeekFrom::Start(n_train * 4)).map_err(io)?;
-    let mut dst = crate::run::create_fresh(val).map_err(io)?;
+    let mut dst = crate::files::create_fresh(val).map_err(io)?;
     std::io::copy(&mut src, &mut dst).map_err(io)?;
     dst.sync_all().map_err(io)?;
     std::fs::OpenOptions::new().write(true).open(train).and_then(|f| f.set_len(n_train * 4)).map_err(io)?;
@@ -454,7 +454,7 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
     let sources = discover(files)?;
     let total: u64 = sources.iter().map(|s| s.bytes).sum();
     let out_dir = check_out_dir(out, opts.force)?;
-    let (train_tmp, val_tmp) = (crate::run::temp_path(&out.join("train.bin")), crate::run::temp_path(&out.join("val.bin")));
+    let (train_tmp, val_tmp) = (crate::files::temp_path(&out.join("train.bin")), crate::files::temp_path(&out.join("val.bin")));
     let mut temps = vec![train_tmp.clone(), val_tmp.clone()];
     if out_dir.created {
         temps.push(out.join(".lock"));

@@ -2,9 +2,9 @@
 //! `<|endoftext|>` lines, tokenizing documents and holding some out for
 //! validation.
 
-use super::stories::SplitMix64;
 use super::tokenizer::{Tokenizer, EOT};
 use crate::error::{input, Result};
+use crate::rng::SplitMix64;
 use std::path::Path;
 
 /// Documents longer than this are tokenized in pieces (see [`encode_document`]).
@@ -214,6 +214,11 @@ pub fn split_tail(mut ids: Vec<u32>, fraction: f64) -> Split {
 mod tests {
     use super::*;
 
+    /// The first `n` stories of the embedded corpus, each with its separator line.
+    fn first_stories(n: usize) -> String {
+        crate::data::embedded::TEXT.split_inclusive("<|endoftext|>\n").take(n).collect()
+    }
+
     #[test]
     fn documents_split_on_exact_lines() {
         let t = "one\ntwo\n<|endoftext|>\n\n<|endoftext|>\r\nthree <|endoftext|>\n<|endoftext|>\n";
@@ -236,7 +241,7 @@ mod tests {
     /// space (no id changes), or at a character boundary when it has none.
     #[test]
     fn long_stretches_without_newlines_are_cut() {
-        let text = super::super::stories::generate_with(3, 30).replace('\n', " ").replace("<|endoftext|>", "x");
+        let text = first_stories(30).replace('\n', " ").replace("<|endoftext|>", "x");
         let tok = Tokenizer::train_bpe([text.as_str()].into_iter(), 400).unwrap();
         let cuts = cut_points(&text, 50, 120);
         assert!(cuts.len() > text.len() / 121, "{} cuts", cuts.len());
@@ -251,7 +256,7 @@ mod tests {
 
     #[test]
     fn chunked_encoding_matches_whole() {
-        let text = super::super::stories::generate_with(3, 30).replace("\n<|endoftext|>\n", "\n\n  x\n");
+        let text = first_stories(30).replace("\n<|endoftext|>\n", "\n\n  x\n");
         let tok = Tokenizer::train_bpe(split_documents(&text).into_iter(), 400).unwrap();
         let whole = tok.encode(&text).unwrap();
         for chunk in [50, 333, 4096] {

@@ -425,7 +425,7 @@ impl Tokenizer {
     /// Write `tokenizer.json` to `path` atomically (BPE only).
     pub fn save(&self, path: &Path) -> Result<()> {
         let json = self.json().ok_or_else(|| runtime("the byte tokenizer has no tokenizer.json"))?;
-        crate::run::write_atomic(path, json.as_bytes())
+        crate::files::write_atomic(path, json.as_bytes())
     }
 
     /// Write the `tokenizer.ggml.*` keys llama.cpp reads for a `gpt2`

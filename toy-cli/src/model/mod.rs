@@ -62,10 +62,10 @@ pub struct ModelConfig {
     /// Maximum sequence length (GPT-2: rows of the position table).
     pub context: usize,
     /// RoPE base θ (llama).
-    #[serde(serialize_with = "crate::config::short_f32")]
+    #[serde(serialize_with = "short_f32")]
     pub rope_base: f32,
     /// Epsilon of RMSNorm (llama) / LayerNorm (GPT-2).
-    #[serde(serialize_with = "crate::config::short_f32")]
+    #[serde(serialize_with = "short_f32")]
     pub norm_eps: f32,
     /// Output head shares the token embedding (always true for GPT-2).
     pub tied: bool,
@@ -164,4 +164,10 @@ pub struct Batch<'a> {
     pub b: usize,
     /// How attention is computed.
     pub attention: attention::Attention,
+}
+
+/// An f32 as the shortest decimal that reads back to it (`0.001`, not the f64
+/// widening `0.0010000000474974513`), so config.toml shows values as given.
+pub fn short_f32<S: serde::Serializer>(x: &f32, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(x.to_string().parse::<f64>().unwrap_or(*x as f64))
 }

@@ -66,7 +66,7 @@ pub struct Spec {
     pub init: Init,
     pub lora: Lora,
     /// Not written itself but multiplied into this table: `table·lensᵀ`
-    /// ([`crate::checkpoint::fold_lens`]), which is what the checkpoint holds.
+    /// ([`crate::formats::checkpoint::fold_lens`]), which is what the checkpoint holds.
     pub folded_into: Option<&'static str>,
 }
 
@@ -180,7 +180,7 @@ pub enum StoredFrom {
     Param(String),
     /// These parameters stacked along their last dimension ([`Fused`]).
     Stacked(Vec<String>),
-    /// `table·lensᵀ` ([`crate::checkpoint::fold_lens`]).
+    /// `table·lensᵀ` ([`crate::formats::checkpoint::fold_lens`]).
     Folded { table: String, lens: String },
 }
 

@@ -1,7 +1,7 @@
 //! `events.jsonl`: one JSON object per line, schema `toy/v1`, append-only.
 //!
-//! Kinds written here: `run_start`, `step`, `eval`, `checkpoint`, `epoch`,
-//! `fallback`, `resume`, `run_end`. Readers skip torn lines and ignore keys
+//! Kinds written (by `train`): `run_start`, `step`, `skip`, `eval`,
+//! `checkpoint`, `epoch`, `fallback`, `resume`, `run_end`. Readers skip torn lines and ignore keys
 //! they do not know ([`read_events`] does both).
 
 use crate::error::{runtime, Result};
@@ -35,9 +35,9 @@ impl EventLog {
     /// link planted at its name. A torn last line (a crash in the middle of
     /// writing it) is cut off first, so the next event starts a line.
     pub fn open(path: &Path) -> Result<EventLog> {
-        let file = crate::run::no_follow(std::fs::OpenOptions::new().read(true).create(true).append(true))
+        let file = crate::files::no_follow(std::fs::OpenOptions::new().read(true).create(true).append(true))
             .open(path)
-            .map_err(|e| crate::run::open_error(path, e))?;
+            .map_err(|e| crate::files::open_error(path, e))?;
         cut_torn_line(&file).map_err(|e| runtime(format!("cannot repair the torn last line of {}: {e}", path.display())))?;
         Ok(EventLog { path: path.to_path_buf(), file, t0: Instant::now() })
     }

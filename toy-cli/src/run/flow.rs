@@ -52,5 +52,5 @@ pub fn flow_json(graph: &Graph<'_>) -> Value {
 /// Write `flow.json` for `graph` into `dir` (atomically).
 pub fn write_flow(dir: &Path, graph: &Graph<'_>) -> Result<()> {
     let text = serde_json::to_string_pretty(&flow_json(graph)).expect("serializable");
-    super::write_atomic(&dir.join("flow.json"), text.as_bytes())
+    crate::files::write_atomic(&dir.join("flow.json"), text.as_bytes())
 }

@@ -7,65 +7,8 @@ pub mod identity;
 pub mod plot;
 
 use crate::error::{input, runtime, Result};
-use std::io::Write;
+use crate::files::{create_fresh, is_leftover, lock, temp_path};
 use std::path::{Path, PathBuf};
-
-/// `o` refusing to open a symbolic link at the file's name (`O_NOFOLLOW`):
-/// a link planted in a run or prep folder is an error, never written through.
-pub fn no_follow(o: &mut std::fs::OpenOptions) -> &mut std::fs::OpenOptions {
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(o, libc::O_NOFOLLOW);
-    o
-}
-
-/// The error of opening `path` with [`no_follow`]: says so when it is a link.
-pub fn open_error(path: &Path, e: std::io::Error) -> crate::error::Error {
-    if path.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
-        return input(format!("{} is a symbolic link; toy does not write through links (remove it)", path.display()));
-    }
-    input(format!("cannot open {}: {e}", path.display()))
-}
-
-/// A new file at `path` for writing (a temporary): whatever has that name (a
-/// stale temporary, a planted link) is removed first, and the file is created
-/// with `O_EXCL`, which never follows a link.
-pub fn create_fresh(path: &Path) -> std::io::Result<std::fs::File> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    std::fs::OpenOptions::new().write(true).create_new(true).open(path)
-}
-
-/// The temporary beside `path` that a write goes to first: `.NAME.tmp-PID`.
-pub fn temp_path(path: &Path) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
-}
-
-/// Whether `name` is what a toy process leaves in a run or prep folder besides
-/// its results: the lock, a write probe, or a temporary ([`temp_path`]) of a
-/// process that died while writing.
-pub fn is_leftover(name: &str) -> bool {
-    name == ".lock" || name == ".write-probe" || name.starts_with(".toy-write-test-") || (name.starts_with('.') && name.contains(".tmp-"))
-}
-
-/// Write `bytes` to `path` atomically: a temporary file beside it
-/// ([`create_fresh`]), fsynced, renamed over `path` (which replaces a link at
-/// `path` rather than writing through it).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = temp_path(path);
-    let res = (|| -> std::io::Result<()> {
-        let mut f = create_fresh(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    res.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        runtime(format!("cannot write {}: {e}", path.display()))
-    })
-}
 
 /// The run id from `template` (`{arch}`, `{date}` = YYYYMMDD, `{time}` = HHMMSS,
 /// `{seq}` = 1 + the largest 3-digit sequence among today's runs in `runs_dir`).
@@ -218,37 +161,6 @@ impl RunDir {
         let name = target.to_str()?;
         let ours = name.strip_prefix("step_").and_then(|r| r.strip_suffix(".gguf")).is_some_and(|n| n.parse::<u64>().is_ok());
         Some(self.path.join("weights").join(target)).filter(|p| ours && p.is_file())
-    }
-}
-
-/// Take the advisory lock on `dir/.lock` (writing our pid into it), or say
-/// which process holds `dir` (the `what` named, `who` doing what in it). The
-/// lock file is opened without following links and must be a regular file.
-pub fn lock(dir: &Path, what: &str, doing: &str) -> Result<std::fs::File> {
-    use fs4::FileExt;
-    let path = dir.join(".lock");
-    let mut f = no_follow(std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false))
-        .open(&path)
-        .map_err(|e| open_error(&path, e))?;
-    if !f.metadata().is_ok_and(|m| m.is_file()) {
-        return Err(input(format!("{} is not a regular file", path.display())));
-    }
-    match FileExt::try_lock(&f) {
-        Ok(()) => {
-            let _ = f.set_len(0);
-            let _ = writeln!(f, "{}", std::process::id());
-            Ok(f)
-        }
-        Err(fs4::TryLockError::WouldBlock) => {
-            let mut pid = String::new();
-            let _ = std::io::Read::read_to_string(&mut f, &mut pid);
-            let who = match pid.trim() {
-                "" => "another process".to_string(),
-                p => format!("process {p}"),
-            };
-            Err(input(format!("{what} {} is in use by {who} ({doing}); wait for it or stop it", dir.display())))
-        }
-        Err(fs4::TryLockError::Error(e)) => Err(input(format!("cannot lock {}: {e}", path.display()))),
     }
 }
 

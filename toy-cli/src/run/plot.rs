@@ -42,5 +42,5 @@ pub fn plot_losses(path: &Path, title: &str, train: &[(u64, f32)], val: &[(u64, 
         chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))?;
     }
-    super::write_atomic(path, svg.as_bytes())
+    crate::files::write_atomic(path, svg.as_bytes())
 }

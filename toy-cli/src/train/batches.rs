@@ -1,6 +1,7 @@
 //! Windows of T+1 tokens drawn from a token stream.
 
 use crate::data::Tokens;
+use crate::formats::state::SamplerState;
 use rand::Rng as _;
 
 /// One batch: B windows, inputs `t0..t(T−1)` and targets `t1..tT` of each,
@@ -30,19 +31,6 @@ pub fn batch_at(data: &Tokens, starts: &[usize], t: usize) -> crate::error::Resu
 /// The generator behind batch order: ChaCha12 with a seekable position, so a
 /// resumed run continues the exact sequence.
 pub type Rng = rand_chacha::ChaCha12Rng;
-
-/// A sampler's position, saved in checkpoints' state files to resume.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct SamplerState {
-    /// ChaCha seed, hex.
-    pub seed: String,
-    /// ChaCha word position (u128, decimal).
-    pub word_pos: String,
-    /// Streaming samplers: the epoch, and the position within it (steps when
-    /// in order, windows when shuffled).
-    pub epoch: u64,
-    pub index: u64,
-}
 
 fn rng_state(rng: &Rng) -> (String, String) {
     let seed: String = rng.get_seed().iter().map(|b| format!("{b:02x}")).collect();
@@ -222,12 +210,12 @@ impl Recorder {
         use std::io::{Seek, SeekFrom};
         let layout = Layout { format: "toy/batches-v1".into(), dtype: "u32".into(), window: t + 1, batch: b };
         let text = serde_json::to_string_pretty(&layout).expect("serializable");
-        crate::run::write_atomic(&dir.join("batches.json"), text.as_bytes())?;
+        crate::files::write_atomic(&dir.join("batches.json"), text.as_bytes())?;
         let path = dir.join("batches.bin");
         let fail = |e: std::io::Error| crate::error::runtime(format!("cannot open {}: {e}", path.display()));
-        let mut file = crate::run::no_follow(std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true))
+        let mut file = crate::files::no_follow(std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true))
             .open(&path)
-            .map_err(|e| crate::run::open_error(&path, e))?;
+            .map_err(|e| crate::files::open_error(&path, e))?;
         let want = done * ((t + 1) * b * 4) as u64;
         let have = file.metadata().map_err(fail)?.len();
         if have < want {

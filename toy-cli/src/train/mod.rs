@@ -8,16 +8,16 @@ pub mod memory;
 pub mod parallel;
 mod runner;
 pub mod schedule;
-pub mod state;
 pub mod step;
 
-use crate::checkpoint::{write_checkpoint, Provenance};
-use crate::config::TrainConfig;
+use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::Corpus;
 use crate::error::{input, runtime, Result};
+use crate::files::write_atomic;
+use crate::formats::{checkpoint::write_checkpoint, state, Provenance};
 use crate::model::{init::init_weights, Weights};
 use crate::run::events::{now_rfc3339, EventLog, SCHEMA};
-use crate::run::{flow, git_info, host_info, write_atomic, RunDir};
+use crate::run::{flow, git_info, host_info, RunDir};
 use batches::{eval_starts, Sampler};
 use ggml_rs::comm::{AllReduceKind, Comm};
 use ggml_rs::optim::{AdamWConfig, AdamWState};
@@ -48,6 +48,18 @@ pub struct RunOptions {
     pub stop: Option<Arc<AtomicI32>>,
 }
 
+/// How a run ended: `run_end`'s `reason` in events.jsonl.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum End {
+    /// Every step ran.
+    Completed,
+    /// A signal stopped it after a step (and a save).
+    Interrupted,
+    /// An error stopped it.
+    Errored,
+}
+
 /// What a finished (or interrupted) run reports.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
@@ -56,8 +68,8 @@ pub struct Outcome {
     pub steps: u64,
     pub final_loss: f32,
     pub val_loss: Option<f32>,
-    /// `completed` or `interrupted`.
-    pub reason: String,
+    /// Completed, or interrupted by a signal.
+    pub reason: End,
     pub tokens_per_second: f64,
     pub wall_seconds: f64,
 }
@@ -81,17 +93,17 @@ pub enum Init<'p> {
     /// Random, then the token table (and lens) from a donor.
     Donor(&'p crate::donor::Donor),
     /// Every weight from an existing model (the finetune recipe).
-    Model(&'p crate::checkpoint::Checkpoint),
+    Model(&'p crate::formats::checkpoint::Checkpoint),
 }
 
 /// What a run does, beyond its configuration.
 #[derive(Clone, Debug)]
 pub struct Plan<'p> {
-    /// `from-scratch` or `warm-start` (recorded in events).
-    pub recipe: &'static str,
+    /// The recipe (recorded in events).
+    pub recipe: Recipe,
     pub init: Init<'p>,
-    /// Walk the corpus in order (with per-epoch shuffling) instead of random windows.
-    pub stream: Option<bool>,
+    /// Random windows, or the corpus in order (with per-epoch shuffling or not).
+    pub sampling: Sampling,
     /// Continue from this checkpoint's resume state.
     pub resume: Option<PathBuf>,
 }
@@ -99,7 +111,7 @@ pub struct Plan<'p> {
 impl Plan<'_> {
     /// A new from-scratch run.
     pub fn from_scratch() -> Plan<'static> {
-        Plan { recipe: "from-scratch", init: Init::Random, stream: None, resume: None }
+        Plan { recipe: Recipe::FromScratch, init: Init::Random, sampling: Sampling::Random, resume: None }
     }
 }
 
@@ -108,8 +120,9 @@ pub fn from_scratch(cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, opts: &Run
     train(&Plan::from_scratch(), cfg, corpus, run, opts)
 }
 
-/// Set up the model, optimizer and graphs for `plan`, then run the loop.
-pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, opts: &RunOptions) -> Result<Outcome> {
+/// Refuse a configuration or corpus that cannot train: an invalid `cfg`, a
+/// training split shorter than one window, ids beyond the vocabulary.
+fn check_inputs(cfg: &TrainConfig, corpus: &Corpus) -> Result<()> {
     cfg.validate()?;
     let t = cfg.model.context;
     if corpus.train.len() < t + 1 {
@@ -123,6 +136,104 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     if corpus.vocab_size > cfg.model.vocab {
         return Err(input(format!("the corpus uses {} ids but the model vocabulary is {}", corpus.vocab_size, cfg.model.vocab)));
     }
+    Ok(())
+}
+
+/// What the first events of a run (or of a resumed run) describe.
+struct Start<'s, 'p> {
+    plan: &'s Plan<'p>,
+    cfg: &'s TrainConfig,
+    corpus: &'s Corpus,
+    run: &'s RunDir,
+    devices: &'s [String],
+    device: &'s Backend,
+    train: &'s Trainer<'s>,
+    memory: &'s memory::DeviceMemory,
+    wctx: &'s Context,
+    start_step: u64,
+}
+
+/// Emit `run_start` (and write `flow.json`) for a new run, `resume` for a
+/// resumed one, and `fallback` (with a warning) when graph nodes run on the CPU.
+fn log_start(log: &mut EventLog, s: &Start<'_, '_>) -> Result<()> {
+    let Start { plan, cfg, corpus, run, devices, device, train, memory, wctx, start_step } = *s;
+    let m = &cfg.model;
+    if plan.resume.is_none() {
+        flow::write_flow(&run.path, train.graph())?;
+        log.emit(
+            "run_start",
+            json!({
+                "schema": SCHEMA,
+                "started_at": now_rfc3339(),
+                "run_id": run.id,
+                "phase": "train",
+                "recipe": plan.recipe,
+                "host": host_info(),
+                "backend": { "kind": device.device().backend_name().to_lowercase(), "device": device.name(), "description": device.device().description(),
+                             "devices": devices, "allreduce": train.allreduce_kind().name() },
+                "git": git_info(),
+                "model": { "arch": m.arch.name(), "name": model_name(cfg), "vocab": m.vocab, "d_model": m.d_model,
+                           "n_layers": m.n_layers, "n_heads": m.n_heads, "n_kv": m.n_kv_heads, "d_head": m.d_head(), "d_ff": m.d_ff,
+                           "n_params": m.n_params() },
+                "config": { "context": cfg.model.context, "batch": cfg.batch, "steps": cfg.steps, "lr": cfg.lr, "min_lr": cfg.min_lr,
+                            "warmup_steps": cfg.warmup_steps, "betas": [cfg.betas.0, cfg.betas.1], "eps": cfg.eps,
+                            "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip, "seed": cfg.seed,
+                            "matmul_precision": cfg.matmul_precision.name(), "dtype": cfg.dtype.name(),
+                            "attention": cfg.attention.name(), "preset": cfg.preset.name(), "corpus": corpus.source.display().to_string(),
+                            "train_tokens": corpus.train.len(), "val_tokens": corpus.val.len() },
+                "memory": memory.report(device, wctx, train.graph()),
+            }),
+        )?;
+    } else {
+        log.emit(
+            "resume",
+            json!({ "resumed_at": now_rfc3339(), "from_step": start_step, "steps": cfg.steps, "backend": { "device": device.name() },
+                    "dtype": cfg.dtype.name(), "matmul_precision": cfg.matmul_precision.name(),
+                    "memory": memory.report(device, wctx, train.graph()) }),
+        )?;
+    }
+    let fallbacks = train.graph().cpu_fallbacks();
+    if !fallbacks.is_empty() {
+        let ops: Vec<String> = fallbacks.iter().map(|p| p.op.clone()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+        eprintln!(
+            "toy train: warning: {} graph nodes run on the CPU because {} cannot run them ({})",
+            fallbacks.len(),
+            device.name(),
+            ops.join(", ")
+        );
+        log.emit("fallback", json!({ "device": device.name(), "n_nodes": fallbacks.len(), "ops": ops }))?;
+    }
+    Ok(())
+}
+
+/// Load the resume state of `plan.resume` (if any) into every replica and
+/// the sampler; the step and AdamW count to continue from (0, 0 for a new run).
+fn restore(
+    plan: &Plan<'_>,
+    cfg: &TrainConfig,
+    corpus: &Corpus,
+    run: &RunDir,
+    states: &[ReplicaState<'_>],
+    sampler: &mut Sampler,
+) -> Result<(u64, u64)> {
+    let Some(ck) = &plan.resume else { return Ok((0, 0)) };
+    state::check_pair(ck, crate::run::started_as(&run.path).as_deref())?;
+    let mut p = None;
+    for st in states {
+        p = Some(state::load(&state::state_path(ck), &st.weights, &st.moments)?);
+    }
+    let p = p.expect("at least one replica");
+    sampler.restore(&p.sampler, corpus.train.len()).map_err(|e| input(format!("{}: {e}", ck.display())))?;
+    if p.step >= cfg.steps {
+        return Err(input(format!("the run already completed {} of {} steps; give a larger --steps to continue", p.step, cfg.steps)));
+    }
+    Ok((p.step, p.opt_t))
+}
+
+/// Set up the model, optimizer and graphs for `plan`, then run the loop.
+pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, opts: &RunOptions) -> Result<Outcome> {
+    check_inputs(cfg, corpus)?;
+    let t = cfg.model.context;
     let devices = devices::parse(&cfg.device)?;
     let n = devices.len();
     if cfg.batch % n != 0 {
@@ -142,26 +253,11 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     for (wctx, bk) in wctxs.iter().zip(&all_backends) {
         states.push(ReplicaState::new(wctx, cfg, plan, &bk[0], split)?);
     }
-    let mut sampler = match plan.stream {
-        Some(shuffle) => Sampler::stream(cfg.seed, t, cfg.batch, shuffle),
-        None => Sampler::random(cfg.seed, t, cfg.batch),
+    let mut sampler = match plan.sampling {
+        Sampling::Stream { shuffle } => Sampler::stream(cfg.seed, t, cfg.batch, shuffle),
+        Sampling::Random => Sampler::random(cfg.seed, t, cfg.batch),
     };
-    let mut start_step = 0;
-    let mut opt_t = 0;
-    if let Some(ck) = &plan.resume {
-        state::check_pair(ck, crate::run::started_as(&run.path).as_deref())?;
-        let mut p = None;
-        for st in &states {
-            p = Some(state::load(&state::state_path(ck), &st.weights, &st.moments)?);
-        }
-        let p = p.expect("at least one replica");
-        sampler.restore(&p.sampler, corpus.train.len()).map_err(|e| input(format!("{}: {e}", ck.display())))?;
-        start_step = p.step;
-        opt_t = p.opt_t;
-        if start_step >= cfg.steps {
-            return Err(input(format!("the run already completed {start_step} of {} steps; give a larger --steps to continue", cfg.steps)));
-        }
-    }
+    let (start_step, opt_t) = restore(plan, cfg, corpus, run, &states, &mut sampler)?;
 
     let opt = OptSettings {
         adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay },
@@ -185,55 +281,12 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     };
 
     let mut log = EventLog::open(&run.path.join("events.jsonl"))?;
-    let m = &cfg.model;
     // Written on resume too: the resume flags taken hold for the next resume.
     let config_toml = toml::to_string(cfg).map_err(|e| runtime(e.to_string()))?;
     write_atomic(&run.path.join("config.toml"), config_toml.as_bytes())?;
-    if plan.resume.is_none() {
-        flow::write_flow(&run.path, train.graph())?;
-        log.emit(
-            "run_start",
-            json!({
-                "schema": SCHEMA,
-                "started_at": now_rfc3339(),
-                "run_id": run.id,
-                "phase": "train",
-                "recipe": plan.recipe,
-                "host": host_info(),
-                "backend": { "kind": device.device().backend_name().to_lowercase(), "device": device.name(), "description": device.device().description(),
-                             "devices": devices, "allreduce": train.allreduce_kind().name() },
-                "git": git_info(),
-                "model": { "arch": m.arch.name(), "name": model_name(cfg), "vocab": m.vocab, "d_model": m.d_model,
-                           "n_layers": m.n_layers, "n_heads": m.n_heads, "n_kv": m.n_kv_heads, "d_head": m.d_head(), "d_ff": m.d_ff,
-                           "n_params": m.n_params() },
-                "config": { "context": t, "batch": cfg.batch, "steps": cfg.steps, "lr": cfg.lr, "min_lr": cfg.min_lr,
-                            "warmup_steps": cfg.warmup_steps, "betas": [cfg.betas.0, cfg.betas.1], "eps": cfg.eps,
-                            "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip, "seed": cfg.seed,
-                            "matmul_precision": cfg.matmul_precision.name(), "dtype": cfg.dtype.name(),
-                            "attention": cfg.attention.name(), "preset": cfg.preset.name(), "corpus": corpus.source.display().to_string(),
-                            "train_tokens": corpus.train.len(), "val_tokens": corpus.val.len() },
-                "memory": memory.report(&device, &wctxs[0], train.graph()),
-            }),
-        )?;
-    } else {
-        log.emit(
-            "resume",
-            json!({ "resumed_at": now_rfc3339(), "from_step": start_step, "steps": cfg.steps, "backend": { "device": device.name() },
-                    "dtype": cfg.dtype.name(), "matmul_precision": cfg.matmul_precision.name(),
-                    "memory": memory.report(&device, &wctxs[0], train.graph()) }),
-        )?;
-    }
-    let fallbacks = train.graph().cpu_fallbacks();
-    if !fallbacks.is_empty() {
-        let ops: Vec<String> = fallbacks.iter().map(|p| p.op.clone()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
-        eprintln!(
-            "toy train: warning: {} graph nodes run on the CPU because {} cannot run them ({})",
-            fallbacks.len(),
-            device.name(),
-            ops.join(", ")
-        );
-        log.emit("fallback", json!({ "device": device.name(), "n_nodes": fallbacks.len(), "ops": ops }))?;
-    }
+    let start =
+        Start { plan, cfg, corpus, run, devices: &devices, device: &device, train: &train, memory: &memory, wctx: &wctxs[0], start_step };
+    log_start(&mut log, &start)?;
     let prov = |step| Provenance {
         run_id: run.id.clone(),
         step,

@@ -4,13 +4,13 @@
 use super::batches::{batch_at, Batch, Recorder, Sampler};
 use super::parallel::Trainer;
 use super::schedule::Cosine;
-use super::state::{self, Progress};
 use super::step::EvalStep;
-use super::{Outcome, RunOptions};
-use crate::checkpoint::{write_checkpoint, Provenance};
+use super::{End, Outcome, RunOptions};
 use crate::config::TrainConfig;
 use crate::data::Corpus;
 use crate::error::{runtime, Error, Result};
+use crate::formats::state::{self, Progress};
+use crate::formats::{checkpoint::write_checkpoint, Provenance};
 use crate::model::Weights;
 use crate::run::events::{now_rfc3339, EventLog};
 use crate::run::{plot, RunDir};
@@ -69,7 +69,7 @@ impl Loop<'_, '_> {
     fn corpus_failed(&mut self, e: Error, done: u64, loss: f32) -> Error {
         let ours = self.run.checkpoint_path(done);
         let saved = if self.run.latest().as_deref() == Some(ours.as_path()) { Ok(()) } else { self.save(done) };
-        let _ = self.end("errored", done, loss, 1);
+        let _ = self.end(End::Errored, done, loss, 1);
         match saved {
             Ok(()) => runtime(format!(
                 "{e}; saved weights/step_{done}.gguf (restore the corpus, then continue with: toy train --resume {})",
@@ -107,7 +107,7 @@ impl Loop<'_, '_> {
         let _section = crate::signals::critical();
         let path = self.run.checkpoint_path(step);
         let state_path = state::state_path(&path);
-        let (tmp_ck, tmp_st) = (crate::run::temp_path(&path), crate::run::temp_path(&state_path));
+        let (tmp_ck, tmp_st) = (crate::files::temp_path(&path), crate::files::temp_path(&state_path));
         let save_id = format!("{:016x}", rand::random::<u64>());
         let progress = Progress { step, opt_t: self.train.step_count(), sampler: self.sampler.state() };
         let mut prov = (self.prov)(step);
@@ -140,7 +140,7 @@ impl Loop<'_, '_> {
         Ok(())
     }
 
-    fn end(&mut self, reason: &str, step: u64, loss: f32, code: i32) -> Result<()> {
+    fn end(&mut self, reason: End, step: u64, loss: f32, code: i32) -> Result<()> {
         self.log.emit(
             "run_end",
             json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": step, "final_loss": loss, "exit_code": code,
@@ -200,7 +200,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         }
     }
     let start = std::time::Instant::now();
-    let (mut last_loss, mut done, mut reason) = (f32::NAN, l.start_step, "completed");
+    let (mut last_loss, mut done, mut reason) = (f32::NAN, l.start_step, End::Completed);
     for step in l.start_step + 1..=cfg.steps {
         let t0 = std::time::Instant::now();
         let (b, new_epoch) = l.next_batch(recorder.as_mut(), t, done, last_loss)?;
@@ -216,7 +216,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
             continue;
         }
         if !st.loss.is_finite() || st.grad_norm.is_some_and(|g| !g.is_finite()) {
-            l.end("errored", step, st.loss, 1)?;
+            l.end(End::Errored, step, st.loss, 1)?;
             return Err(runtime(format!(
                 "the loss or gradient became non-finite (loss {}) at step {step}; stopped without writing a checkpoint of these weights (try a lower --lr, or --skip-nonfinite)",
                 st.loss
@@ -251,7 +251,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         }
         if (cfg.save_every > 0 && step % cfg.save_every == 0) || last {
             if let Err(e) = l.save(step) {
-                let _ = l.end("errored", step, st.loss, 1);
+                let _ = l.end(End::Errored, step, st.loss, 1);
                 let kept = match l.run.latest() {
                     Some(p) => format!("the last good checkpoint, {}, is untouched", p.file_name().unwrap_or_default().to_string_lossy()),
                     None => "no checkpoint was written".to_string(),
@@ -260,7 +260,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
             }
         }
         if stop != 0 {
-            reason = "interrupted";
+            reason = End::Interrupted;
             break;
         }
     }
@@ -270,7 +270,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let wall = start.elapsed().as_secs_f64();
     let tps = ((done - l.start_step) * cfg.tokens_per_step()) as f64 / wall.max(1e-9);
     let sig = l.opts.stop.as_ref().map(|f| f.load(Ordering::SeqCst)).unwrap_or(0);
-    let code = if reason == "interrupted" { 128 + sig } else { 0 };
+    let code = if reason == End::Interrupted { 128 + sig } else { 0 };
     l.log.emit(
         "run_end",
         json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": done, "final_loss": last_loss, "val_loss": last_val,
@@ -279,7 +279,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     )?;
     let title = format!("{} — {} {}", l.run.id, cfg.model.arch.name(), cfg.preset.name());
     plot_run(l.run, &title, train_curve, val_curve)?;
-    if reason == "interrupted" {
+    if reason == End::Interrupted {
         return Err(Error::Interrupted(
             sig,
             format!(
@@ -294,7 +294,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         steps: done,
         final_loss: last_loss,
         val_loss: last_val,
-        reason: reason.into(),
+        reason,
         tokens_per_second: tps,
         wall_seconds: wall,
     })

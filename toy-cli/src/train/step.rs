@@ -1,5 +1,7 @@
 //! The compute graphs of training: one step (forward, cross-entropy, backward,
-//! clipping, AdamW) and the validation loss, each built and allocated once.
+//! clipping, AdamW) and the validation loss, each built and allocated once;
+//! and [`with_loaded`], a checkpoint's weights on a device for the graphs of
+//! `eval`, `generate` and `debug`.
 
 use crate::model::{Batch, Param, Weights};
 use ggml_rs::optim::{AdamWConfig, AdamWState, Optimizer, ParamGroup};
@@ -384,4 +386,29 @@ impl<'a> Forward<'a> {
     pub fn graph(&self) -> &Graph<'a> {
         &self.graph
     }
+}
+
+/// Load `ck` onto `backend` with constants for up to `b_max` sequences of `t` tokens, and run
+/// `f` with the weights (scoped, since tensors borrow their context). With
+/// `params`, every weight is marked as a parameter (for gradients).
+pub fn with_loaded<R>(
+    ck: &crate::formats::checkpoint::Checkpoint,
+    backend: &Backend,
+    t: usize,
+    b_max: usize,
+    params: bool,
+    f: impl FnOnce(&Weights<'_>, &Consts<'_>) -> crate::error::Result<R>,
+) -> crate::error::Result<R> {
+    let wctx = Context::new(capacity(ck.config.n_layers))?;
+    let weights = Weights::new(&wctx, &ck.config)?;
+    if params {
+        for p in weights.params() {
+            wctx.set_param(p.tensor)?;
+        }
+    }
+    let consts = Consts::new(&wctx, t, b_max)?;
+    wctx.allocate(backend).map_err(|e| crate::error::runtime(e.to_string()))?;
+    consts.fill()?;
+    ck.load_weights(&weights)?;
+    f(&weights, &consts)
 }

@@ -6,7 +6,7 @@
 use ggml_rs::gguf::{Array, GgufFile, Value};
 use std::path::Path;
 use std::process::{Command, Output};
-use toy::data::stories;
+use toy_stories as stories;
 
 fn toy(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_toy"))
@@ -97,7 +97,7 @@ fn checkpoint_of_a_text_corpus_carries_the_tokenizer() {
     assert_eq!(f.get("tokenizer.ggml.eos_token_id"), Some(&Value::U32(0)));
 
     // The checkpoint alone tokenizes as the corpus did.
-    let ck = toy::checkpoint::open_checkpoint(&t.join("run/weights/step_2.gguf")).unwrap();
+    let ck = toy::formats::checkpoint::open_checkpoint(&t.join("run/weights/step_2.gguf")).unwrap();
     let text = std::fs::read_to_string(t.join("s.txt")).unwrap();
     let c = toy::data::load_corpus(&t.join("s.txt"), &Default::default()).unwrap();
     let sample = &text[..500];

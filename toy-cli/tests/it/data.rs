@@ -5,10 +5,10 @@ use ggml_rs::gguf::{Array, GgufFile, GgufWriter, Value};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use toy::data::prep::{prep, read_manifest, PrepOptions};
-use toy::data::stories;
 use toy::data::text::split_documents;
 use toy::data::{embedded, load_corpus, load_corpus_with, CorpusOptions, TextOptions, Tokenizer};
 use toy::error::Error;
+use toy_stories as stories;
 
 fn sha(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
@@ -342,8 +342,8 @@ fn toy_new_scaffolds_a_project() {
     let c = load_corpus(t.corpus.as_ref().unwrap(), &CorpusOptions::default()).unwrap();
     let e = embedded::corpus().unwrap();
     assert_eq!((c.train, c.val, c.vocab_size), (e.train, e.val, e.vocab_size));
-    let defaults = toy::commands::train::resolve(&toy::cli::TrainArgs::default(), e.vocab_size).unwrap();
-    assert_eq!(toy::commands::train::resolve(&t, e.vocab_size).unwrap(), defaults, "toy.toml holds the defaults");
+    let defaults = toy::commands::setup::resolve(&toy::cli::TrainArgs::default(), e.vocab_size).unwrap();
+    assert_eq!(toy::commands::setup::resolve(&t, e.vocab_size).unwrap(), defaults, "toy.toml holds the defaults");
 
     let e = input_err(toy::commands::new::run(&args));
     assert!(e.contains("not empty") && e.contains("--force"), "{e}");

@@ -6,7 +6,7 @@ use ggml_rs::gguf::{GgufFile, GgufWriter};
 use ggml_rs::DType;
 use std::path::Path;
 use std::process::Output;
-use toy::data::stories;
+use toy_stories as stories;
 
 fn ok(o: &Output) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -352,7 +352,7 @@ fn a_smollm_pre_tokenizer_is_read_and_kept() {
         g.add_tensor_data(&info.name, &info.shape(), &b.tensor_f32(&info.name).unwrap()).unwrap();
     }
     g.write(t.join("smol.gguf")).unwrap();
-    let ck = toy::checkpoint::open_checkpoint(&t.join("smol.gguf")).unwrap();
+    let ck = toy::formats::checkpoint::open_checkpoint(&t.join("smol.gguf")).unwrap();
     let tok = ck.tokenizer.unwrap();
     let ids = tok.encode("In 2024 there were 365 days.").unwrap();
     let pieces: Vec<String> = ids.iter().map(|&i| tok.decode(&[i]).unwrap()).collect();

@@ -5,7 +5,10 @@ use crate::common;
 
 use common::{flat, reference, sequences, tiny, weight_map};
 use ggml_rs::{Backend, Context};
-use toy::checkpoint::{open_checkpoint, write_checkpoint, Provenance};
+use toy::formats::{
+    checkpoint::{open_checkpoint, write_checkpoint},
+    Provenance,
+};
 use toy::model::{init::init_weights, Arch, Weights};
 use toy::train::step::{capacity, Consts, EvalStep, GradStep};
 

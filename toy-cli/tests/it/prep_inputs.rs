@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use toy::data::stories;
+use toy_stories as stories;
 
 fn toy(dir: &Path, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_toy")).current_dir(dir).args(args).output().unwrap()

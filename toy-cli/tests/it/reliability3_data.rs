@@ -208,7 +208,7 @@ fn planted_links_are_not_followed() {
     // A link planted at the temporary's name (pids are guessable): replaced, not written through.
     let tmp_name = r.join(format!(".config.toml.tmp-{}", std::process::id()));
     std::os::unix::fs::symlink(&victim, &tmp_name).unwrap();
-    toy::run::write_atomic(&r.join("config.toml"), std::fs::read(r.join("config.toml")).unwrap().as_slice()).unwrap();
+    toy::files::write_atomic(&r.join("config.toml"), std::fs::read(r.join("config.toml")).unwrap().as_slice()).unwrap();
     assert!(!tmp_name.exists() && !tmp_name.is_symlink());
     ok(&run(toy(t).args(["train", "--resume", "r", "--threads", "1", "--steps", "3"])));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");

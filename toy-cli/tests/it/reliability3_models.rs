@@ -8,7 +8,7 @@ use ggml_rs::gguf::{Array, GgufFile, GgufWriter, Value};
 use ggml_rs::DType;
 use std::path::Path;
 use std::process::Output;
-use toy::data::stories;
+use toy_stories as stories;
 
 fn ok(o: &Output) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

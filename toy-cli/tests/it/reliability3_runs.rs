@@ -8,7 +8,7 @@ use crate::common::process::toy;
 use ggml_rs::gguf::GgufFile;
 use std::path::Path;
 use std::process::{Command, Output};
-use toy::data::stories;
+use toy_stories as stories;
 
 const QUICK: &[&str] = &["--preset", "smoke", "--threads", "1", "--log-every", "1000", "--eval-every", "0"];
 

@@ -9,7 +9,7 @@ use ggml_rs::gguf::{GgufFile, GgufWriter};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use toy::data::stories;
+use toy_stories as stories;
 
 fn fails(o: &Output, needle: &str) -> String {
     fails_with(o, 2, needle)

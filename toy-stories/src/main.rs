@@ -4,5 +4,5 @@
 use std::io::Write;
 
 fn main() -> std::io::Result<()> {
-    std::io::stdout().write_all(toy::data::stories::generate().as_bytes())
+    std::io::stdout().write_all(toy_stories::generate().as_bytes())
 }

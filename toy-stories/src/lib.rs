@@ -9,12 +9,15 @@
 //! shared by all plots. The random stream is our own SplitMix64, so the text
 //! never changes with a dependency's version.
 //!
-//! Regenerate the committed file with `scripts/gen-default-corpus.sh`; a test
-//! checks that it is current.
+//! Regenerate the committed file with `scripts/gen-default-corpus.sh` (which
+//! runs this crate's binary); a test of `toy-cli` checks that it is current.
+//! A workspace crate of its own, not part of the `toy` binary: toy's tests use
+//! it for corpora of any size.
 
 mod plots;
 mod words;
 
+use toy::rng::SplitMix64;
 use words::{Character, Place, CHARACTERS, COLORS, FOODS, LIKES, OBJECTS, PARENTS, PLACES, SIZES, TIMES, TRAITS};
 
 /// Number of stories in the default corpus.
@@ -25,41 +28,6 @@ pub const SEED: u64 = 0x70_79_2D_72_73; // "toy-rs"
 
 /// The line that separates two stories.
 pub const SEPARATOR: &str = "<|endoftext|>";
-
-/// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast and stable forever.
-#[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A stream starting from `seed`.
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n.max(1) as u64) as usize
-    }
-
-    /// One element of a non-empty slice.
-    pub fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-        &xs[self.below(xs.len())]
-    }
-
-    /// True with probability `p`/100.
-    pub fn chance(&mut self, p: u64) -> bool {
-        self.next_u64() % 100 < p
-    }
-}
 
 /// The filled-in words of one story, looked up by template keys.
 struct Cast {

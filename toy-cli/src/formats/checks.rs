@@ -137,7 +137,7 @@ pub fn check_tokenizer(file: &GgufFile, tok: Option<&Tokenizer>, vocab: usize, w
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) naming `what` and the tensor.
 pub fn check_no_stray_tensors(file: &GgufFile, c: &ModelConfig, what: &str) -> Result<()> {
-    let expected: std::collections::HashSet<String> = super::expected_shapes(c).into_iter().map(|(n, _)| n).collect();
+    let expected: std::collections::HashSet<String> = super::checkpoint::expected_shapes(c).into_iter().map(|(n, _)| n).collect();
     match file.tensors().iter().find(|t| !expected.contains(&t.name)) {
         Some(t) => Err(input(format!(
             "{what}: tensor {} is not part of a {} model as toy runs it (another variant of the architecture?)",

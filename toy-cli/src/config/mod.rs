@@ -1,8 +1,12 @@
 //! Presets and the resolved training configuration (preset < `toy.toml` < flags).
 
 use crate::error::{input, Result};
-use crate::model::{Arch, ModelConfig};
+use crate::model::{short_f32, Arch, ModelConfig};
+use recipe::{lenient_recipe, stream_deserialize, stream_serialize};
 use serde::{Deserialize, Serialize};
+
+mod recipe;
+pub use recipe::{Recipe, Sampling};
 
 /// A named model and batch shape.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -268,17 +272,18 @@ pub struct TrainConfig {
     #[serde(default = "default_text_field")]
     pub text_field: String,
     /// `from-scratch`, `warm-start` or `finetune`.
-    #[serde(default = "default_recipe")]
-    pub recipe: String,
+    #[serde(default, deserialize_with = "lenient_recipe")]
+    pub recipe: Recipe,
     /// finetune: the model the run started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<String>,
     /// finetune: hex SHA-256 of that model's file (a resumed LoRA run refuses another base).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_sha256: Option<String>,
-    /// Streamed (in-order) windows, shuffled per epoch or not; random windows when absent.
-    #[serde(default)]
-    pub stream: Option<bool>,
+    /// Random windows, or the corpus in order (config.toml's `stream`: shuffled
+    /// per epoch or not; absent for random windows).
+    #[serde(rename = "stream", default, serialize_with = "stream_serialize", deserialize_with = "stream_deserialize")]
+    pub sampling: Sampling,
     /// Bytes of the corpus's input (its file or files; a prepared folder's
     /// manifest.json; the built-in corpus's text).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -312,22 +317,12 @@ pub struct TrainConfig {
     pub lens_init: Option<crate::donor::LensInit>,
 }
 
-/// An f32 as the shortest decimal that reads back to it (`0.001`, not the f64
-/// widening `0.0010000000474974513`), so config.toml shows values as given.
-pub fn short_f32<S: serde::Serializer>(x: &f32, s: S) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_f64(x.to_string().parse::<f64>().unwrap_or(*x as f64))
-}
-
 fn short_f32_pair<S: serde::Serializer>(x: &(f32, f32), s: S) -> std::result::Result<S::Ok, S::Error> {
     use serde::ser::SerializeTuple;
     let mut t = s.serialize_tuple(2)?;
     t.serialize_element(&x.0.to_string().parse::<f64>().unwrap_or(x.0 as f64))?;
     t.serialize_element(&x.1.to_string().parse::<f64>().unwrap_or(x.1 as f64))?;
     t.end()
-}
-
-fn default_recipe() -> String {
-    "from-scratch".into()
 }
 
 fn default_text_field() -> String {
@@ -379,10 +374,10 @@ impl TrainConfig {
             attention: Default::default(),
             corpus: String::new(),
             text_field: default_text_field(),
-            recipe: default_recipe(),
+            recipe: Recipe::FromScratch,
             from: None,
             from_sha256: None,
-            stream: None,
+            sampling: Sampling::Random,
             corpus_bytes: None,
             corpus_sha256: None,
             keep: 0,
@@ -421,7 +416,7 @@ impl TrainConfig {
             l.validate(self.model.arch.table(), self.model.d_model).map_err(input)?;
         }
         if !self.model.freeze.is_empty() {
-            let names: Vec<String> = crate::checkpoint::expected_shapes(&self.model).into_iter().map(|(n, _)| n).collect();
+            let names: Vec<String> = self.model.arch.table().stored(&self.model).into_iter().map(|st| st.name).collect();
             if let Some(p) = self.model.freeze.iter().find(|p| p.is_empty() || !names.iter().any(|n| n.contains(p.as_str()))) {
                 return Err(input(format!("--freeze {p:?} matches no parameter (names look like token_embd.weight, blk.0.attn_q.weight)")));
             }

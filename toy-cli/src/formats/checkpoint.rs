@@ -1,6 +1,7 @@
 //! Checkpoints: standard GGUF files in llama.cpp's layout (`llama` or `gpt2`)
 //! with the tokenizer embedded, and reading them back into a model.
 
+use super::{Provenance, FORMAT};
 use crate::data::Tokenizer;
 use crate::error::{input, Result};
 use crate::model::table::{Stored, StoredFrom, Table};
@@ -9,27 +10,6 @@ use ggml_rs::gguf::{GgufFile, GgufWriter};
 use ggml_rs::DType;
 use ggml_rs::Tensor;
 use std::path::Path;
-
-pub mod checks;
-
-/// Identifies our own keys (`toy.*`) in a checkpoint.
-pub const FORMAT: &str = "toy-rs/v1";
-
-/// Where a checkpoint comes from.
-#[derive(Clone, Debug, Default)]
-pub struct Provenance {
-    pub run_id: String,
-    pub step: u64,
-    /// `general.name`.
-    pub name: String,
-    /// `toy.save_id`: pairs a checkpoint with the resume state written with it
-    /// (empty: not written).
-    pub save_id: String,
-    /// A LoRA run's base model (`toy.lora.base` in its adapter files).
-    pub lora_base: String,
-    /// Hex SHA-256 of that base file (`toy.lora.base_sha256`; empty: not written).
-    pub lora_base_sha256: String,
-}
 
 /// Where the values written for a parameter come from: the parameter itself
 /// (a checkpoint) or something of the same shape (its gradient, for `toy debug`).
@@ -126,7 +106,7 @@ fn hparams(g: &mut GgufWriter, c: &ModelConfig) -> Result<()> {
 pub fn write_checkpoint(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, prov: &Provenance) -> Result<()> {
     if w.config().lora.is_some() {
         // A LoRA run's checkpoints are its adapters; the base stays where it is.
-        return crate::adapter::write_adapter(path, w, prov, &prov.lora_base);
+        return super::adapter::write_adapter(path, w, prov, &prov.lora_base);
     }
     write_model(path, w, tok, prov, &own_values)
 }
@@ -162,7 +142,7 @@ pub struct Checkpoint {
     pub tokenizer: Option<Tokenizer>,
     pub step: u64,
     /// LoRA adapters applied on top (`config.lora` says their shape).
-    pub adapter: Option<crate::adapter::AdapterFile>,
+    pub adapter: Option<super::adapter::AdapterFile>,
 }
 
 fn need_u(f: &GgufFile, key: &str) -> Result<usize> {
@@ -192,13 +172,13 @@ pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
         d_model,
         n_layers: need_u(file, &format!("{a}.block_count"))?,
         n_heads,
-        n_kv_heads: checks::optional_count(file, &format!("{a}.attention.head_count_kv"), n_heads, what)?,
+        n_kv_heads: super::checks::optional_count(file, &format!("{a}.attention.head_count_kv"), n_heads, what)?,
         d_ff: need_u(file, &format!("{a}.feed_forward_length"))?,
         context: need_u(file, &format!("{a}.context_length"))?,
-        rope_base: checks::optional(file, "llama.rope.freq_base", 10_000.0, what)? as f32,
+        rope_base: super::checks::optional(file, "llama.rope.freq_base", 10_000.0, what)? as f32,
         norm_eps: match arch {
-            Arch::Llama => checks::optional(file, "llama.attention.layer_norm_rms_epsilon", 1e-5, what)? as f32,
-            Arch::Gpt2 => checks::optional(file, "gpt2.attention.layer_norm_epsilon", 1e-5, what)? as f32,
+            Arch::Llama => super::checks::optional(file, "llama.attention.layer_norm_rms_epsilon", 1e-5, what)? as f32,
+            Arch::Gpt2 => super::checks::optional(file, "gpt2.attention.layer_norm_epsilon", 1e-5, what)? as f32,
         },
         tied: file.tensor("output.weight").is_none(),
         donor_width: None,
@@ -208,9 +188,9 @@ pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
         base_dtype: None,
     };
     config.validate().map_err(|m| input(format!("{what}: {m}")))?;
-    checks::check_attention_keys(file, &config, what)?;
+    super::checks::check_attention_keys(file, &config, what)?;
     check_shapes(file, &config, what)?;
-    checks::check_vocab_key(file, &config, what)?;
+    super::checks::check_vocab_key(file, &config, what)?;
     Ok(config)
 }
 
@@ -277,7 +257,7 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
         return Err(input(format!("{}: not a regular file, not a checkpoint", path.display())));
     }
     let file = GgufFile::open(path)?;
-    if crate::adapter::is_adapter(&file) {
+    if super::adapter::is_adapter(&file) {
         // A LoRA run's checkpoint: the adapter, on the base it names (relative to
         // the adapter's folder), which must be a model, not another adapter.
         let base = file.get_str("toy.lora.base").map_err(|_| {
@@ -312,7 +292,7 @@ pub fn open_model(path: &Path) -> Result<Checkpoint> {
         return Err(input(format!("{}: no such checkpoint file", path.display())));
     }
     let file = GgufFile::open(path)?;
-    if crate::adapter::is_adapter(&file) {
+    if super::adapter::is_adapter(&file) {
         return Err(input(format!("{}: a LoRA adapter, not a model", path.display())));
     }
     model_from(file, path)
@@ -321,16 +301,16 @@ pub fn open_model(path: &Path) -> Result<Checkpoint> {
 /// The model shape and tokenizer of the model file `file` (at `path`), with
 /// everything checked that every command loading a model relies on: the keys
 /// against the tensors ([`model_config`]), no tensor the model does not have,
-/// and the tokenizer against the token table ([`checks::check_tokenizer`]).
+/// and the tokenizer against the token table ([`super::checks::check_tokenizer`]).
 ///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) naming the file.
 pub fn check_model(file: &GgufFile, path: &Path) -> Result<(ModelConfig, Option<Tokenizer>)> {
     let what = path.display().to_string();
     let config = model_config(file, &what)?;
-    checks::check_no_stray_tensors(file, &config, &what)?;
+    super::checks::check_no_stray_tensors(file, &config, &what)?;
     let tokenizer = Tokenizer::read_gguf(file)?;
-    checks::check_tokenizer(file, tokenizer.as_ref(), config.vocab, &what)?;
+    super::checks::check_tokenizer(file, tokenizer.as_ref(), config.vocab, &what)?;
     Ok((config, tokenizer))
 }
 
@@ -351,7 +331,7 @@ impl Checkpoint {
     ///
     /// # Errors
     /// [`Error::Input`](crate::error::Error::Input): a second adapter, a base
-    /// that is not llama, or what [`crate::adapter::open_adapter`] refuses.
+    /// that is not llama, or what [`super::adapter::open_adapter`] refuses.
     pub fn with_lora(mut self, path: &Path) -> Result<Checkpoint> {
         if self.adapter.is_some() {
             return Err(input(format!("--lora {}: the model already carries an adapter", path.display())));
@@ -359,8 +339,8 @@ impl Checkpoint {
         if self.config.arch != Arch::Llama {
             return Err(input(format!("--lora {}: adapters apply to llama models", path.display())));
         }
-        let a = crate::adapter::open_adapter(path, &self.config)?;
-        crate::adapter::check_base(&a, path, self.file.path())?;
+        let a = super::adapter::open_adapter(path, &self.config)?;
+        super::adapter::check_base(&a, path, self.file.path())?;
         self.config.lora = Some(a.config.clone());
         self.config.base_dtype = matrix_dtype(&self.file);
         self.adapter = Some(a);
@@ -435,29 +415,4 @@ impl Checkpoint {
 
 fn param_of<'w>(w: &Weights<'w>, name: &str) -> Result<Tensor<'w>> {
     w.param(name).ok_or_else(|| crate::error::runtime(format!("{name} is not a parameter of the model")))
-}
-
-/// Load `ck` onto `backend` with constants for up to `b_max` sequences of `t` tokens, and run
-/// `f` with the weights (scoped, since tensors borrow their context). With
-/// `params`, every weight is marked as a parameter (for gradients).
-pub fn with_loaded<R>(
-    ck: &Checkpoint,
-    backend: &ggml_rs::Backend,
-    t: usize,
-    b_max: usize,
-    params: bool,
-    f: impl FnOnce(&Weights<'_>, &crate::train::step::Consts<'_>) -> Result<R>,
-) -> Result<R> {
-    let wctx = ggml_rs::Context::new(crate::train::step::capacity(ck.config.n_layers))?;
-    let weights = Weights::new(&wctx, &ck.config)?;
-    if params {
-        for p in weights.params() {
-            wctx.set_param(p.tensor)?;
-        }
-    }
-    let consts = crate::train::step::Consts::new(&wctx, t, b_max)?;
-    wctx.allocate(backend).map_err(|e| crate::error::runtime(e.to_string()))?;
-    consts.fill()?;
-    ck.load_weights(&weights)?;
-    f(&weights, &consts)
 }

@@ -3,7 +3,6 @@
 //! (unfolded), the AdamW moments, the optimizer step count and the sampler's
 //! position. The checkpoint itself stays a plain llama.cpp model.
 
-use super::batches::SamplerState;
 use crate::error::{input, runtime, Result};
 use crate::model::Weights;
 use ggml_rs::gguf::{GgufFile, GgufWriter};
@@ -13,6 +12,19 @@ use std::path::{Path, PathBuf};
 
 /// Format tag of state files.
 pub const FORMAT: &str = "toy-rs/state-v1";
+
+/// A sampler's position, saved in checkpoints' state files to resume.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SamplerState {
+    /// ChaCha seed, hex.
+    pub seed: String,
+    /// ChaCha word position (u128, decimal).
+    pub word_pos: String,
+    /// Streaming samplers: the epoch, and the position within it (steps when
+    /// in order, windows when shuffled).
+    pub epoch: u64,
+    pub index: u64,
+}
 
 /// The counters of a run at a checkpoint.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 //! ADAPTER` runs it. toy adds `toy.lora.base` (the base model's path) and its
 //! run keys, which llama.cpp ignores.
 
-use crate::checkpoint::Provenance;
+use super::Provenance;
 use crate::error::{input, Result};
 use crate::model::lora::LoraConfig;
 use crate::model::{ModelConfig, Weights};
@@ -29,7 +29,7 @@ pub fn write_adapter(path: &Path, w: &Weights<'_>, prov: &Provenance, base: &str
     g.set("general.name", if prov.name.is_empty() { "toy-lora" } else { prov.name.as_str() })?;
     g.set("adapter.type", "lora")?;
     g.set("adapter.lora.alpha", lora.alpha)?;
-    g.set("toy.checkpoint_format", crate::checkpoint::FORMAT)?;
+    g.set("toy.checkpoint_format", super::FORMAT)?;
     g.set("toy.lora.base", base)?;
     if !prov.lora_base_sha256.is_empty() {
         g.set("toy.lora.base_sha256", prov.lora_base_sha256.as_str())?;

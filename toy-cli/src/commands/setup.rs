@@ -1,0 +1,241 @@
+//! What the training recipes share (`toy train`, `warm-start`, `finetune`
+//! and `--resume`): resolving the options into a [`TrainConfig`], the run
+//! folder, the corpus and its record in config.toml, and the end of a run.
+
+use crate::cli::TrainArgs;
+use crate::config::{Preset, TrainConfig};
+use crate::data::tokenizer::Tokenizer;
+use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
+use crate::error::{input, Result};
+use crate::model::Arch;
+use crate::run::identity::{corpus_id, embedded_id};
+use crate::run::{make_run_id, RunDir};
+use crate::train::Outcome;
+use std::path::{Path, PathBuf};
+
+/// Longest context a run accepts (the causal mask alone is context² floats).
+pub const MAX_CONTEXT: usize = 8192;
+
+/// The corpus shipped inside the binary (see `data/`).
+pub fn default_corpus() -> Result<Corpus> {
+    crate::data::embedded::corpus()
+}
+
+/// Resolve the full configuration for `a` and a corpus of `vocab` ids.
+pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
+    let preset = a.preset.unwrap_or(Preset::Tiny);
+    let arch = preset.resolve_arch(a.arch)?;
+    let mut c = TrainConfig::from_preset(preset, arch, vocab);
+    let m = &mut c.model;
+    macro_rules! set {
+        ($($src:ident => $dst:expr),*) => { $( if let Some(v) = a.$src { $dst = v; } )* };
+    }
+    set!(d_model => m.d_model, layers => m.n_layers, heads => m.n_heads, d_ff => m.d_ff, context => m.context, norm_eps => m.norm_eps, rope_base => m.rope_base);
+    // The preset's kv heads hold while --heads keeps the preset's heads.
+    m.n_kv_heads = a.kv_heads.unwrap_or(if a.heads.is_some() { m.n_heads } else { m.n_kv_heads });
+    if a.tied {
+        m.tied = true;
+    }
+    m.donor_width = a.donor_width;
+    m.freeze_table = !a.train_table;
+    m.freeze = a.freeze.clone().unwrap_or_default();
+    if arch == Arch::Gpt2 && a.d_ff.is_none() {
+        m.d_ff = 4 * m.d_model;
+    }
+    set!(batch => c.batch, steps => c.steps, seed => c.seed, lr => c.lr, warmup_steps => c.warmup_steps, weight_decay => c.weight_decay,
+         grad_clip => c.grad_clip, eval_every => c.eval_every, save_every => c.save_every, log_every => c.log_every, threads => c.threads);
+    c.min_lr = a.min_lr.unwrap_or(c.lr / 10.0);
+    if a.log_every.is_none() {
+        // A terminal shows the progress bar: a loss line every 10 steps above it.
+        // Scripts reading a pipe get every step, as before.
+        use std::io::IsTerminal;
+        c.log_every = if std::io::stdout().is_terminal() { 10 } else { 1 };
+    }
+    if let Some(d) = &a.device {
+        c.device = d.clone();
+    }
+    if let Some(p) = a.matmul_precision {
+        c.matmul_precision = p;
+    }
+    c.attention = a.attention.unwrap_or_else(|| crate::model::attention::Attention::default_for(&c.device));
+    // An explicit --matmul-precision asks for f32 products (PyTorch's
+    // set_float32_matmul_precision applies outside autocast).
+    c.dtype = crate::config::Dtype::resolve(a.dtype, a.matmul_precision.is_some(), &c.device);
+    // Options that shape the run besides the model and schedule, for --resume.
+    (c.keep, c.skip_nonfinite, c.record_batches, c.save_initial) =
+        (a.keep.unwrap_or(0), a.skip_nonfinite, a.record_batches, a.save_initial);
+    c.donor = a.donor.as_ref().map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string());
+    (c.donor_init, c.match_by, c.lens_init) = (a.init, a.match_by, a.lens_init);
+    if c.model.context > MAX_CONTEXT {
+        return Err(input(format!("--context {} is larger than the maximum {MAX_CONTEXT}", c.model.context)));
+    }
+    if arch == Arch::Gpt2 && a.kv_heads.is_some_and(|k| k != c.model.n_heads) {
+        return Err(input("--kv-heads is a llama option; gpt2 uses multi-head attention"));
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+/// Refuse a run id (`TOY_RUN_ID`) that is not one plain path component: empty, `.`, `..`,
+/// with a separator or a control character, or starting with `-` (read as a
+/// flag by the tools the id is given to).
+pub fn check_run_id(id: &str) -> Result<()> {
+    let mut parts = Path::new(id).components();
+    let single = matches!((parts.next(), parts.next()), (Some(std::path::Component::Normal(n)), None) if n == id);
+    if !single || id.starts_with('-') || id.chars().any(|c| c.is_control() || c == '/' || c == '\\') {
+        return Err(input(format!(
+            "TOY_RUN_ID \"{}\" must be one plain folder name: not empty, `.` or `..`, no `/`, no control characters, not starting with `-`",
+            crate::output::one_line(id)
+        )));
+    }
+    Ok(())
+}
+
+/// Pick the run folder: `--out`, or `runs/<id>` with the id from `TOY_RUN_ID` or
+/// the template; `restart`: `--out`, a run that saved nothing, starts again.
+pub fn run_dir(out: Option<&PathBuf>, arch: Arch, restart: bool) -> Result<RunDir> {
+    let runs = PathBuf::from("runs");
+    let env_id = match std::env::var("TOY_RUN_ID") {
+        Err(std::env::VarError::NotUnicode(v)) => {
+            return Err(input(format!("TOY_RUN_ID \"{}\" is not UTF-8", crate::output::shown(Path::new(&v)))));
+        }
+        r => r.ok().filter(|s| !s.trim().is_empty()),
+    };
+    let id = match (out, &env_id) {
+        (Some(p), _) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into()),
+        (None, Some(id)) => {
+            check_run_id(id)?;
+            id.clone()
+        }
+        (None, None) => make_run_id("{arch}-{date}-{seq}", arch.name(), &runs),
+    };
+    if id.contains('/') || id == ".." {
+        return Err(input(format!("run id \"{}\" must be a plain name", crate::output::one_line(&id))));
+    }
+    let path = out.cloned().unwrap_or_else(|| runs.join(&id));
+    let run = RunDir::create(id, path, restart)?;
+    if restart {
+        run.clear_logs();
+    }
+    Ok(run)
+}
+
+/// Load the corpus at `path` (the built-in one when `None`); `vocab`
+/// (`--vocab-size`) sizes the BPE trained for raw text, or bounds the ids of id
+/// files; `bpe_default` (a preset's vocabulary) sizes that BPE when `vocab` is
+/// not given, and nothing else (a prepared corpus or id file keeps its ids).
+pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, bpe_default: Option<usize>, text_field: &str) -> Result<Corpus> {
+    match path {
+        None => default_corpus(),
+        Some(p) if p.as_os_str() == "<embedded>" || p.as_os_str().is_empty() => default_corpus(),
+        Some(p) => {
+            if vocab == Some(0) {
+                return Err(input("--vocab-size must be at least 1"));
+            }
+            let text = TextOptions {
+                bpe_vocab_size: vocab.or(bpe_default).unwrap_or(TextOptions::default().bpe_vocab_size),
+                text_field: text_field.to_string(),
+                ..Default::default()
+            };
+            let c = load_corpus_with(p, &CorpusOptions { vocab_size: vocab, ..Default::default() }, &text)?;
+            let prepared = p.join("manifest.json").is_file();
+            if let Some(v) = vocab.filter(|&v| prepared && v != c.vocab_size) {
+                return Err(input(format!("--vocab-size {v} contradicts {}, prepared with {} ids", p.display(), c.vocab_size)));
+            }
+            if let Some(v) = vocab.or(bpe_default).filter(|&v| !prepared && c.tokenizer.is_some() && c.vocab_size < v) {
+                let what = if vocab.is_some() { "--vocab-size" } else { "the preset" };
+                eprintln!(
+                    "note: the BPE trained on {} has {} ids, fewer than the {v} of {what}: the text has too few repeated pairs",
+                    p.display(),
+                    c.vocab_size
+                );
+            }
+            Ok(c)
+        }
+    }
+}
+
+/// Print the run's summary line, or — for a run that saved no checkpoint (bad
+/// input, no memory for the step, divergence or a full disk before its first
+/// save) — remove its folder, saying so when it had trained.
+pub fn finish(a: &TrainArgs, run: &RunDir, out: Result<Outcome>) -> Result<Outcome> {
+    use crate::error::Error;
+    let out = out.map_err(|e| {
+        if matches!(e, Error::Interrupted(..)) || run.has_checkpoint() {
+            return e;
+        }
+        // Nothing to resume from: no dead folder is left behind.
+        let trained = run.has_progress();
+        let _ = std::fs::remove_dir_all(&run.path);
+        if a.out.is_none() {
+            let _ = std::fs::remove_dir("runs"); // only when empty
+        }
+        let note = format!("; nothing was saved, so the run folder {} was removed", run.path.display());
+        match e {
+            Error::Runtime(m) if trained => Error::Runtime(m + &note),
+            Error::Input(m) if trained => Error::Input(m + &note),
+            other => other,
+        }
+    });
+    let out = out?;
+    if !a.json {
+        crate::outln!("run {} → {}", crate::output::one_line(&out.run_id), crate::output::shown(&out.run_dir));
+    }
+    Ok(out)
+}
+
+/// How a new run comes about: from the command line, or again from step 0
+/// in the folder of a run that saved nothing (`--resume`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Start {
+    /// `--preset` as given on the command line (toy.toml's sets only the
+    /// batch and context of a finetune run).
+    pub cli_preset: Option<crate::config::Preset>,
+    /// Start again in the existing run folder (`--out`) that saved nothing.
+    pub restart: bool,
+}
+
+/// Whether a recorded corpus path means the embedded corpus (empty or `<embedded>`).
+pub fn is_embedded(corpus: &str) -> bool {
+    corpus.is_empty() || corpus == "<embedded>"
+}
+
+/// Record the corpus at `path` (`None`: the embedded one) in `cfg`: its
+/// absolute path, bytes and SHA-256 (see [`corpus_id`]).
+pub fn record_corpus(cfg: &mut TrainConfig, path: Option<&Path>) -> Result<()> {
+    let id = match path.filter(|p| !is_embedded(&p.to_string_lossy())) {
+        None => {
+            cfg.corpus = "<embedded>".into();
+            embedded_id()
+        }
+        Some(p) => {
+            let id = corpus_id(p)?;
+            cfg.corpus = std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
+            id
+        }
+    };
+    (cfg.corpus_bytes, cfg.corpus_sha256) = (Some(id.bytes), Some(id.sha256));
+    Ok(())
+}
+
+/// `targets` without repeats, in their order.
+pub fn dedup_targets(targets: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for t in targets {
+        if !out.contains(t) {
+            out.push(t.clone());
+        }
+    }
+    out
+}
+
+/// The corpus at `path` (the embedded one when `None` or `<embedded>`)
+/// tokenized with `tok`; a prepared folder must have been made with it.
+pub fn model_corpus(path: Option<&Path>, tok: &Tokenizer, vocab: usize, text_field: &str) -> Result<Corpus> {
+    let path = path.filter(|p| p.as_os_str() != "<embedded>" && !p.as_os_str().is_empty());
+    let Some(path) = path else { return crate::data::embedded::corpus_with(tok.clone()) };
+    let text = TextOptions { tokenizer: Some(tok.clone()), text_field: text_field.to_string(), ..Default::default() };
+    let c = load_corpus_with(path, &CorpusOptions { vocab_size: Some(vocab), ..Default::default() }, &text)?;
+    c.check_tokenizer(tok)?;
+    Ok(c)
+}

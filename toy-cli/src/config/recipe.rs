@@ -1,0 +1,92 @@
+//! The recipe of a run and the windows it trains on, with their forms in
+//! config.toml (`recipe = "warm-start"`, `stream = true`).
+
+use serde::{Deserialize, Serialize};
+
+/// How a model is trained.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Recipe {
+    /// Random initialisation, random windows of the corpus.
+    #[default]
+    FromScratch,
+    /// A donor model's token embeddings through a trainable projection lens;
+    /// the corpus is streamed in order, epoch after epoch.
+    WarmStart,
+    /// Every weight of an existing llama GGUF (`--from`), trained further on
+    /// the corpus tokenized with the model's own tokenizer.
+    Finetune,
+}
+
+impl Recipe {
+    /// The name on the command line, in config.toml and in events (`from-scratch`, `warm-start`, `finetune`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Recipe::FromScratch => "from-scratch",
+            Recipe::WarmStart => "warm-start",
+            Recipe::Finetune => "finetune",
+        }
+    }
+}
+
+/// The recipe recorded in a config.toml; a name toy does not know reads as
+/// `from-scratch`, as resuming has always treated it.
+pub(super) fn lenient_recipe<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Recipe, D::Error> {
+    let name = String::deserialize(d)?;
+    Ok(<Recipe as clap::ValueEnum>::from_str(&name, false).unwrap_or_default())
+}
+
+/// Which windows of the corpus a run trains on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Sampling {
+    /// Random windows (from-scratch, finetune).
+    #[default]
+    Random,
+    /// The corpus in order, epoch after epoch, its windows shuffled per epoch
+    /// or not (warm-start).
+    Stream { shuffle: bool },
+}
+
+impl Sampling {
+    /// config.toml's `stream`: absent for random windows, else whether shuffled.
+    pub fn recorded(self) -> Option<bool> {
+        match self {
+            Sampling::Random => None,
+            Sampling::Stream { shuffle } => Some(shuffle),
+        }
+    }
+
+    /// The sampling that config.toml's `stream` records.
+    pub fn from_recorded(stream: Option<bool>) -> Sampling {
+        stream.map_or(Sampling::Random, |shuffle| Sampling::Stream { shuffle })
+    }
+}
+
+pub(super) fn stream_serialize<S: serde::Serializer>(x: &Sampling, s: S) -> std::result::Result<S::Ok, S::Error> {
+    x.recorded().serialize(s)
+}
+
+pub(super) fn stream_deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Sampling, D::Error> {
+    Option::<bool>::deserialize(d).map(Sampling::from_recorded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Preset, TrainConfig};
+    use crate::model::Arch;
+
+    /// config.toml keeps `recipe = "…"` and `stream = …` (absent for random windows).
+    #[test]
+    fn recipe_and_sampling_keep_their_config_toml_forms() {
+        let mut c = TrainConfig::from_preset(Preset::Smoke, Arch::Llama, 300);
+        let text = toml::to_string(&c).unwrap();
+        assert!(text.contains("recipe = \"from-scratch\"\n") && !text.contains("stream"), "{text}");
+        (c.recipe, c.sampling) = (Recipe::WarmStart, Sampling::Stream { shuffle: true });
+        let text = toml::to_string(&c).unwrap();
+        assert!(text.contains("recipe = \"warm-start\"\n") && text.contains("stream = true\n"), "{text}");
+        assert_eq!(toml::from_str::<TrainConfig>(&text).unwrap(), c);
+        let odd: TrainConfig = toml::from_str(&text.replace("\"warm-start\"", "\"nonsense\"")).unwrap();
+        assert_eq!((odd.recipe, odd.sampling), (Recipe::FromScratch, Sampling::Stream { shuffle: true }));
+    }
+}
