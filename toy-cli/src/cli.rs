@@ -458,8 +458,9 @@ pub struct MergeArgs {
     /// The merged model's type: `same` (each tensor in the base's type) or one
     /// type for every matrix, quantized by ggml's own quantizers as
     /// llama.cpp's llama-quantize does (no importance matrix; a matrix whose
-    /// rows do not split into the type's blocks falls back to f16; norms and
-    /// other vectors stay f32).
+    /// rows do not split into the type's blocks falls back as llama-quantize
+    /// does: q4_k to q5_0, q5_k to q5_1, q6_k to q8_0, others to f16; norms
+    /// and other vectors stay f32).
     #[arg(long = "type", value_name = "TYPE", value_enum, default_value = "same")]
     pub dtype: ExportType,
 }

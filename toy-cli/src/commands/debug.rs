@@ -29,6 +29,10 @@ fn bench_config(a: &BenchArgs) -> Result<crate::config::TrainConfig> {
         cfg.batch = b;
     }
     if let Some(t) = a.context {
+        let max = crate::commands::setup::MAX_CONTEXT;
+        if t > max {
+            return Err(input(format!("--context {t} is larger than the maximum {max}")));
+        }
         cfg.model.context = t;
     }
     cfg.device = a.device.clone();

@@ -65,16 +65,22 @@ fn in_dtype(values: &[f32], dtype: DType) -> Result<Vec<u8>, Option<(usize, f32)
 }
 
 /// The type a tensor `ne` of type `base` is written in under `--type`
-/// `target` (None: `same`): matrices take the target, or f16 where their rows
-/// do not split into its blocks; vectors (norms, biases) f32, as llama.cpp's
-/// quantizer keeps them.
+/// `target` (None: `same`): vectors (norms, biases) f32, as llama.cpp's
+/// quantizer keeps them; matrices the target, or where their rows do not split
+/// into its blocks of 256 what llama.cpp's quantizer falls back to (q4_K to
+/// q5_0, q5_K to q5_1, q6_K to q8_0), else f16.
 fn out_type(target: Option<DType>, base: DType, ne: &[i64]) -> DType {
-    match target {
-        None => base,
-        Some(_) if ne.iter().skip(1).all(|&n| n == 1) => DType::F32,
-        Some(t) if ne[0] % t.block_size() == 0 => t,
-        Some(_) => DType::F16,
+    let Some(t) = target else { return base };
+    if ne.iter().skip(1).all(|&n| n == 1) {
+        return DType::F32;
     }
+    let fallback = match t {
+        DType::Q4K => DType::Q5_0,
+        DType::Q5K => DType::Q5_1,
+        DType::Q6K => DType::Q8_0,
+        _ => DType::F16,
+    };
+    [t, fallback, DType::F16].into_iter().find(|d| ne[0] % d.block_size() == 0).unwrap_or(DType::F32)
 }
 
 /// `values` (rows of `ne0`) as the bytes of `dtype`: [`in_dtype`] for f32,
@@ -157,12 +163,15 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     }
     g.set("toy.lora.merged", m.lora.display().to_string())?;
     let (base_arg, lora_arg) = (format!("--base {}", m.base.display()), format!("--lora {}", m.lora.display()));
-    let mut fallback = 0;
+    let mut fallback = std::collections::BTreeMap::new();
     // Every tensor is checked before anything is written (the file is written
     // to a temporary and renamed): a merge never leaves a model toy would refuse.
     for t in f.tensors() {
         let dtype = out_type(target.map(|x| x.0), t.dtype, &t.ne);
-        fallback += usize::from(target.is_some_and(|x| x.0 != dtype && dtype == DType::F16));
+        let is_matrix = !t.ne.iter().skip(1).all(|&n| n == 1);
+        if target.is_some_and(|(x, _)| is_matrix && x != dtype) {
+            *fallback.entry(dtype.name()).or_insert(0usize) += 1;
+        }
         let a_name = format!("{}.lora_a", t.name);
         let adapted = ad.file.tensor(&a_name).is_some();
         if !adapted && dtype == t.dtype {
@@ -193,9 +202,9 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
         })?;
         g.add_tensor_bytes(&t.name, dtype, &t.ne, bytes)?;
     }
-    if fallback > 0 {
-        let (d, _) = target.expect("a fallback needs a target type");
-        eprintln!("note: {fallback} matrices are f16: their rows do not split into {d} blocks of {}", d.block_size());
+    if let Some((d, _)) = target.filter(|_| !fallback.is_empty()) {
+        let list: Vec<String> = fallback.iter().map(|(t, n)| format!("{n} in {t}")).collect();
+        eprintln!("note: matrices whose rows do not split into {d} blocks of {}: {}", d.block_size(), list.join(", "));
     }
     g.write(&m.out).map_err(|e| crate::error::runtime(format!("cannot write {}: {e}", m.out.display())))?;
     Ok(m.out.clone())

@@ -80,6 +80,14 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     if prompt.is_empty() {
         return Err(input("the prompt is empty"));
     }
+    if prompt.len() > ck.config.context {
+        eprintln!(
+            "note: the prompt has {} tokens; the model's context is {}: it sees only the last {} (the start, a chat template's system turn too, is cut)",
+            prompt.len(),
+            ck.config.context,
+            ck.config.context
+        );
+    }
     if let Some(&bad) = prompt.iter().find(|&&i| i as usize >= ck.config.vocab) {
         return Err(input(format!("prompt id {bad} is outside the vocabulary of {}", ck.config.vocab)));
     }

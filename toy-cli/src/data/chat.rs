@@ -91,10 +91,17 @@ impl ChatTemplate {
     }
 }
 
+/// Instructions one rendering may run: a template is a file's content, and a
+/// hostile one (`range(10**5)` inside another) must end in an error, not hang.
+/// Real templates take a few thousand per turn.
+const FUEL: u64 = 20_000_000;
+
 /// minijinja with what Hugging Face templates use beyond Jinja's core:
-/// Python's string methods (`.strip()`, `.startswith()`) and `raise_exception`.
+/// Python's string methods (`.strip()`, `.startswith()`) and `raise_exception`,
+/// and a [`FUEL`] budget.
 fn environment() -> minijinja::Environment<'static> {
     let mut env = minijinja::Environment::new();
+    env.set_fuel(Some(FUEL));
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
         Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
@@ -133,6 +140,9 @@ mod tests {
         assert_eq!(t.render(&[Message::new("user", "  hi  ")], false).unwrap(), "<s>hi</s>");
         let e = t.render(&[Message::new("tool", "x")], false).unwrap_err().to_string();
         assert!(e.contains("m.gguf: chat template") && e.contains("roles must be user or assistant"), "{e}");
+        let looping = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x";
+        let e = ChatTemplate::new(looping, "", "", "loop.gguf").unwrap().render(&[], false).unwrap_err().to_string();
+        assert!(e.contains("loop.gguf: chat template"), "{e}");
         let e = ChatTemplate::new("{% for %}", "", "", "bad.gguf").unwrap_err().to_string();
         assert!(e.contains("bad.gguf: chat template") && e.contains("syntax"), "{e}");
     }

@@ -188,7 +188,7 @@ fn log_start(log: &mut EventLog, s: &Start<'_, '_>) -> Result<()> {
         log.emit(
             "resume",
             json!({ "resumed_at": now_rfc3339(), "from_step": start_step, "steps": cfg.steps, "backend": { "device": device.name() },
-                    "dtype": cfg.dtype.name(), "matmul_precision": cfg.matmul_precision.name(),
+                    "dtype": cfg.dtype.name(), "matmul_precision": cfg.matmul_precision.name(), "attention": cfg.attention.name(),
                     "memory": memory.report(device, wctx, train.graph()) }),
         )?;
     }
