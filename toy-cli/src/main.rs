@@ -54,11 +54,12 @@ fn dispatch(command: &Command) -> toy::error::Result<()> {
                 return say!(
                     "{}",
                     serde_json::json!({ "format": "toy/eval-v1", "loss": r.loss, "perplexity": r.perplexity, "tokens": r.tokens,
-                                                   "bytes": r.bytes, "bits_per_byte": r.bits_per_byte })
+                                                   "context": r.context, "bytes": r.bytes, "bits_per_byte": r.bits_per_byte })
                 );
             }
             let bpb = r.bits_per_byte.map(|b| format!(" · {b:.4} bits/byte")).unwrap_or_default();
-            say!("loss {:.4} · perplexity {:.2} · {} tokens{bpb}", r.loss, r.perplexity, r.tokens)
+            let n = if r.tokens == 1 { "token" } else { "tokens" };
+            say!("loss {:.4} · perplexity {:.2} · {} {n} in windows of {}{bpb}", r.loss, r.perplexity, r.tokens, r.context)
         }),
         Command::Describe(a) => toy::commands::describe::run(a),
         Command::Devices(a) => toy::commands::devices::run(a),

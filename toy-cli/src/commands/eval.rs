@@ -20,6 +20,8 @@ pub struct EvalResult {
     pub perplexity: f64,
     /// Predicted tokens.
     pub tokens: usize,
+    /// Tokens per window (`--context`, or the longest the text fills).
+    pub context: usize,
     /// UTF-8 bytes of the evaluated text, when the corpus is text.
     pub bytes: Option<usize>,
     /// Bits per byte (loss in bits over the text's bytes), when known.
@@ -137,11 +139,12 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     }
     let starts = eval_starts(ids.len(), t, args.max_windows.unwrap_or(usize::MAX));
     if starts.is_empty() {
+        let hint = if args.context.is_some() { " (try a smaller --context)" } else { "" };
         return Err(input(format!(
-            "{} has {} tokens, fewer than one window of {} (try a smaller --context)",
+            "{} has {} token(s), fewer than one window of {} and its next token{hint}",
             path.display(),
             ids.len(),
-            t + 1
+            t
         )));
     }
     let b = args.batch.clamp(1, starts.len());
@@ -185,6 +188,7 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
         loss,
         perplexity: loss.exp(),
         tokens,
+        context: t,
         bytes,
         bits_per_byte: covered.map(|cb| loss * tokens as f64 / std::f64::consts::LN_2 / cb),
     })

@@ -71,6 +71,12 @@ fn generate_and_eval_refuse_bad_checkpoints() {
     fails(&toy(t, &["eval", "r", "--corpus", "missing.txt"]), "eval", "missing.txt");
     fails(&toy(t, &["eval", "r", "--corpus", "r/config.toml", "--batch", "0"]), "eval", "--batch");
     fails(&toy(t, &["eval", "r", "--corpus", "r/config.toml", "--context", "100000"]), "eval", "longer than the model's context");
+    // eval says its window: the longest the text fills, at most the model's context.
+    std::fs::write(t.join("short.txt"), "a b").unwrap();
+    let o = toy(t, &["eval", "r", "--corpus", "short.txt", "--json", "--threads", "1"]);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["context"].as_u64().unwrap() >= 1 && v["tokens"] == v["context"], "{v}");
     let o = toy(t, &["generate", "r", "-n", "5", "--json", "--seed", "1"]);
     ok(&o);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
