@@ -42,3 +42,11 @@ pub fn one_line(text: &str) -> String {
 pub fn shown(path: &Path) -> String {
     one_line(&path.to_string_lossy())
 }
+
+/// A progress bar of `total` units drawn with indicatif's `template` (the
+/// default bar if the template does not parse).
+pub fn progress_bar(total: u64, template: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(total);
+    pb.set_style(indicatif::ProgressStyle::with_template(template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
+    pb
+}

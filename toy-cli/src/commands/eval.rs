@@ -101,14 +101,8 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
 /// false or stderr is not a terminal (scripts read one line of result).
 fn progress(show: bool, n: usize) -> Option<indicatif::ProgressBar> {
     use std::io::IsTerminal;
-    (show && n > 1 && std::io::stderr().is_terminal()).then(|| {
-        let pb = indicatif::ProgressBar::new(n as u64);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template("eval {bar:30} {pos}/{len} windows [{elapsed_precise} < {eta_precise}]")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        pb
-    })
+    (show && n > 1 && std::io::stderr().is_terminal())
+        .then(|| crate::output::progress_bar(n as u64, "eval {bar:30} {pos}/{len} windows [{elapsed_precise} < {eta_precise}]"))
 }
 
 /// Evaluate `args.model` on `args.corpus`.

@@ -71,7 +71,7 @@ fn in_dtype(values: &[f32], dtype: DType) -> Result<Vec<u8>, Option<(usize, f32)
 /// q5_0, q5_K to q5_1, q6_K to q8_0), else f16.
 fn out_type(target: Option<DType>, base: DType, ne: &[i64]) -> DType {
     let Some(t) = target else { return base };
-    if ne.iter().skip(1).all(|&n| n == 1) {
+    if is_vector(ne) {
         return DType::F32;
     }
     let fallback = match t {
@@ -81,6 +81,11 @@ fn out_type(target: Option<DType>, base: DType, ne: &[i64]) -> DType {
         _ => DType::F16,
     };
     [t, fallback, DType::F16].into_iter().find(|d| ne[0] % d.block_size() == 0).unwrap_or(DType::F32)
+}
+
+/// One row (norms, biases): every dimension after the first is 1.
+fn is_vector(ne: &[i64]) -> bool {
+    ne.iter().skip(1).all(|&n| n == 1)
 }
 
 /// `values` (rows of `ne0`) as the bytes of `dtype`: [`in_dtype`] for f32,
@@ -168,8 +173,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     // to a temporary and renamed): a merge never leaves a model toy would refuse.
     for t in f.tensors() {
         let dtype = out_type(target.map(|x| x.0), t.dtype, &t.ne);
-        let is_matrix = !t.ne.iter().skip(1).all(|&n| n == 1);
-        if target.is_some_and(|(x, _)| is_matrix && x != dtype) {
+        if target.is_some_and(|(x, _)| !is_vector(&t.ne) && x != dtype) {
             *fallback.entry(dtype.name()).or_insert(0usize) += 1;
         }
         let a_name = format!("{}.lora_a", t.name);

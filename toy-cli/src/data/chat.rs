@@ -28,7 +28,8 @@ impl Message {
 /// (`bos_token`, `eos_token`).
 #[derive(Clone, Debug)]
 pub struct ChatTemplate {
-    source: String,
+    /// minijinja with the template parsed once, as [`TEMPLATE`].
+    env: minijinja::Environment<'static>,
     bos: String,
     eos: String,
     origin: String,
@@ -42,9 +43,9 @@ impl ChatTemplate {
     /// # Errors
     /// [`Error::Input`](crate::error::Error::Input) when the template does not parse.
     pub fn new(source: &str, bos: &str, eos: &str, origin: &str) -> Result<ChatTemplate> {
-        let t = ChatTemplate { source: source.into(), bos: bos.into(), eos: eos.into(), origin: origin.into() };
-        let env = environment();
-        env.template_from_str(&t.source).map_err(|e| t.error(e))?;
+        let mut t = ChatTemplate { env: environment(), bos: bos.into(), eos: eos.into(), origin: origin.into() };
+        let parsed = t.env.add_template_owned(TEMPLATE, source.to_string());
+        parsed.map_err(|e| t.error(e))?;
         Ok(t)
     }
 
@@ -74,8 +75,7 @@ impl ChatTemplate {
     /// [`Error::Input`](crate::error::Error::Input) when rendering fails, e.g.
     /// the template's own `raise_exception` for a conversation it refuses.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        let env = environment();
-        let t = env.template_from_str(&self.source).map_err(|e| self.error(e))?;
+        let t = self.env.get_template(TEMPLATE).map_err(|e| self.error(e))?;
         t.render(minijinja::context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
@@ -90,6 +90,9 @@ impl ChatTemplate {
         input(format!("{}: chat template: {}{detail}", self.origin, e.kind()))
     }
 }
+
+/// The name the template is kept under in its environment.
+const TEMPLATE: &str = "chat_template";
 
 /// Instructions one rendering may run: a template is a file's content, and a
 /// hostile one (`range(10**5)` inside another) must end in an error, not hang.

@@ -268,14 +268,10 @@ fn check_stop(stop: &Option<Arc<AtomicI32>>) -> Result<()> {
 
 fn bar(show: bool, total: u64, what: &str) -> Option<indicatif::ProgressBar> {
     show.then(|| {
-        let pb = indicatif::ProgressBar::new(total);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(&format!(
-                "{what:<9} {{bar:30}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} {{msg}} [{{elapsed_precise}} < {{eta_precise}}]"
-            ))
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        pb
+        crate::output::progress_bar(
+            total,
+            &format!("{what:<9} {{bar:30}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} {{msg}} [{{elapsed_precise}} < {{eta_precise}}]"),
+        )
     })
 }
 

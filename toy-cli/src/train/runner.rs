@@ -175,11 +175,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let mut recorder = if l.opts.record_batches { Some(Recorder::create(&l.run.path, t, cfg.batch, l.start_step)?) } else { None };
     let (mut train_curve, mut val_curve) = (Vec::new(), Vec::new());
     let bar = (l.opts.progress && !l.opts.quiet).then(|| {
-        let pb = indicatif::ProgressBar::new(cfg.steps);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
+        let pb = crate::output::progress_bar(cfg.steps, "{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]");
         pb.set_position(l.start_step);
         pb
     });
