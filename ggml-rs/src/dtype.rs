@@ -90,6 +90,12 @@ impl DType {
         })
     }
 
+    /// The type ggml names `name` (`"f32"`, `"q4_1"`, `"q6_K"`; case ignored),
+    /// the inverse of [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<DType> {
+        (0..sys::GGML_TYPE_COUNT).filter_map(DType::from_raw).find(|t| t.name().eq_ignore_ascii_case(name))
+    }
+
     /// ggml's name for the type (`"f32"`, `"q8_0"`, ...).
     pub fn name(self) -> &'static str {
         // SAFETY: ggml_type_name returns a static string for every valid type.

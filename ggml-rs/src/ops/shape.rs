@@ -3,6 +3,7 @@
 use super::{need_contiguous, shape_str};
 use crate::context::{check_shape, Context, Tensor};
 use crate::error::{Error, Result};
+use crate::DType;
 use ggml_sys as sys;
 
 impl Context {
@@ -121,6 +122,30 @@ impl Context {
         full[..ne.len()].copy_from_slice(ne);
         // SAFETY: checked.
         self.op("cont_nd", |ctx| unsafe { sys::ggml_cont_4d(ctx, a.raw(), full[0], full[1], full[2], full[3]) })
+    }
+
+    /// `a` converted to `dtype`, same shape (`ggml_cast`, a `GGML_OP_CPY` node):
+    /// between f32, f16 and bf16, or from a quantized type to f32 (dequantized,
+    /// as [`DType::to_f32`] does; `a` must then be contiguous).
+    ///
+    /// A frozen weight kept compact (quantized, f16, bf16) enters a product as
+    /// `mul_mat(cast(w, F32), x)`: the backward (toy-rs patch 0023) casts `w`
+    /// again for the gradient of `x`, so the forward's f32 copy is freed after
+    /// the product instead of living until the backward.
+    ///
+    /// # Errors
+    /// [`Error::Op`] for another pair of types, or a non-contiguous quantized `a`.
+    pub fn cast<'a>(&'a self, a: Tensor<'a>, dtype: DType) -> Result<Tensor<'a>> {
+        let float = |t: DType| matches!(t, DType::F32 | DType::F16 | DType::BF16);
+        let ok = (float(a.dtype()) && float(dtype)) || (a.dtype().is_quantized() && a.dtype().can_dequantize() && dtype == DType::F32);
+        if !ok {
+            return Err(Error::op("cast", format!("cannot convert {} to {dtype}", a.dtype())));
+        }
+        if a.dtype().is_quantized() {
+            need_contiguous("cast", &a)?;
+        }
+        // SAFETY: checked; ggml_cast makes a new tensor of a's shape.
+        self.op("cast", |ctx| unsafe { sys::ggml_cast(ctx, a.raw(), dtype.to_raw()) })
     }
 
     /// Copy `a` into `b`'s memory, converting type (`ggml_cpy`); returns a view of `b`.

@@ -47,3 +47,89 @@ fn refuses_what_ggml_would_assert_on() {
     assert!(DType::Q8_0.quantize(&x, 0).is_err());
     assert_eq!(DType::Q8_0.quantize(&x, 32).unwrap().len(), 3 * 34);
 }
+
+/// `y = W·x` with `W` kept as `dtype` and cast to f32 for the product
+/// (`Context::cast`), against the same product on the dequantized f32 copy:
+/// outputs and the gradient of `x` agree exactly, with both ways of
+/// differentiating products, on the test device.
+#[test]
+fn a_frozen_compact_weight_differentiates_as_its_dequantized_copy() {
+    use ggml_rs::{Context, Graph, MulMatGrad};
+    let dev = cpu();
+    let mut r = rng(7200);
+    let (n, m, p) = (256i64, 12i64, 5i64);
+    for dtype in [DType::Q8_0, DType::Q4_1, DType::Q5_0, DType::Q4K, DType::Q6K, DType::F16, DType::BF16] {
+        let w = uniform(&mut r, (n * m) as usize, -1.0, 1.0);
+        let raw = dtype.quantize(&w, n as usize).unwrap();
+        let wd = dtype.to_f32(&raw, w.len()).unwrap();
+        let x = uniform(&mut r, (n * p) as usize, -1.0, 1.0);
+        let rv = uniform(&mut r, (m * p) as usize, -1.0, 1.0);
+        for mode in [MulMatGrad::MulMat, MulMatGrad::OutProd] {
+            let ctx = Context::new(1024).unwrap();
+            let wq_t = ctx.new_tensor(dtype, &[n, m]).unwrap();
+            let wd_t = ctx.new_tensor(DType::F32, &[n, m]).unwrap();
+            let (x1, x2) = (ctx.new_tensor(DType::F32, &[n, p]).unwrap(), ctx.new_tensor(DType::F32, &[n, p]).unwrap());
+            let rt = ctx.new_tensor(DType::F32, &[m, p]).unwrap();
+            ctx.set_param(x1).unwrap();
+            ctx.set_param(x2).unwrap();
+            ctx.allocate(&dev).unwrap();
+            wq_t.write_bytes(&raw).unwrap();
+            wd_t.write(&wd).unwrap();
+            for t in [x1, x2] {
+                t.write(&x).unwrap();
+            }
+            rt.write(&rv).unwrap();
+            let y1 = ctx.mul_mat(ctx.cast(wq_t, DType::F32).unwrap(), x1).unwrap().set_output();
+            let y2 = ctx.mul_mat(wd_t, x2).unwrap().set_output();
+            let l1 = ctx.sum(ctx.mul(y1, rt).unwrap()).unwrap();
+            let loss = ctx.add(l1, ctx.sum(ctx.mul(y2, rt).unwrap()).unwrap()).unwrap().set_output();
+            let mut g = Graph::with_grads(&ctx, 1024).unwrap();
+            g.set_mul_mat_grad(mode);
+            g.expand(loss).unwrap();
+            g.build_backward(loss).unwrap();
+            let (g1, g2) = (g.grad(x1).unwrap().set_output(), g.grad(x2).unwrap().set_output());
+            g.allocate(&backends(&dev)).unwrap();
+            g.compute().unwrap();
+            assert_eq!(y1.read_f32().unwrap(), y2.read_f32().unwrap(), "{dtype} {mode:?}: forward");
+            assert_eq!(g1.read_f32().unwrap(), g2.read_f32().unwrap(), "{dtype} {mode:?}: gradient of x");
+            assert!(g.cpu_fallbacks().is_empty(), "{dtype} {mode:?}: {:?}", g.cpu_fallbacks());
+        }
+    }
+}
+
+/// A chain of products over frozen q8_0 weights cast to f32: the backward
+/// casts each weight again (patch 0023), so the graph's buffer holds a few
+/// f32 copies at a time, not one per layer.
+#[test]
+fn the_forward_copy_of_a_frozen_weight_is_not_kept_for_the_backward() {
+    use ggml_rs::{Context, Graph};
+    let dev = cpu();
+    let mut r = rng(7300);
+    let (n, layers, p) = (512i64, 12usize, 2i64);
+    let ctx = Context::new(4096).unwrap();
+    let ws: Vec<_> = (0..layers).map(|_| ctx.new_tensor(DType::Q8_0, &[n, n]).unwrap()).collect();
+    let x = ctx.new_tensor(DType::F32, &[n, p]).unwrap();
+    ctx.set_param(x).unwrap();
+    ctx.allocate(&dev).unwrap();
+    for w in &ws {
+        w.write_bytes(&DType::Q8_0.quantize(&uniform(&mut r, (n * n) as usize, -0.05, 0.05), n as usize).unwrap()).unwrap();
+    }
+    x.write(&uniform(&mut r, (n * p) as usize, -1.0, 1.0)).unwrap();
+    let mut h = x;
+    for &w in &ws {
+        h = ctx.mul_mat(ctx.cast(w, DType::F32).unwrap(), h).unwrap();
+    }
+    let loss = ctx.sum(ctx.mul(h, h).unwrap()).unwrap().set_output();
+    let mut g = Graph::with_grads(&ctx, 4096).unwrap();
+    g.expand(loss).unwrap();
+    g.build_backward(loss).unwrap();
+    let casts = g.nodes().iter().filter(|t| t.op() == ggml_rs::sys::GGML_OP_CPY).count();
+    assert_eq!(casts, 2 * layers, "one cast per product forward, one per gradient");
+    g.allocate(&backends(&dev)).unwrap();
+    let copy = (n * n * 4) as usize;
+    let total: usize = g.buffer_sizes().iter().map(|(_, s)| s).sum();
+    println!("compute buffers {total} bytes; one f32 weight {copy} bytes");
+    assert!(total < 4 * copy, "{total} bytes hold more than a few f32 copies of {copy}");
+    g.compute().unwrap();
+    assert!(loss.scalar().unwrap().is_finite());
+}

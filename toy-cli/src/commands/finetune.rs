@@ -7,16 +7,15 @@ use crate::cli::TrainArgs;
 use crate::config::{Recipe, Sampling};
 use crate::data::tokenizer::Tokenizer;
 use crate::error::{input, Result};
-use crate::formats::checkpoint::{open_model, Checkpoint};
+use crate::formats::checkpoint::{matrix_dtype, open_model, Checkpoint, BASE_TYPES};
 use crate::model::lora::LoraConfig;
 use crate::model::Arch;
 use crate::train::{train, Init, Outcome, Plan, RunOptions};
 use ggml_rs::gguf::GgufFile;
-use ggml_rs::DType;
 use std::path::Path;
 
-/// Open the base model at `path`: a llama GGUF whose every tensor is f32, f16
-/// or bf16 and matches its metadata, with a tokenizer this program can run.
+/// Open the base model at `path`: a llama GGUF whose every tensor is of one of
+/// [`BASE_TYPES`] and matches its metadata, with a tokenizer this program can run.
 ///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) naming the file: not a GGUF, not
@@ -31,8 +30,9 @@ pub fn open_base(path: &Path) -> Result<(Checkpoint, Tokenizer)> {
     if ck.config.arch != Arch::Llama {
         return Err(input(format!("--from {p}: finetune takes llama models, this one is {}", ck.config.arch.name())));
     }
-    if let Some(t) = ck.file.tensors().iter().find(|t| !matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16)) {
-        return Err(input(format!("--from {p}: tensor {} is {}; only f32, f16 and bf16 models can be fine-tuned", t.name, t.dtype)));
+    if let Some(t) = ck.file.tensors().iter().find(|t| !BASE_TYPES.contains(&t.dtype)) {
+        let types: Vec<&str> = BASE_TYPES.iter().map(|t| t.name()).collect();
+        return Err(input(format!("--from {p}: tensor {} is {}; toy fine-tunes models of types {}", t.name, t.dtype, types.join(", "))));
     }
     let tok = ck.tokenizer.clone().ok_or_else(|| input(format!("--from {p}: the model carries no tokenizer (tokenizer.ggml.*)")))?;
     Ok((ck, tok))
@@ -113,8 +113,17 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if lora.is_some() && a.freeze.is_some() {
         return Err(input("--freeze applies to full fine-tuning; with --lora-rank the base is frozen already"));
     }
-    let base_dtype = if lora.is_some() { crate::formats::checkpoint::matrix_dtype(&ck.file) } else { None };
-    cfg.model = crate::model::ModelConfig { context, freeze: cfg.model.freeze.clone(), lora, base_dtype, ..base.clone() };
+    let (base_dtype, base_dtype_except) = matrix_dtype(&ck.file);
+    let (base_dtype, base_dtype_except) = match (&lora, base_dtype) {
+        (Some(_), kept) => (kept, base_dtype_except),
+        (None, Some(t)) if t != "f32" || !base_dtype_except.is_empty() => {
+            eprintln!("note: the base's matrices are {t}; full fine-tuning trains them in f32 (--lora-rank keeps them {t})");
+            (None, Default::default())
+        }
+        (None, _) => (None, Default::default()),
+    };
+    let freeze = cfg.model.freeze.clone();
+    cfg.model = crate::model::ModelConfig { context, freeze, lora, base_dtype, base_dtype_except, ..base.clone() };
     cfg.validate()?;
     cfg.recipe = Recipe::Finetune;
     cfg.from = Some(std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()).display().to_string());

@@ -352,6 +352,7 @@ impl TrainConfig {
                 freeze: Vec::new(),
                 lora: None,
                 base_dtype: None,
+                base_dtype_except: Default::default(),
             },
             batch: b,
             steps: 200,

@@ -186,6 +186,7 @@ pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
         freeze: Vec::new(),
         lora: None,
         base_dtype: None,
+        base_dtype_except: Default::default(),
     };
     config.validate().map_err(|m| input(format!("{what}: {m}")))?;
     super::checks::check_attention_keys(file, &config, what)?;
@@ -273,18 +274,41 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
     model_from(file, path)
 }
 
-/// `f16` or `bf16` when every matrix of the model in `f` has that type (a
-/// frozen LoRA base then stays in it), `None` otherwise.
-pub fn matrix_dtype(f: &GgufFile) -> Option<String> {
-    let mut types = f.tensors().iter().filter(|t| t.ne[1] > 1).map(|t| t.dtype);
-    let first = types.next()?;
-    let name = match first {
-        DType::F16 => "f16",
-        DType::BF16 => "bf16",
-        _ => return None,
-    };
-    types.all(|d| d == first).then(|| name.to_string())
+/// The types a frozen LoRA base keeps from the model in `f` (its matrices and
+/// token table, the tensors with more than one row): the most common one, and
+/// the tensors of another type by name ([`ModelConfig::base_dtype`],
+/// [`ModelConfig::base_dtype_except`]); `(None, {})` when they are all f32.
+pub fn matrix_dtype(f: &GgufFile) -> (Option<String>, std::collections::BTreeMap<String, String>) {
+    let big: Vec<_> = f.tensors().iter().filter(|t| t.ne[1] > 1).collect();
+    if big.iter().all(|t| t.dtype == DType::F32) {
+        return (None, Default::default());
+    }
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for t in &big {
+        *counts.entry(t.dtype.name()).or_default() += 1;
+    }
+    let most = counts.iter().max_by_key(|(_, &n)| n).map_or("f32", |(&name, _)| name);
+    let except = big.iter().filter(|t| t.dtype.name() != most).map(|t| (t.name.clone(), t.dtype.name().to_string())).collect();
+    (Some(most.to_string()), except)
 }
+
+/// The types a frozen base may keep in memory and ggml dequantizes on every
+/// backend toy trains on: f32, f16, bf16, the legacy quants and the k-quants.
+pub const BASE_TYPES: [DType; 13] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q2K,
+    DType::Q3K,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+];
 
 /// Open the model at `path`, refusing an adapter.
 pub fn open_model(path: &Path) -> Result<Checkpoint> {
@@ -342,7 +366,7 @@ impl Checkpoint {
         let a = super::adapter::open_adapter(path, &self.config)?;
         super::adapter::check_base(&a, path, self.file.path())?;
         self.config.lora = Some(a.config.clone());
-        self.config.base_dtype = matrix_dtype(&self.file);
+        (self.config.base_dtype, self.config.base_dtype_except) = matrix_dtype(&self.file);
         self.adapter = Some(a);
         Ok(self)
     }

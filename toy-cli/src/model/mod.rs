@@ -81,10 +81,17 @@ pub struct ModelConfig {
     /// Low-rank adapters on a frozen base (llama; the finetune recipe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<lora::LoraConfig>,
-    /// With LoRA, the frozen base's matrices stay in this type in memory
-    /// (`f16` or `bf16`, the base file's); f32 when absent.
+    /// With LoRA, the frozen base's matrices and token table stay in memory in
+    /// the base file's types: this one (ggml's name: `f16`, `bf16`, `q8_0`,
+    /// `q4_1`, `q4_K`...) for most of them, [`base_dtype_except`](Self::base_dtype_except)
+    /// for the rest; f32 when absent. Each product dequantizes its matrix to f32
+    /// for the time of the product ([`weights::matrix`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_dtype: Option<String>,
+    /// The base's tensors whose type is not `base_dtype`, by GGUF name
+    /// (`token_embd.weight = "q8_0"` in SmolLM2's Q4_1 file).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub base_dtype_except: std::collections::BTreeMap<String, String>,
 }
 
 fn yes() -> bool {

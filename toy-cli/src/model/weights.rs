@@ -79,14 +79,26 @@ pub struct Weights<'w> {
     last: Vec<Option<Tensor<'w>>>,
 }
 
-/// The type of a frozen LoRA base's matrices and tables: the base's own
-/// f16/bf16, else f32. Gains, biases and a lens stay f32.
-fn dtype(s: &Spec, cfg: &ModelConfig) -> DType {
+/// The type of a frozen LoRA base's matrices and tables: the base file's
+/// ([`ModelConfig::base_dtype`], [`ModelConfig::base_dtype_except`]), else f32.
+/// Gains, biases and a lens stay f32.
+fn dtype(s: &Spec, cfg: &ModelConfig, name: &str) -> DType {
     let big = matches!(s.role, Role::Matrix | Role::Embedding) && s.folded_into.is_none();
-    match (big, &cfg.lora, cfg.base_dtype.as_deref()) {
-        (true, Some(_), Some("f16")) => DType::F16,
-        (true, Some(_), Some("bf16")) => DType::BF16,
-        _ => DType::F32,
+    if !big || cfg.lora.is_none() {
+        return DType::F32;
+    }
+    let kept = cfg.base_dtype_except.get(name).or(cfg.base_dtype.as_ref());
+    kept.and_then(|t| DType::from_name(t)).unwrap_or(DType::F32)
+}
+
+/// A weight as a product's f32 operand: `w` itself when f32, else `w`
+/// dequantized (or widened from f16/bf16) for the time of the product
+/// ([`Context::cast`]; the backward casts again rather than keep the copy).
+pub fn matrix<'a>(ctx: &'a Context, w: Tensor<'a>) -> Result<Tensor<'a>> {
+    if w.dtype() == DType::F32 {
+        Ok(w)
+    } else {
+        ctx.cast(w, DType::F32)
     }
 }
 
@@ -95,7 +107,7 @@ fn create<'w>(ctx: &'w Context, cfg: &ModelConfig, s: &Spec, name: &str) -> Resu
         return Ok(None);
     }
     let ne: Vec<i64> = (s.ne)(cfg).iter().map(|&n| n as i64).collect();
-    Ok(Some(ctx.new_tensor(dtype(s, cfg), &ne)?.set_name(name)?))
+    Ok(Some(ctx.new_tensor(dtype(s, cfg, name), &ne)?.set_name(name)?))
 }
 
 impl<'w> Weights<'w> {
@@ -224,7 +236,7 @@ impl<'w> Weights<'w> {
     where
         'w: 'a,
     {
-        ctx.mul_mat(self.head()?, self.hidden(ctx, batch)?) // [vocab, T, B]
+        ctx.mul_mat(matrix(ctx, self.head()?)?, self.hidden(ctx, batch)?) // [vocab, T, B]
     }
 
     /// The normalized last hidden states f32 `[d, T, B]` (what the head reads).
@@ -235,7 +247,8 @@ impl<'w> Weights<'w> {
         (self.table.hidden)(self, ctx, batch)
     }
 
-    /// The output head f32 `[d, vocab]` (the token table when tied).
+    /// The output head `[d, vocab]` (the token table when tied): f32, or a
+    /// frozen base's type (a product takes it through [`matrix`]).
     pub fn head(&self) -> Result<Tensor<'w>> {
         (self.table.head)(self)
     }

@@ -112,25 +112,6 @@ fn bases_it_cannot_train_are_refused() {
     fails(&toy(t, &["train", "--from", "base/weights/latest", "--steps", "1", "--out", "x"]), "finetune recipe");
     fails(&finetune(t, "x", &["--d-model", "32"]), "--d-model");
     fails(&finetune(t, "x", &["--context", "4096"]), "--context 4096");
-    // A quantized tensor.
-    let b = GgufFile::open(t.join("base/weights/latest")).unwrap();
-    let mut g = GgufWriter::new();
-    for (k, v) in b.metadata() {
-        if !k.starts_with("general.alignment") {
-            g.set(k, v.clone()).unwrap();
-        }
-    }
-    for info in b.tensors() {
-        if info.name == "blk.0.ffn_up.weight" {
-            // q8_0: blocks of 32 values in 34 bytes.
-            let n = (info.ne[0] * info.ne[1]) as usize / 32;
-            g.add_tensor_bytes(&info.name, DType::Q8_0, &info.shape(), vec![0u8; n * 34]).unwrap();
-        } else {
-            g.add_tensor_data(&info.name, &info.shape(), &b.tensor_f32(&info.name).unwrap()).unwrap();
-        }
-    }
-    g.write(t.join("q8.gguf")).unwrap();
-    fails(&toy(t, &["train", "finetune", "--from", "q8.gguf", "--steps", "1", "--out", "x"]), "q8_0");
     // A corpus prepared with another tokenizer than the base's.
     std::fs::write(t.join("new.txt"), stories::generate_with(3, 30)).unwrap();
     ok(&toy(t, &["prep", "new.txt", "--vocab-size", "280", "--out", "p"]));

@@ -12,6 +12,7 @@ mod model;
 mod parallel;
 mod precision;
 mod prep_inputs;
+mod quant_base;
 mod reliability;
 mod reliability3_data;
 mod reliability3_models;

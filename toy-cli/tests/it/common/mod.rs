@@ -26,6 +26,7 @@ pub fn tiny(arch: Arch) -> ModelConfig {
         freeze: Vec::new(),
         lora: None,
         base_dtype: None,
+        base_dtype_except: Default::default(),
     }
 }
 

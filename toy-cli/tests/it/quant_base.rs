@@ -1,0 +1,149 @@
+//! Fine-tuning a quantized GGUF: LoRA keeps the base in its own types and
+//! computes exactly what LoRA over the dequantized f32 copy computes; full
+//! fine-tuning dequantizes it once, with a note.
+
+use crate::common::process::{fails, ok, toy};
+use ggml_rs::gguf::{GgufFile, GgufWriter};
+use ggml_rs::DType;
+use std::path::Path;
+use toy_stories as stories;
+
+const QUICK: &[&str] = &["--preset", "smoke", "--threads", "1", "--log-every", "1000"];
+
+/// A smoke llama trained on some stories (`base/`), and `new.txt` to tune on.
+fn base(dir: &Path) {
+    std::fs::write(dir.join("old.txt"), stories::generate_with(11, 60)).unwrap();
+    let mut args = vec!["train", "--corpus", "old.txt", "--vocab-size", "300", "--steps", "20", "--out", "base"];
+    args.extend_from_slice(QUICK);
+    ok(&toy(dir, &args));
+    std::fs::write(dir.join("new.txt"), stories::generate_with(5, 40)).unwrap();
+}
+
+/// Copy the model at `from` to `to`, each tensor with more than one row in the
+/// type `typed` gives for its name (ggml's own quantization), the rest f32.
+fn rewrite(from: &Path, to: &Path, typed: impl Fn(&str) -> DType) {
+    let b = GgufFile::open(from).unwrap();
+    let mut g = GgufWriter::new();
+    for (k, v) in b.metadata() {
+        if k != "general.alignment" {
+            g.set(k, v.clone()).unwrap();
+        }
+    }
+    for info in b.tensors() {
+        let v = b.tensor_f32(&info.name).unwrap();
+        let ty = if info.ne[1] > 1 { typed(&info.name) } else { DType::F32 };
+        if ty == DType::F32 {
+            g.add_tensor_data(&info.name, &info.shape(), &v).unwrap();
+        } else {
+            g.add_tensor_bytes(&info.name, ty, &info.shape(), ty.quantize(&v, info.ne[0] as usize).unwrap()).unwrap();
+        }
+    }
+    g.write(to).unwrap();
+}
+
+/// SmolLM2's Q4_1 file's mix: a q8_0 token table, q4_1 matrices.
+fn q4_1_mix(name: &str) -> DType {
+    if name == "token_embd.weight" {
+        DType::Q8_0
+    } else {
+        DType::Q4_1
+    }
+}
+
+fn lora(dir: &Path, from: &str, out: &str) {
+    let mut a = vec!["train", "finetune", "--from", from, "--lora-rank", "4", "--lr", "0.01", "--corpus", "new.txt"];
+    a.extend_from_slice(&["--steps", "6", "--eval-every", "3", "--out", out]);
+    a.extend_from_slice(QUICK);
+    ok(&toy(dir, &a));
+}
+
+fn values(run: &Path, kind: &str, key: &str) -> Vec<f64> {
+    let text = std::fs::read_to_string(run.join("events.jsonl")).unwrap();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["kind"] == kind)
+        .map(|e| e[key].as_f64().unwrap())
+        .collect()
+}
+
+fn eval_loss(dir: &Path, args: &[&str]) -> f64 {
+    let mut a = vec!["eval"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["--corpus", "new.txt", "--max-windows", "40", "--json", "--threads", "1"]);
+    let o = toy(dir, &a);
+    ok(&o);
+    serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["loss"].as_f64().unwrap()
+}
+
+#[test]
+fn lora_over_a_quantized_base_equals_lora_over_its_dequantized_copy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    base(t);
+    rewrite(&t.join("base/weights/latest"), &t.join("q.gguf"), q4_1_mix);
+    // The same values in f32: what the quantized file dequantizes to.
+    rewrite(&t.join("q.gguf"), &t.join("d.gguf"), |_| DType::F32);
+    lora(t, "q.gguf", "lq");
+    lora(t, "d.gguf", "ld");
+    let cfg = std::fs::read_to_string(t.join("lq/config.toml")).unwrap();
+    assert!(cfg.contains("base_dtype = \"q4_1\"") && cfg.contains("\"token_embd.weight\" = \"q8_0\""), "{cfg}");
+    for (kind, key) in [("step", "loss"), ("step", "grad_norm"), ("eval", "val_loss")] {
+        let (q, d) = (values(&t.join("lq"), kind, key), values(&t.join("ld"), kind, key));
+        assert_eq!(q.len(), d.len());
+        for (a, b) in q.iter().zip(&d) {
+            assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "{kind} {key}: {q:?} against {d:?}");
+        }
+    }
+    // The adapter applies over the quantized base as it trained; it learned.
+    let tuned = eval_loss(t, &["q.gguf", "--lora", "lq/weights/latest"]);
+    assert!(tuned < eval_loss(t, &["q.gguf"]), "{tuned}");
+    assert!((tuned - eval_loss(t, &["d.gguf", "--lora", "ld/weights/latest"])).abs() < 1e-5);
+    // Merged and written q8_0: close to the merged model.
+    ok(&toy(t, &["export", "merge", "--base", "q.gguf", "--lora", "lq/weights/latest", "--type", "q8_0", "--out", "m8.gguf"]));
+    assert_eq!(GgufFile::open(t.join("m8.gguf")).unwrap().tensor("blk.0.attn_q.weight").unwrap().dtype, DType::Q8_0);
+    assert!((eval_loss(t, &["m8.gguf"]) - tuned).abs() < 2e-2);
+}
+
+#[test]
+fn full_finetuning_dequantizes_the_base_with_a_note() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    base(t);
+    rewrite(&t.join("base/weights/latest"), &t.join("q.gguf"), |_| DType::Q8_0);
+    let mut a = vec!["train", "finetune", "--from", "q.gguf", "--corpus", "new.txt", "--steps", "2", "--out", "f"];
+    a.extend_from_slice(QUICK);
+    let o = toy(t, &a);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("note: the base's matrices are q8_0; full fine-tuning trains them in f32"), "{err}");
+    let w = GgufFile::open(t.join("f/weights/latest")).unwrap();
+    assert_eq!(w.tensor("blk.0.attn_q.weight").unwrap().dtype, DType::F32);
+}
+
+#[test]
+fn a_type_toy_cannot_dequantize_everywhere_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    base(t);
+    // iq4_nl: blocks of 32 values in 18 bytes; ggml type 20.
+    let iq4_nl = DType::from_name("iq4_nl").unwrap();
+    let b = GgufFile::open(t.join("base/weights/latest")).unwrap();
+    let mut g = GgufWriter::new();
+    for (k, v) in b.metadata() {
+        if k != "general.alignment" {
+            g.set(k, v.clone()).unwrap();
+        }
+    }
+    for info in b.tensors() {
+        if info.name == "blk.0.ffn_up.weight" {
+            let n = (info.ne[0] * info.ne[1]) as usize / 32;
+            g.add_tensor_bytes(&info.name, iq4_nl, &info.shape(), vec![0u8; n * 18]).unwrap();
+        } else {
+            g.add_tensor_data(&info.name, &info.shape(), &b.tensor_f32(&info.name).unwrap()).unwrap();
+        }
+    }
+    g.write(t.join("iq.gguf")).unwrap();
+    let o = toy(t, &["train", "finetune", "--from", "iq.gguf", "--lora-rank", "4", "--steps", "1", "--out", "x"]);
+    fails(&o, "train", "tensor blk.0.ffn_up.weight is iq4_nl; toy fine-tunes models of types f32, f16, bf16, q8_0");
+    assert!(!t.join("x").exists());
+}
