@@ -139,7 +139,7 @@ stage_lora() {
   $T train --preset small --steps 30 --device cuda --out $w/base --json > $w/base.json
   $T train finetune --from $w/base/weights/latest --preset small --steps 30 --device cuda --out $w/full --json | tail -1
   $T train finetune --from $w/base/weights/latest --preset small --steps 30 --device cuda --lora-rank 8 --lr 3e-3 --out $w/lo --json | tail -1
-  python3 scripts/bench/f16-copy.py $w/base/weights/latest $w/b16.gguf
+  python3 scripts/bench/typed-copy.py $w/base/weights/latest $w/b16.gguf f16
   $T train finetune --from $w/b16.gguf --preset small --steps 30 --device cuda --lora-rank 8 --lr 3e-3 --out $w/lo16 --json | tail -1
   for r in lo lo16; do
     for dev in cuda cpu; do

@@ -48,6 +48,8 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--base-type", help="quantize the base's matrices first (q8_0, q4_0, q4_1, q5_0, q5_1, f16): "
+                   "toy keeps them so, the reference reads them dequantized (scripts/bench/typed-copy.py)")
     p.add_argument("--work", help="keep the runs and dumps here")
     return p.parse_args(argv)
 
@@ -69,8 +71,12 @@ def main(argv=None):
         common = ["--preset", a.preset, "--threads", a.threads, "--json", "--log-every", 1000]
         cmd = [a.toy, "train", "--steps", a.base_steps, "--seed", a.seed, "--out", base] + common
         sh(cmd + (["--corpus", a.base_corpus] if a.base_corpus else []))
+        frm = base / "weights" / "latest"
+        if a.base_type:
+            frm = work / f"base-{a.base_type}.gguf"
+            sh([sys.executable, Path(__file__).resolve().parents[1] / "bench" / "typed-copy.py", base / "weights" / "latest", frm, a.base_type])
         t0 = time.time()
-        cmd = [a.toy, "train", "finetune", "--from", base / "weights" / "latest", "--lora-rank", a.rank, "--lora-alpha", a.alpha,
+        cmd = [a.toy, "train", "finetune", "--from", frm, "--lora-rank", a.rank, "--lora-alpha", a.alpha,
                "--lora-targets", a.targets, "--lr", a.lr, "--steps", a.steps, "--seed", a.seed, "--save-initial", "--record-batches",
                "--out", run] + common
         sh(cmd + (["--corpus", a.corpus] if a.corpus else []))
@@ -130,7 +136,8 @@ def main(argv=None):
         final = ToyGguf(run / "weights" / f"step_{n}.gguf").tensors
         errs = {k: rel(final[k], p.detach().numpy()) for k, p in model.lora_params.items()}
         t.add(f"adapters after {n} steps: ‖Δ‖/‖ref‖", *worst_tensor(errs), TOL_ADAPTERS)
-        print(f"lora parity: toy {a.preset}, rank {a.rank}, alpha {a.alpha}, targets {a.targets}, {n} steps, PyTorch {torch.__version__} on cpu")
+        kept = f", base {a.base_type} (the reference: dequantized)" if a.base_type else ""
+        print(f"lora parity: toy {a.preset}{kept}, rank {a.rank}, alpha {a.alpha}, targets {a.targets}, {n} steps, PyTorch {torch.__version__} on cpu")
         t.print()
         print("lora parity: FAIL" if t.failed else "lora parity: PASS")
         return 1 if t.failed else 0

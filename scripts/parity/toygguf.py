@@ -8,7 +8,8 @@ Tensors come back as float32 numpy arrays in numpy order: a ggml tensor with
 from dataclasses import dataclass
 
 import numpy as np
-from gguf import GGUFReader
+from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
 
 
 @dataclass
@@ -32,13 +33,21 @@ class ToyConfig:
         return self.d_model // self.n_heads
 
 
+def _values(t):
+    """Tensor `t` as f32, dequantized from any type gguf-py knows (numpy shape:
+    ggml's ne reversed)."""
+    if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+        return np.array(t.data, dtype=np.float32)
+    return dequantize(t.data, t.tensor_type).astype(np.float32)
+
+
 class ToyGguf:
     """Metadata and tensors of one GGUF file."""
 
     def __init__(self, path):
         self.path = str(path)
         self._r = GGUFReader(self.path)
-        self.tensors = {t.name: np.array(t.data, dtype=np.float32) for t in self._r.tensors}
+        self.tensors = {t.name: _values(t) for t in self._r.tensors}
 
     def get(self, key, default=None):
         f = self._r.fields.get(key)

@@ -390,7 +390,8 @@ impl<'a> Forward<'a> {
 
 /// Load `ck` onto `backend` with constants for up to `b_max` sequences of `t` tokens, and run
 /// `f` with the weights (scoped, since tensors borrow their context). With
-/// `params`, every weight is marked as a parameter (for gradients).
+/// `params`, every weight that trains is marked as a parameter (for
+/// gradients): all of a model's, an adapter's alone over its frozen base.
 pub fn with_loaded<R>(
     ck: &crate::formats::checkpoint::Checkpoint,
     backend: &Backend,
@@ -402,7 +403,7 @@ pub fn with_loaded<R>(
     let wctx = Context::new(capacity(ck.config.n_layers))?;
     let weights = Weights::new(&wctx, &ck.config)?;
     if params {
-        for p in weights.params() {
+        for p in weights.params().into_iter().filter(|p| p.trainable) {
             wctx.set_param(p.tensor)?;
         }
     }

@@ -1,0 +1,57 @@
+"""Copy a llama GGUF with every matrix (2-D tensor) in another type, 1-D
+tensors f32, as llama.cpp converts and quantizes models:
+
+    python3 scripts/bench/typed-copy.py IN.gguf OUT.gguf [TYPE] [--embd TYPE]
+
+TYPE: f32, f16 (default), q8_0, q4_0, q4_1, q5_0, q5_1 (gguf-py's quantizers,
+bit-exact with ggml's reference ones). `--embd` gives token_embd.weight its own
+type (SmolLM2's Q4_1 file keeps it q8_0). Quantized inputs are dequantized first."""
+
+import argparse
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+from gguf.quants import dequantize, quantize
+
+
+def values(t):
+    """Tensor `t` of a GGUFReader as f32, dequantized, numpy shape (reversed ne)."""
+    if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+        return np.array(t.data, dtype=np.float32)
+    return dequantize(t.data, t.tensor_type).astype(np.float32)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("type", nargs="?", default="f16")
+    p.add_argument("--embd", help="type of token_embd.weight (default: TYPE)")
+    a = p.parse_args()
+    r = GGUFReader(a.src)
+    w = GGUFWriter(a.dst, str(r.fields["general.architecture"].contents()))
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k in ("general.architecture", "general.alignment"):
+            continue
+        if f.types[0] == GGUFValueType.ARRAY:
+            w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[-1])
+        else:
+            w.add_key_value(k, f.contents(), f.types[0])
+    for t in r.tensors:
+        v = values(t)
+        name = (a.embd or a.type) if t.name == "token_embd.weight" else a.type
+        qt = GGMLQuantizationType[name.upper()]
+        if v.ndim != 2 or qt == GGMLQuantizationType.F32:
+            w.add_tensor(t.name, v)
+        elif qt == GGMLQuantizationType.F16:
+            w.add_tensor(t.name, v.astype(np.float16), raw_dtype=qt)
+        else:
+            w.add_tensor(t.name, quantize(v, qt), raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+if __name__ == "__main__":
+    main()
