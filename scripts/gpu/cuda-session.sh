@@ -267,6 +267,14 @@ stage_parity_fused() {
 # Hand the CUDA module back in parts of at most 15 MiB (xz).
 module_out() { xz -T0 -6 -c "$C/libggml-cuda.so" | split -b 15M - "$OUT/libggml-cuda.so.xz.part-"; }
 
+# LoRA at SmolLM2-135M's shape (issue 23): toy over Q4_1 and f16 bases and toy's
+# full fine-tuning against PyTorch LoRA (bf16 base, autocast; eager and compile)
+# and PyTorch full fine-tuning, context 512, batch 8.
+stage_lora_table() {
+  python3 scripts/bench/lora.py --toy $T --device cuda --context 512 --batch 8 --steps 10 --warmup 3 \
+    --torch eager-sdpa,compile-sdpa --full-torch --work /tmp/lora-bench > "$OUT/lora-table.txt" 2> "$OUT/lora-table.err"
+  echo "rc=$?"; cat "$OUT/lora-table.txt"; tail -5 "$OUT/lora-table.err"
+}
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do
