@@ -262,8 +262,6 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     let opt = OptSettings {
         adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay },
         grad_clip: (cfg.grad_clip > 0.0).then_some(cfg.grad_clip),
-        skip_nonfinite: opts.skip_nonfinite,
-        grad_scale: 1.0 / n as f32,
     };
     let ectx = Context::new(capacity(cfg.model.n_layers))?;
     let mut train =
