@@ -206,12 +206,13 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         let lr = sched.at(step);
         let st = l.train.step(&b.tokens, &b.targets, lr)?;
         let wall_us = t0.elapsed().as_micros() as u64;
-        if st.skipped {
+        if st.skipped && l.opts.skip_nonfinite {
             l.log.emit("skip", json!({ "step": step, "loss": st.loss, "grad_norm": st.grad_norm, "reason": "non-finite" }))?;
             say(format!("step {step}: skipped (loss {}, gradient norm {:?} not finite)", st.loss, st.grad_norm));
             continue;
         }
-        if !st.loss.is_finite() || st.grad_norm.is_some_and(|g| !g.is_finite()) {
+        // Split graphs skip a non-finite update; without --skip-nonfinite that ends the run too.
+        if st.skipped || !st.loss.is_finite() || st.grad_norm.is_some_and(|g| !g.is_finite()) {
             l.end(End::Errored, step, st.loss, 1)?;
             return Err(runtime(format!(
                 "the loss or gradient became non-finite (loss {}) at step {step}; stopped without writing a checkpoint of these weights (try a lower --lr, or --skip-nonfinite)",
