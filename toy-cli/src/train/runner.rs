@@ -316,7 +316,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let cfg = l.cfg;
     let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
     let mut recorder = match l.opts.record_batches {
-        true => Some(Recorder::create(&l.run.path, cfg.model.context, cfg.batch, l.start_step)?),
+        true => Some(Recorder::create(&l.run.path, cfg.model.context, cfg.sequences_per_step(), l.start_step)?),
         false => None,
     };
     let report = Report::new(l.opts, cfg.steps, l.start_step);
