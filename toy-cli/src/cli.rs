@@ -170,9 +170,15 @@ pub struct TrainArgs {
     /// Seed of the initial weights and of the batch order.
     #[arg(long, value_parser = count_u64)]
     pub seed: Option<u64>,
-    /// Sequences per step.
+    /// Sequences per micro-batch (one forward and backward pass).
     #[arg(long, value_parser = count_usize)]
     pub batch: Option<usize>,
+    /// Micro-batches of --batch sequences per optimizer step (gradient
+    /// accumulation; default 1): a step's loss and gradient are those of one
+    /// batch of all of them, so --steps, the schedule and clipping count
+    /// optimizer steps.
+    #[arg(long = "grad-accum", value_parser = count_usize)]
+    pub grad_accum: Option<usize>,
     /// Tokens per sequence (context length).
     #[arg(long, value_parser = count_usize)]
     pub context: Option<usize>,

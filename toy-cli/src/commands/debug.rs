@@ -72,8 +72,6 @@ fn bench(a: &BenchArgs) -> Result<()> {
     let opt = OptSettings {
         adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay },
         grad_clip: Some(cfg.grad_clip),
-        skip_nonfinite: false,
-        grad_scale: 1.0 / n as f32,
     };
     let mut step = build_trainer(&cctxs, &states, &backends, t, b / n, opt)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);

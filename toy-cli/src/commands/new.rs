@@ -49,6 +49,7 @@ threads = {threads}
 tied = {tied}
 
 # min_lr = {min_lr}  (default: lr / 10)
+# grad_accum = {grad_accum}  (micro-batches of `batch` sequences per optimizer step)
 
 # The preset's shape. Uncomment a key to override it (it then also overrides
 # --preset on the command line).
@@ -78,6 +79,7 @@ tied = {tied}
         threads = c.threads,
         tied = m.tied,
         batch = c.batch,
+        grad_accum = c.grad_accum,
         context = m.context,
         d_model = m.d_model,
         layers = m.n_layers,

@@ -117,6 +117,7 @@ pub fn restart_args(a: &TrainArgs, cfg: &TrainConfig, dir: &Path) -> Result<Trai
         steps: Some(cfg.steps),
         seed: Some(cfg.seed),
         batch: Some(cfg.batch),
+        grad_accum: Some(cfg.grad_accum),
         context: Some(m.context),
         d_model: shape(m.d_model),
         layers: shape(m.n_layers),

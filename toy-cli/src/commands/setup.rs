@@ -42,7 +42,7 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     if arch == Arch::Gpt2 && a.d_ff.is_none() {
         m.d_ff = 4 * m.d_model;
     }
-    set!(batch => c.batch, steps => c.steps, seed => c.seed, lr => c.lr, warmup_steps => c.warmup_steps, weight_decay => c.weight_decay,
+    set!(batch => c.batch, grad_accum => c.grad_accum, steps => c.steps, seed => c.seed, lr => c.lr, warmup_steps => c.warmup_steps, weight_decay => c.weight_decay,
          grad_clip => c.grad_clip, eval_every => c.eval_every, save_every => c.save_every, log_every => c.log_every, threads => c.threads);
     c.min_lr = a.min_lr.unwrap_or(c.lr / 10.0);
     if a.log_every.is_none() {

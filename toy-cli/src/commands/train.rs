@@ -74,6 +74,7 @@ fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
             steps,
             seed,
             batch,
+            grad_accum,
             context,
             d_model,
             layers,
@@ -146,6 +147,7 @@ fn resume_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
     check("--arch", a.arch.map(|x| x.name().to_string()), m.arch.name().to_string());
     check("--seed", opt(&a.seed), cfg.seed.to_string());
     check("--batch", opt(&a.batch), cfg.batch.to_string());
+    check("--grad-accum", opt(&a.grad_accum), cfg.grad_accum.to_string());
     check("--context", opt(&a.context), m.context.to_string());
     check("--d-model", opt(&a.d_model), m.d_model.to_string());
     check("--layers", opt(&a.layers), m.n_layers.to_string());

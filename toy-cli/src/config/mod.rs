@@ -221,8 +221,13 @@ impl Dtype {
 pub struct TrainConfig {
     pub preset: Preset,
     pub model: ModelConfig,
-    /// Sequences per step.
+    /// Sequences per micro-batch (one forward and backward pass).
     pub batch: usize,
+    /// Micro-batches per optimizer step (gradient accumulation): a step sees
+    /// `batch × grad_accum` sequences; runs from before `--grad-accum` took 1.
+    #[serde(default = "one")]
+    pub grad_accum: usize,
+    /// Optimizer steps.
     pub steps: u64,
     pub seed: u64,
     /// Peak learning rate.
@@ -325,6 +330,10 @@ fn short_f32_pair<S: serde::Serializer>(x: &(f32, f32), s: S) -> std::result::Re
     t.end()
 }
 
+fn one() -> usize {
+    1
+}
+
 fn default_text_field() -> String {
     "text".into()
 }
@@ -355,6 +364,7 @@ impl TrainConfig {
                 base_dtype_except: Default::default(),
             },
             batch: b,
+            grad_accum: 1,
             steps: 200,
             seed: 0,
             lr: 1e-3,
@@ -425,9 +435,7 @@ impl TrainConfig {
                 return Err(input("--freeze leaves no parameter to train"));
             }
         }
-        if self.batch == 0 {
-            return Err(input("--batch must be at least 1"));
-        }
+        self.validate_batch()?;
         self.dtype.check_device(&self.device)?;
         if !(self.lr > 0.0 && self.lr.is_finite() && self.min_lr >= 0.0 && self.min_lr <= self.lr) {
             return Err(input("--lr must be positive and --min-lr between 0 and --lr"));
@@ -455,24 +463,53 @@ impl TrainConfig {
                 )));
             }
         }
+        Ok(())
+    }
+
+    /// Refuse an empty batch, no micro-batch, and more tokens than a pass
+    /// ([`MAX_TOKENS_PER_STEP`]) or an optimizer step
+    /// ([`MAX_TOKENS_PER_OPTIMIZER_STEP`]) may hold.
+    fn validate_batch(&self) -> Result<()> {
+        if self.batch == 0 {
+            return Err(input("--batch must be at least 1"));
+        }
+        if self.grad_accum == 0 {
+            return Err(input("--grad-accum must be at least 1"));
+        }
         // Checked: a product that wraps would pass as small.
-        if self.model.context.checked_mul(self.batch).is_none_or(|n| n > MAX_TOKENS_PER_STEP) {
+        let per_pass = self.model.context.checked_mul(self.batch);
+        if per_pass.is_none_or(|n| n > MAX_TOKENS_PER_STEP) {
             return Err(input(format!(
                 "--batch {} × --context {} is too large (at most {MAX_TOKENS_PER_STEP} tokens per step)",
                 self.batch, self.model.context
             )));
         }
+        if per_pass.and_then(|n| n.checked_mul(self.grad_accum)).is_none_or(|n| n > MAX_TOKENS_PER_OPTIMIZER_STEP) {
+            return Err(input(format!(
+                "--grad-accum {} × --batch {} × --context {} is too large (at most {MAX_TOKENS_PER_OPTIMIZER_STEP} tokens per optimizer step)",
+                self.grad_accum, self.batch, self.model.context
+            )));
+        }
         Ok(())
     }
 
-    /// Tokens processed per step.
+    /// Sequences per optimizer step (`batch × grad_accum`).
+    pub fn sequences_per_step(&self) -> usize {
+        self.batch * self.grad_accum
+    }
+
+    /// Tokens processed per optimizer step (every micro-batch's).
     pub fn tokens_per_step(&self) -> u64 {
-        (self.model.context * self.batch) as u64
+        (self.model.context * self.sequences_per_step()) as u64
     }
 }
 
-/// The most tokens one step may hold (`--batch` × `--context`).
+/// The most tokens one forward and backward pass may hold (`--batch` × `--context`).
 pub const MAX_TOKENS_PER_STEP: usize = 1 << 24;
+
+/// The most tokens one optimizer step may hold (× `--grad-accum`): their ids
+/// are read onto the host at once, 8 bytes a token with the targets.
+pub const MAX_TOKENS_PER_OPTIMIZER_STEP: usize = 1 << 28;
 
 /// Total physical memory in bytes, where the system says (Linux: /proc/meminfo).
 fn physical_memory() -> Option<u64> {

@@ -28,6 +28,26 @@ pub fn batch_at(data: &Tokens, starts: &[usize], t: usize) -> crate::error::Resu
     Ok(Batch { tokens, targets })
 }
 
+/// The weight of each of `chunks` equal slices of `targets` (the micro-batches
+/// of a step, or their parts on data-parallel replicas) in the step's loss
+/// `Σ wᵢ·lossᵢ`: the slice's counted targets (those in `[0, vocab)`, as the
+/// cross-entropy counts them; −1 marks a masked one) over those of the whole
+/// step. Each `lossᵢ` being a mean over its slice's counted targets, the sum is
+/// the mean over all of them: the loss of one batch holding every slice
+/// (Hugging Face's accumulation with masked labels). With every target counted
+/// the weights are `1/chunks`; with none counted, too (every loss and gradient
+/// is then 0). `chunks` must divide `targets.len()`.
+pub fn target_weights(targets: &[i32], chunks: usize, vocab: usize) -> Vec<f32> {
+    debug_assert!(chunks > 0 && targets.len() % chunks == 0, "{} targets in {chunks} slices", targets.len());
+    let counted = |s: &[i32]| s.iter().filter(|&&y| y >= 0 && (y as usize) < vocab).count();
+    let counts: Vec<usize> = targets.chunks_exact((targets.len() / chunks).max(1)).map(counted).collect();
+    let total: usize = counts.iter().sum();
+    if total == 0 {
+        return vec![1.0 / chunks as f32; chunks];
+    }
+    counts.iter().map(|&c| (c as f64 / total as f64) as f32).collect()
+}
+
 /// The generator behind batch order: ChaCha12 with a seekable position, so a
 /// resumed run continues the exact sequence.
 pub type Rng = rand_chacha::ChaCha12Rng;
@@ -299,6 +319,17 @@ mod tests {
                 (starts.iter().map(|x| x / t).collect::<Vec<_>>(), wrapped)
             })
             .unzip()
+    }
+
+    #[test]
+    fn micro_batches_weigh_their_counted_targets() {
+        // Every target counted: equal weights.
+        assert_eq!(target_weights(&[1, 2, 3, 4, 5, 6], 3, 10), [1.0 / 3.0; 3]);
+        // Masked (−1) and out-of-vocabulary targets do not count: 2, 1 and 1 of 4.
+        assert_eq!(target_weights(&[1, 2, -1, 4, 9, 10], 3, 10), [0.5, 0.25, 0.25]);
+        assert_eq!(target_weights(&[-1, -1, 3, 4], 2, 10), [0.0, 1.0]);
+        assert_eq!(target_weights(&[-1, -1, -1, -1], 2, 10), [0.5, 0.5]);
+        assert_eq!(target_weights(&[7, 8], 1, 10), [1.0]);
     }
 
     #[test]

@@ -175,7 +175,7 @@ fn log_start(log: &mut EventLog, s: &Start<'_, '_>) -> Result<()> {
                 "model": { "arch": m.arch.name(), "name": model_name(cfg), "vocab": m.vocab, "d_model": m.d_model,
                            "n_layers": m.n_layers, "n_heads": m.n_heads, "n_kv": m.n_kv_heads, "d_head": m.d_head(), "d_ff": m.d_ff,
                            "n_params": m.n_params() },
-                "config": { "context": cfg.model.context, "batch": cfg.batch, "steps": cfg.steps, "lr": cfg.lr, "min_lr": cfg.min_lr,
+                "config": { "context": cfg.model.context, "batch": cfg.batch, "grad_accum": cfg.grad_accum, "steps": cfg.steps, "lr": cfg.lr, "min_lr": cfg.min_lr,
                             "warmup_steps": cfg.warmup_steps, "betas": [cfg.betas.0, cfg.betas.1], "eps": cfg.eps,
                             "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip, "seed": cfg.seed,
                             "matmul_precision": cfg.matmul_precision.name(), "dtype": cfg.dtype.name(),
@@ -248,37 +248,27 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     // constants in one context on its device; the graphs in a compute context.
     let wctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers))).collect::<ggml_rs::Result<Vec<_>>>()?;
     let cctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers) * 2)).collect::<ggml_rs::Result<Vec<_>>>()?;
-    let split = opts.skip_nonfinite || n > 1;
+    // Split graphs (gradients into accumulators, then the update) to skip
+    // non-finite steps, sum replicas, or accumulate micro-batches.
+    let split = opts.skip_nonfinite || n > 1 || cfg.grad_accum > 1;
     let mut states = Vec::with_capacity(n);
     for (wctx, bk) in wctxs.iter().zip(&all_backends) {
         states.push(ReplicaState::new(wctx, cfg, plan, &bk[0], split)?);
     }
-    let mut sampler = match plan.sampling {
-        Sampling::Stream { shuffle } => Sampler::stream(cfg.seed, t, cfg.batch, shuffle),
-        Sampling::Random => Sampler::random(cfg.seed, t, cfg.batch),
-    };
+    let mut sampler = sampler_for(plan.sampling, cfg);
     let (start_step, opt_t) = restore(plan, cfg, corpus, run, &states, &mut sampler)?;
 
     let opt = OptSettings {
         adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay },
         grad_clip: (cfg.grad_clip > 0.0).then_some(cfg.grad_clip),
-        skip_nonfinite: opts.skip_nonfinite,
-        grad_scale: 1.0 / n as f32,
     };
     let ectx = Context::new(capacity(cfg.model.n_layers))?;
     let mut train =
         build_trainer(&cctxs, &states, &all_backends, t, cfg.batch / n, opt).map_err(|e| crate::error::building("the training step", e))?;
     train.set_step_count(opt_t);
-    let weights = &states[0].weights;
-    let moments = &states[0].moments;
-    let consts = &states[0].consts;
+    let (weights, moments) = (&states[0].weights, &states[0].moments);
     let val_starts = eval_starts(corpus.val.len(), t, cfg.eval_windows);
-    let eb = cfg.batch.min(val_starts.len()).max(1);
-    let mut eval = if val_starts.is_empty() {
-        None
-    } else {
-        Some(EvalStep::new(&ectx, weights, consts, t, eb, &backends).map_err(|e| crate::error::building("the validation step", e))?)
-    };
+    let mut eval = eval_step(&ectx, cfg, &states[0], val_starts.len(), &backends)?;
 
     let mut log = EventLog::open(&run.path.join("events.jsonl"))?;
     // Written on resume too: the resume flags taken hold for the next resume.
@@ -314,6 +304,33 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         prov: &prov,
         memory: (&memory, &device),
     })
+}
+
+/// The sampler of a run: a step's micro-batches are drawn as one batch of
+/// them all would be.
+fn sampler_for(sampling: Sampling, cfg: &TrainConfig) -> Sampler {
+    let (t, b) = (cfg.model.context, cfg.sequences_per_step());
+    match sampling {
+        Sampling::Stream { shuffle } => Sampler::stream(cfg.seed, t, b, shuffle),
+        Sampling::Random => Sampler::random(cfg.seed, t, b),
+    }
+}
+
+/// The validation graph on the first replica's weights, in batches of up to
+/// `--batch` of the `windows` validation windows (None without any).
+fn eval_step<'a>(
+    ctx: &'a Context,
+    cfg: &TrainConfig,
+    st: &ReplicaState<'a>,
+    windows: usize,
+    backends: &[Backend],
+) -> Result<Option<EvalStep<'a>>> {
+    if windows == 0 {
+        return Ok(None);
+    }
+    let b = cfg.batch.min(windows);
+    let step = EvalStep::new(ctx, &st.weights, &st.consts, cfg.model.context, b, backends);
+    Ok(Some(step.map_err(|e| crate::error::building("the validation step", e))?))
 }
 
 /// The model's name in events and checkpoints (`general.name`): `toy-<arch>-<preset>`.

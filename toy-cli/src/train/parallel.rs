@@ -1,11 +1,14 @@
 //! Data-parallel training over several devices of one host (PyTorch DDP's
 //! scheme): one full replica of weights and AdamW state per device, the global
-//! batch split evenly, each replica's gradients of `loss / n` summed across
-//! devices (ggml's all-reduce where the backend has one, a host-side sum
-//! otherwise), then the same update on every replica. The weights stay equal,
-//! so checkpoints, resume state and validation come from the first replica.
+//! batch split evenly, each replica's gradients of its weighted loss (its
+//! share of the step's counted targets: `1/n` when every target counts)
+//! accumulated over the step's micro-batches, summed across devices (ggml's
+//! all-reduce where the backend has one, a host-side sum otherwise), then the
+//! same update on every replica. The weights stay equal, so checkpoints,
+//! resume state and validation come from the first replica.
 
-use super::step::{StepStats, TrainStep};
+use super::batches::target_weights;
+use super::step::{check_chunks, StepStats, TrainStep};
 use crate::error::{runtime, Result};
 use ggml_rs::comm::{AllReduceKind, Comm};
 use ggml_rs::{Graph, Tensor};
@@ -18,12 +21,43 @@ pub enum Trainer<'a> {
 }
 
 impl<'a> Trainer<'a> {
-    /// One step on `tokens`/`targets` (the global batch, sequence-major) at
-    /// learning rate `lr`; the loss before the update.
+    /// One optimizer step on `tokens`/`targets` at learning rate `lr`: the
+    /// step's whole batch, sequence-major, as micro-batches of `--batch`
+    /// sequences one after another, each split evenly over the replicas. Every
+    /// slice is weighted by its counted targets ([`target_weights`]), so the
+    /// step equals one batch holding them all. The loss before the update.
+    ///
+    /// # Errors
+    /// A runtime error when the batch is not whole micro-batches; as
+    /// [`step_weighted`](Self::step_weighted).
     pub fn step(&mut self, tokens: &[i32], targets: &[i32], lr: f32) -> Result<StepStats> {
+        let (chunk, vocab) = (self.lead().chunk(), self.lead().vocab());
+        let chunks = tokens.len() / chunk.max(1);
+        if chunks == 0 || chunks * chunk != tokens.len() || targets.len() != tokens.len() {
+            return Err(runtime(format!("a batch of {} tokens is not whole micro-batches of {chunk}", tokens.len())));
+        }
+        self.step_weighted(tokens, targets, &target_weights(targets, chunks, vocab), lr)
+    }
+
+    /// [`step`](Self::step) with the weights given: one per slice of
+    /// [`TrainStep::chunk`] tokens, in order (micro-batch after micro-batch;
+    /// within one, replica after replica); the step's loss is
+    /// `Σ weights[i] · loss_i`, and its gradient is what the update applies.
+    ///
+    /// # Errors
+    /// A runtime error when the slices do not match the weights, or (several
+    /// replicas) are not whole micro-batches; a device error from ggml.
+    pub fn step_weighted(&mut self, tokens: &[i32], targets: &[i32], weights: &[f32], lr: f32) -> Result<StepStats> {
         match self {
-            Trainer::Single(s) => Ok(s.step(tokens, targets, lr)?),
-            Trainer::Parallel(p) => p.step(tokens, targets, lr),
+            Trainer::Single(s) => Ok(s.step(tokens, targets, weights, lr)?),
+            Trainer::Parallel(p) => p.step(tokens, targets, weights, lr),
+        }
+    }
+
+    fn lead(&self) -> &TrainStep<'a> {
+        match self {
+            Trainer::Single(s) => s,
+            Trainer::Parallel(p) => &p.replicas[0].step,
         }
     }
 
@@ -37,10 +71,7 @@ impl<'a> Trainer<'a> {
 
     /// The graph of the first replica (flow.json, placements).
     pub fn graph(&self) -> &Graph<'a> {
-        match self {
-            Trainer::Single(s) => s.graph(),
-            Trainer::Parallel(p) => p.replicas[0].step.graph(),
-        }
+        self.lead().graph()
     }
 
     /// Optimizer steps taken.
@@ -82,8 +113,8 @@ pub struct DataParallel<'a> {
 }
 
 impl<'a> DataParallel<'a> {
-    /// Replicas whose steps were built with `grad_scale = 1 / replicas.len()`
-    /// in split mode; `comm`, when the devices have one.
+    /// Replicas whose steps were built in split mode (with accumulators);
+    /// `comm`, when the devices have one.
     pub fn new(replicas: Vec<Replica<'a>>, comm: Option<Comm>, kind: AllReduceKind) -> DataParallel<'a> {
         let kind = if comm.is_some() { kind } else { AllReduceKind::None };
         DataParallel { replicas, comm, kind, last_allreduce_s: 0.0 }
@@ -104,27 +135,38 @@ impl<'a> DataParallel<'a> {
         self.replicas.is_empty()
     }
 
-    fn step(&mut self, tokens: &[i32], targets: &[i32], lr: f32) -> Result<StepStats> {
-        let n = self.replicas.len();
-        let per = tokens.len() / n;
-        for (i, r) in self.replicas.iter_mut().enumerate() {
-            r.step.start_backward(&tokens[i * per..(i + 1) * per], &targets[i * per..(i + 1) * per], lr)?;
+    /// Every micro-batch's slices through the replicas' backward graphs (each
+    /// replica accumulating its own), then one all-reduce and the same update
+    /// on every replica; skipped when the loss or a gradient is not finite.
+    fn step(&mut self, tokens: &[i32], targets: &[i32], weights: &[f32], lr: f32) -> Result<StepStats> {
+        let (n, chunk) = (self.replicas.len(), self.replicas[0].step.chunk());
+        check_chunks(tokens, targets, weights, chunk)?;
+        if weights.len() % n != 0 {
+            return Err(runtime(format!("{} slices of a batch do not split over {n} replicas", weights.len())));
         }
         let (mut loss, mut finite) = (0f64, true);
-        for r in &mut self.replicas {
-            let (l, sumsq) = r.step.finish_backward()?;
-            loss += l as f64;
-            finite &= l.is_finite() && sumsq.is_finite();
+        for micro in 0..weights.len() / n {
+            for (r, rep) in self.replicas.iter_mut().enumerate() {
+                let c = micro * n + r;
+                let at = c * chunk..(c + 1) * chunk;
+                rep.step.start_backward(&tokens[at.clone()], &targets[at], weights[c], micro == 0)?;
+            }
+            for (r, rep) in self.replicas.iter_mut().enumerate() {
+                loss += weights[micro * n + r] as f64 * rep.step.finish_backward()? as f64;
+            }
         }
-        let loss = (loss / n as f64) as f32;
-        if !finite {
+        for rep in &self.replicas {
+            finite &= rep.step.sumsq()?.is_finite();
+        }
+        let loss = loss as f32;
+        if !finite || !loss.is_finite() {
             return Ok(StepStats { loss, grad_norm: None, skipped: true });
         }
         let t0 = std::time::Instant::now();
         self.allreduce()?;
         self.last_allreduce_s = t0.elapsed().as_secs_f64();
         for r in &mut self.replicas {
-            r.step.start_update()?;
+            r.step.start_update(lr)?;
         }
         for r in &mut self.replicas {
             r.step.finish_update();

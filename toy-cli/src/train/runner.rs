@@ -4,7 +4,7 @@
 use super::batches::{batch_at, Batch, Recorder, Sampler};
 use super::parallel::Trainer;
 use super::schedule::Cosine;
-use super::step::EvalStep;
+use super::step::{EvalStep, StepStats};
 use super::{End, Outcome, RunOptions};
 use crate::config::TrainConfig;
 use crate::data::Corpus;
@@ -167,133 +167,190 @@ fn prune(run: &RunDir, keep: usize) {
     }
 }
 
-/// Run the loop from `l.start_step + 1` to `cfg.steps`.
-pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
-    let cfg = l.cfg;
-    let t = cfg.model.context;
-    let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
-    let mut recorder = if l.opts.record_batches { Some(Recorder::create(&l.run.path, t, cfg.batch, l.start_step)?) } else { None };
-    let (mut train_curve, mut val_curve) = (Vec::new(), Vec::new());
-    let bar = (l.opts.progress && !l.opts.quiet).then(|| {
-        let pb = crate::output::progress_bar(cfg.steps, "{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]");
-        pb.set_position(l.start_step);
-        pb
-    });
-    let quiet = l.opts.quiet;
-    let say = |line: String| match (&bar, quiet) {
-        (_, true) => {}
-        (Some(pb), _) => pb.println(line),
-        (None, _) => crate::outln!("{line}"),
-    };
+/// What the loop shows on the terminal: a progress bar (stderr a terminal)
+/// with loss lines above it, loss lines alone, or nothing (`--json`).
+struct Report {
+    bar: Option<indicatif::ProgressBar>,
+    quiet: bool,
+}
 
-    let mut last_val = None;
-    if l.start_step == 0 {
-        last_val = l.evaluate(0, f32::NAN)?;
-        if let Some(v) = last_val {
-            l.log.emit("eval", json!({ "phase": "train", "step": 0, "val_loss": v }))?;
-            val_curve.push((0, v));
-            say(format!("step 0: val_loss={v}"));
+impl Report {
+    fn new(opts: &RunOptions, steps: u64, start_step: u64) -> Report {
+        let bar = (opts.progress && !opts.quiet).then(|| {
+            let pb = crate::output::progress_bar(steps, "{bar:30} {pos}/{len} {msg} [{elapsed_precise} < {eta_precise}]");
+            pb.set_position(start_step);
+            pb
+        });
+        Report { bar, quiet: opts.quiet }
+    }
+
+    fn say(&self, line: String) {
+        match (&self.bar, self.quiet) {
+            (_, true) => {}
+            (Some(pb), _) => pb.println(line),
+            (None, _) => crate::outln!("{line}"),
         }
     }
-    let start = std::time::Instant::now();
-    let (mut last_loss, mut done, mut reason) = (f32::NAN, l.start_step, End::Completed);
-    for step in l.start_step + 1..=cfg.steps {
+
+    /// Move the bar to `step`, showing `loss` and `tps` tokens per second.
+    fn progress(&self, step: u64, loss: f32, tps: f64) {
+        if let Some(pb) = &self.bar {
+            pb.set_position(step);
+            pb.set_message(format!("loss {loss:.4} · {tps:.0} tok/s"));
+        }
+    }
+}
+
+/// What the loop has done so far.
+struct Tally {
+    /// The last step done (its update applied).
+    done: u64,
+    last_loss: f32,
+    last_val: Option<f32>,
+    train: Vec<(u64, f32)>,
+    val: Vec<(u64, f32)>,
+}
+
+impl Loop<'_, '_> {
+    /// Evaluate after `step` (training loss `loss`), and log and show it.
+    fn eval_at(&mut self, step: u64, loss: f32, tally: &mut Tally, report: &Report) -> Result<()> {
+        if let Some(v) = self.evaluate(step, loss)? {
+            self.log.emit("eval", json!({ "phase": "train", "step": step, "val_loss": v }))?;
+            tally.val.push((step, v));
+            tally.last_val = Some(v);
+            report.say(format!("step {step}: val_loss={v}"));
+        }
+        Ok(())
+    }
+
+    /// Optimizer step `step` at learning rate `lr`: its batch (all its
+    /// micro-batches), the update and its `step` event; None when it was
+    /// skipped as non-finite (`--skip-nonfinite`), an error ending the run when
+    /// it is non-finite otherwise.
+    fn train_step(
+        &mut self,
+        step: u64,
+        lr: f32,
+        recorder: Option<&mut Recorder>,
+        tally: &Tally,
+        report: &Report,
+    ) -> Result<Option<StepStats>> {
         let t0 = std::time::Instant::now();
-        let (b, new_epoch) = l.next_batch(recorder.as_mut(), t, done, last_loss)?;
+        let (b, new_epoch) = self.next_batch(recorder, self.cfg.model.context, tally.done, tally.last_loss)?;
         if new_epoch {
-            l.log.emit("epoch", json!({ "step": step, "epoch": l.sampler.epoch() }))?;
+            self.log.emit("epoch", json!({ "step": step, "epoch": self.sampler.epoch() }))?;
         }
-        let lr = sched.at(step);
-        let st = l.train.step(&b.tokens, &b.targets, lr)?;
+        let st = self.train.step(&b.tokens, &b.targets, lr)?;
         let wall_us = t0.elapsed().as_micros() as u64;
-        if st.skipped {
-            l.log.emit("skip", json!({ "step": step, "loss": st.loss, "grad_norm": st.grad_norm, "reason": "non-finite" }))?;
-            say(format!("step {step}: skipped (loss {}, gradient norm {:?} not finite)", st.loss, st.grad_norm));
-            continue;
+        if st.skipped && self.opts.skip_nonfinite {
+            self.log.emit("skip", json!({ "step": step, "loss": st.loss, "grad_norm": st.grad_norm, "reason": "non-finite" }))?;
+            report.say(format!("step {step}: skipped (loss {}, gradient norm {:?} not finite)", st.loss, st.grad_norm));
+            return Ok(None);
         }
-        if !st.loss.is_finite() || st.grad_norm.is_some_and(|g| !g.is_finite()) {
-            l.end(End::Errored, step, st.loss, 1)?;
+        // Split graphs skip a non-finite update; without --skip-nonfinite that ends the run too.
+        if st.skipped || !st.loss.is_finite() || st.grad_norm.is_some_and(|g| !g.is_finite()) {
+            self.end(End::Errored, step, st.loss, 1)?;
             return Err(runtime(format!(
                 "the loss or gradient became non-finite (loss {}) at step {step}; stopped without writing a checkpoint of these weights (try a lower --lr, or --skip-nonfinite)",
                 st.loss
             )));
         }
-        done = step;
-        last_loss = st.loss;
-        let mut ev =
-            json!({ "phase": "train", "step": step, "loss": st.loss, "lr": lr, "tokens": cfg.tokens_per_step(), "wall_us": wall_us });
+        let tokens = self.cfg.tokens_per_step();
+        let mut ev = json!({ "phase": "train", "step": step, "loss": st.loss, "lr": lr, "tokens": tokens, "wall_us": wall_us });
         if let Some(g) = st.grad_norm {
             ev["grad_norm"] = json!(g);
         }
-        l.log.emit("step", ev)?;
-        train_curve.push((step, st.loss));
-        if let Some(pb) = &bar {
-            let tps = ((step - l.start_step) * cfg.tokens_per_step()) as f64 / start.elapsed().as_secs_f64().max(1e-9);
-            pb.set_position(step);
-            pb.set_message(format!("loss {:.4} · {:.0} tok/s", st.loss, tps));
+        self.log.emit("step", ev)?;
+        Ok(Some(st))
+    }
+
+    /// [`Self::save`] step `step`, or end the run saying which checkpoint is left.
+    fn save_or_end(&mut self, step: u64, loss: f32) -> Result<()> {
+        let Err(e) = self.save(step) else { return Ok(()) };
+        let _ = self.end(End::Errored, step, loss, 1);
+        let kept = match self.run.latest() {
+            Some(p) => format!("the last good checkpoint, {}, is untouched", p.file_name().unwrap_or_default().to_string_lossy()),
+            None => "no checkpoint was written".to_string(),
+        };
+        Err(runtime(format!("{e}; {kept}")))
+    }
+
+    /// `run_end`, `loss.svg` and the outcome of a loop that ran for `wall` seconds.
+    fn finish(&mut self, tally: Tally, reason: End, wall: f64) -> Result<Outcome> {
+        let (cfg, done) = (self.cfg, tally.done);
+        let tps = ((done - self.start_step) * cfg.tokens_per_step()) as f64 / wall.max(1e-9);
+        let sig = self.opts.stop.as_ref().map(|f| f.load(Ordering::SeqCst)).unwrap_or(0);
+        let code = if reason == End::Interrupted { 128 + sig } else { 0 };
+        self.log.emit(
+            "run_end",
+            json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": done, "final_loss": tally.last_loss, "val_loss": tally.last_val,
+                    "tokens_per_second": tps, "wall_seconds": wall, "exit_code": code,
+                    "device_used_bytes": self.memory.0.used_since_start(self.memory.1) }),
+        )?;
+        let title = format!("{} — {} {}", self.run.id, cfg.model.arch.name(), cfg.preset.name());
+        plot_run(self.run, &title, tally.train, tally.val)?;
+        if reason == End::Interrupted {
+            return Err(Error::Interrupted(
+                sig,
+                format!(
+                    "interrupted at step {done}; saved weights/step_{done}.gguf (continue with: toy train --resume {})",
+                    self.run.path.display()
+                ),
+            ));
         }
+        Ok(Outcome {
+            run_id: self.run.id.clone(),
+            run_dir: self.run.path.clone(),
+            steps: done,
+            final_loss: tally.last_loss,
+            val_loss: tally.last_val,
+            reason,
+            tokens_per_second: tps,
+            wall_seconds: wall,
+        })
+    }
+}
+
+/// Run the loop from `l.start_step + 1` to `cfg.steps`.
+pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
+    let cfg = l.cfg;
+    let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
+    let mut recorder = match l.opts.record_batches {
+        true => Some(Recorder::create(&l.run.path, cfg.model.context, cfg.sequences_per_step(), l.start_step)?),
+        false => None,
+    };
+    let report = Report::new(l.opts, cfg.steps, l.start_step);
+    let mut tally = Tally { done: l.start_step, last_loss: f32::NAN, last_val: None, train: Vec::new(), val: Vec::new() };
+    if l.start_step == 0 {
+        l.eval_at(0, f32::NAN, &mut tally, &report)?;
+    }
+    let start = std::time::Instant::now();
+    let mut reason = End::Completed;
+    for step in l.start_step + 1..=cfg.steps {
+        let Some(st) = l.train_step(step, sched.at(step), recorder.as_mut(), &tally, &report)? else { continue };
+        (tally.done, tally.last_loss) = (step, st.loss);
+        tally.train.push((step, st.loss));
+        report.progress(step, st.loss, ((step - l.start_step) * cfg.tokens_per_step()) as f64 / start.elapsed().as_secs_f64().max(1e-9));
         if cfg.log_every > 0 && (step % cfg.log_every == 0 || step == cfg.steps) {
-            say(format!("step {step}: loss={}", st.loss));
+            report.say(format!("step {step}: loss={}", st.loss));
         }
         let stop = l.opts.stop.as_ref().map(|f| f.load(Ordering::SeqCst)).unwrap_or(0);
         let last = step == cfg.steps || stop != 0;
         if (cfg.eval_every > 0 && step % cfg.eval_every == 0) || last {
-            if let Some(v) = l.evaluate(step, st.loss)? {
-                l.log.emit("eval", json!({ "phase": "train", "step": step, "val_loss": v }))?;
-                val_curve.push((step, v));
-                last_val = Some(v);
-                say(format!("step {step}: val_loss={v}"));
-            }
+            l.eval_at(step, st.loss, &mut tally, &report)?;
         }
         if (cfg.save_every > 0 && step % cfg.save_every == 0) || last {
-            if let Err(e) = l.save(step) {
-                let _ = l.end(End::Errored, step, st.loss, 1);
-                let kept = match l.run.latest() {
-                    Some(p) => format!("the last good checkpoint, {}, is untouched", p.file_name().unwrap_or_default().to_string_lossy()),
-                    None => "no checkpoint was written".to_string(),
-                };
-                return Err(runtime(format!("{e}; {kept}")));
-            }
+            l.save_or_end(step, st.loss)?;
         }
         if stop != 0 {
             reason = End::Interrupted;
             break;
         }
     }
-    if let Some(pb) = &bar {
+    if let Some(pb) = &report.bar {
         pb.finish_and_clear();
     }
-    let wall = start.elapsed().as_secs_f64();
-    let tps = ((done - l.start_step) * cfg.tokens_per_step()) as f64 / wall.max(1e-9);
-    let sig = l.opts.stop.as_ref().map(|f| f.load(Ordering::SeqCst)).unwrap_or(0);
-    let code = if reason == End::Interrupted { 128 + sig } else { 0 };
-    l.log.emit(
-        "run_end",
-        json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": done, "final_loss": last_loss, "val_loss": last_val,
-                "tokens_per_second": tps, "wall_seconds": wall, "exit_code": code,
-                "device_used_bytes": l.memory.0.used_since_start(l.memory.1) }),
-    )?;
-    let title = format!("{} — {} {}", l.run.id, cfg.model.arch.name(), cfg.preset.name());
-    plot_run(l.run, &title, train_curve, val_curve)?;
-    if reason == End::Interrupted {
-        return Err(Error::Interrupted(
-            sig,
-            format!(
-                "interrupted at step {done}; saved weights/step_{done}.gguf (continue with: toy train --resume {})",
-                l.run.path.display()
-            ),
-        ));
-    }
-    Ok(Outcome {
-        run_id: l.run.id.clone(),
-        run_dir: l.run.path.clone(),
-        steps: done,
-        final_loss: last_loss,
-        val_loss: last_val,
-        reason,
-        tokens_per_second: tps,
-        wall_seconds: wall,
-    })
+    l.finish(tally, reason, start.elapsed().as_secs_f64())
 }
 
 /// Draw `loss.svg` from the whole event log (so a resumed run plots all of it).

@@ -100,22 +100,31 @@ pub struct OptSettings {
     pub adamw: AdamWConfig,
     /// Global-norm clip (None: no clipping).
     pub grad_clip: Option<f32>,
-    /// Check loss and gradients before updating, and skip non-finite steps
-    /// (two graphs per step instead of one).
-    pub skip_nonfinite: bool,
-    /// Gradients are of `loss × grad_scale` (1 / replicas in data-parallel
-    /// training, whose all-reduce then sums to the mean; needs the split graphs).
-    pub grad_scale: f32,
 }
 
-/// The training step: one graph doing forward, backward and update, or (when
-/// non-finite steps are skipped) a backward graph and a separate update graph.
+/// The training step: one graph doing forward, backward and update, or (split,
+/// when gradient accumulators are given) a backward graph that adds each
+/// micro-batch's weighted gradients into the accumulators and a separate update
+/// graph that reads them once per optimizer step.
 pub struct TrainStep<'a> {
     lg: LossGraph<'a>,
-    /// The update graph in split mode (declared before `graph`, whose gradients it reads).
-    update: Option<(Graph<'a>, Tensor<'a>)>,
+    /// The split graphs: the update (declared before `graph`, whose gradients it
+    /// reads), the sum of the squared accumulated gradients, and the f32 `[1]`
+    /// input that weights the micro-batch's loss in the backward.
+    split: Option<Split<'a>>,
     graph: Graph<'a>,
     opt: Optimizer<'a>,
+    /// Tokens of one call of the graph (`T·B` of its batches).
+    chunk: usize,
+    /// Vocabulary: targets in `[0, vocab)` count in the loss.
+    vocab: usize,
+}
+
+/// What the split graphs add to a [`TrainStep`].
+struct Split<'a> {
+    update: Graph<'a>,
+    sumsq: Tensor<'a>,
+    weight: Tensor<'a>,
 }
 
 /// Per-step numbers read back from the device.
@@ -130,9 +139,11 @@ pub struct StepStats {
 }
 
 impl<'a> TrainStep<'a> {
-    /// Build and allocate the step graph(s) for batches of `b` sequences of `t` tokens.
-    /// With `opt.skip_nonfinite`, `accumulators` holds one allocated f32 tensor
-    /// per trainable parameter (in [`Weights::params`] order).
+    /// Build and allocate the step graph(s) for micro-batches of `b` sequences
+    /// of `t` tokens. With `accumulators` (one allocated f32 tensor per
+    /// trainable parameter, in [`Weights::params`] order) the graphs are split:
+    /// needed to accumulate micro-batches, to skip non-finite steps and to sum
+    /// the gradients of data-parallel replicas.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         ctx: &'a Context,
@@ -147,44 +158,30 @@ impl<'a> TrainStep<'a> {
     ) -> Result<TrainStep<'a>> {
         let lg = loss_graph(ctx, w, consts, t, b, true)?;
         let grad_mode = backends.first().map(MulMatGrad::for_backend).unwrap_or_default();
-        let split = opt.skip_nonfinite || opt.grad_scale != 1.0;
         let mut graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
         graph.set_mul_mat_grad(grad_mode);
-        if !split {
-            graph.expand(lg.loss)?;
-            graph.build_backward(lg.loss)?;
-        }
         let params: Vec<Param<'a>> = w.params().into_iter().filter(|p| p.trainable).collect();
         let group = |decay: bool| ParamGroup {
             params: params.iter().filter(|p| p.decay == decay).map(|p| p.tensor).collect(),
             weight_decay: if decay { opt.adamw.weight_decay } else { 0.0 },
         };
         let groups: Vec<ParamGroup<'a>> = [group(true), group(false)].into_iter().filter(|g| !g.params.is_empty()).collect();
-        if !split {
+        let (chunk, vocab) = (t * b, w.config().vocab);
+        let Some(accs) = accumulators else {
+            graph.expand(lg.loss)?;
+            graph.build_backward(lg.loss)?;
             let o = Optimizer::adamw(ctx, &mut graph, state, &groups, opt.adamw, opt.grad_clip)?;
             graph.allocate(backends)?;
-            return Ok(TrainStep { lg, update: None, graph, opt: o });
-        }
-        // Split: gradients into accumulators (and their squared norm) first, the
-        // update, reading the accumulators (after an all-reduce between replicas),
-        // only if finite.
-        let accs = accumulators.ok_or_else(|| ggml_rs::Error::Backward("split training graphs need gradient accumulators".into()))?;
+            return Ok(TrainStep { lg, split: None, graph, opt: o, chunk, vocab });
+        };
+        // Split: weighted gradients added into the accumulators (and their
+        // squared norm) first; the update, reading the accumulators (after an
+        // all-reduce between replicas), once per optimizer step.
         let pairs: Vec<_> = params.iter().map(|p| p.tensor).zip(accs.iter().copied()).collect();
-        graph = Graph::with_grads(ctx, capacity(w.config().n_layers))?;
-        graph.set_mul_mat_grad(grad_mode);
+        let weight = ctx.new_tensor_1d(DType::F32, 1)?.set_name("loss_weight")?.set_input();
         graph.expand(lg.loss)?;
-        let objective = if opt.grad_scale == 1.0 { lg.loss } else { ctx.scale(lg.loss, opt.grad_scale)? };
-        graph.build_backward_accumulate(objective, &pairs)?;
-        let mut sumsq: Option<Tensor<'a>> = None;
-        for p in &params {
-            let g = graph.grad(p.tensor).ok_or_else(|| ggml_rs::Error::Backward(format!("no gradient for {}", p.tensor.name())))?;
-            let s = ctx.sum(ctx.sqr(g)?)?;
-            sumsq = Some(match sumsq {
-                None => s,
-                Some(acc) => ctx.add(acc, s)?,
-            });
-        }
-        let sumsq = sumsq.ok_or_else(|| ggml_rs::Error::Backward("nothing to train".into()))?.set_output();
+        graph.build_backward_accumulate(ctx.mul(lg.loss, weight)?, &pairs)?;
+        let sumsq = sum_of_squares(ctx, &graph, &params)?;
         graph.expand(sumsq)?;
         graph.allocate(backends)?;
         let ordered: Vec<Tensor<'a>> = groups
@@ -195,14 +192,36 @@ impl<'a> TrainStep<'a> {
         let mut update = Graph::new(ctx, capacity(w.config().n_layers))?;
         let o = Optimizer::adamw_accumulated(ctx, &mut update, &ordered, state, &groups, opt.adamw, opt.grad_clip)?;
         update.allocate(backends)?;
-        Ok(TrainStep { lg, update: Some((update, sumsq)), graph, opt: o })
+        Ok(TrainStep { lg, split: Some(Split { update, sumsq, weight }), graph, opt: o, chunk, vocab })
     }
 
-    /// One step: forward and backward on `tokens`/`targets`, then the update with
-    /// learning rate `lr` (skipped in split mode when loss or gradients are not
-    /// finite). Returns the loss before the update.
-    pub fn step(&mut self, tokens: &[i32], targets: &[i32], lr: f32) -> Result<StepStats> {
-        if self.update.is_none() {
+    /// Tokens of one micro-batch of this step's graph (`T·B`).
+    pub fn chunk(&self) -> usize {
+        self.chunk
+    }
+
+    /// The model's vocabulary: targets in `[0, vocab)` count in the loss.
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    /// One optimizer step over `weights.len()` micro-batches: `tokens` and
+    /// `targets` hold them one after another ([`chunk`](Self::chunk) tokens
+    /// each), and the step's loss is `Σ weights[i] · loss_i` (see
+    /// [`target_weights`](super::batches::target_weights)), whose gradient
+    /// is accumulated before the update at learning rate `lr`. The update is
+    /// skipped (split mode) when the loss or the gradients are not finite.
+    ///
+    /// # Errors
+    /// [`ggml_rs::Error::Compute`] when the lengths do not match
+    /// `weights.len()` micro-batches, or the one-graph step (no accumulators)
+    /// is given more than one micro-batch or a weight other than 1.
+    pub fn step(&mut self, tokens: &[i32], targets: &[i32], weights: &[f32], lr: f32) -> Result<StepStats> {
+        check_chunks(tokens, targets, weights, self.chunk)?;
+        if self.split.is_none() {
+            if weights != [1.0] {
+                return Err(ggml_rs::Error::Compute("the one-graph step takes one micro-batch of weight 1".into()));
+            }
             self.lg.write(tokens, targets)?;
             self.opt.prepare_step(lr)?;
             self.graph.compute()?;
@@ -210,50 +229,65 @@ impl<'a> TrainStep<'a> {
             self.opt.finish_step();
             return Ok(StepStats { loss, grad_norm: self.opt.grad_norm().map(|g| g.scalar()).transpose()?, skipped: false });
         }
-        self.start_backward(tokens, targets, lr)?;
-        let (loss, sumsq) = self.finish_backward()?;
-        let norm = sumsq.sqrt();
+        let mut loss = 0f64;
+        let micro = tokens.chunks_exact(self.chunk).zip(targets.chunks_exact(self.chunk));
+        for (i, ((x, y), &wt)) in micro.zip(weights).enumerate() {
+            self.start_backward(x, y, wt, i == 0)?;
+            loss += wt as f64 * self.finish_backward()? as f64;
+        }
+        let (loss, norm) = (loss as f32, self.sumsq()?.sqrt());
         if !loss.is_finite() || !norm.is_finite() {
             return Ok(StepStats { loss, grad_norm: Some(norm), skipped: true });
         }
-        self.start_update()?;
+        self.start_update(lr)?;
         self.finish_update();
         Ok(StepStats { loss, grad_norm: Some(norm), skipped: false })
     }
 
-    /// Split mode, first half: write the batch and the hyper-parameters for
-    /// learning rate `lr`, and start forward and backward into the gradient
-    /// accumulators (without waiting for a device).
-    pub fn start_backward(&mut self, tokens: &[i32], targets: &[i32], lr: f32) -> Result<()> {
+    fn split(&self) -> Result<&Split<'a>> {
+        self.split.as_ref().ok_or_else(not_split)
+    }
+
+    /// Split mode: write one micro-batch and start its forward and backward,
+    /// adding `weight` × its gradient into the accumulators (without waiting
+    /// for a device). `first` zeroes the accumulators before: the first
+    /// micro-batch of every optimizer step must set it, or the step would add
+    /// the last step's gradients again.
+    pub fn start_backward(&mut self, tokens: &[i32], targets: &[i32], weight: f32, first: bool) -> Result<()> {
+        self.split()?.weight.write(&[weight])?;
         self.lg.write(tokens, targets)?;
-        self.opt.prepare_step(lr)?;
-        self.graph.reset_grads()?;
+        if first {
+            self.graph.reset_grads()?;
+        }
         self.graph.compute_async()
     }
 
-    /// Split mode: wait for [`start_backward`](Self::start_backward); the loss
-    /// and the sum of the squared gradients (as scaled by `grad_scale`).
-    pub fn finish_backward(&mut self) -> Result<(f32, f32)> {
+    /// Split mode: wait for [`start_backward`](Self::start_backward); the
+    /// micro-batch's loss (unweighted: its mean over its counted targets).
+    pub fn finish_backward(&mut self) -> Result<f32> {
+        self.split()?;
         self.graph.synchronize();
-        let sumsq = match &self.update {
-            Some((_, s)) => s.scalar()?,
-            None => return Err(ggml_rs::Error::Compute("finish_backward needs the split training graphs".into())),
-        };
-        Ok((self.lg.loss.scalar()?, sumsq))
+        self.lg.loss.scalar()
     }
 
-    /// Split mode, second half: start the update from the accumulators.
-    pub fn start_update(&mut self) -> Result<()> {
-        match &mut self.update {
-            Some((u, _)) => u.compute_async(),
-            None => Err(ggml_rs::Error::Compute("start_update needs the split training graphs".into())),
-        }
+    /// Split mode: the sum of the squared accumulated gradients, after
+    /// [`finish_backward`](Self::finish_backward).
+    pub fn sumsq(&self) -> Result<f32> {
+        self.split()?.sumsq.scalar()
+    }
+
+    /// Split mode: write the hyper-parameters for learning rate `lr` and start
+    /// the update from the accumulators.
+    pub fn start_update(&mut self, lr: f32) -> Result<()> {
+        let Some(s) = &mut self.split else { return Err(not_split()) };
+        self.opt.prepare_step(lr)?;
+        s.update.compute_async()
     }
 
     /// Split mode: wait for the update and count the step.
     pub fn finish_update(&mut self) {
-        if let Some((u, _)) = &self.update {
-            u.synchronize();
+        if let Some(s) = &self.split {
+            s.update.synchronize();
         }
         self.opt.finish_step();
     }
@@ -272,6 +306,37 @@ impl<'a> TrainStep<'a> {
     pub fn loss(&self) -> Tensor<'a> {
         self.lg.loss
     }
+}
+
+fn not_split() -> ggml_rs::Error {
+    ggml_rs::Error::Compute("this needs the split training graphs (gradient accumulators)".into())
+}
+
+/// `Σ_p Σ grad(p)²` over `params`, a node of `graph` (whose backward is built).
+fn sum_of_squares<'a>(ctx: &'a Context, graph: &Graph<'a>, params: &[Param<'a>]) -> Result<Tensor<'a>> {
+    let mut sumsq: Option<Tensor<'a>> = None;
+    for p in params {
+        let g = graph.grad(p.tensor).ok_or_else(|| ggml_rs::Error::Backward(format!("no gradient for {}", p.tensor.name())))?;
+        let s = ctx.sum(ctx.sqr(g)?)?;
+        sumsq = Some(match sumsq {
+            None => s,
+            Some(acc) => ctx.add(acc, s)?,
+        });
+    }
+    Ok(sumsq.ok_or_else(|| ggml_rs::Error::Backward("nothing to train".into()))?.set_output())
+}
+
+/// Refuse `tokens`/`targets` that are not `weights.len()` chunks of `chunk` tokens.
+pub(crate) fn check_chunks(tokens: &[i32], targets: &[i32], weights: &[f32], chunk: usize) -> Result<()> {
+    if weights.is_empty() || tokens.len() != targets.len() || tokens.len() != weights.len() * chunk {
+        return Err(ggml_rs::Error::Compute(format!(
+            "{} tokens and {} targets are not {} micro-batches of {chunk}",
+            tokens.len(),
+            targets.len(),
+            weights.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Forward and backward without an update: the loss, logits and every
