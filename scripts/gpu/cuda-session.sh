@@ -141,7 +141,12 @@ stage_lora() {
   $T train finetune --from $w/base/weights/latest --preset small --steps 30 --device cuda --lora-rank 8 --lr 3e-3 --out $w/lo --json | tail -1
   python3 scripts/bench/typed-copy.py $w/base/weights/latest $w/b16.gguf f16
   $T train finetune --from $w/b16.gguf --preset small --steps 30 --device cuda --lora-rank 8 --lr 3e-3 --out $w/lo16 --json | tail -1
-  for r in lo lo16; do
+  python3 scripts/bench/typed-copy.py $w/base/weights/latest $w/b41.gguf q4_1 --embd q8_0
+  $T train finetune --from $w/b41.gguf --preset small --steps 30 --device cuda --lora-rank 8 --lr 3e-3 --out $w/lo41 --json | tail -1
+  $T train finetune --from $w/b41.gguf --preset small --steps 30 --device cpu --lora-rank 8 --lr 3e-3 --out $w/lo41cpu --json | tail -1
+  echo "fallback events: $(cat $w/lo16/events.jsonl $w/lo41/events.jsonl | grep -c '"kind":"fallback"')"
+  grep -h '"kind":"fallback"' $w/lo41/events.jsonl | head -3 | cut -c1-300
+  for r in lo lo16 lo41 lo41cpu; do
     for dev in cuda cpu; do
       echo "eval $r on $dev: $($T eval $w/$r --corpus data/default-corpus.txt --max-windows 64 --device $dev --json)"
     done
