@@ -106,7 +106,7 @@ fn bases_it_cannot_train_are_refused() {
     let mut args = vec!["train", "--arch", "gpt2", "--steps", "2", "--out", "g"];
     args.extend_from_slice(QUICK);
     ok(&toy(t, &args));
-    fails(&toy(t, &["train", "finetune", "--from", "g/weights/latest", "--steps", "1", "--out", "x"]), "takes llama models");
+    fails(&toy(t, &["train", "finetune", "--from", "g/weights/latest", "--steps", "1", "--out", "x"]), "takes llama and qwen2 models");
     fails(&toy(t, &["train", "finetune", "--from", "missing.gguf", "--steps", "1", "--out", "x"]), "missing.gguf");
     fails(&toy(t, &["train", "finetune", "--steps", "1", "--out", "x"]), "--from");
     fails(&toy(t, &["train", "--from", "base/weights/latest", "--steps", "1", "--out", "x"]), "finetune recipe");
