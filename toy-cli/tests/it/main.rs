@@ -13,6 +13,7 @@ mod parallel;
 mod precision;
 mod prep_inputs;
 mod qwen2;
+mod qwen2_fixture;
 mod reliability;
 mod reliability3_data;
 mod reliability3_models;
