@@ -80,6 +80,72 @@ pub enum Tokenizer {
 pub const END_OF_TURN: [&str; 8] =
     ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<|return|>", "<EOT>"];
 
+/// Tokens llama.cpp makes control tokens by their text whatever their type in
+/// the file (`llama_vocab::impl::load` in src/llama-vocab.cpp, "auto-detect
+/// special tokens by text": its end-of-turn, end-of-message, fill-in-the-middle
+/// and end-of-generation lists), so that a prompt reads them as one token:
+/// Qwen2's vocabulary has `</s>` as a normal token, which llama.cpp parses
+/// whole where special tokens are parsed.
+pub const CONTROL_BY_TEXT: [&str; 57] = [
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
+    "<|eom_id|>",
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<｜fim▁begin｜>",
+    "<PRE>",
+    "▁<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<｜fim▁hole｜>",
+    "<SUF>",
+    "▁<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<｜fim▁end｜>",
+    "<MID>",
+    "▁<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
+    "<|fim_pad|>",
+    "<fim-pad>",
+    "<fim_pad>",
+    "<PAD>",
+    "[PAD]",
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+    "<|file_sep|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "</s>",
+    "[EOS]",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "[e~[",
+];
+
 fn byte_level() -> ByteLevel {
     ByteLevel::new(false, true, true)
 }
@@ -270,7 +336,11 @@ impl Tokenizer {
         hf.with_pre_tokenizer(Some(pre.pre_tokenizer()));
         hf.with_decoder(Some(super::presplit::decoder()));
         let of_type = |ty: i32, special: bool| -> Vec<AddedToken> {
-            tokens.iter().zip(types).filter(|(_, &t)| t == ty).map(|(t, _)| AddedToken::from(t.clone(), special)).collect()
+            let is = |t: &String, given: i32| match given {
+                TOKEN_TYPE_NORMAL if CONTROL_BY_TEXT.contains(&t.as_str()) => ty == TOKEN_TYPE_CONTROL,
+                given => given == ty,
+            };
+            tokens.iter().zip(types).filter(|(t, &given)| is(t, given)).map(|(t, _)| AddedToken::from(t.clone(), special)).collect()
         };
         hf.add_special_tokens(&of_type(TOKEN_TYPE_CONTROL, true));
         hf.add_tokens(&of_type(TOKEN_TYPE_USER_DEFINED, false));
