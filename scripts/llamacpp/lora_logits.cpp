@@ -33,6 +33,10 @@ int main(int argc, char ** argv) {
     if (with_lora && !lora) { fprintf(stderr, "llama.cpp cannot load the adapter %s\n", argv[2]); return 1; }
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = n; cp.n_batch = n; cp.n_ubatch = n; cp.n_threads = 1; cp.n_threads_batch = 1;
+    // An f32 cache: llama.cpp's default f16 keys and values round at ~1e-3,
+    // more than the differences this check looks for.
+    cp.type_k = GGML_TYPE_F32; cp.type_v = GGML_TYPE_F32;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "no context\n"); return 1; }
     float scale = 1.0f;
