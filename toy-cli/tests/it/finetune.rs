@@ -367,7 +367,7 @@ fn a_smollm_pre_tokenizer_is_read_and_kept() {
     other.set("general.architecture", "llama").unwrap();
     for (k, v) in b.metadata() {
         if k == "tokenizer.ggml.pre" {
-            other.set(k, "qwen2").unwrap();
+            other.set(k, "qwen35").unwrap();
         } else if k != "general.alignment" && k != "general.architecture" {
             other.set(k, v.clone()).unwrap();
         }
@@ -376,7 +376,7 @@ fn a_smollm_pre_tokenizer_is_read_and_kept() {
         other.add_tensor_data(&info.name, &info.shape(), &b.tensor_f32(&info.name).unwrap()).unwrap();
     }
     other.write(t.join("qwen.gguf")).unwrap();
-    fails(&toy(t, &["train", "finetune", "--from", "qwen.gguf", "--steps", "1", "--out", "x"]), "pre-tokenizer \"qwen2\"");
+    fails(&toy(t, &["train", "finetune", "--from", "qwen.gguf", "--steps", "1", "--out", "x"]), "pre-tokenizer \"qwen35\"");
 }
 
 #[test]
