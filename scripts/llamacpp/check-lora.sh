@@ -5,9 +5,11 @@
 #   scripts/llamacpp/check-lora.sh BASE.gguf ADAPTER.gguf BATCHES.bin [TOY]
 #
 # BATCHES.bin is a run's batches.bin (toy train --record-batches); its first
-# window is decoded by both. Prints the max |Δ| of the logits, the largest
-# difference among llama.cpp's top-5 logits of each position relative to that
-# position's largest |logit|, and the argmax agreement.
+# window is decoded by both (as one sequence: record it with batch 1). Prints
+# the max |Δ| of the logits, the largest difference among llama.cpp's top-5
+# logits of each position relative to that position's largest |logit|, and the
+# argmax agreement. ADAPTER `-`: the base model alone, against toy's logits of
+# the base (a checkpoint toy wrote, or a llama/qwen2 GGUF toy runs).
 # Environment:
 #   TOY_SIDE=merged (default): toy's merged model (toy export merge), against
 #     an absolute tolerance TOL (default 1e-3): an f32/f16 base.
@@ -31,20 +33,22 @@ for prog in lora_logits lora_greedy; do
 done
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-if [ "$side" = adapter ]; then
-  "$toy" debug dump-logits "$adapter" --batches "$batches" --out "$work/toy.gguf"
+tol="${TOL:-1e-3}"
+if [ "$adapter" = - ]; then
+  "$toy" debug dump-logits "$base" --batches "$batches" --out "$work/toy.gguf" > /dev/null
+elif [ "$side" = adapter ]; then
+  "$toy" debug dump-logits "$adapter" --batches "$batches" --out "$work/toy.gguf" > /dev/null
   tol="${TOL:-2e-2}"
 else
   "$toy" export merge --base "$base" --lora "$adapter" --out "$work/merged.gguf" > /dev/null
-  "$toy" debug dump-logits "$work/merged.gguf" --batches "$batches" --out "$work/toy.gguf"
-  tol="${TOL:-1e-3}"
+  "$toy" debug dump-logits "$work/merged.gguf" --batches "$batches" --out "$work/toy.gguf" > /dev/null
 fi
 n=$(python3 -c "import gguf,sys; r=gguf.GGUFReader('$work/toy.gguf'); t=[t for t in r.tensors if t.name=='logits'][0]; print(int(t.shape[1]))")
 "$build/lora_logits" "$base" "$adapter" "$batches" "$n" "$work/llama.f32" 2> "$work/llama.log" || { cat "$work/llama.log"; exit 1; }
-python3 - "$work/toy.gguf" "$work/llama.f32" "$side" "$tol" <<'PY'
+python3 - "$work/toy.gguf" "$work/llama.f32" "$adapter" "$side" "$tol" <<'PY'
 import sys, numpy as np, gguf
 r = gguf.GGUFReader(sys.argv[1])
-side, tol = sys.argv[3], float(sys.argv[4])
+adapter, side, tol = sys.argv[3], sys.argv[4], float(sys.argv[5])
 toy = [t for t in r.tensors if t.name == "logits"][0]
 v, n = int(toy.shape[0]), int(toy.shape[1])
 a = np.asarray(toy.data, dtype=np.float32).reshape(n, v)
@@ -53,16 +57,18 @@ d = float(np.abs(a - b).max())
 top = np.argsort(-b, axis=1)[:, :5]
 rows = np.arange(n)[:, None]
 top_rel = float((np.abs(a[rows, top] - b[rows, top]) / np.abs(b).max(1, keepdims=True)).max())
-print(f"llama.cpp base + adapter vs toy {'base + adapter' if side == 'adapter' else 'merged'}: {n} positions x {v} logits, "
-      f"max |d| = {d:.3g}, top-5 max |d| / max |logit| = {top_rel:.3g}, argmax agree {int((a.argmax(1) == b.argmax(1)).sum())}/{n}")
+what = ("llama.cpp base vs toy" if adapter == "-" else
+        f"llama.cpp base + adapter vs toy {'base + adapter' if side == 'adapter' else 'merged'}")
+print(f"{what}: {n} positions x {v} logits, max |d| = {d:.3g}, top-5 max |d| / max |logit| = {top_rel:.3g}, "
+      f"argmax agree {int((a.argmax(1) == b.argmax(1)).sum())}/{n}")
 sys.exit(0 if (top_rel if side == "adapter" else d) <= tol else 1)
 PY
-if [ -n "${GREEDY:-}" ]; then
+if [ -n "${GREEDY:-}" ] && [ "$adapter" != - ]; then
   prompt=$(python3 -c "import numpy as np; print(','.join(str(int(x)) for x in np.fromfile('$batches', dtype=np.uint32)[:32]))")
   ours=$("$toy" generate "$base" --lora "$adapter" --prompt-ids "$prompt" --greedy --ignore-eot -n "$GREEDY" --json \
     | python3 -c "import json,sys; print(','.join(str(i) for i in json.load(sys.stdin)['ids'][32:]))")
   theirs=$("$build/lora_greedy" "$base" "$adapter" "$prompt" "$GREEDY" 2> "$work/greedy.log") || { cat "$work/greedy.log"; exit 1; }
-  echo "greedy $GREEDY tokens after 32: toy $ours"
-  echo "                      llama.cpp $theirs"
+  echo "greedy $GREEDY tokens after 32: toy       $ours"
+  echo "                               llama.cpp $theirs"
   [ "$ours" = "$theirs" ] && echo "greedy continuations: same" || { echo "greedy continuations: differ"; exit 1; }
 fi

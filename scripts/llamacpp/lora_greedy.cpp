@@ -29,6 +29,8 @@ int main(int argc, char ** argv) {
     if (!lora) { fprintf(stderr, "llama.cpp cannot load the adapter %s\n", argv[2]); return 1; }
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = (uint32_t) (ids.size() + n_new); cp.n_batch = cp.n_ctx; cp.n_ubatch = cp.n_ctx;
+    cp.type_k = GGML_TYPE_F32; cp.type_v = GGML_TYPE_F32;  // as lora_logits.cpp: no f16 cache, no flash attention
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "no context\n"); return 1; }
     float scale = 1.0f;

@@ -2,6 +2,7 @@
 // applied by llama.cpp itself (llama_adapter_lora_init + llama_set_adapters_lora).
 //
 // usage: lora_logits BASE.gguf ADAPTER.gguf IDS.bin N OUT.f32
+//   ADAPTER.gguf: `-` for the base model alone.
 //   IDS.bin: little-endian 32-bit ids; the first N are decoded in one batch.
 //   OUT.f32: N rows of n_vocab little-endian floats (row i: logits after id i).
 #include "llama.h"
@@ -27,14 +28,19 @@ int main(int argc, char ** argv) {
     mp.n_gpu_layers = 0;
     llama_model * model = llama_model_load_from_file(argv[1], mp);
     if (!model) { fprintf(stderr, "llama.cpp cannot load %s\n", argv[1]); return 1; }
-    llama_adapter_lora * lora = llama_adapter_lora_init(model, argv[2]);
-    if (!lora) { fprintf(stderr, "llama.cpp cannot load the adapter %s\n", argv[2]); return 1; }
+    const bool with_lora = strcmp(argv[2], "-") != 0;
+    llama_adapter_lora * lora = with_lora ? llama_adapter_lora_init(model, argv[2]) : nullptr;
+    if (with_lora && !lora) { fprintf(stderr, "llama.cpp cannot load the adapter %s\n", argv[2]); return 1; }
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = n; cp.n_batch = n; cp.n_ubatch = n; cp.n_threads = 1; cp.n_threads_batch = 1;
+    // An f32 cache: llama.cpp's default f16 keys and values round at ~1e-3,
+    // more than the differences this check looks for.
+    cp.type_k = GGML_TYPE_F32; cp.type_v = GGML_TYPE_F32;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "no context\n"); return 1; }
     float scale = 1.0f;
-    if (llama_set_adapters_lora(ctx, &lora, 1, &scale) != 0) { fprintf(stderr, "cannot set the adapter\n"); return 1; }
+    if (with_lora && llama_set_adapters_lora(ctx, &lora, 1, &scale) != 0) { fprintf(stderr, "cannot set the adapter\n"); return 1; }
 
     llama_batch batch = llama_batch_init(n, 0, 1);
     for (int i = 0; i < n; i++) {
@@ -49,7 +55,7 @@ int main(int argc, char ** argv) {
     fprintf(stderr, "wrote %d x %d logits\n", n, n_vocab);
     llama_batch_free(batch);
     llama_free(ctx);
-    llama_adapter_lora_free(lora);
+    if (lora) llama_adapter_lora_free(lora);
     llama_model_free(model);
     return 0;
 }

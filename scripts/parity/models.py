@@ -1,5 +1,6 @@
-"""Reference PyTorch implementations of toy's llama and gpt2, written from the
-math (DESIGN.md "Models"), not from toy's or ggml's code.
+"""Reference PyTorch implementations of toy's llama, qwen2 and gpt2, written
+from the math (DESIGN.md "Models"; qwen2: llama with q/k/v biases and the
+rotate-half RoPE of Hugging Face's Qwen2), not from toy's or ggml's code.
 
 Both models keep their weights under the checkpoint's own names
 (`model.w["blk.0.attn_q.weight"]`), with PyTorch shapes: numpy order, i.e. the
@@ -32,6 +33,21 @@ def rope(x, base):
     sin = angle.sin().to(x.dtype).to(x.device)[None, :, None, :]
     x0, x1 = x[..., 0::2], x[..., 1::2]
     return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+
+def rope_neox(x, base):
+    """Rotary embedding in GPT-NeoX's layout (ggml NEOX mode, llama.cpp's
+    `qwen2`; Hugging Face's `x·cos + rotate_half(x)·sin`): dimension i of the
+    first half of each head is paired with dimension i + d_head/2, rotated by
+    t·base^(−2i/d_head). x is (B, T, H, d_head)."""
+    _, t, _, dh = x.shape
+    freq = base ** (-torch.arange(0, dh, 2, dtype=torch.float64) / dh)  # (dh/2,)
+    angle = torch.arange(t, dtype=torch.float64)[:, None] * freq[None, :]  # (T, dh/2)
+    angle = torch.cat((angle, angle), dim=-1)  # (T, dh)
+    cos = angle.cos().to(x.dtype).to(x.device)[None, :, None, :]
+    sin = angle.sin().to(x.dtype).to(x.device)[None, :, None, :]
+    x0, x1 = x[..., : dh // 2], x[..., dh // 2:]
+    return x * cos + torch.cat((-x1, x0), dim=-1) * sin
 
 
 def causal_attention(q, k, v):
@@ -80,9 +96,12 @@ class ToyModel(nn.Module):
     def proj(self, x, i, name):
         """x @ Wᵀ for the block's matrix `name`; with a LoRA adapter on it (Hu et
         al. 2021, eq. 3: h = W₀x + ΔWx, ΔW = (α/r)·B·A with A (r, in), B (out, r)),
-        plus (α/r)·(x @ Aᵀ) @ Bᵀ."""
+        plus (α/r)·(x @ Aᵀ) @ Bᵀ; plus the bias where the model has one (qwen2's q/k/v)."""
         key = f"blk.{i}.{name}"
         y = x @ self.w[key].T
+        bias = self.w.get(key[: -len(".weight")] + ".bias")
+        if bias is not None:
+            y = y + bias
         if key in getattr(self, "lora", {}):
             a, b = self.lora[key]
             y = y + self.lora_scale * ((x @ a.T) @ b.T)
@@ -97,6 +116,8 @@ class ToyModel(nn.Module):
 class Llama(ToyModel):
     """Pre-norm RMSNorm blocks, RoPE, (grouped-query) causal attention, SwiGLU, no biases."""
 
+    rotary = staticmethod(rope)
+
     def forward(self, tokens):
         c = self.cfg
         b, t = tokens.shape
@@ -106,7 +127,7 @@ class Llama(ToyModel):
             q = self.proj(h, i, "attn_q.weight").view(b, t, c.n_heads, c.d_head)
             k = self.proj(h, i, "attn_k.weight").view(b, t, c.n_kv_heads, c.d_head)
             v = self.proj(h, i, "attn_v.weight").view(b, t, c.n_kv_heads, c.d_head)
-            q, k = rope(q, c.rope_base), rope(k, c.rope_base)
+            q, k = self.rotary(q, c.rope_base), self.rotary(k, c.rope_base)
             x = x + self.proj(self.attention(q, k, v), i, "attn_output.weight")
             h = rms_norm(x, self.blk(i, "ffn_norm.weight"), c.norm_eps)
             gate = F.silu(self.proj(h, i, "ffn_gate.weight"))
@@ -114,6 +135,13 @@ class Llama(ToyModel):
         x = rms_norm(x, self.w["output_norm.weight"], c.norm_eps)
         head = self.w["token_embd.weight"] if c.tied else self.w["output.weight"]
         return x @ head.T  # (B, T, V)
+
+
+class Qwen2(Llama):
+    """Llama with biases on the q, k and v products (added by `proj`) and
+    NEOX RoPE."""
+
+    rotary = staticmethod(rope_neox)
 
 
 class Gpt2(ToyModel):
@@ -147,12 +175,12 @@ def load_model(path, dtype=torch.float32) -> ToyModel:
     """A reference model holding the weights of the toy checkpoint at `path`."""
     f = ToyGguf(path)
     cfg = f.config()
-    cls = {"llama": Llama, "gpt2": Gpt2}[cfg.arch]
+    cls = {"llama": Llama, "qwen2": Qwen2, "gpt2": Gpt2}[cfg.arch]
     return cls(cfg, f.tensors, dtype)
 
 
 def load_lora_model(base, adapter, dtype=torch.float32) -> ToyModel:
-    """The llama at `base`, frozen, with the LoRA adapter at `adapter` (llama.cpp's
+    """The llama or qwen2 at `base`, frozen, with the LoRA adapter at `adapter` (llama.cpp's
     layout: `W.lora_a` ne [in, r] = numpy (r, in), `W.lora_b` ne [r, out] = numpy
     (out, r), scale adapter.lora.alpha / r) as the only trainable parameters in
     `model.lora_params` (name → Parameter)."""

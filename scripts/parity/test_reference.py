@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import causal_attention, rms_norm, rope  # noqa: E402
+from models import causal_attention, rms_norm, rope, rope_neox  # noqa: E402
 
 
 def test_attention_matches_sdpa():
@@ -39,6 +39,17 @@ def test_rope_rotates_adjacent_pairs():
     want = torch.view_as_real(pairs * torch.polar(torch.ones_like(angle), angle)[None, :, None, :]).reshape(1, 6, 3, 8)
     assert torch.allclose(rope(x, base), want, atol=1e-12)
     assert torch.equal(rope(x, base)[:, 0], x[:, 0])  # position 0 is not rotated
+
+
+def test_neox_rope_is_mode_0_on_the_halves_interleaved():
+    """NEOX pairs (i, i + d/2): interleaving the two halves turns it into the
+    adjacent-pair rotation, and interleaving back undoes it."""
+    torch.manual_seed(3)
+    x = torch.randn(1, 6, 3, 8, dtype=torch.float64)
+    perm = torch.tensor([0, 4, 1, 5, 2, 6, 3, 7])  # (x0, x4, x1, x5, ...): NEOX pairs side by side
+    inv = torch.argsort(perm)
+    assert torch.allclose(rope_neox(x, 1e6), rope(x[..., perm], 1e6)[..., inv], atol=1e-12)
+    assert not torch.allclose(rope_neox(x, 1e6), rope(x, 1e6))
 
 
 def test_rms_norm():

@@ -16,7 +16,7 @@ from gguf.quants import dequantize
 class ToyConfig:
     """A model's shape, from the `<arch>.*` keys of a checkpoint."""
 
-    arch: str  # "llama" or "gpt2"
+    arch: str  # "llama", "qwen2" or "gpt2"
     vocab: int
     d_model: int
     n_layers: int
@@ -25,7 +25,7 @@ class ToyConfig:
     d_ff: int
     context: int
     norm_eps: float
-    rope_base: float  # llama only
+    rope_base: float  # llama and qwen2
     tied: bool
 
     @property
@@ -55,10 +55,10 @@ class ToyGguf:
 
     def config(self) -> ToyConfig:
         a = self.get("general.architecture")
-        if a not in ("llama", "gpt2"):
-            raise ValueError(f"{self.path}: architecture {a!r} is not llama or gpt2")
+        if a not in ("llama", "qwen2", "gpt2"):
+            raise ValueError(f"{self.path}: architecture {a!r} is not llama, qwen2 or gpt2")
         n_heads = int(self.get(f"{a}.attention.head_count"))
-        eps_key = "llama.attention.layer_norm_rms_epsilon" if a == "llama" else "gpt2.attention.layer_norm_epsilon"
+        eps_key = "gpt2.attention.layer_norm_epsilon" if a == "gpt2" else f"{a}.attention.layer_norm_rms_epsilon"
         return ToyConfig(
             arch=a,
             vocab=self.tensors["token_embd.weight"].shape[0],
@@ -69,6 +69,6 @@ class ToyGguf:
             d_ff=int(self.get(f"{a}.feed_forward_length")),
             context=int(self.get(f"{a}.context_length")),
             norm_eps=float(self.get(eps_key)),
-            rope_base=float(self.get("llama.rope.freq_base", 10000.0)),
+            rope_base=float(self.get(f"{a}.rope.freq_base", 10000.0)),
             tied="output.weight" not in self.tensors,
         )

@@ -54,6 +54,28 @@ pub enum DebugCommand {
     DumpLogits(DumpArgs),
     /// Time training steps on random tokens (used by scripts/bench).
     Bench(BenchArgs),
+    /// Token ids of a text file with a GGUF's tokenizer, as little-endian i32
+    /// (used by scripts/llamacpp/check-tokenizer.sh).
+    Tokenize(TokenizeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TokenizeArgs {
+    /// A GGUF with a tokenizer (a model, or a vocabulary-only file).
+    pub model: PathBuf,
+    /// UTF-8 text to tokenize.
+    #[arg(long)]
+    pub text: PathBuf,
+    /// Output file of ids.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Read special tokens written in the text as those tokens (as a prompt);
+    /// without it they are text (as a corpus document).
+    #[arg(long)]
+    pub special: bool,
+    /// Tokenize each line (with its newline) on its own and write -1 after each.
+    #[arg(long)]
+    pub lines: bool,
 }
 
 #[derive(Args, Debug)]

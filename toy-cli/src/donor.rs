@@ -96,13 +96,13 @@ fn gguf_tokens(f: &GgufFile) -> Option<Vec<String>> {
     }
 }
 
-/// A donor is checked as strictly as a checkpoint: a llama or gpt2 file's every
+/// A donor is checked as strictly as a checkpoint: a llama, qwen2 or gpt2 file's every
 /// tensor against its keys ([`crate::formats::checkpoint::model_config`]); another
 /// architecture's width and block count, where its keys give them.
 fn check_keys(f: &GgufFile, width: usize, what: &str) -> Result<()> {
     let Ok(arch) = f.get_str("general.architecture") else { return Ok(()) };
     let keys = ["embedding_length", "block_count", "attention.head_count", "feed_forward_length", "context_length"];
-    if (arch == "llama" || arch == "gpt2") && keys.iter().all(|k| f.get(&format!("{arch}.{k}")).is_some()) {
+    if Arch::from_name(arch).is_some() && keys.iter().all(|k| f.get(&format!("{arch}.{k}")).is_some()) {
         return crate::formats::checkpoint::model_config(f, what).map(|_| ());
     }
     if let Ok(h) = f.get_u64(&format!("{arch}.attention.head_count")) {

@@ -1,7 +1,8 @@
-//! `toy debug`: dumps for the PyTorch parity harness (`scripts/parity/`).
+//! `toy debug`: dumps for the PyTorch parity harness (`scripts/parity/`), a
+//! benchmark, and token ids for the llama.cpp tokenizer check.
 //! Hidden from the main help.
 
-use crate::cli::{BenchArgs, DebugArgs, DebugCommand};
+use crate::cli::{BenchArgs, DebugArgs, DebugCommand, TokenizeArgs};
 use crate::error::{input, runtime, Result};
 use crate::formats::checkpoint::{open_checkpoint, write_model};
 use crate::formats::Provenance;
@@ -123,10 +124,36 @@ fn bench(a: &BenchArgs) -> Result<()> {
     )
 }
 
+/// `toy debug tokenize`: the ids of `--text` with the tokenizer of `model`,
+/// written as little-endian i32 (with -1 after each line under `--lines`).
+fn tokenize(a: &TokenizeArgs) -> Result<()> {
+    let what = a.model.display();
+    let file = ggml_rs::gguf::GgufFile::open(&a.model).map_err(|e| input(format!("{what}: {e}")))?;
+    let tok = crate::data::Tokenizer::read_gguf(&file)?.ok_or_else(|| input(format!("{what}: no tokenizer (tokenizer.ggml.*)")))?;
+    let bytes = std::fs::read(&a.text).map_err(|e| input(format!("cannot read {}: {e}", a.text.display())))?;
+    let text = String::from_utf8(bytes).map_err(|e| input(format!("{}: not UTF-8 ({e})", a.text.display())))?;
+    let encode = |t: &str| if a.special { tok.encode(t) } else { tok.encode_document(t) };
+    let pieces: Vec<&str> = if a.lines { text.split_inclusive('\n').collect() } else { vec![text.as_str()] };
+    let mut ids: Vec<i32> = Vec::new();
+    for p in pieces {
+        ids.extend(encode(p)?.into_iter().map(|i| i as i32));
+        if a.lines {
+            ids.push(-1);
+        }
+    }
+    let out: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+    crate::files::write_atomic(&a.out, &out)?;
+    crate::say!(
+        "{}",
+        serde_json::json!({ "format": "toy/debug-v1", "ids": ids.iter().filter(|&&i| i >= 0).count(), "bytes": text.len(), "out": a.out })
+    )
+}
+
 /// Run a `toy debug` subcommand.
 pub fn run(args: &DebugArgs) -> Result<()> {
     match &args.command {
         DebugCommand::Bench(a) => bench(a),
+        DebugCommand::Tokenize(a) => tokenize(a),
         DebugCommand::DumpGrads(a) | DebugCommand::DumpLogits(a) => {
             let grads = matches!(args.command, DebugCommand::DumpGrads(_));
             let ck = open_checkpoint(&a.model)?;

@@ -10,7 +10,6 @@ use crate::cli::{ExportArgs, ExportCommand, MergeArgs};
 use crate::error::{input, runtime, Result};
 use crate::formats::adapter::open_adapter;
 use crate::formats::checkpoint::open_checkpoint;
-use crate::model::Arch;
 use ggml_rs::gguf::GgufWriter;
 use ggml_rs::DType;
 use std::path::PathBuf;
@@ -148,8 +147,8 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     if base.adapter.is_some() {
         return Err(input(format!("--base {}: a LoRA adapter, not a model", m.base.display())));
     }
-    if base.config.arch != Arch::Llama {
-        return Err(input(format!("--base {}: adapters apply to llama models", m.base.display())));
+    if !base.config.arch.takes_lora() {
+        return Err(input(format!("--base {}: {}", m.base.display(), crate::model::lora::ARCHS)));
     }
     let ad = open_adapter(&m.lora, &base.config)?;
     crate::formats::adapter::check_base(&ad, &m.lora, &m.base)?;

@@ -1,6 +1,7 @@
 //! `toy train finetune --from MODEL.gguf`: every weight of an existing llama
-//! GGUF (ours or llama.cpp-converted) trained further on a corpus tokenized
-//! with the model's own tokenizer; `--freeze` keeps parameters fixed by name.
+//! or qwen2 GGUF (ours or llama.cpp-converted) trained further on a corpus
+//! tokenized with the model's own tokenizer, or LoRA adapters on it;
+//! `--freeze` keeps parameters fixed by name.
 
 use super::setup::{dedup_targets, finish, model_corpus, record_corpus, resolve, run_dir, Start};
 use crate::cli::TrainArgs;
@@ -14,12 +15,18 @@ use crate::train::{train, Init, Outcome, Plan, RunOptions};
 use ggml_rs::gguf::GgufFile;
 use std::path::Path;
 
+<<<<<<< HEAD
 /// Open the base model at `path`: a llama GGUF whose every tensor is of one of
 /// [`BASE_TYPES`] and matches its metadata, with a tokenizer this program can run.
+=======
+/// Open the base model at `path`: a llama or qwen2 GGUF whose every tensor is
+/// f32, f16 or bf16 and matches its metadata, with a tokenizer this program
+/// can run.
+>>>>>>> qwen
 ///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) naming the file: not a GGUF, not
-/// llama, a quantized or otherwise unsupported tensor type, a shape that
+/// llama or qwen2, a quantized or otherwise unsupported tensor type, a shape that
 /// contradicts the metadata, no or an unsupported tokenizer.
 pub fn open_base(path: &Path) -> Result<(Checkpoint, Tokenizer)> {
     let p = path.display();
@@ -27,8 +34,8 @@ pub fn open_base(path: &Path) -> Result<(Checkpoint, Tokenizer)> {
         return Err(input(format!("--from {p}: a LoRA adapter, not a model; merge it first (toy export merge)")));
     }
     let ck = open_model(path).map_err(|e| input(format!("--from {e}")))?;
-    if ck.config.arch != Arch::Llama {
-        return Err(input(format!("--from {p}: finetune takes llama models, this one is {}", ck.config.arch.name())));
+    if !matches!(ck.config.arch, Arch::Llama | Arch::Qwen2) {
+        return Err(input(format!("--from {p}: finetune takes llama and qwen2 models, this one is {}", ck.config.arch.name())));
     }
     if let Some(t) = ck.file.tensors().iter().find(|t| !BASE_TYPES.contains(&t.dtype)) {
         let types: Vec<&str> = BASE_TYPES.iter().map(|t| t.name()).collect();
@@ -89,7 +96,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     check_preset(how.cli_preset, base, &path)?;
     let text_field = a.text_field.as_deref().unwrap_or("text");
     let corpus = model_corpus(a.corpus.as_deref(), &tok, base.vocab, text_field)?;
-    let mut cfg = resolve(&TrainArgs { arch: Some(Arch::Llama), context: None, ..a.clone() }, base.vocab)?;
+    let mut cfg = resolve(&TrainArgs { arch: Some(base.arch), context: None, ..a.clone() }, base.vocab)?;
     // --context, else the preset's (flag or toy.toml), else the model's own up to
     // FINETUNE_CONTEXT (SmolLM2's 8192 would be a slow first run).
     let context = a.context.unwrap_or(match a.preset {
@@ -130,7 +137,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     cfg.from_sha256 = Some(crate::formats::adapter::file_sha256(&path)?);
     record_corpus(&mut cfg, a.corpus.as_deref())?;
     cfg.text_field = text_field.to_string();
-    let run = run_dir(a.out.as_ref(), Arch::Llama, how.restart)?;
+    let run = run_dir(a.out.as_ref(), base.arch, how.restart)?;
     let plan = Plan { recipe: Recipe::Finetune, init: Init::Model(&ck), sampling: Sampling::Random, resume: None };
     finish(a, &run, train(&plan, &cfg, &corpus, &run, opts))
 }

@@ -363,7 +363,7 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
 /// the donor's), matched to the tokens of `corpus`.
 fn warm_start_donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::Donor> {
     let path = a.donor.clone().ok_or_else(|| input("warm-start needs --donor MODEL.gguf"))?;
-    if a.arch == Some(Arch::Gpt2) {
+    if a.arch.is_some_and(|x| x != Arch::Llama) {
         return Err(input("warm-start trains a llama student (--arch llama)"));
     }
     // The donor decides the table width; the lens maps it to d_model.

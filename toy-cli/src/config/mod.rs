@@ -421,8 +421,8 @@ impl TrainConfig {
             return Err(input("--steps must be at least 1"));
         }
         if let Some(l) = &self.model.lora {
-            if self.model.arch != crate::model::Arch::Llama {
-                return Err(input("LoRA adapters apply to llama models"));
+            if !self.model.arch.takes_lora() {
+                return Err(input(format!("LoRA {}", crate::model::lora::ARCHS)));
             }
             l.validate(self.model.arch.table(), self.model.d_model).map_err(input)?;
         }

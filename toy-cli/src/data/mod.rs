@@ -6,6 +6,7 @@ pub mod corpus;
 pub mod embedded;
 pub mod prep;
 pub mod prepared;
+pub mod presplit;
 pub mod sources;
 pub mod text;
 pub mod tokenizer;

@@ -7,6 +7,7 @@
 //! (`tokenizer.ggml.*` keys) and rebuilt from those keys, so a checkpoint alone
 //! is enough to tokenize.
 
+pub use super::presplit::PreSplit;
 use crate::error::{input, runtime, Result};
 use ggml_rs::gguf::{Array, GgufFile, GgufWriter, Value};
 use sha2::{Digest, Sha256};
@@ -15,7 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use tokenizers::models::bpe::{BpeTrainerBuilder, Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::{digits::Digits, sequence::Sequence, PreTokenizerWrapper};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::{
     AddedToken, NormalizerWrapper, OffsetReferential, OffsetType, PostProcessorWrapper, PreTokenizedString, PreTokenizer, TokenizerImpl,
     Trainer,
@@ -23,6 +24,10 @@ use tokenizers::{
 
 /// The end-of-text token of BPE tokenizers, and the line that separates documents.
 pub const EOT: &str = "<|endoftext|>";
+
+/// The tokens that end a document, the first one a vocabulary has being its
+/// end-of-text id: [`EOT`] (GPT-2, SmolLM2, Qwen2) or Llama 3's `<|end_of_text|>`.
+pub const END_OF_TEXT: [&str; 2] = [EOT, "<|end_of_text|>"];
 
 /// Default vocabulary size of a BPE trained on the fly for a raw text corpus.
 pub const DEFAULT_VOCAB_SIZE: usize = 1024;
@@ -39,46 +44,11 @@ pub const MAX_TRAIN_WORD: usize = 64;
 pub const TOKEN_TYPE_NORMAL: i32 = 1;
 /// llama.cpp's `llama_token_type`: a control token (`<|endoftext|>`).
 pub const TOKEN_TYPE_CONTROL: i32 = 3;
+/// llama.cpp's `llama_token_type`: a user-defined token, matched whole in any
+/// text, special tokens parsed or not (Qwen2's `[PAD151646]`…).
+pub const TOKEN_TYPE_USER_DEFINED: i32 = 4;
 
 type Hf = TokenizerImpl<BPE, NormalizerWrapper, PreTokenizerWrapper, PostProcessorWrapper, ByteLevel>;
-
-/// How text is split before the merges, as llama.cpp names it (`tokenizer.ggml.pre`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PreSplit {
-    /// `gpt-2`: HF's `ByteLevel` regex (what `toy prep` trains).
-    Gpt2,
-    /// `smollm` (SmolLM2): every digit on its own, then the `gpt-2` regex
-    /// (llama.cpp's `LLAMA_VOCAB_PRE_TYPE_SMOLLM`; HF: `Sequence[Digits(individual), ByteLevel]`).
-    SmolLm,
-}
-
-impl PreSplit {
-    /// The `tokenizer.ggml.pre` value.
-    pub fn name(self) -> &'static str {
-        match self {
-            PreSplit::Gpt2 => "gpt-2",
-            PreSplit::SmolLm => "smollm",
-        }
-    }
-
-    fn pre_tokenizer(self) -> PreTokenizerWrapper {
-        match self {
-            PreSplit::Gpt2 => byte_level().into(),
-            PreSplit::SmolLm => Sequence::new(vec![Digits::new(true).into(), byte_level().into()]).into(),
-        }
-    }
-
-    /// The split a `tokenizer.json`'s `pre_tokenizer` describes, if toy runs it.
-    fn of_json(pre: &serde_json::Value) -> Option<PreSplit> {
-        let is_byte_level = |v: &serde_json::Value| v["type"] == "ByteLevel" && v["add_prefix_space"] == false && v["use_regex"] != false;
-        if is_byte_level(pre) {
-            return Some(PreSplit::Gpt2);
-        }
-        let seq = pre["pretokenizers"].as_array()?;
-        let digits = |v: &serde_json::Value| v["type"] == "Digits" && v["individual_digits"] == true;
-        (pre["type"] == "Sequence" && seq.len() == 2 && digits(&seq[0]) && is_byte_level(&seq[1])).then_some(PreSplit::SmolLm)
-    }
-}
 
 /// A trained byte-level BPE: the `tokenizers` object, its end-of-text id,
 /// control token ids, pre-tokenizer and its `tokenizer.json` text.
@@ -91,6 +61,9 @@ pub struct Bpe {
     control: HashSet<u32>,
     pre: PreSplit,
     json: String,
+    /// llama.cpp's token types, in id order, when read from a GGUF (written
+    /// back as they were).
+    types: Option<Vec<i32>>,
 }
 
 /// Turns text into token ids and back.
@@ -106,6 +79,72 @@ pub enum Tokenizer {
 /// end-of-generation list in `llama-vocab.cpp`).
 pub const END_OF_TURN: [&str; 8] =
     ["<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<|return|>", "<EOT>"];
+
+/// Tokens llama.cpp makes control tokens by their text whatever their type in
+/// the file (`llama_vocab::impl::load` in src/llama-vocab.cpp, "auto-detect
+/// special tokens by text": its end-of-turn, end-of-message, fill-in-the-middle
+/// and end-of-generation lists), so that a prompt reads them as one token:
+/// Qwen2's vocabulary has `</s>` as a normal token, which llama.cpp parses
+/// whole where special tokens are parsed.
+pub const CONTROL_BY_TEXT: [&str; 57] = [
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
+    "<|eom_id|>",
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<｜fim▁begin｜>",
+    "<PRE>",
+    "▁<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<｜fim▁hole｜>",
+    "<SUF>",
+    "▁<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<｜fim▁end｜>",
+    "<MID>",
+    "▁<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
+    "<|fim_pad|>",
+    "<fim-pad>",
+    "<fim_pad>",
+    "<PAD>",
+    "[PAD]",
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+    "<|file_sep|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "</s>",
+    "[EOS]",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "[e~[",
+];
 
 fn byte_level() -> ByteLevel {
     ByteLevel::new(false, true, true)
@@ -141,12 +180,15 @@ fn check_ids(hf: &Hf, origin: &str) -> Result<()> {
 impl Bpe {
     fn new(hf: Hf, origin: &str, pre: PreSplit) -> Result<Bpe> {
         check_ids(&hf, origin)?;
-        let eot = hf.token_to_id(EOT).ok_or_else(|| input(format!("{origin}: the tokenizer has no {EOT} token")))?;
+        let eot = END_OF_TEXT
+            .iter()
+            .find_map(|t| hf.token_to_id(t))
+            .ok_or_else(|| input(format!("{origin}: the tokenizer has no end-of-text token ({})", END_OF_TEXT.join(" or "))))?;
         let json = hf.to_string(true).map_err(|e| hf_err("cannot serialize the tokenizer", e))?;
         let control = hf.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
         let mut plain = hf.clone();
         plain.set_encode_special_tokens(true);
-        Ok(Bpe { hf, plain, eot, control, pre, json })
+        Ok(Bpe { hf, plain, eot, control, pre, json, types: None })
     }
 
     /// Tokens in id order (GPT-2 byte-to-unicode form, as `tokenizer.json` stores them).
@@ -259,13 +301,15 @@ impl Tokenizer {
     }
 
     /// Rebuild a byte-level BPE from its tokens (id order), merges (`"a b"`,
-    /// rank order) and the ids of its control tokens.
+    /// rank order), llama.cpp's token types (one per token; control tokens are
+    /// matched only where special tokens are parsed, user-defined ones in any
+    /// text, as llama.cpp's `tokenizer_st_partition` does) and pre-tokenizer.
     ///
     /// # Errors
     /// [`Error::Input`](crate::error::Error::Input) naming `origin` when the
     /// tokens repeat, a merge is malformed or names an unknown token, or there
-    /// is no `<|endoftext|>` token.
-    pub fn from_tokens(tokens: &[String], merges: &[String], control: &[u32], pre: PreSplit, origin: &str) -> Result<Tokenizer> {
+    /// is no end-of-text token ([`END_OF_TEXT`]).
+    pub fn from_tokens(tokens: &[String], merges: &[String], types: &[i32], pre: PreSplit, origin: &str) -> Result<Tokenizer> {
         let mut vocab = Vocab::default();
         for (i, t) in tokens.iter().enumerate() {
             if vocab.insert(t.clone(), i as u32).is_some() {
@@ -283,17 +327,30 @@ impl Tokenizer {
                 }
             })
             .collect::<Result<Vec<_>>>()?;
-        let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| input(format!("{origin}: bad BPE merges: {e}")))?;
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .ignore_merges(pre.ignore_merges())
+            .build()
+            .map_err(|e| input(format!("{origin}: bad BPE merges: {e}")))?;
         let mut hf = Hf::new(bpe);
         hf.with_pre_tokenizer(Some(pre.pre_tokenizer()));
-        hf.with_decoder(Some(byte_level()));
-        let special: Vec<AddedToken> =
-            control.iter().filter_map(|&id| tokens.get(id as usize)).map(|t| AddedToken::from(t.clone(), true)).collect();
-        hf.add_special_tokens(&special);
-        Ok(Tokenizer::Bpe(Arc::new(Bpe::new(hf, origin, pre)?)))
+        hf.with_decoder(Some(super::presplit::decoder()));
+        let of_type = |ty: i32, special: bool| -> Vec<AddedToken> {
+            let is = |t: &String, given: i32| match given {
+                TOKEN_TYPE_NORMAL if CONTROL_BY_TEXT.contains(&t.as_str()) => ty == TOKEN_TYPE_CONTROL,
+                given => given == ty,
+            };
+            tokens.iter().zip(types).filter(|(t, &given)| is(t, given)).map(|(t, _)| AddedToken::from(t.clone(), special)).collect()
+        };
+        hf.add_special_tokens(&of_type(TOKEN_TYPE_CONTROL, true));
+        hf.add_tokens(&of_type(TOKEN_TYPE_USER_DEFINED, false));
+        let mut b = Bpe::new(hf, origin, pre)?;
+        b.types = Some(types.to_vec());
+        Ok(Tokenizer::Bpe(Arc::new(b)))
     }
 
-    /// Parse a `tokenizer.json` (byte-level BPE with `<|endoftext|>` only).
+    /// Parse a `tokenizer.json` (a byte-level BPE with an end-of-text token
+    /// and a pre-tokenizer [`PreSplit::of_json`] recognises).
     ///
     /// # Errors
     /// [`Error::Input`](crate::error::Error::Input) naming `origin` for any
@@ -432,7 +489,8 @@ impl Tokenizer {
     /// byte-level BPE: model `gpt2`, pre-tokenizer `gpt-2` (llama.cpp's
     /// `LLAMA_VOCAB_PRE_TYPE_GPT2`, whose split regex is the one of HF's
     /// `ByteLevel`), tokens in id order in GPT-2's byte-to-unicode form, merges
-    /// as `"a b"`, token types (1 normal, 3 control), bos = eos = the
+    /// as `"a b"`, token types (as read from a GGUF, else 1 normal and 3
+    /// control), bos = eos = the
     /// end-of-text id and no automatic BOS/EOS.
     pub fn write_gguf(&self, g: &mut GgufWriter) -> Result<()> {
         let (tokens, merges, eot, pre) = match self {
@@ -443,7 +501,10 @@ impl Tokenizer {
             }
         };
         let control = |i: u32| Some(i) == eot || matches!(self, Tokenizer::Bpe(b) if b.control.contains(&i));
-        let types: Vec<i32> = (0..tokens.len() as u32).map(|i| if control(i) { TOKEN_TYPE_CONTROL } else { TOKEN_TYPE_NORMAL }).collect();
+        let types: Vec<i32> = match self {
+            Tokenizer::Bpe(b) if b.types.as_ref().is_some_and(|t| t.len() == tokens.len()) => b.types.clone().unwrap_or_default(),
+            _ => (0..tokens.len() as u32).map(|i| if control(i) { TOKEN_TYPE_CONTROL } else { TOKEN_TYPE_NORMAL }).collect(),
+        };
         g.set("tokenizer.ggml.model", "gpt2")?;
         g.set("tokenizer.ggml.pre", pre.name())?;
         g.set("tokenizer.ggml.tokens", Value::Array(Array::String(tokens)))?;
@@ -473,9 +534,14 @@ impl Tokenizer {
             return Err(input(format!("{origin}: tokenizer model {model:?} is not supported (only gpt2 byte-level BPE)")));
         }
         let pre = match f.get("tokenizer.ggml.pre").map(|v| v.as_str()) {
-            None | Some(Some("gpt-2")) => PreSplit::Gpt2,
-            Some(Some("smollm")) => PreSplit::SmolLm,
-            Some(p) => return Err(input(format!("{origin}: pre-tokenizer {:?} is not supported (gpt-2 or smollm)", p.unwrap_or("?")))),
+            None => PreSplit::Gpt2,
+            Some(name) => name.and_then(PreSplit::from_name).ok_or_else(|| {
+                input(format!(
+                    "{origin}: pre-tokenizer {:?} (tokenizer.ggml.pre) is not supported ({})",
+                    name.unwrap_or("?"),
+                    super::presplit::KNOWN
+                ))
+            })?,
         };
         let strings = |key: &str| -> Result<Vec<String>> {
             match f.get(key) {
@@ -496,8 +562,7 @@ impl Tokenizer {
         if is_bytes {
             return Ok(Some(Tokenizer::Bytes));
         }
-        let control: Vec<u32> = types.iter().enumerate().filter(|(_, &t)| t == TOKEN_TYPE_CONTROL).map(|(i, _)| i as u32).collect();
-        Tokenizer::from_tokens(&tokens, &merges, &control, pre, &origin).map(Some)
+        Tokenizer::from_tokens(&tokens, &merges, &types, pre, &origin).map(Some)
     }
 }
 

@@ -1,5 +1,6 @@
 //! LoRA adapter files in llama.cpp's own layout (`llama-adapter.cpp`):
-//! `general.type = "adapter"`, `general.architecture = "llama"`,
+//! `general.type = "adapter"`, `general.architecture` the base's (`llama`,
+//! `qwen2`: llama.cpp refuses an adapter of another architecture),
 //! `adapter.type = "lora"`, `adapter.lora.alpha` (f32), and for every adapted
 //! matrix `blk.N.T.weight` the pair `blk.N.T.weight.lora_a` `[in, rank]` and
 //! `….lora_b` `[rank, out]` (ggml `ne` order), so `llama-cli -m BASE --lora
@@ -25,7 +26,7 @@ pub fn write_adapter(path: &Path, w: &Weights<'_>, prov: &Provenance, base: &str
     let lora = w.config().lora.as_ref().ok_or_else(|| input("the model has no LoRA adapters"))?;
     let mut g = GgufWriter::new();
     g.set("general.type", "adapter")?;
-    g.set("general.architecture", "llama")?;
+    g.set("general.architecture", w.config().arch.name())?;
     g.set("general.name", if prov.name.is_empty() { "toy-lora" } else { prov.name.as_str() })?;
     g.set("adapter.type", "lora")?;
     g.set("adapter.lora.alpha", lora.alpha)?;
@@ -102,8 +103,11 @@ pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
     if !is_adapter(&file) || file.get_str("adapter.type").ok() != Some("lora") {
         return Err(input(format!("--lora {p}: not a LoRA adapter (general.type \"adapter\", adapter.type \"lora\")")));
     }
-    if file.get_str("general.architecture").ok() != Some("llama") {
-        return Err(input(format!("--lora {p}: not a llama adapter")));
+    let arch = base.arch.name();
+    match file.get_str("general.architecture") {
+        Ok(a) if a == arch => {}
+        Ok(a) => return Err(input(format!("--lora {p}: an adapter for {a} models, not for this {arch} model"))),
+        Err(_) => return Err(input(format!("--lora {p}: no general.architecture"))),
     }
     let alpha = file.get_f64("adapter.lora.alpha").map_err(|_| input(format!("--lora {p}: no adapter.lora.alpha")))? as f32;
     if !(alpha.is_finite() && alpha > 0.0) {

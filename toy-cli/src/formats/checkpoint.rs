@@ -1,4 +1,4 @@
-//! Checkpoints: standard GGUF files in llama.cpp's layout (`llama` or `gpt2`)
+//! Checkpoints: standard GGUF files in llama.cpp's layout (`llama`, `qwen2` or `gpt2`)
 //! with the tokenizer embedded, and reading them back into a model.
 
 use super::{Provenance, FORMAT};
@@ -91,11 +91,15 @@ fn hparams(g: &mut GgufWriter, c: &ModelConfig) -> Result<()> {
     g.set(&format!("{a}.block_count"), u(c.n_layers))?;
     g.set(&format!("{a}.attention.head_count"), u(c.n_heads))?;
     match c.arch {
-        Arch::Llama => {
-            g.set("llama.attention.head_count_kv", u(c.n_kv_heads))?;
-            g.set("llama.attention.layer_norm_rms_epsilon", c.norm_eps)?;
-            g.set("llama.rope.freq_base", c.rope_base)?;
-            g.set("llama.rope.dimension_count", u(c.d_head()))?;
+        Arch::Llama | Arch::Qwen2 => {
+            g.set(&format!("{a}.attention.head_count_kv"), u(c.n_kv_heads))?;
+            g.set(&format!("{a}.attention.layer_norm_rms_epsilon"), c.norm_eps)?;
+            g.set(&format!("{a}.rope.freq_base"), c.rope_base)?;
+            // llama.cpp's converter writes it for llama, not for qwen2 (whose
+            // loader takes the head width when it is absent).
+            if c.arch == Arch::Llama {
+                g.set("llama.rope.dimension_count", u(c.d_head()))?;
+            }
         }
         Arch::Gpt2 => g.set("gpt2.attention.layer_norm_epsilon", c.norm_eps)?,
     }
@@ -149,19 +153,17 @@ fn need_u(f: &GgufFile, key: &str) -> Result<usize> {
     Ok(f.get_u64(key)? as usize)
 }
 
-/// The model shape a llama or gpt2 GGUF's keys describe, checked against its
-/// tensors ([`check_shapes`]); `what` names the file in messages.
+/// The model shape a llama, qwen2 or gpt2 GGUF's keys describe, checked
+/// against its tensors ([`check_shapes`]); `what` names the file in messages.
 ///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) naming `what`: an architecture
-/// other than llama/gpt2, a missing key or `token_embd.weight`, an impossible
-/// shape, or a tensor whose shape contradicts the keys.
+/// other than llama/qwen2/gpt2, a missing key or `token_embd.weight`, an
+/// impossible shape, or a tensor whose shape contradicts the keys.
 pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
-    let arch = match file.get_str("general.architecture")? {
-        "llama" => Arch::Llama,
-        "gpt2" => Arch::Gpt2,
-        other => return Err(input(format!("{what}: architecture {other:?} is not supported (llama or gpt2)"))),
-    };
+    let name = file.get_str("general.architecture")?;
+    let arch =
+        Arch::from_name(name).ok_or_else(|| input(format!("{what}: architecture {name:?} is not supported (llama, qwen2 or gpt2)")))?;
     let a = arch.name();
     let embd = file.tensor("token_embd.weight").ok_or_else(|| input(format!("{what}: no token_embd.weight tensor")))?;
     let d_model = need_u(file, &format!("{a}.embedding_length"))?;
@@ -175,9 +177,11 @@ pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
         n_kv_heads: super::checks::optional_count(file, &format!("{a}.attention.head_count_kv"), n_heads, what)?,
         d_ff: need_u(file, &format!("{a}.feed_forward_length"))?,
         context: need_u(file, &format!("{a}.context_length"))?,
-        rope_base: super::checks::optional(file, "llama.rope.freq_base", 10_000.0, what)? as f32,
+        rope_base: super::checks::optional(file, &format!("{a}.rope.freq_base"), 10_000.0, what)? as f32,
         norm_eps: match arch {
-            Arch::Llama => super::checks::optional(file, "llama.attention.layer_norm_rms_epsilon", 1e-5, what)? as f32,
+            Arch::Llama | Arch::Qwen2 => {
+                super::checks::optional(file, &format!("{a}.attention.layer_norm_rms_epsilon"), 1e-5, what)? as f32
+            }
             Arch::Gpt2 => super::checks::optional(file, "gpt2.attention.layer_norm_epsilon", 1e-5, what)? as f32,
         },
         tied: file.tensor("output.weight").is_none(),
@@ -249,7 +253,7 @@ pub fn check_shapes_of(table: &Table, file: &GgufFile, c: &ModelConfig, what: &s
 ///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) naming the file when it is not
-/// a GGUF file or not a llama/gpt2 model this program can run.
+/// a GGUF file or not a llama/qwen2/gpt2 model this program can run.
 pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
     if !path.exists() {
         return Err(input(format!("{}: no such checkpoint file", path.display())));
@@ -355,13 +359,14 @@ impl Checkpoint {
     ///
     /// # Errors
     /// [`Error::Input`](crate::error::Error::Input): a second adapter, a base
-    /// that is not llama, or what [`super::adapter::open_adapter`] refuses.
+    /// whose architecture takes no adapters (gpt2), or what
+    /// [`super::adapter::open_adapter`] refuses.
     pub fn with_lora(mut self, path: &Path) -> Result<Checkpoint> {
         if self.adapter.is_some() {
             return Err(input(format!("--lora {}: the model already carries an adapter", path.display())));
         }
-        if self.config.arch != Arch::Llama {
-            return Err(input(format!("--lora {}: adapters apply to llama models", path.display())));
+        if !self.config.arch.takes_lora() {
+            return Err(input(format!("--lora {}: {}", path.display(), crate::model::lora::ARCHS)));
         }
         let a = super::adapter::open_adapter(path, &self.config)?;
         super::adapter::check_base(&a, path, self.file.path())?;

@@ -7,7 +7,7 @@
 
 use crate::data::Tokenizer;
 use crate::error::{input, Result};
-use crate::model::{Arch, ModelConfig};
+use crate::model::ModelConfig;
 use ggml_rs::gguf::{GgufFile, Value};
 
 /// A key's value in a message.
@@ -44,23 +44,26 @@ pub fn optional_count(file: &GgufFile, key: &str, default: usize, what: &str) ->
     }
 }
 
-/// Refuse llama keys that would change the attention math toy runs: a RoPE
-/// dimension count, key or value width other than the head width (llama.cpp
-/// refuses the first for llama models, and its tensor shapes follow the other
-/// two), and RoPE scaling (toy's RoPE is llama.cpp's mode 0 without scaling).
+/// Refuse llama or qwen2 keys that would change the attention math toy runs:
+/// a RoPE dimension count, key or value width other than the head width
+/// (llama.cpp refuses the first for both architectures, and its tensor shapes
+/// follow the other two), and RoPE scaling (toy runs llama.cpp's RoPE, mode 0
+/// for llama and NEOX for qwen2, without scaling).
 ///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) naming `what` and the key.
 pub fn check_attention_keys(file: &GgufFile, c: &ModelConfig, what: &str) -> Result<()> {
-    if c.arch != Arch::Llama {
+    if c.arch.rope().is_none() {
         return Ok(());
     }
+    let a = c.arch.name();
     let d_head = c.d_head() as u64;
     for (key, is) in [
-        ("llama.rope.dimension_count", "RoPE rotates whole heads (as llama.cpp requires for llama models)"),
-        ("llama.attention.key_length", "keys are one head wide"),
-        ("llama.attention.value_length", "values are one head wide"),
+        ("rope.dimension_count", "RoPE rotates whole heads (as llama.cpp requires for llama and qwen2 models)"),
+        ("attention.key_length", "keys are one head wide"),
+        ("attention.value_length", "values are one head wide"),
     ] {
+        let key = &format!("{a}.{key}");
         if let Some(v) = file.get(key) {
             match v.as_u64() {
                 Some(n) if n == d_head => {}
@@ -75,13 +78,13 @@ pub fn check_attention_keys(file: &GgufFile, c: &ModelConfig, what: &str) -> Res
             }
         }
     }
-    let scaling = file.get("llama.rope.scaling.type").map(|v| v.as_str().unwrap_or("?").to_string());
-    let factor = ["llama.rope.scaling.factor", "llama.rope.scale_linear"]
-        .iter()
-        .find_map(|k| file.get(k).map(|v| (*k, v.as_f64().unwrap_or(f64::NAN))))
+    let scaling = file.get(&format!("{a}.rope.scaling.type")).map(|v| v.as_str().unwrap_or("?").to_string());
+    let factor = [format!("{a}.rope.scaling.factor"), format!("{a}.rope.scale_linear")]
+        .into_iter()
+        .find_map(|k| file.get(&k).map(|v| (k.clone(), v.as_f64().unwrap_or(f64::NAN))))
         .filter(|&(_, f)| f != 0.0 && f != 1.0);
     if let Some(t) = scaling.filter(|t| t != "none" && t != "linear") {
-        return Err(input(format!("{what}: llama.rope.scaling.type {t:?} is not supported (toy runs RoPE without scaling)")));
+        return Err(input(format!("{what}: {a}.rope.scaling.type {t:?} is not supported (toy runs RoPE without scaling)")));
     }
     if let Some((k, f)) = factor {
         return Err(input(format!("{what}: {k} is {f}; RoPE scaling is not supported (toy runs RoPE without scaling)")));

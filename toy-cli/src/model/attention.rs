@@ -84,14 +84,15 @@ fn repeat_kv<'a>(ctx: &'a Context, t: Tensor<'a>, g: i64) -> Result<Tensor<'a>> 
     ctx.reshape(r, &[x, y, g * n_kv, b])
 }
 
-/// Apply RoPE to `x` `[d_head, n_head, N]` at positions `pos` (i32 `[N]`).
-pub fn rope<'a>(ctx: &'a Context, x: Tensor<'a>, pos: Tensor<'a>, base: f32) -> Result<Tensor<'a>> {
+/// Apply RoPE in `mode` to `x` `[d_head, n_head, N]` at positions `pos`
+/// (i32 `[N]`), rotating whole heads.
+pub fn rope<'a>(ctx: &'a Context, x: Tensor<'a>, pos: Tensor<'a>, mode: RopeMode, base: f32) -> Result<Tensor<'a>> {
     let dh = x.ne()[0] as usize;
     // Deliberately wrong build for scripts/parity: RoPE base 1% too large while
     // checkpoints still record the true one. The harness must report FAIL.
     #[cfg(feature = "parity-perturb")]
     let base = base * 1.01;
-    ctx.rope_ext(x, pos, dh, RopeMode::Normal, base)
+    ctx.rope_ext(x, pos, dh, mode, base)
 }
 
 #[cfg(test)]

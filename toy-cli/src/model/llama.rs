@@ -5,7 +5,7 @@
 use super::attention::{causal_attention, rope};
 use super::table::{Lora, Spec, Table};
 use super::{Batch, ModelConfig, Weights};
-use ggml_rs::{Context, Result, Tensor};
+use ggml_rs::{Context, Result, RopeMode, Tensor};
 
 /// Width of the query heads, `n_heads·d_head`.
 pub fn q_width(c: &ModelConfig) -> usize {
@@ -56,11 +56,17 @@ pub fn head<'w>(w: &Weights<'w>) -> Result<Tensor<'w>> {
     w.get("output.weight").map_or_else(|| w.tensor("token_embd.weight"), Ok)
 }
 
-/// The last hidden states `[d, T, B]`, normalized, before the head (shapes
-/// annotated for d = d_model, H = heads). Products go through
-/// [`super::Block::linear`], so a table with biases on them (qwen2's q/k/v) or
-/// LoRA adapters runs with this same pass.
+/// The last hidden states `[d, T, B]`, normalized, before the head, with
+/// RoPE in mode 0 (llama.cpp's for `llama`); see [`pass`].
 pub fn hidden<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>) -> Result<Tensor<'a>> {
+    pass(w, ctx, x, RopeMode::Normal)
+}
+
+/// The llama family's pass up to the head: the last hidden states `[d, T, B]`,
+/// normalized (shapes annotated for d = d_model, H = heads), with RoPE in
+/// `mode`. Products go through [`super::Block::linear`], so a table with
+/// biases on them (qwen2's q/k/v) or LoRA adapters runs with this same pass.
+pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode) -> Result<Tensor<'a>> {
     let c = w.config();
     let (d, t, b) = (c.d_model as i64, x.t as i64, x.b as i64);
     let (dh, eps) = (c.d_head() as i64, c.norm_eps);
@@ -76,8 +82,8 @@ pub fn hidden<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>) -> Result<Ten
         // receives a contiguous gradient (through the reshape), which CUDA needs.
         let (hq, hkv) = (c.n_heads as i64, c.n_kv_heads as i64);
         let lin = |stem: &str, x| blk.linear(ctx, stem, s, x);
-        let q = rope(ctx, ctx.reshape(lin("attn_q", a)?, &[dh, hq, t * b])?, x.pos, c.rope_base)?;
-        let k = rope(ctx, ctx.reshape(lin("attn_k", a)?, &[dh, hkv, t * b])?, x.pos, c.rope_base)?;
+        let q = rope(ctx, ctx.reshape(lin("attn_q", a)?, &[dh, hq, t * b])?, x.pos, mode, c.rope_base)?;
+        let k = rope(ctx, ctx.reshape(lin("attn_k", a)?, &[dh, hkv, t * b])?, x.pos, mode, c.rope_base)?;
         let q = ctx.reshape(q, &[dh, hq, t, b])?; // [dh, H, T, B]
         let k = ctx.reshape(k, &[dh, hkv, t, b])?;
         let v = ctx.reshape(lin("attn_v", a)?, &[dh, hkv, t, b])?;

@@ -11,6 +11,10 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Uniform};
 use serde::{Deserialize, Serialize};
 
+/// What a refusal says of an architecture without adapters (gpt2): the
+/// architectures whose tables name LoRA targets.
+pub const ARCHS: &str = "adapters apply to llama and qwen2 models";
+
 /// Which matrices get adapters, of what rank, at what scale.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -6,12 +6,13 @@ pub mod gpt2;
 pub mod init;
 pub mod llama;
 pub mod lora;
+pub mod qwen2;
 pub mod table;
 pub mod weights;
 
 pub use weights::{Block, Param, Weights};
 
-use ggml_rs::Tensor;
+use ggml_rs::{RopeMode, Tensor};
 use serde::{Deserialize, Serialize};
 
 /// Which transformer family.
@@ -22,6 +23,8 @@ pub enum Arch {
     Llama,
     /// GPT-2: learned positions, LayerNorm, GELU, biases, tied head.
     Gpt2,
+    /// Qwen2: llama with biases on q, k and v, and NEOX RoPE.
+    Qwen2,
 }
 
 impl Arch {
@@ -30,7 +33,29 @@ impl Arch {
         match self {
             Arch::Llama => "llama",
             Arch::Gpt2 => "gpt2",
+            Arch::Qwen2 => "qwen2",
         }
+    }
+
+    /// The architecture whose GGUF name (`general.architecture`) is `name`.
+    pub fn from_name(name: &str) -> Option<Arch> {
+        [Arch::Llama, Arch::Gpt2, Arch::Qwen2].into_iter().find(|a| a.name() == name)
+    }
+
+    /// How the architecture rotates queries and keys, as llama.cpp's
+    /// `llama_model_rope_type` (src/llama-model.cpp) decides for its GGUFs:
+    /// mode 0 for llama, NEOX for qwen2; `None` for GPT-2 (learned positions).
+    pub fn rope(self) -> Option<RopeMode> {
+        match self {
+            Arch::Llama => Some(RopeMode::Normal),
+            Arch::Qwen2 => Some(RopeMode::Neox),
+            Arch::Gpt2 => None,
+        }
+    }
+
+    /// Whether LoRA adapters apply (the table names matrices they may target).
+    pub fn takes_lora(self) -> bool {
+        !self.table().lora_targets().is_empty()
     }
 
     /// The architecture's parameter table.
@@ -38,6 +63,7 @@ impl Arch {
         match self {
             Arch::Llama => &llama::TABLE,
             Arch::Gpt2 => &gpt2::TABLE,
+            Arch::Qwen2 => &qwen2::TABLE,
         }
     }
 }
@@ -55,16 +81,16 @@ pub struct ModelConfig {
     pub d_model: usize,
     pub n_layers: usize,
     pub n_heads: usize,
-    /// Key/value heads (llama GQA); equal to `n_heads` for multi-head attention.
+    /// Key/value heads (llama and qwen2 GQA); equal to `n_heads` for multi-head attention.
     pub n_kv_heads: usize,
     /// Feed-forward width.
     pub d_ff: usize,
     /// Maximum sequence length (GPT-2: rows of the position table).
     pub context: usize,
-    /// RoPE base θ (llama).
+    /// RoPE base θ (llama, qwen2).
     #[serde(serialize_with = "short_f32")]
     pub rope_base: f32,
-    /// Epsilon of RMSNorm (llama) / LayerNorm (GPT-2).
+    /// Epsilon of RMSNorm (llama, qwen2) / LayerNorm (GPT-2).
     #[serde(serialize_with = "short_f32")]
     pub norm_eps: f32,
     /// Output head shares the token embedding (always true for GPT-2).
@@ -78,7 +104,7 @@ pub struct ModelConfig {
     /// (`--freeze token_embd,blk.0.`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub freeze: Vec<String>,
-    /// Low-rank adapters on a frozen base (llama; the finetune recipe).
+    /// Low-rank adapters on a frozen base (llama, qwen2; the finetune recipe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<lora::LoraConfig>,
     /// With LoRA, the frozen base's matrices and token table stay in memory in
@@ -124,7 +150,7 @@ impl ModelConfig {
         if self.n_heads % self.n_kv_heads != 0 {
             return Err(format!("n_heads {} is not a multiple of n_kv_heads {}", self.n_heads, self.n_kv_heads));
         }
-        if self.arch == Arch::Llama && self.d_head() % 2 != 0 {
+        if self.arch.rope().is_some() && self.d_head() % 2 != 0 {
             return Err(format!("RoPE needs an even head width, d_model/n_heads = {}", self.d_head()));
         }
         if self.arch == Arch::Gpt2 && (self.n_kv_heads != self.n_heads || self.donor_width.is_some()) {

@@ -106,7 +106,7 @@ fn bases_it_cannot_train_are_refused() {
     let mut args = vec!["train", "--arch", "gpt2", "--steps", "2", "--out", "g"];
     args.extend_from_slice(QUICK);
     ok(&toy(t, &args));
-    fails(&toy(t, &["train", "finetune", "--from", "g/weights/latest", "--steps", "1", "--out", "x"]), "takes llama models");
+    fails(&toy(t, &["train", "finetune", "--from", "g/weights/latest", "--steps", "1", "--out", "x"]), "takes llama and qwen2 models");
     fails(&toy(t, &["train", "finetune", "--from", "missing.gguf", "--steps", "1", "--out", "x"]), "missing.gguf");
     fails(&toy(t, &["train", "finetune", "--steps", "1", "--out", "x"]), "--from");
     fails(&toy(t, &["train", "--from", "base/weights/latest", "--steps", "1", "--out", "x"]), "finetune recipe");
@@ -348,7 +348,7 @@ fn a_smollm_pre_tokenizer_is_read_and_kept() {
     other.set("general.architecture", "llama").unwrap();
     for (k, v) in b.metadata() {
         if k == "tokenizer.ggml.pre" {
-            other.set(k, "qwen2").unwrap();
+            other.set(k, "qwen35").unwrap();
         } else if k != "general.alignment" && k != "general.architecture" {
             other.set(k, v.clone()).unwrap();
         }
@@ -357,7 +357,7 @@ fn a_smollm_pre_tokenizer_is_read_and_kept() {
         other.add_tensor_data(&info.name, &info.shape(), &b.tensor_f32(&info.name).unwrap()).unwrap();
     }
     other.write(t.join("qwen.gguf")).unwrap();
-    fails(&toy(t, &["train", "finetune", "--from", "qwen.gguf", "--steps", "1", "--out", "x"]), "pre-tokenizer \"qwen2\"");
+    fails(&toy(t, &["train", "finetune", "--from", "qwen.gguf", "--steps", "1", "--out", "x"]), "pre-tokenizer \"qwen35\"");
 }
 
 #[test]

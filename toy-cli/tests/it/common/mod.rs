@@ -7,7 +7,7 @@ pub mod reference;
 use toy::model::{Arch, ModelConfig, Weights};
 
 /// A model small enough for f64 finite differences: grouped-query attention
-/// for llama (4 heads over 2 kv heads), plain multi-head for gpt2.
+/// for llama and qwen2 (4 heads over 2 kv heads), plain multi-head for gpt2.
 pub fn tiny(arch: Arch) -> ModelConfig {
     ModelConfig {
         arch,
@@ -15,7 +15,7 @@ pub fn tiny(arch: Arch) -> ModelConfig {
         d_model: 16,
         n_layers: 2,
         n_heads: 4,
-        n_kv_heads: if arch == Arch::Llama { 2 } else { 4 },
+        n_kv_heads: if arch == Arch::Gpt2 { 4 } else { 2 },
         d_ff: 24,
         context: 8,
         rope_base: 10_000.0,

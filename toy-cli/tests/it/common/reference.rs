@@ -1,4 +1,4 @@
-//! A plain-Rust f64 reference of the llama and gpt2 forward passes and loss,
+//! A plain-Rust f64 reference of the llama, qwen2 and gpt2 forward passes and loss,
 //! written from the math (not from ggml), for checking toy's graphs.
 
 use toy::model::{Arch, ModelConfig};
@@ -26,15 +26,18 @@ fn layer_norm(x: &[f64], g: &[f64], b: &[f64], eps: f64) -> Vec<f64> {
     x.iter().zip(g).zip(b).map(|((v, g), b)| (v - mean) * r * g + b).collect()
 }
 
-/// RoPE, adjacent pairs (ggml mode 0): (2i, 2i+1) rotated by p·base^(−2i/d).
-fn rope(x: &mut [f64], p: usize, base: f64) {
+/// RoPE: the pair k (k < d/2) is rotated by p·base^(−2k/d). llama (ggml mode
+/// 0) pairs adjacent values (2k, 2k+1); qwen2 (NEOX, Hugging Face's
+/// `rotate_half`) pairs the halves (k, k + d/2).
+fn rope(x: &mut [f64], p: usize, base: f64, neox: bool) {
     let d = x.len();
-    for i in (0..d).step_by(2) {
-        let th = p as f64 * base.powf(-(i as f64) / d as f64);
+    for k in 0..d / 2 {
+        let th = p as f64 * base.powf(-((2 * k) as f64) / d as f64);
         let (c, s) = (th.cos(), th.sin());
-        let (a, b) = (x[i], x[i + 1]);
+        let (i, j) = if neox { (k, k + d / 2) } else { (2 * k, 2 * k + 1) };
+        let (a, b) = (x[i], x[j]);
         x[i] = a * c - b * s;
-        x[i + 1] = a * s + b * c;
+        x[j] = a * s + b * c;
     }
 }
 
@@ -89,7 +92,7 @@ pub fn forward(cfg: &ModelConfig, w: &WeightMap, tokens: &[usize]) -> Vec<Vec<f6
         let normed: Vec<Vec<f64>> = x
             .iter()
             .map(|xp| match cfg.arch {
-                Arch::Llama => rms_norm(xp, g(&n("attn_norm.weight")), eps),
+                Arch::Llama | Arch::Qwen2 => rms_norm(xp, g(&n("attn_norm.weight")), eps),
                 Arch::Gpt2 => layer_norm(xp, g(&n("attn_norm.weight")), g(&n("attn_norm.bias")), eps),
             })
             .collect();
@@ -104,13 +107,14 @@ pub fn forward(cfg: &ModelConfig, w: &WeightMap, tokens: &[usize]) -> Vec<Vec<f6
         let mut q: Vec<Vec<f64>> = normed.iter().map(|a| proj("attn_q", h * dh, a)).collect();
         let mut k: Vec<Vec<f64>> = normed.iter().map(|a| proj("attn_k", hkv * dh, a)).collect();
         let vv: Vec<Vec<f64>> = normed.iter().map(|a| proj("attn_v", hkv * dh, a)).collect();
-        if cfg.arch == Arch::Llama {
+        if cfg.arch != Arch::Gpt2 {
+            let neox = cfg.arch == Arch::Qwen2;
             for (p, (qp, kp)) in q.iter_mut().zip(k.iter_mut()).enumerate() {
                 for hh in 0..h {
-                    rope(&mut qp[hh * dh..(hh + 1) * dh], p, cfg.rope_base as f64);
+                    rope(&mut qp[hh * dh..(hh + 1) * dh], p, cfg.rope_base as f64, neox);
                 }
                 for hh in 0..hkv {
-                    rope(&mut kp[hh * dh..(hh + 1) * dh], p, cfg.rope_base as f64);
+                    rope(&mut kp[hh * dh..(hh + 1) * dh], p, cfg.rope_base as f64, neox);
                 }
             }
         }
@@ -120,11 +124,11 @@ pub fn forward(cfg: &ModelConfig, w: &WeightMap, tokens: &[usize]) -> Vec<Vec<f6
         }
         for xp in x.iter_mut() {
             let m = match cfg.arch {
-                Arch::Llama => rms_norm(xp, g(&n("ffn_norm.weight")), eps),
+                Arch::Llama | Arch::Qwen2 => rms_norm(xp, g(&n("ffn_norm.weight")), eps),
                 Arch::Gpt2 => layer_norm(xp, g(&n("ffn_norm.weight")), g(&n("ffn_norm.bias")), eps),
             };
             let hidden: Vec<f64> = match cfg.arch {
-                Arch::Llama => {
+                Arch::Llama | Arch::Qwen2 => {
                     let gate = proj("ffn_gate", f, &m);
                     let up = proj("ffn_up", f, &m);
                     gate.iter().zip(&up).map(|(a, b)| a / (1.0 + (-a).exp()) * b).collect()
@@ -138,7 +142,7 @@ pub fn forward(cfg: &ModelConfig, w: &WeightMap, tokens: &[usize]) -> Vec<Vec<f6
     x.iter()
         .map(|xp| {
             let nx = match cfg.arch {
-                Arch::Llama => rms_norm(xp, g("output_norm.weight"), eps),
+                Arch::Llama | Arch::Qwen2 => rms_norm(xp, g("output_norm.weight"), eps),
                 Arch::Gpt2 => layer_norm(xp, g("output_norm.weight"), g("output_norm.bias"), eps),
             };
             matvec(head, &nx, v)

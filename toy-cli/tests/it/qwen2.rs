@@ -1,8 +1,8 @@
-//! An architecture variant defined by a table alone: llama with biases on q, k
-//! and v (as qwen2 has them), run by llama's own forward pass. From the table
-//! only, toy allocates it, counts it, initializes it, matches the plain-Rust
-//! reference (which adds a bias wherever the weights carry one), trains it,
-//! writes its checkpoint, shape-checks that file and reads it back.
+//! The qwen2 architecture, defined by its table (llama's blocks with biases
+//! on q, k and v) and NEOX RoPE: toy allocates it, counts it, initializes it,
+//! matches the plain-Rust reference (which adds a bias wherever the weights
+//! carry one and rotates the halves of each head), trains it, writes its
+//! checkpoint, shape-checks that file and reads it back.
 
 use crate::common;
 
@@ -10,35 +10,11 @@ use common::{flat, reference, sequences, tiny, weight_map};
 use ggml_rs::gguf::GgufFile;
 use ggml_rs::optim::{AdamWConfig, AdamWState};
 use ggml_rs::{Backend, Context};
-use toy::formats::checkpoint::{check_shapes_of, expected_shapes_of, model_config, open_checkpoint, write_checkpoint, Checkpoint};
+use toy::formats::checkpoint::{check_shapes_of, expected_shapes, model_config, open_checkpoint, write_checkpoint, Checkpoint};
 use toy::formats::Provenance;
 use toy::model::llama::{self, kv_width, q_width};
-use toy::model::table::{Lora, Spec, Table};
 use toy::model::{init::init_weights, Arch, ModelConfig, Weights};
 use toy::train::step::{capacity, Consts, EvalStep, GradStep, OptSettings, TrainStep};
-
-/// llama's table with `attn_{q,k,v}.bias` after each of those matrices.
-static QKV_BIAS: Table = Table {
-    first: llama::TABLE.first,
-    blocks: &[
-        Spec::gain("attn_norm.weight", |c| vec![c.d_model]),
-        Spec::matrix("attn_q.weight", |c| vec![c.d_model, q_width(c)]).lora(Lora::ByDefault),
-        Spec::bias("attn_q.bias", |c| vec![q_width(c)]),
-        Spec::matrix("attn_k.weight", |c| vec![c.d_model, kv_width(c)]).lora(Lora::ByDefault),
-        Spec::bias("attn_k.bias", |c| vec![kv_width(c)]),
-        Spec::matrix("attn_v.weight", |c| vec![c.d_model, kv_width(c)]).lora(Lora::ByDefault),
-        Spec::bias("attn_v.bias", |c| vec![kv_width(c)]),
-        Spec::matrix("attn_output.weight", |c| vec![q_width(c), c.d_model]).lora(Lora::ByDefault).residual(),
-        Spec::gain("ffn_norm.weight", |c| vec![c.d_model]),
-        Spec::matrix("ffn_gate.weight", |c| vec![c.d_model, c.d_ff]).lora(Lora::Yes),
-        Spec::matrix("ffn_up.weight", |c| vec![c.d_model, c.d_ff]).lora(Lora::Yes),
-        Spec::matrix("ffn_down.weight", |c| vec![c.d_ff, c.d_model]).lora(Lora::Yes).residual(),
-    ],
-    last: &[],
-    fused: &[],
-    hidden: llama::hidden,
-    head: llama::head,
-};
 
 const T: usize = 8;
 const B: usize = 3;
@@ -54,14 +30,13 @@ fn is_bias(name: &str) -> bool {
 }
 
 fn prov() -> Provenance {
-    Provenance { run_id: "variant".into(), step: 3, name: "variant".into(), ..Provenance::default() }
+    Provenance { run_id: "qwen2".into(), step: 3, name: "qwen2".into(), ..Provenance::default() }
 }
 
-/// Weights of `cfg` from [`QKV_BIAS`] with their AdamW moments, allocated,
-/// initialized, with biases moved off their initial zeros so that the forward
-/// pass depends on them.
-fn variant<'w>(ctx: &'w Context, cfg: &ModelConfig, be: &Backend) -> (Weights<'w>, AdamWState<'w>, Consts<'w>) {
-    let w = Weights::from_table(ctx, cfg, &QKV_BIAS).unwrap();
+/// Weights of `cfg` with their AdamW moments, allocated, initialized, with
+/// biases moved off their initial zeros so that the forward pass depends on them.
+fn model<'w>(ctx: &'w Context, cfg: &ModelConfig, be: &Backend) -> (Weights<'w>, AdamWState<'w>, Consts<'w>) {
+    let w = Weights::new(ctx, cfg).unwrap();
     let params: Vec<_> = w.params().into_iter().map(|p| p.tensor).collect();
     for &p in &params {
         ctx.set_param(p).unwrap();
@@ -79,18 +54,19 @@ fn variant<'w>(ctx: &'w Context, cfg: &ModelConfig, be: &Backend) -> (Weights<'w
 }
 
 #[test]
-fn a_table_alone_defines_a_variant_that_runs_like_the_reference() {
-    let cfg = tiny(Arch::Llama);
+fn qwen2_runs_like_the_reference_with_its_biases_and_neox_rope() {
+    let cfg = tiny(Arch::Qwen2);
     let be = cpu();
     let wctx = Context::new(capacity(cfg.n_layers)).unwrap();
-    let (w, _, consts) = variant(&wctx, &cfg, &be);
+    let (w, _, consts) = model(&wctx, &cfg, &be);
     let biases: Vec<String> = w.params().iter().map(|p| p.tensor.name()).filter(|n| is_bias(n)).collect();
     assert_eq!(
         biases,
         ["blk.0.attn_q.bias", "blk.0.attn_k.bias", "blk.0.attn_v.bias", "blk.1.attn_q.bias", "blk.1.attn_k.bias", "blk.1.attn_v.bias"]
     );
+    let llama_cfg = ModelConfig { arch: Arch::Llama, ..cfg.clone() };
     let extra = cfg.n_layers * (q_width(&cfg) + 2 * kv_width(&cfg));
-    assert_eq!(QKV_BIAS.n_params(&cfg), cfg.n_params() + extra);
+    assert_eq!(cfg.n_params(), llama_cfg.n_params() + extra);
     assert!(w.params().iter().filter(|p| is_bias(&p.tensor.name())).all(|p| !p.decay), "biases are not decayed");
 
     let seqs = sequences(cfg.vocab, T, B, 4);
@@ -104,6 +80,8 @@ fn a_table_alone_defines_a_variant_that_runs_like_the_reference() {
     let mut without = wm.clone();
     without.retain(|n, _| !is_bias(n));
     assert!((reference::loss(&cfg, &without, &seqs) - want).abs() > 1e-4, "the biases change nothing");
+    // The same weights with llama's RoPE (adjacent pairs) give another loss.
+    assert!((reference::loss(&llama_cfg, &wm, &seqs) - want).abs() > 1e-4, "NEOX and mode 0 agree here");
 
     // The biases' gradients against finite differences of the reference.
     let gctx = Context::new(capacity(cfg.n_layers) * 2).unwrap();
@@ -124,11 +102,11 @@ fn a_table_alone_defines_a_variant_that_runs_like_the_reference() {
 }
 
 #[test]
-fn a_table_alone_defines_a_variant_that_trains_and_round_trips() {
-    let cfg = tiny(Arch::Llama);
+fn qwen2_trains_and_round_trips_through_its_checkpoint() {
+    let cfg = tiny(Arch::Qwen2);
     let be = cpu();
     let wctx = Context::new(capacity(cfg.n_layers)).unwrap();
-    let (w, moments, consts) = variant(&wctx, &cfg, &be);
+    let (w, moments, consts) = model(&wctx, &cfg, &be);
     let bias = w.param("blk.1.attn_k.bias").unwrap();
     let before = bias.read::<f32>().unwrap();
 
@@ -141,35 +119,47 @@ fn a_table_alone_defines_a_variant_that_trains_and_round_trips() {
     assert!(losses[4] < losses[0], "the loss did not fall: {losses:?}");
     assert_ne!(bias.read::<f32>().unwrap(), before, "the k bias did not train");
 
-    // Written as llama.cpp lays out a llama with q/k/v biases...
+    // Written as llama.cpp lays out a qwen2 model, with qwen2's keys...
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("variant.gguf");
+    let path = dir.path().join("qwen2.gguf");
     write_checkpoint(&path, &w, None, &prov()).unwrap();
     let file = GgufFile::open(&path).unwrap();
+    assert_eq!(file.get_str("general.architecture").unwrap(), "qwen2");
+    assert_eq!(file.get_u64("qwen2.attention.head_count_kv").unwrap(), 2);
+    assert!(file.get("qwen2.rope.freq_base").is_some() && file.get("qwen2.attention.layer_norm_rms_epsilon").is_some());
     let names: Vec<String> = file.tensors().iter().map(|t| t.name.clone()).collect();
-    let expected = expected_shapes_of(&QKV_BIAS, &cfg);
+    let expected = expected_shapes(&cfg);
     assert_eq!(names, expected.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
     assert!(expected.contains(&("blk.0.attn_k.bias".into(), vec![kv_width(&cfg) as i64])));
-    // ...shape-checked against the variant's table, and read back through it.
-    let config = model_config(&file, "variant.gguf").unwrap();
+    // ...read back, and opened as every command opens a model.
+    let config = model_config(&file, "qwen2.gguf").unwrap();
     assert_eq!(config, cfg);
-    check_shapes_of(&QKV_BIAS, &file, &config, "variant.gguf").unwrap();
     let ck = Checkpoint { file, config, tokenizer: None, step: 3, adapter: None };
     let ctx2 = Context::new(capacity(cfg.n_layers)).unwrap();
-    let w2 = Weights::from_table(&ctx2, &ck.config, &QKV_BIAS).unwrap();
+    let w2 = Weights::new(&ctx2, &ck.config).unwrap();
     ctx2.allocate(&be).unwrap();
     ck.load_weights(&w2).unwrap();
     assert_eq!(weight_map(&w), weight_map(&w2), "weights changed through the checkpoint");
+    assert_eq!(open_checkpoint(&path).unwrap().config.arch, Arch::Qwen2);
 
-    // Plain llama refuses the biases, and the variant refuses a plain llama file.
-    let e = open_checkpoint(&path).unwrap_err().to_string();
-    assert!(e.contains("attn_q.bias is not part of a llama model"), "{e}");
-    let plain = dir.path().join("plain.gguf");
+    // A llama file refuses the biases, and qwen2 refuses a file without them.
+    let llama_cfg = ModelConfig { arch: Arch::Llama, ..cfg.clone() };
     let ctx3 = Context::new(capacity(cfg.n_layers)).unwrap();
-    let w3 = Weights::new(&ctx3, &cfg).unwrap();
+    let w3 = Weights::from_table(&ctx3, &llama_cfg, &toy::model::qwen2::TABLE).unwrap();
     ctx3.allocate(&be).unwrap();
     init_weights(&w3, 1).unwrap();
-    write_checkpoint(&plain, &w3, None, &prov()).unwrap();
-    let e = check_shapes_of(&QKV_BIAS, &GgufFile::open(&plain).unwrap(), &cfg, "plain.gguf").unwrap_err().to_string();
+    let biased_llama = dir.path().join("biased-llama.gguf");
+    write_checkpoint(&biased_llama, &w3, None, &prov()).unwrap();
+    let e = open_checkpoint(&biased_llama).unwrap_err().to_string();
+    assert!(e.contains("attn_q.bias is not part of a llama model"), "{e}");
+    let plain = dir.path().join("plain.gguf");
+    let ctx4 = Context::new(capacity(cfg.n_layers)).unwrap();
+    let w4 = Weights::from_table(&ctx4, &cfg, &llama::TABLE).unwrap();
+    ctx4.allocate(&be).unwrap();
+    init_weights(&w4, 1).unwrap();
+    write_checkpoint(&plain, &w4, None, &prov()).unwrap();
+    let e = open_checkpoint(&plain).unwrap_err().to_string();
+    assert!(e.contains("missing tensor blk.0.attn_q.bias"), "{e}");
+    let e = check_shapes_of(&toy::model::qwen2::TABLE, &GgufFile::open(&plain).unwrap(), &cfg, "plain.gguf").unwrap_err().to_string();
     assert!(e.contains("missing tensor blk.0.attn_q.bias"), "{e}");
 }
