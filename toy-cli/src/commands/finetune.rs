@@ -15,18 +15,13 @@ use crate::train::{train, Init, Outcome, Plan, RunOptions};
 use ggml_rs::gguf::GgufFile;
 use std::path::Path;
 
-<<<<<<< HEAD
-/// Open the base model at `path`: a llama GGUF whose every tensor is of one of
-/// [`BASE_TYPES`] and matches its metadata, with a tokenizer this program can run.
-=======
 /// Open the base model at `path`: a llama or qwen2 GGUF whose every tensor is
-/// f32, f16 or bf16 and matches its metadata, with a tokenizer this program
-/// can run.
->>>>>>> qwen
+/// of one of [`BASE_TYPES`] and matches its metadata, with a tokenizer this
+/// program can run.
 ///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) naming the file: not a GGUF, not
-/// llama or qwen2, a quantized or otherwise unsupported tensor type, a shape that
+/// llama or qwen2, a tensor type outside [`BASE_TYPES`], a shape that
 /// contradicts the metadata, no or an unsupported tokenizer.
 pub fn open_base(path: &Path) -> Result<(Checkpoint, Tokenizer)> {
     let p = path.display();
