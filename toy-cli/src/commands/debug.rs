@@ -154,6 +154,7 @@ pub fn run(args: &DebugArgs) -> Result<()> {
                         save_id: String::new(),
                         lora_base: String::new(),
                         lora_base_sha256: String::new(),
+                        base_keys: Vec::new(),
                     };
                     let src = |p: ggml_rs::Tensor<'_>| -> Result<Vec<f32>> {
                         let g = gs.grad(p).ok_or_else(|| input(format!("no gradient for {}", p.name())))?;

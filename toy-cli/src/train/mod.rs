@@ -14,7 +14,8 @@ use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::Corpus;
 use crate::error::{input, runtime, Result};
 use crate::files::write_atomic;
-use crate::formats::{checkpoint::write_checkpoint, state, Provenance};
+use crate::formats::checkpoint::{write_checkpoint, BASE_KEYS};
+use crate::formats::{state, Provenance};
 use crate::model::{init::init_weights, Weights};
 use crate::run::events::{now_rfc3339, EventLog, SCHEMA};
 use crate::run::{flow, git_info, host_info, RunDir};
@@ -287,13 +288,15 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     let start =
         Start { plan, cfg, corpus, run, devices: &devices, device: &device, train: &train, memory: &memory, wctx: &wctxs[0], start_step };
     log_start(&mut log, &start)?;
+    let base_keys = carried_keys(plan)?;
     let prov = |step| Provenance {
         run_id: run.id.clone(),
         step,
         name: model_name(cfg),
-        save_id: String::new(),
         lora_base: cfg.from.clone().unwrap_or_default(),
         lora_base_sha256: cfg.from_sha256.clone().unwrap_or_default(),
+        base_keys: base_keys.clone(),
+        ..Provenance::default()
     };
     if opts.save_initial && plan.resume.is_none() {
         write_checkpoint(&run.checkpoint_path(0), weights, corpus.tokenizer.as_ref(), &prov(0))?;
@@ -314,6 +317,22 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         prov: &prov,
         memory: (&memory, &device),
     })
+}
+
+/// The keys a finetuned model keeps from its base (its chat template and
+/// special-token ids, see [`BASE_KEYS`]): from the base of `plan`, or from
+/// the checkpoint it resumes (which kept them). None for other runs.
+fn carried_keys(plan: &Plan<'_>) -> Result<Vec<(String, ggml_rs::gguf::Value)>> {
+    let opened;
+    let file = match (&plan.init, &plan.resume) {
+        (Init::Model(ck), _) => &ck.file,
+        (_, Some(p)) if plan.recipe == Recipe::Finetune => {
+            opened = ggml_rs::gguf::GgufFile::open(p)?;
+            &opened
+        }
+        _ => return Ok(Vec::new()),
+    };
+    Ok(BASE_KEYS.iter().filter_map(|&k| Some((k.to_string(), file.get(k)?.clone()))).collect())
 }
 
 /// The model's name in events and checkpoints (`general.name`): `toy-<arch>-<preset>`.
