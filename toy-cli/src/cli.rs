@@ -158,6 +158,17 @@ pub struct TrainArgs {
     /// The field of JSON Lines records that holds their text (a `.jsonl` corpus).
     #[arg(long = "text-field")]
     pub text_field: Option<String>,
+    /// finetune: how JSON Lines records are read. auto: per file, from its first
+    /// record ("messages": conversations, "prompt" and "completion": pairs, else
+    /// text); chat: conversations or pairs only; text: every record is text.
+    /// Chat data is rendered with the model's chat template; only the
+    /// assistant's tokens are trained.
+    #[arg(long = "data-format", value_enum)]
+    pub data_format: Option<crate::data::chat_records::DataFormat>,
+    /// finetune, chat data: pack several conversations into each window,
+    /// separated by the model's EOS (default: one conversation per window, padded).
+    #[arg(long)]
+    pub pack: bool,
     /// Model and batch shape preset.
     #[arg(long, value_enum)]
     pub preset: Option<Preset>,
