@@ -54,6 +54,24 @@ pub enum DebugCommand {
     DumpLogits(DumpArgs),
     /// Time training steps on random tokens (used by scripts/bench).
     Bench(BenchArgs),
+    /// Chat data as `toy train finetune` sees it: each conversation rendered with
+    /// the model's chat template, the trained tokens between ⟦ and ⟧.
+    ChatMasks(ChatMasksArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ChatMasksArgs {
+    /// The model whose chat template and tokenizer render the data (a GGUF).
+    pub model: PathBuf,
+    /// Chat data: JSON Lines of {"messages": [...]} or {"prompt", "completion"}.
+    #[arg(long)]
+    pub corpus: PathBuf,
+    /// Conversations to show, from the first.
+    #[arg(short = 'n', long = "n", default_value_t = 3)]
+    pub n: usize,
+    /// Print one JSON object per conversation (its ids and which are trained).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

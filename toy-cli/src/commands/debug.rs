@@ -1,7 +1,8 @@
-//! `toy debug`: dumps for the PyTorch parity harness (`scripts/parity/`).
+//! `toy debug`: dumps for the PyTorch parity harness (`scripts/parity/`),
+//! benchmarks, and chat data as finetune masks it.
 //! Hidden from the main help.
 
-use crate::cli::{BenchArgs, DebugArgs, DebugCommand};
+use crate::cli::{BenchArgs, ChatMasksArgs, DebugArgs, DebugCommand};
 use crate::error::{input, runtime, Result};
 use crate::formats::checkpoint::{open_checkpoint, write_model};
 use crate::formats::Provenance;
@@ -125,10 +126,41 @@ fn bench(a: &BenchArgs) -> Result<()> {
     )
 }
 
+/// `toy debug chat-masks`: the first conversations of a chat corpus as
+/// `toy train finetune` renders them for a model, trained tokens between ⟦ ⟧
+/// (or, with `--json`, their ids and flags).
+fn chat_masks(a: &ChatMasksArgs) -> Result<()> {
+    use crate::data::chat_examples::{load_chat, ChatModel};
+    let ck = open_checkpoint(&a.model)?;
+    let tok = ck.tokenizer.as_ref().ok_or_else(|| input(format!("{}: the model carries no tokenizer", a.model.display())))?;
+    let model = ChatModel { file: &ck.file, tok };
+    let chat = load_chat(&a.corpus, crate::data::chat_records::DataFormat::Chat, &model, 0.0, 0)?.unwrap_or_default();
+    for (i, ex) in chat.train.iter().take(a.n).enumerate() {
+        if a.json {
+            crate::say!("{}", serde_json::json!({ "conversation": i + 1, "ids": ex.ids, "trained": ex.trained }))?;
+            continue;
+        }
+        let trained = ex.trained.iter().skip(1).filter(|&&b| b).count();
+        crate::say!("conversation {}: {} tokens, {trained} trained", i + 1, ex.ids.len())?;
+        let mut text = String::new();
+        let mut start = 0;
+        while start < ex.ids.len() {
+            let on = ex.trained[start];
+            let end = (start..ex.ids.len()).find(|&j| ex.trained[j] != on).unwrap_or(ex.ids.len());
+            let piece = tok.decode(&ex.ids[start..end])?;
+            text += &if on { format!("⟦{piece}⟧") } else { piece };
+            start = end;
+        }
+        crate::say!("{text}")?;
+    }
+    Ok(())
+}
+
 /// Run a `toy debug` subcommand.
 pub fn run(args: &DebugArgs) -> Result<()> {
     match &args.command {
         DebugCommand::Bench(a) => bench(a),
+        DebugCommand::ChatMasks(a) => chat_masks(a),
         DebugCommand::DumpGrads(a) | DebugCommand::DumpLogits(a) => {
             let grads = matches!(args.command, DebugCommand::DumpGrads(_));
             let ck = open_checkpoint(&a.model)?;

@@ -368,6 +368,11 @@ fn bad_chat_data_is_refused_with_its_line() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("System role not supported"));
     let o = toy(t, &["train", "--preset", "smoke", "--corpus", "good.jsonl", "--pack", "--out", "x", "--threads", "1"]);
     fails(&o, "train", "finetune recipe");
+    // What finetune trains on, as `toy debug chat-masks` shows it.
+    let o = toy(t, &["debug", "chat-masks", "chat.gguf", "--corpus", "good.jsonl", "-n", "1"]);
+    ok(&o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("<|im_start|>assistant\n⟦Hello.<|im_end|>⟧\n") && out.matches("conversation ").count() == 1, "{out}");
     // Prompt-completion pairs on a model without a template: plain text, the completion trained.
     ok(&finetune(t, "plain.gguf", "pairs.jsonl", "p", &["--steps", "2", "--context", "32"]));
     assert_eq!(events(&t.join("p"))[0]["chat"]["records"], "prompt-completion");
