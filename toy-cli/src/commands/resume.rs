@@ -118,7 +118,7 @@ pub fn restart_args(a: &TrainArgs, cfg: &TrainConfig, dir: &Path) -> Result<Trai
         recipe: Some(cfg.recipe),
         corpus: (!is_embedded(&cfg.corpus)).then(|| PathBuf::from(&cfg.corpus)),
         text_field: Some(cfg.text_field.clone()),
-        data_format: Some(cfg.data_format),
+        data_format: finetune.then_some(cfg.data_format),
         pack: cfg.pack,
         preset: Some(cfg.preset),
         arch: (!finetune).then_some(m.arch),
