@@ -38,7 +38,9 @@ use std::path::Path;
 /// (`trained[0]` is never used: nothing precedes the first token).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Example {
+    /// Token ids, in order.
     pub ids: Vec<u32>,
+    /// One per id: the loss predicts it (an assistant token or end of turn).
     pub trained: Vec<bool>,
 }
 
@@ -57,6 +59,7 @@ impl Example {
 
 /// A model's way of turning chat records into examples.
 pub struct Encoder<'a> {
+    /// The model's tokenizer (its control tokens are parsed in rendered text).
     pub tok: &'a Tokenizer,
     /// The model's chat template, if it has one.
     pub template: Option<&'a ChatTemplate>,
@@ -131,7 +134,9 @@ impl Encoder<'_> {
 pub struct ChatCorpus {
     /// The records' kind (of the first file).
     pub kind: Option<RecordKind>,
+    /// The conversations trained on, in file order.
     pub train: Vec<Example>,
+    /// The held-out conversations (the validation loss).
     pub val: Vec<Example>,
     /// The model's end-of-sequence id: between packed conversations, and padding.
     pub eos: Option<u32>,
@@ -139,7 +144,9 @@ pub struct ChatCorpus {
 
 /// The model a chat corpus is read for: its file (template, special ids) and tokenizer.
 pub struct ChatModel<'a> {
+    /// Its GGUF: `tokenizer.chat_template` and the special-token ids.
     pub file: &'a GgufFile,
+    /// Its tokenizer.
     pub tok: &'a Tokenizer,
 }
 

@@ -90,6 +90,7 @@ pub enum Record {
 /// A record and where it is (`file:line`, for messages).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Located {
+    /// `file:line`.
     pub at: String,
     pub record: Record,
 }

@@ -13,7 +13,11 @@
 //! passed position ids).
 //!
 //! A run walks the windows in a fresh random order every epoch
-//! ([`Sampler::next_windows`](super::batches::Sampler::next_windows)).
+//! ([`Sampler::next_windows`](super::batches::Sampler::next_windows)). A
+//! step's loss is the mean over its batch's trained tokens; with several
+//! devices each replica takes that mean over its own rows and the gradients
+//! are averaged, which weighs every token alike only when the replicas count
+//! as many.
 
 use super::batches::Batch;
 use crate::data::chat_examples::{ChatCorpus, Example};
