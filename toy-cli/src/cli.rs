@@ -57,6 +57,9 @@ pub enum DebugCommand {
     /// Token ids of a text file with a GGUF's tokenizer, as little-endian i32
     /// (used by scripts/llamacpp/check-tokenizer.sh).
     Tokenize(TokenizeArgs),
+    /// Chat data as `toy train finetune` sees it: each conversation rendered with
+    /// the model's chat template, the trained tokens between ⟦ and ⟧.
+    ChatMasks(ChatMasksArgs),
 }
 
 #[derive(Args, Debug)]
@@ -76,6 +79,21 @@ pub struct TokenizeArgs {
     /// Tokenize each line (with its newline) on its own and write -1 after each.
     #[arg(long)]
     pub lines: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ChatMasksArgs {
+    /// The model whose chat template and tokenizer render the data (a GGUF).
+    pub model: PathBuf,
+    /// Chat data: JSON Lines of {"messages": [...]} or {"prompt", "completion"}.
+    #[arg(long)]
+    pub corpus: PathBuf,
+    /// Conversations to show, from the first.
+    #[arg(short = 'n', long = "n", default_value_t = 3)]
+    pub n: usize,
+    /// Print one JSON object per conversation (its ids and which are trained).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -180,6 +198,17 @@ pub struct TrainArgs {
     /// The field of JSON Lines records that holds their text (a `.jsonl` corpus).
     #[arg(long = "text-field")]
     pub text_field: Option<String>,
+    /// finetune: how JSON Lines records are read. auto: per file, from its first
+    /// record ("messages": conversations, "prompt" and "completion": pairs, else
+    /// text); chat: conversations or pairs only; text: every record is text.
+    /// Chat data is rendered with the model's chat template; only the
+    /// assistant's tokens are trained.
+    #[arg(long = "data-format", value_enum)]
+    pub data_format: Option<crate::data::chat_records::DataFormat>,
+    /// finetune, chat data: pack several conversations into each window,
+    /// separated by the model's EOS (default: one conversation per window, padded).
+    #[arg(long)]
+    pub pack: bool,
     /// Model and batch shape preset.
     #[arg(long, value_enum)]
     pub preset: Option<Preset>,

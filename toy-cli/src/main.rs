@@ -33,11 +33,12 @@ fn dispatch(command: &Command) -> toy::error::Result<()> {
             if !a.json {
                 return Ok(());
             }
-            say!(
-                "{}",
-                serde_json::json!({ "format": "toy/train-v1", "run_id": o.run_id, "run_dir": o.run_dir, "steps": o.steps,
-                                    "seed": a.seed.unwrap_or(0), "final_loss": o.final_loss, "val_loss": o.val_loss })
-            )
+            let mut summary = serde_json::json!({ "format": "toy/train-v1", "run_id": o.run_id, "run_dir": o.run_dir, "steps": o.steps,
+                                                  "seed": a.seed.unwrap_or(0), "final_loss": o.final_loss, "val_loss": o.val_loss });
+            if let Some(c) = &o.chat {
+                summary["chat"] = serde_json::json!(c);
+            }
+            say!("{summary}")
         }),
         Command::Generate(a) => toy::commands::generate::run(a).and_then(|g| {
             if a.json {

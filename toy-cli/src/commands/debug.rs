@@ -1,8 +1,8 @@
-//! `toy debug`: dumps for the PyTorch parity harness (`scripts/parity/`), a
-//! benchmark, and token ids for the llama.cpp tokenizer check.
-//! Hidden from the main help.
+//! `toy debug`: dumps for the PyTorch parity harness (`scripts/parity/`),
+//! benchmarks, token ids for the llama.cpp tokenizer check, and chat data as
+//! finetune masks it. Hidden from the main help.
 
-use crate::cli::{BenchArgs, DebugArgs, DebugCommand, TokenizeArgs};
+use crate::cli::{BenchArgs, ChatMasksArgs, DebugArgs, DebugCommand, TokenizeArgs};
 use crate::error::{input, runtime, Result};
 use crate::formats::checkpoint::{open_checkpoint, write_model};
 use crate::formats::Provenance;
@@ -149,11 +149,42 @@ fn tokenize(a: &TokenizeArgs) -> Result<()> {
     )
 }
 
+/// `toy debug chat-masks`: the first conversations of a chat corpus as
+/// `toy train finetune` renders them for a model, trained tokens between ⟦ ⟧
+/// (or, with `--json`, their ids and flags).
+fn chat_masks(a: &ChatMasksArgs) -> Result<()> {
+    use crate::data::chat_examples::{load_chat, ChatModel};
+    let ck = open_checkpoint(&a.model)?;
+    let tok = ck.tokenizer.as_ref().ok_or_else(|| input(format!("{}: the model carries no tokenizer", a.model.display())))?;
+    let model = ChatModel { file: &ck.file, tok };
+    let chat = load_chat(&a.corpus, crate::data::chat_records::DataFormat::Chat, &model, 0.0, 0)?.unwrap_or_default();
+    for (i, ex) in chat.train.iter().take(a.n).enumerate() {
+        if a.json {
+            crate::say!("{}", serde_json::json!({ "conversation": i + 1, "ids": ex.ids, "trained": ex.trained }))?;
+            continue;
+        }
+        let trained = ex.trained.iter().skip(1).filter(|&&b| b).count();
+        crate::say!("conversation {}: {} tokens, {trained} trained", i + 1, ex.ids.len())?;
+        let mut text = String::new();
+        let mut start = 0;
+        while start < ex.ids.len() {
+            let on = ex.trained[start];
+            let end = (start..ex.ids.len()).find(|&j| ex.trained[j] != on).unwrap_or(ex.ids.len());
+            let piece = tok.decode(&ex.ids[start..end])?;
+            text += &if on { format!("⟦{piece}⟧") } else { piece };
+            start = end;
+        }
+        crate::say!("{text}")?;
+    }
+    Ok(())
+}
+
 /// Run a `toy debug` subcommand.
 pub fn run(args: &DebugArgs) -> Result<()> {
     match &args.command {
         DebugCommand::Bench(a) => bench(a),
         DebugCommand::Tokenize(a) => tokenize(a),
+        DebugCommand::ChatMasks(a) => chat_masks(a),
         DebugCommand::DumpGrads(a) | DebugCommand::DumpLogits(a) => {
             let grads = matches!(args.command, DebugCommand::DumpGrads(_));
             let ck = open_checkpoint(&a.model)?;
@@ -179,6 +210,7 @@ pub fn run(args: &DebugArgs) -> Result<()> {
                         save_id: String::new(),
                         lora_base: String::new(),
                         lora_base_sha256: String::new(),
+                        base_keys: Vec::new(),
                     };
                     let src = |p: ggml_rs::Tensor<'_>| -> Result<Vec<f32>> {
                         let g = gs.grad(p).ok_or_else(|| input(format!("no gradient for {}", p.name())))?;

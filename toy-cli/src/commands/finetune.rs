@@ -6,6 +6,8 @@
 use super::setup::{dedup_targets, finish, model_corpus, record_corpus, resolve, run_dir, Start};
 use crate::cli::TrainArgs;
 use crate::config::{Recipe, Sampling};
+use crate::data::chat_examples::ChatModel;
+use crate::data::chat_records::DataFormat;
 use crate::data::tokenizer::Tokenizer;
 use crate::error::{input, Result};
 use crate::formats::checkpoint::{matrix_dtype, open_model, Checkpoint, BASE_TYPES};
@@ -64,6 +66,22 @@ fn check_preset(preset: Option<crate::config::Preset>, base: &crate::model::Mode
     Ok(())
 }
 
+/// Refuse flags that do not apply to what `corpus` holds: `--pack` and
+/// `--data-format chat` to text (the embedded corpus), `--text-field` and
+/// `--record-batches` (which records token windows) to chat data.
+fn check_chat_flags(a: &TrainArgs, corpus: &crate::data::Corpus) -> Result<()> {
+    let src = corpus.source.display();
+    match &corpus.chat {
+        None if a.pack => Err(input(format!("--pack packs conversations; {src} holds text, which is cut into windows end to end anyway"))),
+        Some(_) if a.text_field.is_some() => Err(input(format!("--text-field applies to text records; {src} holds chat records"))),
+        Some(_) if a.record_batches => Err(input(format!("--record-batches records windows of text; {src} holds chat records"))),
+        None if a.data_format == Some(DataFormat::Chat) => {
+            Err(input(format!("--data-format chat: {src} is text; give --corpus with chat records (JSON Lines)")))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Run the finetune recipe for `a`.
 pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let path = a.from.clone().ok_or_else(|| input("finetune needs --from MODEL.gguf"))?;
@@ -90,7 +108,10 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let base = &ck.config;
     check_preset(how.cli_preset, base, &path)?;
     let text_field = a.text_field.as_deref().unwrap_or("text");
-    let corpus = model_corpus(a.corpus.as_deref(), &tok, base.vocab, text_field)?;
+    let format = a.data_format.unwrap_or_default();
+    let model = ChatModel { file: &ck.file, tok: &tok };
+    let corpus = model_corpus(a.corpus.as_deref(), &model, base.vocab, text_field, format)?;
+    check_chat_flags(a, &corpus)?;
     let mut cfg = resolve(&TrainArgs { arch: Some(base.arch), context: None, ..a.clone() }, base.vocab)?;
     // --context, else the preset's (flag or toy.toml), else the model's own up to
     // FINETUNE_CONTEXT (SmolLM2's 8192 would be a slow first run).
@@ -132,6 +153,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     cfg.from_sha256 = Some(crate::formats::adapter::file_sha256(&path)?);
     record_corpus(&mut cfg, a.corpus.as_deref())?;
     cfg.text_field = text_field.to_string();
+    (cfg.data_format, cfg.pack) = (format, a.pack);
     let run = run_dir(a.out.as_ref(), base.arch, how.restart)?;
     let plan = Plan { recipe: Recipe::Finetune, init: Init::Model(&ck), sampling: Sampling::Random, resume: None };
     finish(a, &run, train(&plan, &cfg, &corpus, &run, opts))

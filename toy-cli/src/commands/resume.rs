@@ -5,6 +5,7 @@
 use super::setup::{dedup_targets, is_embedded, load_training_corpus, model_corpus};
 use crate::cli::TrainArgs;
 use crate::config::{Recipe, Sampling, TrainConfig};
+use crate::data::chat_examples::ChatModel;
 use crate::data::Corpus;
 use crate::error::{input, Result};
 use crate::formats::checkpoint::open_checkpoint;
@@ -46,8 +47,13 @@ pub fn check_corpus(cfg: &mut TrainConfig, dir: &Path, allow: bool) -> Result<()
 /// never trained again on resume), and a prepared folder must carry it.
 pub fn corpus(cfg: &TrainConfig, ck: &Path) -> Result<Corpus> {
     let path = Path::new(&cfg.corpus);
-    match open_checkpoint(ck)?.tokenizer {
-        Some(tok) => model_corpus(Some(path), &tok, cfg.model.vocab, &cfg.text_field),
+    let opened = open_checkpoint(ck)?;
+    match &opened.tokenizer {
+        Some(tok) => {
+            // A LoRA run's checkpoint opens on its base file: the template and ids are the base's.
+            let model = ChatModel { file: &opened.file, tok };
+            model_corpus(Some(path), &model, cfg.model.vocab, &cfg.text_field, cfg.data_format)
+        }
         None if cfg.recipe == Recipe::Finetune => Err(input(format!("{}: no tokenizer to read the corpus with", ck.display()))),
         // Token ids (toy's .bin/.txt files): no tokenizer to keep.
         None => load_training_corpus(Some(path), Some(cfg.model.vocab), None, &cfg.text_field),
@@ -112,6 +118,8 @@ pub fn restart_args(a: &TrainArgs, cfg: &TrainConfig, dir: &Path) -> Result<Trai
         recipe: Some(cfg.recipe),
         corpus: (!is_embedded(&cfg.corpus)).then(|| PathBuf::from(&cfg.corpus)),
         text_field: Some(cfg.text_field.clone()),
+        data_format: finetune.then_some(cfg.data_format),
+        pack: cfg.pack,
         preset: Some(cfg.preset),
         arch: (!finetune).then_some(m.arch),
         steps: Some(cfg.steps),

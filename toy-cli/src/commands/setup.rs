@@ -4,7 +4,8 @@
 
 use crate::cli::TrainArgs;
 use crate::config::{Preset, TrainConfig};
-use crate::data::tokenizer::Tokenizer;
+use crate::data::chat_examples::{load_chat, ChatModel};
+use crate::data::chat_records::DataFormat;
 use crate::data::{load_corpus_with, Corpus, CorpusOptions, TextOptions};
 use crate::error::{input, Result};
 use crate::model::Arch;
@@ -230,12 +231,22 @@ pub fn dedup_targets(targets: &[String]) -> Vec<String> {
 }
 
 /// The corpus at `path` (the embedded one when `None` or `<embedded>`)
-/// tokenized with `tok`; a prepared folder must have been made with it.
-pub fn model_corpus(path: Option<&Path>, tok: &Tokenizer, vocab: usize, text_field: &str) -> Result<Corpus> {
+/// tokenized with the tokenizer of `model`; a prepared folder must have been
+/// made with it. JSON Lines chat records (`format`, see [`DataFormat`]) are
+/// rendered with the model's chat template (see `data::chat_examples`).
+pub fn model_corpus(path: Option<&Path>, model: &ChatModel<'_>, vocab: usize, text_field: &str, format: DataFormat) -> Result<Corpus> {
+    let tok = model.tok;
     let path = path.filter(|p| p.as_os_str() != "<embedded>" && !p.as_os_str().is_empty());
     let Some(path) = path else { return crate::data::embedded::corpus_with(tok.clone()) };
+    if !path.exists() {
+        return Err(input(format!("corpus {} does not exist", path.display())));
+    }
+    let opts = CorpusOptions { vocab_size: Some(vocab), ..Default::default() };
+    if let Some(chat) = load_chat(path, format, model, opts.val_fraction, TextOptions::default().seed)? {
+        return Ok(Corpus::of_chat(chat, tok, path));
+    }
     let text = TextOptions { tokenizer: Some(tok.clone()), text_field: text_field.to_string(), ..Default::default() };
-    let c = load_corpus_with(path, &CorpusOptions { vocab_size: Some(vocab), ..Default::default() }, &text)?;
+    let c = load_corpus_with(path, &opts, &text)?;
     c.check_tokenizer(tok)?;
     Ok(c)
 }

@@ -69,6 +69,7 @@ fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
             t,
             corpus,
             text_field,
+            data_format,
             preset,
             arch,
             steps,
@@ -114,6 +115,7 @@ fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
         a.tied |= t.tied;
         a.save_initial |= t.save_initial;
         a.record_batches |= t.record_batches;
+        a.pack |= t.pack;
     }
     a
 }
@@ -163,6 +165,8 @@ fn resume_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
     check("--norm-eps", opt(&a.norm_eps), m.norm_eps.to_string());
     check("--rope-base", opt(&a.rope_base), m.rope_base.to_string());
     check("--text-field", a.text_field.clone(), cfg.text_field.clone());
+    check("--data-format", a.data_format.map(|f| f.name().to_string()), cfg.data_format.name().to_string());
+    check("--pack", a.pack.then(|| "on".to_string()), if cfg.pack { "on" } else { "off" }.to_string());
     check("--tied", a.tied.then(|| "on".to_string()), if m.tied { "on" } else { "off" }.to_string());
     check("--freeze", a.freeze.as_ref().map(|f| f.join(",")), m.freeze.join(","));
     if let Some(c) = &a.corpus {
@@ -317,6 +321,11 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     }
     if a.from.is_some() || a.lora_rank.is_some() || a.lora_alpha.is_some() || a.lora_targets.is_some() {
         return Err(input("--from and --lora-* belong to the finetune recipe (toy train finetune --from MODEL.gguf ...)"));
+    }
+    if a.data_format.is_some() || a.pack {
+        return Err(input(
+            "--data-format and --pack belong to the finetune recipe: chat data is rendered with a model's chat template (toy train finetune --from MODEL.gguf ...)",
+        ));
     }
     if recipe == Recipe::FromScratch
         && (a.donor.is_some() || a.init.is_some() || a.match_by.is_some() || a.lens_init.is_some() || a.shuffle)

@@ -1,5 +1,6 @@
 //! Presets and the resolved training configuration (preset < `toy.toml` < flags).
 
+use crate::data::chat_records::DataFormat;
 use crate::error::{input, Result};
 use crate::model::{short_f32, Arch, ModelConfig};
 use recipe::{lenient_recipe, stream_deserialize, stream_serialize};
@@ -276,6 +277,12 @@ pub struct TrainConfig {
     /// The text field of a JSON Lines corpus.
     #[serde(default = "default_text_field")]
     pub text_field: String,
+    /// How a JSON Lines corpus's records are read (`--data-format`; absent: auto).
+    #[serde(default, skip_serializing_if = "is_auto")]
+    pub data_format: DataFormat,
+    /// Chat data: several conversations per window (`--pack`; absent: off).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pack: bool,
     /// `from-scratch`, `warm-start` or `finetune`.
     #[serde(default, deserialize_with = "lenient_recipe")]
     pub recipe: Recipe,
@@ -334,6 +341,10 @@ fn one() -> usize {
     1
 }
 
+fn is_auto(f: &DataFormat) -> bool {
+    *f == DataFormat::Auto
+}
+
 fn default_text_field() -> String {
     "text".into()
 }
@@ -385,6 +396,8 @@ impl TrainConfig {
             attention: Default::default(),
             corpus: String::new(),
             text_field: default_text_field(),
+            data_format: DataFormat::Auto,
+            pack: false,
             recipe: Recipe::FromScratch,
             from: None,
             from_sha256: None,

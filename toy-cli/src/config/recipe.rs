@@ -39,7 +39,8 @@ pub(super) fn lenient_recipe<'de, D: serde::Deserializer<'de>>(d: D) -> std::res
 /// Which windows of the corpus a run trains on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Sampling {
-    /// Random windows (from-scratch, finetune).
+    /// Random windows (from-scratch, finetune); a chat corpus's conversation
+    /// windows in a fresh random order every epoch instead.
     #[default]
     Random,
     /// The corpus in order, epoch after epoch, its windows shuffled per epoch

@@ -13,6 +13,7 @@
 //!   byte-level BPE of [`DEFAULT_VOCAB_SIZE`] ids trained on the text itself
 //!   (fewer when the text is too small); 5% of the documents are held out.
 
+use super::chat_examples::ChatCorpus;
 use super::prep::read_prepared;
 use super::sources::{discover, format_of, Documents, Format};
 use super::text::{encode_documents, pieces, read_text, split_documents, split_documents_ids, split_tail, Split, CHUNK_BYTES};
@@ -32,9 +33,26 @@ pub struct Corpus {
     pub tokenizer: Option<Tokenizer>,
     /// Where it came from.
     pub source: PathBuf,
+    /// Conversations, when the corpus is chat data: `train` and `val` then
+    /// hold their ids end to end (for counts), and batches come from these.
+    pub chat: Option<ChatCorpus>,
 }
 
 impl Corpus {
+    /// The corpus of the chat examples `chat` from `source`, tokenized with `tok`.
+    pub fn of_chat(chat: ChatCorpus, tok: &Tokenizer, source: &Path) -> Corpus {
+        let ids =
+            |v: &[super::chat_examples::Example]| -> Tokens { v.iter().flat_map(|e| e.ids.iter().copied()).collect::<Vec<u32>>().into() };
+        Corpus {
+            train: ids(&chat.train),
+            val: ids(&chat.val),
+            vocab_size: tok.vocab_size(),
+            tokenizer: Some(tok.clone()),
+            source: source.to_path_buf(),
+            chat: Some(chat),
+        }
+    }
+
     /// Refuse a corpus whose ids come from another tokenizer than `tok` (a
     /// prepared folder carries its own): they mean other tokens to the model.
     ///
@@ -141,6 +159,7 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
         vocab_size,
         tokenizer,
         source: path.to_path_buf(),
+        chat: None,
     };
     // A folder of text files, JSON Lines, gzip: documents through `sources`.
     let (format, gzip) = format_of(path);

@@ -41,11 +41,25 @@ pub fn split() -> Result<(Tokenizer, Split, usize)> {
 pub fn corpus_with(tok: Tokenizer) -> Result<Corpus> {
     let docs = split_documents(TEXT);
     let s = split_documents_ids(encode_documents(&tok, &docs)?, VAL_FRACTION, SEED);
-    Ok(Corpus { train: s.train.into(), val: s.val.into(), vocab_size: tok.vocab_size(), tokenizer: Some(tok), source: "<embedded>".into() })
+    Ok(Corpus {
+        train: s.train.into(),
+        val: s.val.into(),
+        vocab_size: tok.vocab_size(),
+        tokenizer: Some(tok),
+        source: "<embedded>".into(),
+        chat: None,
+    })
 }
 
 /// The default corpus.
 pub fn corpus() -> Result<Corpus> {
     let (tok, s, _) = split()?;
-    Ok(Corpus { train: s.train.into(), val: s.val.into(), vocab_size: tok.vocab_size(), tokenizer: Some(tok), source: "<embedded>".into() })
+    Ok(Corpus {
+        train: s.train.into(),
+        val: s.val.into(),
+        vocab_size: tok.vocab_size(),
+        tokenizer: Some(tok),
+        source: "<embedded>".into(),
+        chat: None,
+    })
 }

@@ -1,7 +1,9 @@
-//! Training data: tokenizers, raw text and documents, corpus readers, `toy
-//! prep`, the embedded default corpus.
+//! Training data: tokenizers, raw text and documents, chat templates and
+//! chat records, corpus readers, `toy prep`, the embedded default corpus.
 
 pub mod chat;
+pub mod chat_examples;
+pub mod chat_records;
 pub mod corpus;
 pub mod embedded;
 pub mod prep;

@@ -137,5 +137,5 @@ pub fn read_prepared(dir: &Path) -> Result<Corpus> {
     if train.is_empty() {
         return Err(input(format!("corpus {d} is empty (train.bin holds no tokens)")));
     }
-    Ok(Corpus { train, val, vocab_size: m.vocab_size, tokenizer: Some(tok), source: dir.to_path_buf() })
+    Ok(Corpus { train, val, vocab_size: m.vocab_size, tokenizer: Some(tok), source: dir.to_path_buf(), chat: None })
 }

@@ -307,9 +307,12 @@ impl Tokenizer {
     ///
     /// # Errors
     /// [`Error::Input`](crate::error::Error::Input) naming `origin` when the
-    /// tokens repeat, a merge is malformed or names an unknown token, or there
-    /// is no end-of-text token ([`END_OF_TEXT`]).
+    /// tokens repeat, there is not one type per token, a merge is malformed or
+    /// names an unknown token, or there is no end-of-text token ([`END_OF_TEXT`]).
     pub fn from_tokens(tokens: &[String], merges: &[String], types: &[i32], pre: PreSplit, origin: &str) -> Result<Tokenizer> {
+        if types.len() != tokens.len() {
+            return Err(input(format!("{origin}: {} token types for {} tokens", types.len(), tokens.len())));
+        }
         let mut vocab = Vocab::default();
         for (i, t) in tokens.iter().enumerate() {
             if vocab.insert(t.clone(), i as u32).is_some() {

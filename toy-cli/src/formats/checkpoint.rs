@@ -106,6 +106,19 @@ fn hparams(g: &mut GgufWriter, c: &ModelConfig) -> Result<()> {
     Ok(())
 }
 
+/// Keys of a base model that a finetuned checkpoint keeps (see
+/// [`Provenance::base_keys`](super::Provenance::base_keys)): the chat template `toy generate --chat` and
+/// chat data render with, and the special-token ids (an instruct model's EOS
+/// is its end of turn, e.g. SmolLM2's `<|im_end|>`, not the end of text).
+pub const BASE_KEYS: [&str; 6] = [
+    "tokenizer.chat_template",
+    "tokenizer.ggml.bos_token_id",
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.eot_token_id",
+    "tokenizer.ggml.eom_token_id",
+    "tokenizer.ggml.padding_token_id",
+];
+
 /// Write `w` (allocated) with `tok` and `prov` to `path`, atomically.
 pub fn write_checkpoint(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, prov: &Provenance) -> Result<()> {
     if w.config().lora.is_some() {
@@ -132,6 +145,9 @@ pub fn write_model(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, prov: 
     g.set("toy.tied", c.tied)?;
     if let Some(t) = tok {
         t.write_gguf(&mut g)?;
+    }
+    for (k, v) in &prov.base_keys {
+        g.set(k, v.clone())?;
     }
     for st in w.table().stored(c) {
         add(&mut g, w, &st, src)?;

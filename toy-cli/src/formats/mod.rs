@@ -26,4 +26,8 @@ pub struct Provenance {
     pub lora_base: String,
     /// Hex SHA-256 of that base file (`toy.lora.base_sha256`; empty: not written).
     pub lora_base_sha256: String,
+    /// Keys a finetuned model keeps from its base model
+    /// ([`checkpoint::BASE_KEYS`]: its chat template, special-token ids),
+    /// written over the tokenizer's own.
+    pub base_keys: Vec<(String, ggml_rs::gguf::Value)>,
 }

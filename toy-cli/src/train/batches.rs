@@ -108,8 +108,21 @@ impl Sampler {
                 let hi = len - *t; // exclusive: s + t + 1 <= len
                 ((0..*b).map(|_| rng.random_range(0..hi)).collect(), false)
             }
-            Sampler::Stream { rng, epoch_start, t, b, epoch, index, shuffle, order } => {
-                let n = ((len - 1) / *t) as u64; // windows per epoch
+            Sampler::Stream { t, .. } => {
+                let t = *t;
+                let (windows, wrapped) = self.next_windows(((len - 1) / t) as u64);
+                (windows.into_iter().map(|w| w * t).collect(), wrapped)
+            }
+        }
+    }
+
+    /// Indices of the next step's windows out of `n ≥ 1` (a split cut into
+    /// `n` windows, or `n` conversation windows), and whether a new epoch
+    /// began during this step. Random sampling draws them uniformly.
+    pub fn next_windows(&mut self, n: u64) -> (Vec<usize>, bool) {
+        match self {
+            Sampler::Random { rng, b, .. } => ((0..*b).map(|_| rng.random_range(0..n) as usize).collect(), false),
+            Sampler::Stream { rng, epoch_start, b, epoch, index, shuffle, order, .. } => {
                 let mut wrapped = false;
                 if !*shuffle {
                     // `index` counts steps into the epoch; lane k holds windows k·m .. (k+1)·m.
@@ -119,11 +132,11 @@ impl Sampler {
                         *epoch += 1;
                         wrapped = true;
                     }
-                    let starts = (0..*b as u64).map(|k| (((k * m + *index) % n) as usize) * *t).collect();
+                    let windows = (0..*b as u64).map(|k| ((k * m + *index) % n) as usize).collect();
                     *index += 1;
-                    return (starts, wrapped);
+                    return (windows, wrapped);
                 }
-                let mut starts = Vec::with_capacity(*b);
+                let mut windows = Vec::with_capacity(*b);
                 for _ in 0..*b {
                     if *index >= n {
                         *index = 0;
@@ -135,10 +148,10 @@ impl Sampler {
                         **epoch_start = rng.clone();
                         *order = shuffled(rng, n);
                     }
-                    starts.push(order[*index as usize] as usize * *t);
+                    windows.push(order[*index as usize] as usize);
                     *index += 1;
                 }
-                (starts, wrapped)
+                (windows, wrapped)
             }
         }
     }
@@ -169,17 +182,27 @@ impl Sampler {
     /// Continue from a saved position, in a split of `len` tokens (the same
     /// split the state was saved with).
     pub fn restore(&mut self, st: &SamplerState, len: usize) -> Result<(), String> {
+        let n = match self {
+            Sampler::Random { .. } => 0,
+            Sampler::Stream { t, .. } => ((len - 1) / *t) as u64,
+        };
+        self.restore_windows(st, n)
+    }
+
+    /// Continue from a saved position over `n` windows (as many as when the
+    /// state was saved).
+    pub fn restore_windows(&mut self, st: &SamplerState, n: u64) -> Result<(), String> {
         let r = rng_restore(&st.seed, &st.word_pos).ok_or("bad sampler state")?;
         match self {
             Sampler::Random { rng, .. } => *rng = r,
-            Sampler::Stream { rng, epoch_start, t, epoch, index, shuffle, order, .. } => {
+            Sampler::Stream { rng, epoch_start, epoch, index, shuffle, order, .. } => {
                 *rng = r;
                 *epoch = st.epoch;
                 *index = st.index;
                 order.clear();
                 if *shuffle {
                     **epoch_start = rng.clone();
-                    *order = shuffled(rng, ((len - 1) / *t) as u64);
+                    *order = shuffled(rng, n);
                 }
             }
         }

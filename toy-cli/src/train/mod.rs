@@ -3,6 +3,7 @@
 //! corpus; `warm-start` starts from a donor's embeddings and streams the corpus.
 
 pub mod batches;
+pub mod chat_windows;
 pub mod devices;
 pub mod memory;
 pub mod parallel;
@@ -14,15 +15,18 @@ use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::Corpus;
 use crate::error::{input, runtime, Result};
 use crate::files::write_atomic;
-use crate::formats::{checkpoint::write_checkpoint, state, Provenance};
+use crate::formats::checkpoint::{write_checkpoint, BASE_KEYS};
+use crate::formats::{state, Provenance};
 use crate::model::{init::init_weights, Weights};
 use crate::run::events::{now_rfc3339, EventLog, SCHEMA};
 use crate::run::{flow, git_info, host_info, RunDir};
-use batches::{eval_starts, Sampler};
+use batches::Sampler;
+use chat_windows::ChatRun;
 use ggml_rs::comm::{AllReduceKind, Comm};
 use ggml_rs::optim::{AdamWConfig, AdamWState};
 use ggml_rs::{Backend, Context};
 use parallel::{DataParallel, Replica, Trainer};
+use runner::Validation;
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicI32;
@@ -72,6 +76,8 @@ pub struct Outcome {
     pub reason: End,
     pub tokens_per_second: f64,
     pub wall_seconds: f64,
+    /// Chat data: its conversations, how many were truncated, its windows.
+    pub chat: Option<chat_windows::Fit>,
 }
 
 /// The backends of a single-device command (`eval`, `generate`, `debug`): the
@@ -121,11 +127,20 @@ pub fn from_scratch(cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, opts: &Run
 }
 
 /// Refuse a configuration or corpus that cannot train: an invalid `cfg`, a
-/// training split shorter than one window, ids beyond the vocabulary.
-fn check_inputs(cfg: &TrainConfig, corpus: &Corpus) -> Result<()> {
+/// training split shorter than one window (text) or without a window
+/// (`chat`), ids beyond the vocabulary. Then say on stderr how many
+/// conversations of `chat` were cut to fit a window (never silently).
+fn check_inputs(cfg: &TrainConfig, corpus: &Corpus, chat: Option<&ChatRun>) -> Result<()> {
     cfg.validate()?;
     let t = cfg.model.context;
-    if corpus.train.len() < t + 1 {
+    if chat.is_some_and(|c| c.train.is_empty()) {
+        return Err(input(format!(
+            "no conversation of the training split of {} has a trained token within its first {} tokens (use a larger --context)",
+            corpus.source.display(),
+            t + 1
+        )));
+    }
+    if chat.is_none() && corpus.train.len() < t + 1 {
         return Err(input(format!(
             "the training split of {} has {} tokens, fewer than one window of context + 1 = {} (use a smaller --context or more text)",
             corpus.source.display(),
@@ -135,6 +150,9 @@ fn check_inputs(cfg: &TrainConfig, corpus: &Corpus) -> Result<()> {
     }
     if corpus.vocab_size > cfg.model.vocab {
         return Err(input(format!("the corpus uses {} ids but the model vocabulary is {}", corpus.vocab_size, cfg.model.vocab)));
+    }
+    if let Some(note) = chat.and_then(ChatRun::note) {
+        eprintln!("{note}");
     }
     Ok(())
 }
@@ -151,12 +169,13 @@ struct Start<'s, 'p> {
     memory: &'s memory::DeviceMemory,
     wctx: &'s Context,
     start_step: u64,
+    chat: Option<&'s ChatRun>,
 }
 
 /// Emit `run_start` (and write `flow.json`) for a new run, `resume` for a
 /// resumed one, and `fallback` (with a warning) when graph nodes run on the CPU.
 fn log_start(log: &mut EventLog, s: &Start<'_, '_>) -> Result<()> {
-    let Start { plan, cfg, corpus, run, devices, device, train, memory, wctx, start_step } = *s;
+    let Start { plan, cfg, corpus, run, devices, device, train, memory, wctx, start_step, chat } = *s;
     let m = &cfg.model;
     if plan.resume.is_none() {
         flow::write_flow(&run.path, train.graph())?;
@@ -182,6 +201,7 @@ fn log_start(log: &mut EventLog, s: &Start<'_, '_>) -> Result<()> {
                             "attention": cfg.attention.name(), "preset": cfg.preset.name(), "corpus": corpus.source.display().to_string(),
                             "train_tokens": corpus.train.len(), "val_tokens": corpus.val.len() },
                 "memory": memory.report(device, wctx, train.graph()),
+                "chat": chat.map(ChatRun::event),
             }),
         )?;
     } else {
@@ -215,6 +235,7 @@ fn restore(
     run: &RunDir,
     states: &[ReplicaState<'_>],
     sampler: &mut Sampler,
+    chat: Option<&ChatRun>,
 ) -> Result<(u64, u64)> {
     let Some(ck) = &plan.resume else { return Ok((0, 0)) };
     state::check_pair(ck, crate::run::started_as(&run.path).as_deref())?;
@@ -223,7 +244,11 @@ fn restore(
         p = Some(state::load(&state::state_path(ck), &st.weights, &st.moments)?);
     }
     let p = p.expect("at least one replica");
-    sampler.restore(&p.sampler, corpus.train.len()).map_err(|e| input(format!("{}: {e}", ck.display())))?;
+    let restored = match chat {
+        Some(c) => sampler.restore_windows(&p.sampler, c.train.len() as u64),
+        None => sampler.restore(&p.sampler, corpus.train.len()),
+    };
+    restored.map_err(|e| input(format!("{}: {e}", ck.display())))?;
     if p.step >= cfg.steps {
         return Err(input(format!("the run already completed {} of {} steps; give a larger --steps to continue", p.step, cfg.steps)));
     }
@@ -232,8 +257,9 @@ fn restore(
 
 /// Set up the model, optimizer and graphs for `plan`, then run the loop.
 pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, opts: &RunOptions) -> Result<Outcome> {
-    check_inputs(cfg, corpus)?;
     let t = cfg.model.context;
+    let chat = corpus.chat.as_ref().map(|c| ChatRun::new(c, t, cfg.pack));
+    check_inputs(cfg, corpus, chat.as_ref())?;
     let devices = devices::parse(&cfg.device)?;
     let n = devices.len();
     if cfg.batch % n != 0 {
@@ -255,8 +281,8 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     for (wctx, bk) in wctxs.iter().zip(&all_backends) {
         states.push(ReplicaState::new(wctx, cfg, plan, &bk[0], split)?);
     }
-    let mut sampler = sampler_for(plan.sampling, cfg);
-    let (start_step, opt_t) = restore(plan, cfg, corpus, run, &states, &mut sampler)?;
+    let mut sampler = sampler(plan, cfg, chat.is_some());
+    let (start_step, opt_t) = restore(plan, cfg, corpus, run, &states, &mut sampler, chat.as_ref())?;
 
     let opt = OptSettings {
         adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay },
@@ -267,70 +293,86 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         build_trainer(&cctxs, &states, &all_backends, t, cfg.batch / n, opt).map_err(|e| crate::error::building("the training step", e))?;
     train.set_step_count(opt_t);
     let (weights, moments) = (&states[0].weights, &states[0].moments);
-    let val_starts = eval_starts(corpus.val.len(), t, cfg.eval_windows);
-    let mut eval = eval_step(&ectx, cfg, &states[0], val_starts.len(), &backends)?;
+    let (validation, eb) = Validation::new(cfg, corpus, chat.as_ref());
+    let mut eval = eval_step(&ectx, &states[0], t, eb, &backends)?;
 
     let mut log = EventLog::open(&run.path.join("events.jsonl"))?;
     // Written on resume too: the resume flags taken hold for the next resume.
     let config_toml = toml::to_string(cfg).map_err(|e| runtime(e.to_string()))?;
     write_atomic(&run.path.join("config.toml"), config_toml.as_bytes())?;
+    let (wctx, chat) = (&wctxs[0], chat.as_ref());
     let start =
-        Start { plan, cfg, corpus, run, devices: &devices, device: &device, train: &train, memory: &memory, wctx: &wctxs[0], start_step };
+        Start { plan, cfg, corpus, run, devices: &devices, device: &device, train: &train, memory: &memory, wctx, start_step, chat };
     log_start(&mut log, &start)?;
+    let base_keys = carried_keys(plan)?;
     let prov = |step| Provenance {
         run_id: run.id.clone(),
         step,
         name: model_name(cfg),
-        save_id: String::new(),
         lora_base: cfg.from.clone().unwrap_or_default(),
         lora_base_sha256: cfg.from_sha256.clone().unwrap_or_default(),
+        base_keys: base_keys.clone(),
+        ..Provenance::default()
     };
     if opts.save_initial && plan.resume.is_none() {
         write_checkpoint(&run.checkpoint_path(0), weights, corpus.tokenizer.as_ref(), &prov(0))?;
     }
+    let (memory, sampler, log, train, eval) = ((&memory, &device), &mut sampler, &mut log, &mut train, eval.as_mut());
     runner::run(runner::Loop {
         cfg,
         corpus,
         run,
         opts,
-        log: &mut log,
-        train: &mut train,
-        eval: eval.as_mut(),
-        val_starts: &val_starts,
+        log,
+        train,
+        eval,
+        validation: &validation,
+        chat,
         weights,
         moments,
-        sampler: &mut sampler,
+        sampler,
         start_step,
         prov: &prov,
-        memory: (&memory, &device),
+        memory,
     })
 }
 
-/// The sampler of a run: a step's micro-batches are drawn as one batch of
-/// them all would be.
-fn sampler_for(sampling: Sampling, cfg: &TrainConfig) -> Sampler {
+/// The order of a run's windows, a step's micro-batches drawn as one batch of
+/// them all would be: a chat corpus's conversation windows are walked in a
+/// fresh random order every epoch, text as `plan` says.
+fn sampler(plan: &Plan<'_>, cfg: &TrainConfig, chat: bool) -> Sampler {
     let (t, b) = (cfg.model.context, cfg.sequences_per_step());
-    match sampling {
+    match plan.sampling {
+        _ if chat => Sampler::stream(cfg.seed, t, b, true),
         Sampling::Stream { shuffle } => Sampler::stream(cfg.seed, t, b, shuffle),
         Sampling::Random => Sampler::random(cfg.seed, t, b),
     }
 }
 
-/// The validation graph on the first replica's weights, in batches of up to
-/// `--batch` of the `windows` validation windows (None without any).
-fn eval_step<'a>(
-    ctx: &'a Context,
-    cfg: &TrainConfig,
-    st: &ReplicaState<'a>,
-    windows: usize,
-    backends: &[Backend],
-) -> Result<Option<EvalStep<'a>>> {
-    if windows == 0 {
+/// The validation graph on the first replica's weights, in batches of `b`
+/// windows of `t` tokens (None when `b` is 0: no validation windows).
+fn eval_step<'a>(ctx: &'a Context, st: &ReplicaState<'a>, t: usize, b: usize, backends: &[Backend]) -> Result<Option<EvalStep<'a>>> {
+    if b == 0 {
         return Ok(None);
     }
-    let b = cfg.batch.min(windows);
-    let step = EvalStep::new(ctx, &st.weights, &st.consts, cfg.model.context, b, backends);
+    let step = EvalStep::new(ctx, &st.weights, &st.consts, t, b, backends);
     Ok(Some(step.map_err(|e| crate::error::building("the validation step", e))?))
+}
+
+/// The keys a finetuned model keeps from its base (its chat template and
+/// special-token ids, see [`BASE_KEYS`]): from the base of `plan`, or from
+/// the checkpoint it resumes (which kept them). None for other runs.
+fn carried_keys(plan: &Plan<'_>) -> Result<Vec<(String, ggml_rs::gguf::Value)>> {
+    let opened;
+    let file = match (&plan.init, &plan.resume) {
+        (Init::Model(ck), _) => &ck.file,
+        (_, Some(p)) if plan.recipe == Recipe::Finetune => {
+            opened = ggml_rs::gguf::GgufFile::open(p)?;
+            &opened
+        }
+        _ => return Ok(Vec::new()),
+    };
+    Ok(BASE_KEYS.iter().filter_map(|&k| Some((k.to_string(), file.get(k)?.clone()))).collect())
 }
 
 /// The model's name in events and checkpoints (`general.name`): `toy-<arch>-<preset>`.

@@ -1,7 +1,8 @@
 //! The training loop shared by every recipe: sample, step, log, evaluate,
 //! checkpoint (with resume state), stop cleanly on a signal.
 
-use super::batches::{batch_at, Batch, Recorder, Sampler};
+use super::batches::{batch_at, eval_starts, Batch, Recorder, Sampler};
+use super::chat_windows::ChatRun;
 use super::parallel::Trainer;
 use super::schedule::Cosine;
 use super::step::{EvalStep, StepStats};
@@ -27,7 +28,9 @@ pub struct Loop<'l, 'a> {
     pub log: &'l mut EventLog,
     pub train: &'l mut Trainer<'a>,
     pub eval: Option<&'l mut EvalStep<'a>>,
-    pub val_starts: &'l [usize],
+    pub validation: &'l Validation,
+    /// The windows of a chat corpus (then batches come from them, not the token stream).
+    pub chat: Option<&'l ChatRun>,
     pub weights: &'l Weights<'a>,
     pub moments: &'l AdamWState<'a>,
     pub sampler: &'l mut Sampler,
@@ -38,21 +41,59 @@ pub struct Loop<'l, 'a> {
     pub memory: (&'l super::memory::DeviceMemory, &'l ggml_rs::Backend),
 }
 
+/// The validation set of a run.
+pub enum Validation {
+    /// Windows of the validation token stream at these offsets, read at every evaluation.
+    Stream(Vec<usize>),
+    /// A chat corpus's validation windows, batched once.
+    Chat(Vec<Batch>),
+}
+
+impl Validation {
+    /// The validation set of `corpus` (`chat`: its windows) for `cfg`, at
+    /// most `cfg.eval_windows` windows, and the evaluation graph's batch size
+    /// (0: nothing to evaluate).
+    pub fn new(cfg: &TrainConfig, corpus: &Corpus, chat: Option<&ChatRun>) -> (Validation, usize) {
+        match chat {
+            Some(c) => {
+                let eb = cfg.batch.min(c.val.len().min(cfg.eval_windows));
+                (Validation::Chat(c.val.batches(eb, cfg.eval_windows)), eb)
+            }
+            None => {
+                let starts = eval_starts(corpus.val.len(), cfg.model.context, cfg.eval_windows);
+                let eb = cfg.batch.min(starts.len());
+                (Validation::Stream(starts), eb)
+            }
+        }
+    }
+}
+
 impl Loop<'_, '_> {
     /// The validation batches (read before any is evaluated, so a corpus that
     /// cannot be read is told apart from a failing evaluation).
     fn val_batches(&self) -> Result<Vec<Batch>> {
         let Some(ev) = self.eval.as_deref() else { return Ok(Vec::new()) };
-        self.val_starts.chunks_exact(ev.b).map(|chunk| batch_at(&self.corpus.val, chunk, ev.t)).collect()
+        match self.validation {
+            Validation::Stream(starts) => starts.chunks_exact(ev.b).map(|chunk| batch_at(&self.corpus.val, chunk, ev.t)).collect(),
+            Validation::Chat(batches) => Ok(batches.clone()),
+        }
     }
 
+    /// The mean loss over `batches`. Chat batches count different numbers of
+    /// targets: each batch's mean is weighted by its count, so the result is
+    /// the mean over every trained token of the split (the assistant-only loss).
     fn val_loss(&mut self, batches: &[Batch]) -> Result<Option<f32>> {
+        let weighted = matches!(self.validation, Validation::Chat(_));
         let Some(ev) = self.eval.as_deref_mut() else { return Ok(None) };
-        let mut sum = 0f64;
+        let (mut sum, mut n) = (0f64, 0f64);
         for bt in batches {
-            sum += ev.loss(&bt.tokens, &bt.targets)? as f64;
+            let w = if weighted { bt.targets.iter().filter(|&&x| x >= 0).count() as f64 } else { 1.0 };
+            if w > 0.0 {
+                sum += ev.loss(&bt.tokens, &bt.targets)? as f64 * w;
+                n += w;
+            }
         }
-        Ok((!batches.is_empty()).then(|| (sum / batches.len() as f64) as f32))
+        Ok((n > 0.0).then(|| (sum / n) as f32))
     }
 
     /// Validation loss, or the run ended by [`Self::corpus_failed`] at `done`.
@@ -84,6 +125,10 @@ impl Loop<'_, '_> {
     /// [`Self::corpus_failed`] at `done`, with the sampler put back so that
     /// checkpoint resumes with these windows.
     fn next_batch(&mut self, recorder: Option<&mut Recorder>, t: usize, done: u64, loss: f32) -> Result<(Batch, bool)> {
+        if let Some(c) = self.chat {
+            let (windows, new_epoch) = self.sampler.next_windows(c.train.len() as u64);
+            return Ok((c.train.batch(&windows), new_epoch));
+        }
         let before = self.sampler.state();
         let len = self.corpus.train.len();
         let (starts, new_epoch) = self.sampler.next_starts(len);
@@ -307,6 +352,7 @@ impl Loop<'_, '_> {
             reason,
             tokens_per_second: tps,
             wall_seconds: wall,
+            chat: self.chat.map(|c| c.fit),
         })
     }
 }

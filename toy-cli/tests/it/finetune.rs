@@ -315,7 +315,7 @@ fn an_f16_base_stays_f16_under_lora() {
 }
 
 #[test]
-fn a_smollm_pre_tokenizer_is_read_and_kept() {
+fn a_smollm_pre_tokenizer_and_chat_template_are_read_and_kept() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     base(t);
@@ -329,6 +329,7 @@ fn a_smollm_pre_tokenizer_is_read_and_kept() {
             _ => g.set(k, v.clone()).unwrap(),
         }
     }
+    g.set("tokenizer.chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}").unwrap();
     for info in b.tensors() {
         g.add_tensor_data(&info.name, &info.shape(), &b.tensor_f32(&info.name).unwrap()).unwrap();
     }
@@ -344,6 +345,11 @@ fn a_smollm_pre_tokenizer_is_read_and_kept() {
     ok(&toy(t, &["train", "finetune", "--from", "smol.gguf", "--steps", "2", "--out", "ft", "--threads", "1", "--preset", "smoke"]));
     let f = GgufFile::open(t.join("ft/weights/latest")).unwrap();
     assert_eq!(f.get_str("tokenizer.ggml.pre").unwrap(), "smollm");
+    assert_eq!(
+        f.get_str("tokenizer.chat_template").unwrap(),
+        "{% for m in messages %}{{ m.content }}{% endfor %}",
+        "the base's template is kept"
+    );
     let mut other = GgufWriter::new();
     other.set("general.architecture", "llama").unwrap();
     for (k, v) in b.metadata() {

@@ -3,6 +3,7 @@
 //! also linked once. Each module is one subject.
 
 mod accum;
+mod chat;
 mod cli_data;
 mod cli_errors;
 mod common;

@@ -167,6 +167,7 @@ fn check_roundtrip(arch: Arch) {
             save_id: String::new(),
             lora_base: String::new(),
             lora_base_sha256: String::new(),
+            base_keys: Vec::new(),
         },
     )
     .unwrap();

@@ -1,0 +1,298 @@
+//! Chat records of a JSON Lines corpus, in the forms TRL, axolotl and
+//! OpenAI's fine-tuning write:
+//!
+//! - conversational: `{"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}`;
+//! - prompt-completion: `{"prompt": "...", "completion": "..."}`, each a
+//!   string or (TRL's conversational prompt-completion) a list of messages.
+//!
+//! `--data-format auto` decides per file from its first record: a `messages`
+//! field makes it conversations, `prompt` and `completion` fields make it
+//! pairs, anything else text (read with `--text-field` by `super::sources`).
+//! Every later record of the file must be of the same kind. `chat` insists on
+//! chat records, `text` reads every record as text.
+
+use super::chat::Message;
+use super::sources::{discover, Format, Source};
+use crate::error::{input, Result};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+/// How the records of a JSON Lines corpus are read (`--data-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum DataFormat {
+    /// Per file, from its first record (see the module documentation).
+    #[default]
+    Auto,
+    /// Every record is a document (its `--text-field`).
+    Text,
+    /// Every record is a conversation or a prompt-completion pair.
+    Chat,
+}
+
+impl DataFormat {
+    /// The name on the command line and in config.toml.
+    pub fn name(self) -> &'static str {
+        match self {
+            DataFormat::Auto => "auto",
+            DataFormat::Text => "text",
+            DataFormat::Chat => "chat",
+        }
+    }
+}
+
+/// What the records of one file hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordKind {
+    /// Documents (`--text-field`).
+    Text,
+    /// `{"messages": [...]}`.
+    Messages,
+    /// `{"prompt": ..., "completion": ...}`.
+    PromptCompletion,
+}
+
+impl RecordKind {
+    /// The kind of a record from its fields (`Text` when it has neither form's).
+    pub fn of(record: &Value) -> RecordKind {
+        if record.get("messages").is_some() {
+            RecordKind::Messages
+        } else if record.get("prompt").is_some() && record.get("completion").is_some() {
+            RecordKind::PromptCompletion
+        } else {
+            RecordKind::Text
+        }
+    }
+
+    /// How messages name the kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordKind::Text => "text records",
+            RecordKind::Messages => "conversations (messages)",
+            RecordKind::PromptCompletion => "prompt-completion pairs",
+        }
+    }
+}
+
+/// One chat record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// A conversation whose assistant turns from message `first_trained` on
+    /// are trained (0 for a `messages` record; the prompt's length for a
+    /// prompt-completion record given as lists of messages).
+    Chat { messages: Vec<Message>, first_trained: usize },
+    /// A prompt and a completion given as strings: a user turn and an
+    /// assistant turn under a chat template, plain text otherwise.
+    Pair { prompt: String, completion: String },
+}
+
+/// A record and where it is (`file:line`, for messages).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Located {
+    /// `file:line`.
+    pub at: String,
+    pub record: Record,
+}
+
+/// The chat records of the corpus at `path` (a JSON Lines file, a folder of
+/// them, `.gz` of them) in file and line order, with the kind of the first
+/// file; `None` when it holds text (see [`DataFormat`]).
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming `file:line` for a line
+/// that is not a JSON object, a record of another kind than its file's, or a
+/// malformed chat record ([`parse`]); naming the files when some hold chat
+/// records and others text, or when `format` is `Chat` and a file holds text.
+pub fn read_chat(path: &Path, format: DataFormat) -> Result<Option<(RecordKind, Vec<Located>)>> {
+    if format == DataFormat::Text || (path.is_dir() && path.join("manifest.json").is_file()) {
+        return Ok(None);
+    }
+    let sources = discover(&[path.to_path_buf()])?;
+    let mut kinds = Vec::with_capacity(sources.len());
+    for s in &sources {
+        kinds.push(if s.format == Format::JsonLines { first_kind(s)? } else { RecordKind::Text });
+    }
+    let chat = |k: &RecordKind| *k != RecordKind::Text;
+    match (kinds.iter().position(chat), kinds.iter().position(|k| !chat(k))) {
+        (None, _) if format == DataFormat::Chat => Err(input(format!(
+            "--data-format chat: {} holds no chat records (a JSON Lines record with \"messages\", or \"prompt\" and \"completion\")",
+            sources[0].path.display()
+        ))),
+        (None, _) => Ok(None),
+        (Some(c), Some(t)) => Err(input(format!(
+            "{} holds {} but {} holds text; a corpus is chat data or text, not both",
+            sources[c].path.display(),
+            kinds[c].name(),
+            sources[t].path.display()
+        ))),
+        (Some(c), None) => {
+            let mut out = Vec::new();
+            for (s, &kind) in sources.iter().zip(&kinds) {
+                read_file(s, kind, &mut out)?;
+            }
+            Ok(Some((kinds[c], out)))
+        }
+    }
+}
+
+/// The lines of `s` with their 1-based numbers (a byte order mark dropped),
+/// empty lines skipped, calling `f` on each until it says stop.
+fn for_lines(s: &Source, mut f: impl FnMut(usize, &str) -> Result<bool>) -> Result<()> {
+    let file = std::fs::File::open(&s.path).map_err(|e| input(format!("cannot read {}: {e}", s.path.display())))?;
+    let r: Box<dyn BufRead> = if s.gzip {
+        Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(BufReader::new(file))))
+    } else {
+        Box::new(BufReader::new(file))
+    };
+    for (i, line) in r.split(b'\n').enumerate() {
+        let at = || format!("{}:{}", s.path.display(), i + 1);
+        let bytes = line.map_err(|e| input(format!("cannot read {}: {e}", at())))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at column {})", at(), e.utf8_error().valid_up_to() + 1)))?;
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+        if text.trim().is_empty() {
+            continue;
+        }
+        if !f(i + 1, text)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// A line as a JSON object.
+fn object(at: &str, line: &str) -> Result<Value> {
+    let v: Value = serde_json::from_str(line).map_err(|e| input(format!("{at}: not a JSON object ({e})")))?;
+    if !v.is_object() {
+        return Err(input(format!("{at}: not a JSON object")));
+    }
+    Ok(v)
+}
+
+/// The kind of the first record of the JSON Lines file `s` (text when it has none).
+fn first_kind(s: &Source) -> Result<RecordKind> {
+    let mut kind = RecordKind::Text;
+    for_lines(s, |n, line| {
+        kind = RecordKind::of(&object(&format!("{}:{n}", s.path.display()), line)?);
+        Ok(false)
+    })?;
+    Ok(kind)
+}
+
+/// Append the records of `s`, all of `kind`, to `out`.
+fn read_file(s: &Source, kind: RecordKind, out: &mut Vec<Located>) -> Result<()> {
+    for_lines(s, |n, line| {
+        let at = format!("{}:{n}", s.path.display());
+        let v = object(&at, line)?;
+        let found = RecordKind::of(&v);
+        if found != kind {
+            let (want, first) = match kind {
+                RecordKind::Messages => ("\"messages\" field", "a conversation"),
+                _ => ("\"prompt\" and \"completion\" fields", "a prompt-completion pair"),
+            };
+            return Err(input(format!("{at}: no {want}; the file's first record is {first}, and a file holds one kind of record")));
+        }
+        out.push(Located { record: parse(&v).map_err(|m| input(format!("{at}: {m}")))?, at });
+        Ok(true)
+    })
+}
+
+/// The roles toy trains on.
+pub const ROLES: [&str; 3] = ["system", "user", "assistant"];
+
+/// The chat record in `v` (a JSON object of a chat kind).
+///
+/// # Errors
+/// A message without the `file:line`: a field of the wrong type, a message
+/// that is not `{"role", "content"}` with a string content, a role other
+/// than [`ROLES`], no assistant turn to train on.
+pub fn parse(v: &Value) -> Result<Record, String> {
+    let record = match RecordKind::of(v) {
+        RecordKind::Messages => Record::Chat { messages: messages(&v["messages"], "messages")?, first_trained: 0 },
+        RecordKind::PromptCompletion => match (&v["prompt"], &v["completion"]) {
+            (Value::String(p), Value::String(c)) => Record::Pair { prompt: p.clone(), completion: c.clone() },
+            (p, c) => {
+                let mut prompt =
+                    if p.is_string() { vec![Message::new("user", p.as_str().unwrap_or_default())] } else { messages(p, "prompt")? };
+                let n = prompt.len();
+                prompt.extend(if c.is_string() {
+                    vec![Message::new("assistant", c.as_str().unwrap_or_default())]
+                } else {
+                    messages(c, "completion")?
+                });
+                Record::Chat { messages: prompt, first_trained: n }
+            }
+        },
+        RecordKind::Text => return Err("not a chat record".into()),
+    };
+    if let Record::Chat { messages, first_trained } = &record {
+        if !messages[*first_trained..].iter().any(|m| m.role == "assistant") {
+            let place = if *first_trained == 0 { "the conversation" } else { "the completion" };
+            return Err(format!("{place} has no assistant turn to train on"));
+        }
+    }
+    Ok(record)
+}
+
+/// The messages of the list `v` (the record's field `field`).
+fn messages(v: &Value, field: &str) -> Result<Vec<Message>, String> {
+    let list = v.as_array().ok_or_else(|| format!("{field} is not a list of messages"))?;
+    let mut out = Vec::with_capacity(list.len());
+    for (i, m) in list.iter().enumerate() {
+        let which = format!("{field}[{i}]");
+        let role = m.get("role").ok_or_else(|| format!("{which} has no \"role\""))?;
+        let role = role.as_str().ok_or_else(|| format!("{which}'s role is not a string"))?;
+        if !ROLES.contains(&role) {
+            return Err(format!("{which} has role {role:?}; toy trains on system, user and assistant turns"));
+        }
+        let content = m.get("content").ok_or_else(|| format!("{which} has no \"content\""))?;
+        let content = content.as_str().ok_or_else(|| format!("{which}'s content is not a string (it is {})", json_type(content)))?;
+        out.push(Message::new(role, content));
+    }
+    Ok(out)
+}
+
+/// The JSON type of `v`, as messages name it.
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn records_of_both_forms() {
+        let m = json!({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], "id": 3});
+        assert_eq!(
+            parse(&m).unwrap(),
+            Record::Chat { messages: vec![Message::new("user", "hi"), Message::new("assistant", "hello")], first_trained: 0 }
+        );
+        let p = json!({"prompt": "2+2=", "completion": "4"});
+        assert_eq!(parse(&p).unwrap(), Record::Pair { prompt: "2+2=".into(), completion: "4".into() });
+        let lists = json!({"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}], "completion": "a"});
+        match parse(&lists).unwrap() {
+            Record::Chat { messages, first_trained } => assert_eq!((messages.len(), first_trained), (3, 2)),
+            r => panic!("{r:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_records_say_what_is_wrong() {
+        let err = |v: Value| parse(&v).unwrap_err();
+        assert!(err(json!({"messages": [{"role": "tool", "content": "x"}]})).contains("role \"tool\""));
+        assert!(err(json!({"messages": [{"role": "user", "content": 5}]})).contains("content is not a string (it is a number)"));
+        assert!(err(json!({"messages": [{"role": "user", "content": "q"}]})).contains("no assistant turn"));
+        assert!(err(json!({"messages": "hi"})).contains("not a list"));
+        assert!(err(json!({"prompt": "q", "completion": [{"role": "user", "content": "x"}]})).contains("completion has no assistant"));
+    }
+}
