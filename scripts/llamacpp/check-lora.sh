@@ -39,12 +39,19 @@ if [ "$adapter" = - ]; then
 elif [ "$side" = adapter ]; then
   "$toy" debug dump-logits "$adapter" --batches "$batches" --out "$work/toy.gguf" > /dev/null
   tol="${TOL:-2e-2}"
+  # The base alone on both sides too: what the adapter changes, compared apart
+  # from how each side multiplies the quantized base.
+  "$toy" debug dump-logits "$base" --batches "$batches" --out "$work/toy-base.gguf" > /dev/null
 else
   "$toy" export merge --base "$base" --lora "$adapter" --out "$work/merged.gguf" > /dev/null
   "$toy" debug dump-logits "$work/merged.gguf" --batches "$batches" --out "$work/toy.gguf" > /dev/null
 fi
 n=$(python3 -c "import gguf,sys; r=gguf.GGUFReader('$work/toy.gguf'); t=[t for t in r.tensors if t.name=='logits'][0]; print(int(t.shape[1]))")
 "$build/lora_logits" "$base" "$adapter" "$batches" "$n" "$work/llama.f32" 2> "$work/llama.log" || { cat "$work/llama.log"; exit 1; }
+if [ "$side" = adapter ] && [ "$adapter" != - ]; then
+  "$build/lora_logits" "$base" - "$batches" "$n" "$work/llama-base.f32" 2> "$work/llama.log" || { cat "$work/llama.log"; exit 1; }
+fi
+[ "$adapter" = - ] && side=merged
 python3 - "$work/toy.gguf" "$work/llama.f32" "$adapter" "$side" "$tol" <<'PY'
 import sys, numpy as np, gguf
 r = gguf.GGUFReader(sys.argv[1])
@@ -61,11 +68,19 @@ what = ("llama.cpp base vs toy" if adapter == "-" else
         f"llama.cpp base + adapter vs toy {'base + adapter' if side == 'adapter' else 'merged'}")
 print(f"{what}: {n} positions x {v} logits, max |d| = {d:.3g}, top-5 max |d| / max |logit| = {top_rel:.3g}, "
       f"argmax agree {int((a.argmax(1) == b.argmax(1)).sum())}/{n}")
+if side == "adapter":
+    tb = [t for t in gguf.GGUFReader(sys.argv[1].replace("toy.gguf", "toy-base.gguf")).tensors if t.name == "logits"][0]
+    ta = np.asarray(tb.data, dtype=np.float32).reshape(n, v)
+    lb = np.fromfile(sys.argv[2].replace("llama.f32", "llama-base.f32"), dtype=np.float32).reshape(n, v)
+    e_toy, e_llama = a - ta, b - lb
+    print(f"what the adapter changes (with - without): max |d| = {float(np.abs(e_toy - e_llama).max()):.3g}, "
+          f"relative to its largest |change| {float(np.abs(e_llama).max()):.3g}: {float(np.abs(e_toy - e_llama).max() / np.abs(e_llama).max()):.3g}")
 sys.exit(0 if (top_rel if side == "adapter" else d) <= tol else 1)
 PY
-if [ -n "${GREEDY:-}" ] && [ "$adapter" != - ]; then
+if [ -n "${GREEDY:-}" ]; then
   prompt=$(python3 -c "import numpy as np; print(','.join(str(int(x)) for x in np.fromfile('$batches', dtype=np.uint32)[:32]))")
-  ours=$("$toy" generate "$base" --lora "$adapter" --prompt-ids "$prompt" --greedy --ignore-eot -n "$GREEDY" --json \
+  with=(--lora "$adapter"); [ "$adapter" = - ] && with=()
+  ours=$("$toy" generate "$base" "${with[@]}" --prompt-ids "$prompt" --greedy --ignore-eot -n "$GREEDY" --json \
     | python3 -c "import json,sys; print(','.join(str(i) for i in json.load(sys.stdin)['ids'][32:]))")
   theirs=$("$build/lora_greedy" "$base" "$adapter" "$prompt" "$GREEDY" 2> "$work/greedy.log") || { cat "$work/greedy.log"; exit 1; }
   echo "greedy $GREEDY tokens after 32: toy       $ours"

@@ -401,7 +401,7 @@ pub struct GenerateArgs {
     /// Text to continue.
     #[arg(long, default_value = "Once upon a time")]
     pub prompt: String,
-    /// Token ids to continue instead of text (space-separated).
+    /// Token ids to continue instead of text (separated by spaces or commas).
     #[arg(long = "prompt-ids", conflicts_with = "prompt")]
     pub prompt_ids: Option<String>,
     /// A user message to answer: the model's chat template

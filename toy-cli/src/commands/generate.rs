@@ -71,7 +71,8 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     let prompt: Vec<u32> = match (&args.prompt_ids, &ck.tokenizer) {
         (None, Some(tok)) if args.chat.is_some() => tok.encode(&chat_prompt(&ck, tok, args)?)?,
         (Some(ids), _) => ids
-            .split_whitespace()
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|s| !s.is_empty())
             .map(|s| s.parse::<u32>().map_err(|_| input(format!("--prompt-ids: {s:?} is not a token id"))))
             .collect::<Result<_>>()?,
         (None, Some(tok)) => tok.encode(&args.prompt)?,

@@ -74,14 +74,16 @@ pub fn new_adapter<'w>(ctx: &'w Context, block: usize, target: &str, n_in: usize
     Ok(Adapter { a, b })
 }
 
-/// `W·x`, plus `scale·B·(A·x)` when `lora` is set. A `W` kept in a frozen
+/// `W·x`, plus `B·(scale·(A·x))` when `lora` is set. A `W` kept in a frozen
 /// base's type (quantized, f16, bf16) is dequantized for the product
 /// ([`super::weights::matrix`]), as QLoRA does (Dettmers et al. 2023).
 pub fn linear<'a>(ctx: &'a Context, w: Tensor<'a>, lora: Option<Adapter<'a>>, scale: f32, x: Tensor<'a>) -> Result<Tensor<'a>> {
     let y = ctx.mul_mat(super::weights::matrix(ctx, w)?, x)?;
     match lora {
         None => Ok(y),
-        Some(l) => ctx.add(y, ctx.scale(ctx.mul_mat(l.b, ctx.mul_mat(l.a, x)?)?, scale)?),
+        // The scale on the rank-r product `A·x` `[r, …]`, not on `B·(A·x)`
+        // `[out, …]`: the same update, one pass over a tensor out/r times smaller.
+        Some(l) => ctx.add(y, ctx.mul_mat(l.b, ctx.scale(ctx.mul_mat(l.a, x)?, scale)?)?),
     }
 }
 
