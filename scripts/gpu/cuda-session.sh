@@ -280,6 +280,26 @@ stage_lora_table() {
     --torch eager-sdpa,compile-sdpa --full-torch --work /tmp/lora-bench > "$OUT/lora-table.txt" 2> "$OUT/lora-table.err"
   echo "rc=$?"; cat "$OUT/lora-table.txt"; tail -5 "$OUT/lora-table.err"
 }
+# Kernel times of LoRA (rank 16, Q4_1 base) against full fine-tuning at
+# SmolLM2-135M's shape, context 512, batch 8: two steps and the two validation
+# passes of each run (scripts/bench/lora.py's random base files).
+stage_ncu_lora() {
+  local w=/tmp/lora-bench
+  if [ ! -f $w/smol-q4_1.gguf ]; then
+    mkdir -p $w && python3 scripts/bench/make-smollm-shape.py $w/smol-f16.gguf > /dev/null
+    python3 scripts/bench/typed-copy.py $w/smol-f16.gguf $w/smol-q4_1.gguf q4_1 --embd q8_0
+  fi
+  for side in lora full; do
+    local extra=(--from $w/smol-f16.gguf)
+    [ $side = lora ] && extra=(--from $w/smol-q4_1.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down)
+    rm -rf /tmp/ncu-$side
+    GGML_CUDA_DISABLE_GRAPHS=1 timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv $T train finetune "${extra[@]}" \
+      --context 512 --batch 8 --steps 2 --eval-every 0 --device cuda --out /tmp/ncu-$side > "$OUT/ncu-$side.csv" 2> "$OUT/ncu-$side.err"
+    echo "== ncu $side (rc=$?)"
+    python3 scripts/gpu/ncu_top.py "$OUT/ncu-$side.csv" --top 15 | tee "$OUT/ncu-$side.md"
+  done
+  gzip -f "$OUT"/ncu-*.csv
+}
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do
