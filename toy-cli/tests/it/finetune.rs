@@ -2,6 +2,7 @@
 //! tensors fixed, resumes exactly, and refuses bases it cannot train.
 
 use crate::common::process::toy;
+use crate::common::{eval_loss, rewrite_gguf};
 use ggml_rs::gguf::{GgufFile, GgufWriter};
 use ggml_rs::DType;
 use std::path::Path;
@@ -117,15 +118,6 @@ fn bases_it_cannot_train_are_refused() {
     ok(&toy(t, &["prep", "new.txt", "--vocab-size", "280", "--out", "p"]));
     fails(&finetune(t, "x", &["--corpus", "p"]), "another tokenizer");
     assert!(!t.join("x").exists());
-}
-
-fn eval_loss(dir: &Path, args: &[&str]) -> f64 {
-    let mut a = vec!["eval"];
-    a.extend_from_slice(args);
-    a.extend_from_slice(&["--corpus", "new.txt", "--max-windows", "40", "--json", "--threads", "1"]);
-    let o = toy(dir, &a);
-    ok(&o);
-    serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["loss"].as_f64().unwrap()
 }
 
 #[test]
@@ -266,23 +258,7 @@ fn an_f16_base_stays_f16_under_lora() {
     let t = tmp.path();
     base(t);
     // The base with every matrix in f16, as llama.cpp converts models.
-    let b = GgufFile::open(t.join("base/weights/latest")).unwrap();
-    let mut g = GgufWriter::new();
-    for (k, v) in b.metadata() {
-        if k != "general.alignment" {
-            g.set(k, v.clone()).unwrap();
-        }
-    }
-    for info in b.tensors() {
-        let v = b.tensor_f32(&info.name).unwrap();
-        if info.ne[1] > 1 {
-            let bytes = v.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect();
-            g.add_tensor_bytes(&info.name, DType::F16, &info.shape(), bytes).unwrap();
-        } else {
-            g.add_tensor_data(&info.name, &info.shape(), &v).unwrap();
-        }
-    }
-    g.write(t.join("b16.gguf")).unwrap();
+    rewrite_gguf(&t.join("base/weights/latest"), &t.join("b16.gguf"), |_| DType::F16);
     std::fs::write(t.join("new.txt"), stories::generate_with(5, 40)).unwrap();
     let args = [
         "train",

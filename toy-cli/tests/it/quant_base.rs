@@ -3,6 +3,7 @@
 //! fine-tuning dequantizes it once, with a note.
 
 use crate::common::process::{fails, ok, toy};
+use crate::common::{eval_loss, rewrite_gguf};
 use ggml_rs::gguf::{GgufFile, GgufWriter};
 use ggml_rs::DType;
 use std::path::Path;
@@ -17,28 +18,6 @@ fn base(dir: &Path) {
     args.extend_from_slice(QUICK);
     ok(&toy(dir, &args));
     std::fs::write(dir.join("new.txt"), stories::generate_with(5, 40)).unwrap();
-}
-
-/// Copy the model at `from` to `to`, each tensor with more than one row in the
-/// type `typed` gives for its name (ggml's own quantization), the rest f32.
-fn rewrite(from: &Path, to: &Path, typed: impl Fn(&str) -> DType) {
-    let b = GgufFile::open(from).unwrap();
-    let mut g = GgufWriter::new();
-    for (k, v) in b.metadata() {
-        if k != "general.alignment" {
-            g.set(k, v.clone()).unwrap();
-        }
-    }
-    for info in b.tensors() {
-        let v = b.tensor_f32(&info.name).unwrap();
-        let ty = if info.ne[1] > 1 { typed(&info.name) } else { DType::F32 };
-        if ty == DType::F32 {
-            g.add_tensor_data(&info.name, &info.shape(), &v).unwrap();
-        } else {
-            g.add_tensor_bytes(&info.name, ty, &info.shape(), ty.quantize(&v, info.ne[0] as usize).unwrap()).unwrap();
-        }
-    }
-    g.write(to).unwrap();
 }
 
 /// SmolLM2's Q4_1 file's mix: a q8_0 token table, q4_1 matrices.
@@ -66,23 +45,14 @@ fn values(run: &Path, kind: &str, key: &str) -> Vec<f64> {
         .collect()
 }
 
-fn eval_loss(dir: &Path, args: &[&str]) -> f64 {
-    let mut a = vec!["eval"];
-    a.extend_from_slice(args);
-    a.extend_from_slice(&["--corpus", "new.txt", "--max-windows", "40", "--json", "--threads", "1"]);
-    let o = toy(dir, &a);
-    ok(&o);
-    serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["loss"].as_f64().unwrap()
-}
-
 #[test]
 fn lora_over_a_quantized_base_equals_lora_over_its_dequantized_copy() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     base(t);
-    rewrite(&t.join("base/weights/latest"), &t.join("q.gguf"), q4_1_mix);
+    rewrite_gguf(&t.join("base/weights/latest"), &t.join("q.gguf"), q4_1_mix);
     // The same values in f32: what the quantized file dequantizes to.
-    rewrite(&t.join("q.gguf"), &t.join("d.gguf"), |_| DType::F32);
+    rewrite_gguf(&t.join("q.gguf"), &t.join("d.gguf"), |_| DType::F32);
     lora(t, "q.gguf", "lq");
     lora(t, "d.gguf", "ld");
     let cfg = std::fs::read_to_string(t.join("lq/config.toml")).unwrap();
@@ -109,7 +79,7 @@ fn full_finetuning_dequantizes_the_base_with_a_note() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     base(t);
-    rewrite(&t.join("base/weights/latest"), &t.join("q.gguf"), |_| DType::Q8_0);
+    rewrite_gguf(&t.join("base/weights/latest"), &t.join("q.gguf"), |_| DType::Q8_0);
     let mut a = vec!["train", "finetune", "--from", "q.gguf", "--corpus", "new.txt", "--steps", "2", "--out", "f"];
     a.extend_from_slice(QUICK);
     let o = toy(t, &a);

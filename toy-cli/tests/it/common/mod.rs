@@ -56,3 +56,37 @@ pub fn flat(seqs: &[(Vec<usize>, Vec<usize>)]) -> (Vec<i32>, Vec<i32>) {
     let targets = seqs.iter().flat_map(|(_, y)| y.iter().map(|&v| v as i32)).collect();
     (tokens, targets)
 }
+
+/// Copy the model GGUF at `from` to `to`: each tensor with more than one row
+/// in the type `typed` gives for its name (ggml's own conversion,
+/// `DType::quantize`), the others f32, every key but the alignment kept.
+pub fn rewrite_gguf(from: &std::path::Path, to: &std::path::Path, typed: impl Fn(&str) -> ggml_rs::DType) {
+    use ggml_rs::{gguf::GgufFile, gguf::GgufWriter, DType};
+    let b = GgufFile::open(from).unwrap();
+    let mut g = GgufWriter::new();
+    for (k, v) in b.metadata() {
+        if k != "general.alignment" {
+            g.set(k, v.clone()).unwrap();
+        }
+    }
+    for info in b.tensors() {
+        let v = b.tensor_f32(&info.name).unwrap();
+        let ty = if info.ne[1] > 1 { typed(&info.name) } else { DType::F32 };
+        if ty == DType::F32 {
+            g.add_tensor_data(&info.name, &info.shape(), &v).unwrap();
+        } else {
+            g.add_tensor_bytes(&info.name, ty, &info.shape(), ty.quantize(&v, info.ne[0] as usize).unwrap()).unwrap();
+        }
+    }
+    g.write(to).unwrap();
+}
+
+/// `toy eval ARGS --corpus new.txt` (40 windows, one thread) in `dir`: the loss.
+pub fn eval_loss(dir: &std::path::Path, args: &[&str]) -> f64 {
+    let mut a = vec!["eval"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["--corpus", "new.txt", "--max-windows", "40", "--json", "--threads", "1"]);
+    let o = process::toy(dir, &a);
+    process::ok(&o);
+    serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["loss"].as_f64().unwrap()
+}
