@@ -41,25 +41,23 @@ pub fn split() -> Result<(Tokenizer, Split, usize)> {
 pub fn corpus_with(tok: Tokenizer) -> Result<Corpus> {
     let docs = split_documents(TEXT);
     let s = split_documents_ids(encode_documents(&tok, &docs)?, VAL_FRACTION, SEED);
-    Ok(Corpus {
-        train: s.train.into(),
-        val: s.val.into(),
-        vocab_size: tok.vocab_size(),
-        tokenizer: Some(tok),
-        source: "<embedded>".into(),
-        chat: None,
-    })
+    Ok(embedded(tok, s))
 }
 
 /// The default corpus.
 pub fn corpus() -> Result<Corpus> {
     let (tok, s, _) = split()?;
-    Ok(Corpus {
+    Ok(embedded(tok, s))
+}
+
+/// The corpus of the embedded text's split `s`, tokenized with `tok`.
+fn embedded(tok: Tokenizer, s: Split) -> Corpus {
+    Corpus {
         train: s.train.into(),
         val: s.val.into(),
         vocab_size: tok.vocab_size(),
         tokenizer: Some(tok),
         source: "<embedded>".into(),
         chat: None,
-    })
+    }
 }
