@@ -370,6 +370,10 @@ fn bad_chat_data_is_refused_with_its_line() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("System role not supported"));
     let o = toy(t, &["train", "--preset", "smoke", "--corpus", "good.jsonl", "--pack", "--out", "x", "--threads", "1"]);
     fails(&o, "train", "finetune recipe");
+    // Chat data given to from-scratch training: said to be chat data.
+    let o = toy(t, &["train", "--preset", "smoke", "--corpus", "good.jsonl", "--out", "x", "--threads", "1"]);
+    fails(&o, "train", "good.jsonl:1: a chat record (messages, or prompt and completion), not text");
+    assert!(!t.join("x").exists());
     // What finetune trains on, as `toy debug chat-masks` shows it.
     let o = toy(t, &["debug", "chat-masks", "chat.gguf", "--corpus", "good.jsonl", "-n", "1"]);
     ok(&o);
