@@ -5,6 +5,9 @@ use crate::model::Arch;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
+mod debug;
+pub use debug::{BenchArgs, ChatMasksArgs, DebugArgs, DebugCommand, DumpArgs, TokenizeArgs};
+
 /// Train small llama- and GPT-2-shaped language models from scratch on ggml.
 #[derive(Parser, Debug)]
 #[command(name = "toy", version, about, propagate_version = true)]
@@ -38,130 +41,6 @@ pub enum Command {
     /// Dumps for the PyTorch parity harness.
     #[command(hide = true)]
     Debug(DebugArgs),
-}
-
-#[derive(Args, Debug)]
-pub struct DebugArgs {
-    #[command(subcommand)]
-    pub command: DebugCommand,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum DebugCommand {
-    /// Loss and every parameter's gradient for one recorded batch, as a model-shaped GGUF.
-    DumpGrads(DumpArgs),
-    /// Loss and logits `[vocab, T·B]` for one recorded batch, as GGUF.
-    DumpLogits(DumpArgs),
-    /// Time training steps on random tokens (used by scripts/bench).
-    Bench(BenchArgs),
-    /// Token ids of a text file with a GGUF's tokenizer, as little-endian i32
-    /// (used by scripts/llamacpp/check-tokenizer.sh).
-    Tokenize(TokenizeArgs),
-    /// Chat data as `toy train finetune` sees it: each conversation rendered with
-    /// the model's chat template, the trained tokens between ⟦ and ⟧.
-    ChatMasks(ChatMasksArgs),
-}
-
-#[derive(Args, Debug)]
-pub struct TokenizeArgs {
-    /// A GGUF with a tokenizer (a model, or a vocabulary-only file).
-    pub model: PathBuf,
-    /// UTF-8 text to tokenize.
-    #[arg(long)]
-    pub text: PathBuf,
-    /// Output file of ids.
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Read special tokens written in the text as those tokens (as a prompt);
-    /// without it they are text (as a corpus document).
-    #[arg(long)]
-    pub special: bool,
-    /// Tokenize each line (with its newline) on its own and write -1 after each.
-    #[arg(long)]
-    pub lines: bool,
-}
-
-#[derive(Args, Debug)]
-pub struct ChatMasksArgs {
-    /// The model whose chat template and tokenizer render the data (a GGUF).
-    pub model: PathBuf,
-    /// Chat data: JSON Lines of {"messages": [...]} or {"prompt", "completion"}.
-    #[arg(long)]
-    pub corpus: PathBuf,
-    /// Conversations to show, from the first.
-    #[arg(short = 'n', long = "n", default_value_t = 3)]
-    pub n: usize,
-    /// Print one JSON object per conversation (its ids and which are trained).
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Args, Debug)]
-#[command(allow_negative_numbers = true)]
-pub struct BenchArgs {
-    /// Model and batch shape.
-    #[arg(long, value_enum, default_value = "small")]
-    pub preset: Preset,
-    /// Architecture (default: the preset's, else llama).
-    #[arg(long, value_enum)]
-    pub arch: Option<Arch>,
-    /// Vocabulary size (default: the preset's, else 4096).
-    #[arg(long)]
-    pub vocab: Option<usize>,
-    /// Timed steps.
-    #[arg(long, default_value_t = 10)]
-    pub steps: usize,
-    /// Untimed steps first.
-    #[arg(long, default_value_t = 2)]
-    pub warmup: usize,
-    /// Override the preset's batch.
-    #[arg(long)]
-    pub batch: Option<usize>,
-    /// Override the preset's context.
-    #[arg(long)]
-    pub context: Option<usize>,
-    /// Device.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// CPU threads (default: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores,
-    /// the default); no effect on the CPU. Given, it implies --dtype f32
-    /// unless --dtype says otherwise.
-    #[arg(long = "matmul-precision", value_enum)]
-    pub matmul_precision: Option<crate::config::MatmulPrecision>,
-    /// Attention: reference or fused (ggml patches 0020 and 0021; the default
-    /// on the CPU and CUDA).
-    #[arg(long, value_enum)]
-    pub attention: Option<crate::model::attention::Attention>,
-    /// Step precision: bf16 (matrix products in bf16, f32 accumulation; CUDA
-    /// only) or f32 (default: bf16 on CUDA, f32 elsewhere or with
-    /// --matmul-precision).
-    #[arg(long, value_enum)]
-    pub dtype: Option<crate::config::Dtype>,
-}
-
-#[derive(Args, Debug)]
-#[command(allow_negative_numbers = true)]
-pub struct DumpArgs {
-    /// Checkpoint (e.g. a run's weights/step_0.gguf).
-    pub model: PathBuf,
-    /// A run's batches.bin (from `toy train --record-batches`).
-    #[arg(long)]
-    pub batches: PathBuf,
-    /// Which recorded step's batch (1-based).
-    #[arg(long, default_value_t = 1)]
-    pub step: usize,
-    /// Output GGUF file.
-    #[arg(long)]
-    pub out: PathBuf,
-    /// Device.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// f32 matrix products on CUDA: highest (f32) or high (TF32).
-    #[arg(long = "matmul-precision", value_enum, default_value = "high")]
-    pub matmul_precision: crate::config::MatmulPrecision,
 }
 
 /// A count of `toy train` (`--keep`, `--batch`, ...): config.toml and events.jsonl
