@@ -388,7 +388,8 @@ pub struct MergeArgs {
     /// The adapter (llama.cpp's LoRA layout).
     #[arg(long)]
     pub lora: PathBuf,
-    /// Where to write the merged model.
+    /// Where to write the merged model (an existing file there is replaced,
+    /// once the new one is whole).
     #[arg(long)]
     pub out: PathBuf,
     /// The merged model's type: `same` (each tensor in the base's type) or one

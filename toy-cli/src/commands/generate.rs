@@ -105,41 +105,74 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     let stream = !args.json && ck.tokenizer.is_some();
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let stop = if args.ignore_eot { Vec::new() } else { ck.tokenizer.as_ref().map(|t| t.end_of_generation(&ck.file)).unwrap_or_default() };
+    let how = Decode { sampling: &sampling, stop: &stop, stream, chat: args.chat.is_some(), n: args.n, t };
     let ids = with_loaded(&ck, &backends[0], t, 1, false, |w, consts| {
         let cctx = Context::new(capacity(ck.config.n_layers))?;
         let mut fwd = Forward::new(&cctx, w, consts, t, &backends)?;
-        let mut ids = prompt.clone();
-        // Nothing is printed before the first logits are known to be finite:
-        // the prompt goes out with the first token.
-        let mut printed = 0;
-        for _ in 0..args.n {
-            // The last `t` tokens, right-padded; causal attention ignores the padding.
-            let start = ids.len().saturating_sub(t);
-            let window = &ids[start..];
-            let mut input_ids: Vec<i32> = window.iter().map(|&x| x as i32).collect();
-            input_ids.resize(t, 0);
-            let logits = fwd.logits_at(&input_ids, window.len() - 1)?;
-            finite_logits(&logits, ids.len(), ck.adapter.is_some())?;
-            let next = sample(&logits, &sampling, &mut rng) as u32;
-            ids.push(next);
-            if stream {
-                // Print whole characters only: decode the tail since the last print.
-                let tok = ck.tokenizer.as_ref().unwrap();
-                let piece = tok.decode(&ids[printed..])?;
-                if !piece.ends_with('\u{FFFD}') {
-                    crate::output::write(format_args!("{piece}"))?;
-                    printed = ids.len();
-                }
-            }
-            if stop.contains(&next) {
-                break;
-            }
-        }
-        if stream {
-            crate::say!("{}", ck.tokenizer.as_ref().unwrap().decode(&ids[printed..])?)?;
-        }
-        Ok(ids)
+        decode(&ck, &mut fwd, prompt.clone(), &how, &mut rng)
     })?;
     let text = ck.tokenizer.as_ref().map(|t| t.decode(&ids)).transpose()?;
     Ok(Generated { ids, text, n_prompt: prompt.len() })
+}
+
+/// How [`decode`] goes on: sampling, end-of-generation ids, printing.
+struct Decode<'a> {
+    sampling: &'a Sampling,
+    stop: &'a [u32],
+    /// Print as tokens come (text, not --json).
+    stream: bool,
+    /// A chat: print the reply alone, without its end-of-turn token (as
+    /// llama.cpp's chat does); else the prompt too, and the end token.
+    chat: bool,
+    /// Tokens to generate at most.
+    n: usize,
+    /// The window the forward pass takes.
+    t: usize,
+}
+
+/// Continue `ids` token by token (the last `how.t` as the window), up to
+/// `how.n` tokens or an end-of-generation id; returns every id.
+fn decode(
+    ck: &crate::formats::checkpoint::Checkpoint,
+    fwd: &mut Forward<'_>,
+    mut ids: Vec<u32>,
+    how: &Decode<'_>,
+    rng: &mut rand::rngs::StdRng,
+) -> Result<Vec<u32>> {
+    // Nothing is printed before the first logits are known to be finite: the
+    // prompt goes out with the first token.
+    let mut printed = if how.chat { ids.len() } else { 0 };
+    let say = |ids: &[u32]| ck.tokenizer.as_ref().map_or(Ok(String::new()), |tok| tok.decode(ids));
+    for _ in 0..how.n {
+        // The last `t` tokens, right-padded; causal attention ignores the padding.
+        let window = &ids[ids.len().saturating_sub(how.t)..];
+        let mut input_ids: Vec<i32> = window.iter().map(|&x| x as i32).collect();
+        input_ids.resize(how.t, 0);
+        let logits = fwd.logits_at(&input_ids, window.len() - 1)?;
+        finite_logits(&logits, ids.len(), ck.adapter.is_some())?;
+        let next = sample(&logits, how.sampling, rng) as u32;
+        ids.push(next);
+        let end = how.stop.contains(&next);
+        if how.chat && end {
+            if how.stream {
+                crate::say!("{}", say(&ids[printed..ids.len() - 1])?)?;
+            }
+            return Ok(ids);
+        }
+        if how.stream {
+            // Print whole characters only: decode the tail since the last print.
+            let piece = say(&ids[printed..])?;
+            if !piece.ends_with('\u{FFFD}') {
+                crate::output::write(format_args!("{piece}"))?;
+                printed = ids.len();
+            }
+        }
+        if end {
+            break;
+        }
+    }
+    if how.stream {
+        crate::say!("{}", say(&ids[printed..])?)?;
+    }
+    Ok(ids)
 }

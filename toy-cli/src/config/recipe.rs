@@ -13,8 +13,9 @@ pub enum Recipe {
     /// A donor model's token embeddings through a trainable projection lens;
     /// the corpus is streamed in order, epoch after epoch.
     WarmStart,
-    /// Every weight of an existing llama GGUF (`--from`), trained further on
-    /// the corpus tokenized with the model's own tokenizer.
+    /// An existing llama or qwen2 GGUF (`--from`; f16, bf16 or quantized too)
+    /// trained further on text or chat data tokenized with its own tokenizer:
+    /// every weight, or LoRA adapters over the frozen base (`--lora-rank`).
     Finetune,
 }
 

@@ -452,15 +452,16 @@ impl<'s> Documents<'s> {
                     let i = self.reader.as_ref().map(|r| r.1).unwrap_or(0);
                     let at = format!("{}:{}", self.sources[i].path.display(), self.line_no);
                     let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| input(format!("{at}: not a JSON object ({e})")))?;
-                    let chat = v.get("messages").is_some() || (v.get("prompt").is_some() && v.get("completion").is_some());
-                    let text = v
-                        .get(&self.text_field)
-                        .ok_or_else(|| match chat {
-                            true => input(format!(
-                                "{at}: a chat record (messages, or prompt and completion), not text: chat data trains with toy train finetune --from MODEL.gguf, whose chat template renders it"
-                            )),
-                            false => input(format!("{at}: no field {:?} (choose one with --text-field)", self.text_field)),
-                        })?
+                    let (prompt, completion) = (v.get("prompt").is_some(), v.get("completion").is_some());
+                    let text = v.get(&self.text_field).ok_or_else(|| match (v.get("messages").is_some(), prompt, completion) {
+                        (true, _, _) | (_, true, true) => input(format!(
+                            "{at}: a chat record (messages, or prompt and completion), not text: chat data trains with toy train finetune --from MODEL.gguf, whose chat template renders it"
+                        )),
+                        (_, true, false) | (_, false, true) => {
+                            input(format!("{at}: a prompt-completion record needs both \"prompt\" and \"completion\""))
+                        }
+                        _ => input(format!("{at}: no field {:?} (choose one with --text-field)", self.text_field)),
+                    })?
                         .as_str()
                         .ok_or_else(|| input(format!("{at}: field {:?} is not a string", self.text_field)))?;
                     self.pending = text.to_string();

@@ -344,11 +344,12 @@ fn bad_chat_data_is_refused_with_its_line() {
         ("good.jsonl", format!("{good}\n{good}\n")),
         ("text.jsonl", "{\"text\": \"Once upon a time.\"}\n".to_string()),
         ("pairs.jsonl", "{\"prompt\": \"Say hi.\", \"completion\": \" Hi!\"}\n".repeat(4)),
+        ("prompt-only.jsonl", "{\"prompt\": \"Say hi.\"}\n".to_string()),
     ];
     for (name, text) in &files {
         std::fs::write(t.join(name), text).unwrap();
     }
-    let cases: [(&str, &str, &[&str], &str); 11] = [
+    let cases: [(&str, &str, &[&str], &str); 12] = [
         ("chat.gguf", "notjson.jsonl", &[], "notjson.jsonl:2: not a JSON object"),
         ("chat.gguf", "role.jsonl", &[], "role.jsonl:1: messages[0] has role \"tool\""),
         ("chat.gguf", "content.jsonl", &[], "content.jsonl:2: messages[0]'s content is not a string"),
@@ -360,6 +361,7 @@ fn bad_chat_data_is_refused_with_its_line() {
         ("chat.gguf", "text.jsonl", &["--data-format", "chat"], "holds no chat records"),
         ("chat.gguf", "text.jsonl", &["--pack"], "--pack"),
         ("chat.gguf", "good.jsonl", &["--text-field", "body"], "--text-field"),
+        ("chat.gguf", "prompt-only.jsonl", &[], "prompt-only.jsonl:1: a prompt-completion record needs both"),
     ];
     for (model, corpus, extra, needle) in cases {
         let o = finetune(t, model, corpus, "x", &[extra, &["--steps", "1"]].concat());
