@@ -5,12 +5,15 @@ tensors f32, as llama.cpp converts and quantizes models:
 
 TYPE: f32, f16 (default), q8_0, q4_0, q4_1, q5_0, q5_1 (gguf-py's quantizers,
 bit-exact with ggml's reference ones). `--embd` gives token_embd.weight its own
-type (SmolLM2's Q4_1 file keeps it q8_0). Quantized inputs are dequantized first."""
+type (SmolLM2's Q4_1 file keeps it q8_0). Quantized inputs are dequantized first;
+a matrix whose rows do not split into the type's blocks is written f16."""
 
 import argparse
+import sys
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize, quantize
 
 
@@ -45,6 +48,10 @@ def main():
             w.add_tensor(t.name, v)
         elif qt == GGMLQuantizationType.F16:
             w.add_tensor(t.name, v.astype(np.float16), raw_dtype=qt)
+        elif v.shape[-1] % GGML_QUANT_SIZES[qt][0] != 0:
+            # Rows that do not split into blocks stay f16, as llama-quantize keeps them.
+            print(f"typed-copy: {t.name} rows of {v.shape[-1]} do not split into {name} blocks; f16", file=sys.stderr)
+            w.add_tensor(t.name, v.astype(np.float16), raw_dtype=GGMLQuantizationType.F16)
         else:
             w.add_tensor(t.name, quantize(v, qt), raw_dtype=qt)
     w.write_header_to_file()
