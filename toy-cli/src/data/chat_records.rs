@@ -116,7 +116,7 @@ pub fn read_chat(path: &Path, format: DataFormat) -> Result<Option<(RecordKind, 
     let chat = |k: &RecordKind| *k != RecordKind::Text;
     match (kinds.iter().position(chat), kinds.iter().position(|k| !chat(k))) {
         (None, _) if format == DataFormat::Chat => Err(input(format!(
-            "--data-format chat: {} holds no chat records (a JSON Lines record with \"messages\", or \"prompt\" and \"completion\")",
+            "{} holds no chat records (a JSON Lines record with \"messages\", or \"prompt\" and \"completion\")",
             sources[0].path.display()
         ))),
         (None, _) => Ok(None),
