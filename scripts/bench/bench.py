@@ -60,6 +60,19 @@ def shape(preset, context=None):
     return d, h, f, n_layers, context or t, b
 
 
+def llama_shapes(d, dkv, f, n_layers, vocab, tied):
+    """The numpy shapes (out, in) of a llama's tensors by GGUF name: width d,
+    key/value width dkv, feed-forward width f."""
+    shapes = {"token_embd.weight": (vocab, d), "output_norm.weight": (d,)}
+    if not tied:
+        shapes["output.weight"] = (vocab, d)
+    for i in range(n_layers):
+        for name, s in [("attn_norm", (d,)), ("ffn_norm", (d,)), ("attn_q", (d, d)), ("attn_k", (dkv, d)), ("attn_v", (dkv, d)),
+                        ("attn_output", (d, d)), ("ffn_gate", (f, d)), ("ffn_up", (f, d)), ("ffn_down", (d, f))]:
+            shapes[f"blk.{i}.{name}.weight"] = s
+    return shapes
+
+
 def torch_worker(args):
     """Time PyTorch steps in this process; print one JSON line."""
     import torch
@@ -80,16 +93,10 @@ def torch_worker(args):
     cfg = ToyConfig(arch=args.arch, vocab=args.vocab, d_model=d, n_layers=n_layers, n_heads=h, n_kv_heads=kv, d_ff=f,
                     context=t, norm_eps=1e-5, rope_base=PRESET_ROPE.get(args.preset, 10000.0), tied=tied)
     g = torch.Generator().manual_seed(0)
-    shapes = {"token_embd.weight": (args.vocab, d), "output_norm.weight": (d,)}
-    dkv = d // h * kv
     if args.arch == "llama":
-        if not tied:
-            shapes["output.weight"] = (args.vocab, d)
-        for i in range(n_layers):
-            for name, s in [("attn_norm", (d,)), ("ffn_norm", (d,)), ("attn_q", (d, d)), ("attn_k", (dkv, d)), ("attn_v", (dkv, d)),
-                            ("attn_output", (d, d)), ("ffn_gate", (f, d)), ("ffn_up", (f, d)), ("ffn_down", (d, f))]:
-                shapes[f"blk.{i}.{name}.weight"] = s
+        shapes = llama_shapes(d, d // h * kv, f, n_layers, args.vocab, tied)
     else:
+        shapes = {"token_embd.weight": (args.vocab, d), "output_norm.weight": (d,)}
         shapes["position_embd.weight"] = (t, d)
         shapes["output_norm.bias"] = (d,)
         for i in range(n_layers):

@@ -67,6 +67,9 @@ def torch_lora_worker(a):
     from models import Llama, causal_attention_sdpa  # noqa: E402
     from toygguf import ToyConfig  # noqa: E402
 
+    sys.path.insert(0, HERE)
+    from bench import llama_shapes  # noqa: E402
+
     dev = torch.device(a.device)
     if a.device == "cpu":
         torch.set_num_threads(a.threads)
@@ -75,12 +78,7 @@ def torch_lora_worker(a):
     cfg = ToyConfig(arch="llama", vocab=vocab, d_model=d, n_layers=layers, n_heads=h, n_kv_heads=kv, d_ff=f, context=a.context,
                     norm_eps=1e-5, rope_base=100000.0, tied=True)
     g = torch.Generator().manual_seed(0)
-    dkv = d // h * kv
-    shapes = {"token_embd.weight": (vocab, d), "output_norm.weight": (d,)}
-    for i in range(layers):
-        for n, s in [("attn_norm", (d,)), ("ffn_norm", (d,)), ("attn_q", (d, d)), ("attn_k", (dkv, d)), ("attn_v", (dkv, d)),
-                     ("attn_output", (d, d)), ("ffn_gate", (f, d)), ("ffn_up", (f, d)), ("ffn_down", (d, f))]:
-            shapes[f"blk.{i}.{n}.weight"] = s
+    shapes = llama_shapes(d, d // h * kv, f, layers, vocab, tied=True)
     tensors = {k: (torch.randn(s, generator=g) * 0.02).numpy() for k, s in shapes.items()}
     bf16 = a.device == "cuda"
     model = Llama(cfg, tensors, dtype=torch.bfloat16 if bf16 else torch.float32, attention=causal_attention_sdpa).to(dev)

@@ -10,18 +10,15 @@ a matrix whose rows do not split into the type's blocks is written f16."""
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
 from gguf.constants import GGML_QUANT_SIZES
-from gguf.quants import dequantize, quantize
+from gguf.quants import quantize
 
-
-def values(t):
-    """Tensor `t` of a GGUFReader as f32, dequantized, numpy shape (reversed ne)."""
-    if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
-        return np.array(t.data, dtype=np.float32)
-    return dequantize(t.data, t.tensor_type).astype(np.float32)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "parity"))
+from toygguf import values  # noqa: E402  (a tensor as f32, dequantized)
 
 
 def main():

@@ -33,7 +33,7 @@ class ToyConfig:
         return self.d_model // self.n_heads
 
 
-def _values(t):
+def values(t):
     """Tensor `t` as f32, dequantized from any type gguf-py knows (numpy shape:
     ggml's ne reversed)."""
     if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
@@ -47,7 +47,7 @@ class ToyGguf:
     def __init__(self, path):
         self.path = str(path)
         self._r = GGUFReader(self.path)
-        self.tensors = {t.name: _values(t) for t in self._r.tensors}
+        self.tensors = {t.name: values(t) for t in self._r.tensors}
 
     def get(self, key, default=None):
         f = self._r.fields.get(key)

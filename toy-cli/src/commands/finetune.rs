@@ -137,13 +137,15 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
         return Err(input("--freeze applies to full fine-tuning; with --lora-rank the base is frozen already"));
     }
     let (base_dtype, base_dtype_except) = matrix_dtype(&ck.file);
+    // matrix_dtype says None when every matrix is f32 already.
     let (base_dtype, base_dtype_except) = match (&lora, base_dtype) {
         (Some(_), kept) => (kept, base_dtype_except),
-        (None, Some(t)) if t != "f32" || !base_dtype_except.is_empty() => {
-            eprintln!("note: the base's matrices are {t}; full fine-tuning trains them in f32 (--lora-rank keeps them {t})");
+        (None, kept) => {
+            if let Some(t) = kept {
+                eprintln!("note: the base's matrices are {t}; full fine-tuning trains them in f32 (--lora-rank keeps them {t})");
+            }
             (None, Default::default())
         }
-        (None, _) => (None, Default::default()),
     };
     let freeze = cfg.model.freeze.clone();
     cfg.model = crate::model::ModelConfig { context, freeze, lora, base_dtype, base_dtype_except, ..base.clone() };
