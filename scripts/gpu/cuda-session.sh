@@ -214,6 +214,12 @@ stage_bench_124m() {
   bench 124m --archs gpt2,llama --presets gpt2-124m,llama-124m --precisions bf16,high --torch eager-sdpa,compile-sdpa --reps 1 \
     --steps 10 --warmup 3 --parallel-compile --llmc $LLMC --llmc-data /tmp/llmc-data
 }
+# GPT-2 124M only, bf16 and TF32, against PyTorch compile (SDPA) and llm.c: one call's worth.
+stage_bench_124m_gpt2() {
+  stage_llmc_build
+  bench 124m-gpt2 --archs gpt2 --presets gpt2-124m --precisions ${PRECISIONS:-bf16,high} --torch compile-sdpa --reps 1 --attention fused \
+    --steps 10 --warmup 3 --parallel-compile --llmc $LLMC --llmc-data /tmp/llmc-data
+}
 # Small and medium at bf16 against PyTorch bf16 (eager and compile, SDPA).
 stage_bench_bf16() {
   bench bf16 --presets small,medium --precisions bf16 --torch ${BF16_TORCH:-eager-sdpa,compile-sdpa} --reps 1 --steps 10 --warmup 3 --parallel-compile

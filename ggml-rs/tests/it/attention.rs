@@ -108,3 +108,95 @@ fn refuses_bad_shapes() {
     assert!(ctx.attn_causal(q, i, k, 1.0).is_err());
     assert!(ctx.attn_causal(q, k, k, 0.5).is_ok());
 }
+
+/// f64 gradients of `L = Σ out ⊙ r` for q, k, v (FlashAttention-2's backward
+/// written plainly: dS = P ⊙ (dP − rowsum(dO ⊙ O))), same layouts as [`reference`].
+fn reference_grads(q: &[f64], k: &[f64], v: &[f64], r: &[f64], dims: [usize; 5], scale: f64) -> [Vec<f64>; 3] {
+    let [dh, h, hkv, t, b] = dims;
+    let qi = |d, hh, tt, bb| ((bb * t + tt) * h + hh) * dh + d;
+    let ki = |d, g, tt, bb| ((bb * t + tt) * hkv + g) * dh + d;
+    let (mut dq, mut dk, mut dv) = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; k.len()]);
+    for bb in 0..b {
+        for hh in 0..h {
+            let g = hh / (h / hkv);
+            for i in 0..t {
+                let s: Vec<f64> = (0..=i).map(|j| scale * (0..dh).map(|d| q[qi(d, hh, i, bb)] * k[ki(d, g, j, bb)]).sum::<f64>()).collect();
+                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                let p: Vec<f64> = s.iter().map(|x| (x - m).exp() / z).collect();
+                let dp: Vec<f64> = (0..=i).map(|j| (0..dh).map(|d| r[qi(d, hh, i, bb)] * v[ki(d, g, j, bb)]).sum()).collect();
+                let dsum: f64 = (0..=i).map(|j| p[j] * dp[j]).sum();
+                for j in 0..=i {
+                    let ds = p[j] * (dp[j] - dsum);
+                    for d in 0..dh {
+                        dq[qi(d, hh, i, bb)] += scale * ds * k[ki(d, g, j, bb)];
+                        dk[ki(d, g, j, bb)] += scale * ds * q[qi(d, hh, i, bb)];
+                        dv[ki(d, g, j, bb)] += p[j] * r[qi(d, hh, i, bb)];
+                    }
+                }
+            }
+        }
+    }
+    [dq, dk, dv]
+}
+
+/// Largest absolute error over the largest magnitude of the reference.
+fn scaled_err(got: &[f32], want: &[f64]) -> f64 {
+    let num = got.iter().zip(want).map(|(&a, b)| (a as f64 - b).abs()).fold(0.0, f64::max);
+    num / want.iter().map(|x| x.abs()).fold(1e-30, f64::max)
+}
+
+/// Output and gradients with the device's products in bf16 (on CUDA: patch
+/// 0024's tensor-core kernels, bf16 inputs and f32 accumulation) against f64,
+/// within 1e-2 of each tensor's scale (the CPU ignores the setting: f32).
+fn check_bf16(dims: [usize; 5], seed: u64) {
+    let [dh, h, hkv, t, b] = dims;
+    let mut rg = rng(seed);
+    let scale = 1.0 / (dh as f32).sqrt();
+    let nq = dh * h * t * b;
+    let nk = dh * hkv * t * b;
+    let (qd, kd, vd, rd) =
+        (uniform(&mut rg, nq, -1.5, 1.5), uniform(&mut rg, nk, -1.5, 1.5), uniform(&mut rg, nk, -1.5, 1.5), uniform(&mut rg, nq, -1.0, 1.0));
+    let dev = cpu();
+    dev.set_matmul_precision(ggml_rs::MatmulPrecision::Medium);
+    let ctx = Context::new(256).unwrap();
+    let new = |ne: [usize; 4]| {
+        let x = ctx.new_tensor(DType::F32, &ne.map(|n| n as i64)).unwrap();
+        ctx.set_param(x).unwrap();
+        x
+    };
+    let (q, k, v) = (new([dh, h, t, b]), new([dh, hkv, t, b]), new([dh, hkv, t, b]));
+    ctx.allocate(&dev).unwrap();
+    for (x, d) in [(q, &qd), (k, &kd), (v, &vd)] {
+        x.write(d).unwrap();
+    }
+    let o = ctx.attn_causal(q, k, v, scale).unwrap().set_output();
+    let rt = ctx.new_tensor(DType::F32, &o.ne()).unwrap().set_input();
+    let loss = ctx.sum(ctx.mul(o, rt).unwrap()).unwrap().set_output();
+    let mut g = ggml_rs::Graph::with_grads(&ctx, 1024).unwrap();
+    g.expand(loss).unwrap();
+    g.build_backward(loss).unwrap();
+    let grads: Vec<_> = [q, k, v].iter().map(|&x| g.grad(x).unwrap().set_output()).collect();
+    g.allocate(&backends(&dev)).unwrap();
+    rt.write(&rd).unwrap();
+    g.compute().unwrap();
+    let (q64, k64, v64, r64) = (f64s(&qd), f64s(&kd), f64s(&vd), f64s(&rd));
+    let want_o = reference(&q64, &k64, &v64, dims, scale as f64);
+    let want = reference_grads(&q64, &k64, &v64, &r64, dims, scale as f64);
+    let name = format!("attn_causal bf16 products, dh {dh}, heads {h}/{hkv}, T {t}, B {b}");
+    let e = scaled_err(&o.read_f32().unwrap(), &want_o);
+    println!("{name}: out max err / scale {e:.3e}");
+    assert!(e < 1e-2, "{name}: output off by {e:e}");
+    for (x, (gt, w)) in ["q", "k", "v"].iter().zip(grads.iter().zip(&want)) {
+        let e = scaled_err(&gt.read_f32().unwrap(), w);
+        println!("{name}: d{x} max err / scale {e:.3e}");
+        assert!(e < 1e-2, "{name}: d{x} off by {e:e}");
+    }
+}
+
+#[test]
+fn bf16_products_within_bf16_tolerance() {
+    check_bf16([64, 9, 3, 130, 2], 2020); // SmolLM2's heads, two full 64-row blocks and a partial one
+    check_bf16([128, 4, 2, 70, 1], 2021); // d_head 128
+    check_bf16([64, 2, 2, 1, 1], 2022); // one position
+}

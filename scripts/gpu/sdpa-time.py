@@ -1,0 +1,38 @@
+"""Time PyTorch's F.scaled_dot_product_attention(is_causal=True), forward and
+backward, bf16, at the shapes of scripts/gpu/attn-flash-test.cu (the same
+D heads/kv T B lines), for a side-by-side with patch 0024's kernels.
+
+    python3 scripts/gpu/sdpa-time.py
+"""
+import torch
+import torch.nn.functional as F
+
+SHAPES = [(64, 12, 12, 1024, 16), (64, 9, 3, 1024, 8), (64, 9, 3, 2048, 8), (64, 9, 3, 4096, 8),
+          (64, 9, 3, 8192, 8), (128, 12, 12, 2048, 4)]
+
+
+def time_ms(fn, reps=10, warm=2):
+    ts = []
+    for i in range(reps + warm):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        if i >= warm:
+            ts.append(a.elapsed_time(b))
+    return sorted(ts)[len(ts) // 2]
+
+
+for d, hq, hkv, t, bsz in SHAPES:
+    q = torch.randn(bsz, hq, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(bsz, hkv, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(bsz, hkv, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    do = torch.randn(bsz, hq, t, d, device="cuda", dtype=torch.bfloat16)
+    gqa = hq != hkv
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    fwd = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa))
+    bwd = time_ms(lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True))
+    fl = 4.0 * d * t * t / 2 * hq * bsz
+    print(f"sdpa D {d:3d} heads {hq:2d}/{hkv:2d} T {t:5d} B {bsz:2d}: fwd {fwd:.3f} ms ({fl/fwd/1e9:.0f} TFLOP/s)"
+          f"  bwd {bwd:.3f} ms ({2.5*fl/bwd/1e9:.0f} TFLOP/s)")
