@@ -215,7 +215,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--json-out", help="write all measurements here")
     ap.add_argument("--context", type=int, help="override every preset's context")
-    ap.add_argument("--attention", default="reference", choices=["reference", "fused"], help="toy's attention")
+    ap.add_argument("--attention", default="fused", choices=["reference", "fused"], help="toy's attention (fused: its default)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--preset", help=argparse.SUPPRESS)
     ap.add_argument("--variant", default="eager", help=argparse.SUPPRESS)
