@@ -111,6 +111,27 @@ impl Context {
         self.op("pad", |ctx| unsafe { sys::ggml_pad(ctx, a.raw(), p[0], p[1], p[2], p[3]) })
     }
 
+    /// `a` and `b` joined along dimension `dim` (0..4; `ggml_concat`): the
+    /// result has `a.ne[dim] + b.ne[dim]` there and their common size
+    /// elsewhere, `a` first. f32; either operand may be a view. A key/value
+    /// cache grows this way, one position at a time. No backward.
+    ///
+    /// # Errors
+    /// [`Error::Op`] for another type, `dim` ≥ 4, or sizes that differ outside `dim`.
+    pub fn concat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>, dim: usize) -> Result<Tensor<'a>> {
+        super::need_dtype("concat", &a, &[DType::F32])?;
+        super::need_dtype("concat", &b, &[DType::F32])?;
+        let (na, nb) = (a.ne(), b.ne());
+        if dim >= 4 || (0..4).any(|i| i != dim && na[i] != nb[i]) {
+            return Err(Error::op("concat", format!("cannot join {} and {} along dimension {dim}", shape_str(&a), shape_str(&b))));
+        }
+        let mut out = na;
+        out[dim] = na[dim].checked_add(nb[dim]).ok_or_else(|| Error::op("concat", "size overflows"))?;
+        check_shape("concat", DType::F32, &out)?;
+        // SAFETY: checked above; both tensors live in this context.
+        self.op("concat", |ctx| unsafe { sys::ggml_concat(ctx, a.raw(), b.raw(), dim as i32) })
+    }
+
     /// A contiguous copy of `a` with shape `ne` (same element count; `ggml_cont_4d`).
     pub fn cont_nd<'a>(&'a self, a: Tensor<'a>, ne: &[i64]) -> Result<Tensor<'a>> {
         check_shape("cont_nd", a.dtype(), ne)?;

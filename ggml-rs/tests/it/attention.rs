@@ -155,8 +155,12 @@ fn check_bf16(dims: [usize; 5], seed: u64) {
     let scale = 1.0 / (dh as f32).sqrt();
     let nq = dh * h * t * b;
     let nk = dh * hkv * t * b;
-    let (qd, kd, vd, rd) =
-        (uniform(&mut rg, nq, -1.5, 1.5), uniform(&mut rg, nk, -1.5, 1.5), uniform(&mut rg, nk, -1.5, 1.5), uniform(&mut rg, nq, -1.0, 1.0));
+    let (qd, kd, vd, rd) = (
+        uniform(&mut rg, nq, -1.5, 1.5),
+        uniform(&mut rg, nk, -1.5, 1.5),
+        uniform(&mut rg, nk, -1.5, 1.5),
+        uniform(&mut rg, nq, -1.0, 1.0),
+    );
     let dev = cpu();
     dev.set_matmul_precision(ggml_rs::MatmulPrecision::Medium);
     let ctx = Context::new(256).unwrap();

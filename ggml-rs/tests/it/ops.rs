@@ -473,3 +473,42 @@ fn out_prod_and_diag_mask_inf() {
     });
     check("diag_mask_inf", &got[1], &want_mask, 0.0);
 }
+
+#[test]
+fn concat_joins_along_each_dimension_and_reads_views() {
+    let ne = [3i64, 2, 4, 2];
+    let n = numel(&ne);
+    let mut r = rng(77);
+    let (ad, bd) = (uniform(&mut r, n, -1.0, 1.0), uniform(&mut r, n, -1.0, 1.0));
+    for dim in 0..4 {
+        let ctx = Context::new(64).unwrap();
+        let dev = cpu();
+        let (a, b) = (leaf(&ctx, &dev, &ne, &ad), leaf(&ctx, &dev, &ne, &bd));
+        let got = eval(&ctx, &[ctx.concat(a, b, dim).unwrap()]).remove(0);
+        let mut out = ne4(&ne);
+        out[dim] *= 2;
+        let mut want = vec![0.0f64; got.len()];
+        for_each(out, |i0, i1, i2, i3| {
+            let mut i = [i0, i1, i2, i3];
+            let src = if i[dim] < ne[dim] as usize {
+                &ad
+            } else {
+                i[dim] -= ne[dim] as usize;
+                &bd
+            };
+            want[at(out, i0, i1, i2, i3)] = src[at(ne4(&ne), i[0], i[1], i[2], i[3])] as f64;
+        });
+        check(&format!("concat along {dim}"), &got, &want, 0.0);
+    }
+    // A view of a larger tensor (a cache's first positions) joined with a new row.
+    let ctx = Context::new(64).unwrap();
+    let dev = cpu();
+    let cache = leaf(&ctx, &dev, &[4, 5], &(0..20).map(|x| x as f32).collect::<Vec<_>>());
+    let new = leaf(&ctx, &dev, &[4, 1], &[-1.0, -2.0, -3.0, -4.0]);
+    let past = ctx.view(cache, &[4, 2], &[16], 16).unwrap(); // rows 1 and 2
+    let got = eval(&ctx, &[ctx.concat(past, new, 1).unwrap()]).remove(0);
+    assert_eq!(got, vec![4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, -1.0, -2.0, -3.0, -4.0]);
+    let other = leaf(&ctx, &dev, &[3, 1], &[0.0; 3]);
+    assert!(ctx.concat(past, other, 1).is_err());
+    assert!(ctx.concat(past, new, 4).is_err());
+}

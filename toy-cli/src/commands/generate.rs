@@ -5,9 +5,8 @@ use crate::error::{input, Result};
 use crate::formats::checkpoint::open_checkpoint;
 use crate::sample::{sample, Sampling};
 use crate::train::backends_for;
+use crate::train::decoder::Decoder;
 use crate::train::step::with_loaded;
-use crate::train::step::{capacity, Forward};
-use ggml_rs::Context;
 use rand::SeedableRng;
 use std::path::{Path, PathBuf};
 
@@ -105,11 +104,12 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     let stream = !args.json && ck.tokenizer.is_some();
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let stop = if args.ignore_eot { Vec::new() } else { ck.tokenizer.as_ref().map(|t| t.end_of_generation(&ck.file)).unwrap_or_default() };
-    let how = Decode { sampling: &sampling, stop: &stop, stream, chat: args.chat.is_some(), n: args.n, t };
+    let how = Decode { sampling: &sampling, stop: &stop, stream, chat: args.chat.is_some(), n: args.n };
     let ids = with_loaded(&ck, &backends[0], t, 1, false, |w, consts| {
-        let cctx = Context::new(capacity(ck.config.n_layers))?;
-        let mut fwd = Forward::new(&cctx, w, consts, t, &backends)?;
-        decode(&ck, &mut fwd, prompt.clone(), &how, &mut rng)
+        let c = &ck.config;
+        let mut cache = Decoder::new(c.n_layers, c.d_head() * c.n_kv_heads, t);
+        let mut next = |ids: &[u32]| cache.next_logits(w, consts, &backends, ids);
+        decode(&ck, &mut next, prompt.clone(), &how, &mut rng)
     })?;
     let text = ck.tokenizer.as_ref().map(|t| t.decode(&ids)).transpose()?;
     Ok(Generated { ids, text, n_prompt: prompt.len() })
@@ -126,15 +126,14 @@ struct Decode<'a> {
     chat: bool,
     /// Tokens to generate at most.
     n: usize,
-    /// The window the forward pass takes.
-    t: usize,
 }
 
-/// Continue `ids` token by token (the last `how.t` as the window), up to
-/// `how.n` tokens or an end-of-generation id; returns every id.
+/// Continue `ids` token by token, `next` giving the logits that follow a
+/// sequence (a [`Decoder`] over the model's window), up to `how.n` tokens or
+/// an end-of-generation id; returns every id.
 fn decode(
     ck: &crate::formats::checkpoint::Checkpoint,
-    fwd: &mut Forward<'_>,
+    next: &mut dyn FnMut(&[u32]) -> Result<Vec<f32>>,
     mut ids: Vec<u32>,
     how: &Decode<'_>,
     rng: &mut rand::rngs::StdRng,
@@ -144,11 +143,7 @@ fn decode(
     let mut printed = if how.chat { ids.len() } else { 0 };
     let say = |ids: &[u32]| ck.tokenizer.as_ref().map_or(Ok(String::new()), |tok| tok.decode(ids));
     for _ in 0..how.n {
-        // The last `t` tokens, right-padded; causal attention ignores the padding.
-        let window = &ids[ids.len().saturating_sub(how.t)..];
-        let mut input_ids: Vec<i32> = window.iter().map(|&x| x as i32).collect();
-        input_ids.resize(how.t, 0);
-        let logits = fwd.logits_at(&input_ids, window.len() - 1)?;
+        let logits = next(&ids)?;
         finite_logits(&logits, ids.len(), ck.adapter.is_some())?;
         let next = sample(&logits, how.sampling, rng) as u32;
         ids.push(next);

@@ -44,15 +44,46 @@ impl Attention {
     }
 }
 
+/// A key/value cache in a forward pass (incremental decoding, as llama.cpp's
+/// `llama_decode` keeps one): every layer's keys and values (after RoPE) of
+/// the batch's tokens become graph outputs named `cache_k.{layer}` and
+/// `cache_v.{layer}` (`[d_head, n_kv, T, 1]`, contiguous); with `past`, the
+/// batch is one new token whose query also attends to the earlier positions.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheStep<'a> {
+    /// Keys and values of the earlier positions, `[d_head, n_kv, P, n_layers]`
+    /// each (P ≥ 1); `None` for the pass that fills the cache.
+    pub past: Option<(Tensor<'a>, Tensor<'a>)>,
+}
+
 /// Scaled dot-product attention with a causal mask (Vaswani et al. 2017).
 ///
 /// `q` is `[d_head, n_head, T, B]`, `k` and `v` are `[d_head, n_kv, T, B]` with
 /// `n_kv` dividing `n_head` (grouped-query attention: query head `h` reads kv
 /// head `h / (n_head/n_kv)`, llama.cpp's convention), as `x.attention` says
-/// (the causal mask `x.mask` for the reference). Returns `[d_head·n_head, T, B]`.
-pub fn causal_attention<'a>(ctx: &'a Context, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>, x: &Batch<'a>) -> Result<Tensor<'a>> {
+/// (the causal mask `x.mask` for the reference). `layer` is the block's index
+/// (for `x.cache`, see [`CacheStep`]). Returns `[d_head·n_head, T, B]`.
+pub fn causal_attention<'a>(
+    ctx: &'a Context,
+    q: Tensor<'a>,
+    k: Tensor<'a>,
+    v: Tensor<'a>,
+    x: &Batch<'a>,
+    layer: usize,
+) -> Result<Tensor<'a>> {
     let [dh, n_head, t, b] = q.ne();
     let n_kv = k.ne()[1];
+    let (k, v) = match x.cache {
+        Some(c) => {
+            let k = ctx.cont(k)?.set_name(&format!("cache_k.{layer}"))?.set_output();
+            let v = ctx.cont(v)?.set_name(&format!("cache_v.{layer}"))?.set_output();
+            if let Some(past) = c.past {
+                return cached_attention(ctx, q, k, v, past, layer);
+            }
+            (k, v)
+        }
+        None => (k, v),
+    };
     if x.attention == Attention::Fused {
         let o = ctx.attn_causal(q, k, v, 1.0 / (dh as f32).sqrt())?; // [dh, H, T, B], GQA read in place
         return ctx.reshape(o, &[dh * n_head, t, b]);
@@ -72,6 +103,35 @@ pub fn causal_attention<'a>(ctx: &'a Context, q: Tensor<'a>, k: Tensor<'a>, v: T
     let o = ctx.mul_mat(v, p)?; // [dh, T_q, H, B]
     let o = ctx.permute(o, [0, 2, 1, 3])?; // [dh, H, T, B]
     ctx.cont_nd(o, &[dh * n_head, t, b])
+}
+
+/// One new token's attention over the cached positions and itself: q
+/// `[dh, H, 1, 1]`, k and v `[dh, Hkv, 1, 1]`, `past` `[dh, Hkv, P, L]` each
+/// (layer `layer` is read). No mask: every earlier position is visible. The
+/// kv heads are broadcast by `mul_mat` (no backward is needed here).
+fn cached_attention<'a>(
+    ctx: &'a Context,
+    q: Tensor<'a>,
+    k: Tensor<'a>,
+    v: Tensor<'a>,
+    past: (Tensor<'a>, Tensor<'a>),
+    layer: usize,
+) -> Result<Tensor<'a>> {
+    let [dh, n_head, _, _] = q.ne();
+    let layer_of = |c: Tensor<'a>| {
+        let [a, b, p, _] = c.ne();
+        let nb = c.nb();
+        ctx.view(c, &[a, b, p], &[nb[1], nb[2]], layer * nb[3])
+    };
+    let k = ctx.concat(layer_of(past.0)?, k, 2)?; // [dh, Hkv, P+1]
+    let v = ctx.concat(layer_of(past.1)?, v, 2)?;
+    let q = ctx.cont(ctx.permute(q, [0, 2, 1, 3])?)?; // [dh, 1, H]
+    let k = ctx.cont(ctx.permute(k, [0, 2, 1, 3])?)?; // [dh, P+1, Hkv]
+    let v = ctx.cont(ctx.permute(v, [1, 2, 0, 3])?)?; // [P+1, dh, Hkv]
+    let kq = ctx.mul_mat(k, q)?; // [P+1, 1, H]
+    let p = ctx.soft_max_ext(kq, None, 1.0 / (dh as f32).sqrt())?;
+    let o = ctx.mul_mat(v, p)?; // [dh, 1, H]
+    ctx.cont_nd(ctx.permute(o, [0, 2, 1, 3])?, &[dh * n_head, 1, 1])
 }
 
 /// Expand kv heads `[x, y, n_kv, B]` (contiguous) to `[x, y, n_kv·g, B]` with each

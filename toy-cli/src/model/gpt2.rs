@@ -66,12 +66,12 @@ pub fn hidden<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>) -> Result<Ten
     let tok = ctx.reshape(ctx.get_rows(w.tensor("token_embd.weight")?, x.tokens)?, &[d, t, b])?; // [d, T, B]
     let pos = ctx.get_rows(w.tensor("position_embd.weight")?, ctx.view(x.pos, &[t], &[], 0)?)?; // [d, T]
     let mut h = ctx.add(tok, pos)?;
-    for blk in w.blocks() {
+    for (layer, blk) in w.blocks().iter().enumerate() {
         let norm = |stem: &str, x| layer_norm(ctx, x, blk.tensor(&format!("{stem}.weight"))?, blk.tensor(&format!("{stem}.bias"))?, eps);
         let lin = |stem: &str, x| blk.linear(ctx, stem, 1.0, x); // W·x + b
         let a = norm("attn_norm", h)?;
         let split = |stem: &str| -> Result<Tensor<'a>> { ctx.reshape(lin(stem, a)?, &[dh, heads, t, b]) };
-        let att = causal_attention(ctx, split("attn_q")?, split("attn_k")?, split("attn_v")?, &x)?; // [d, T, B]
+        let att = causal_attention(ctx, split("attn_q")?, split("attn_k")?, split("attn_v")?, &x, layer)?; // [d, T, B]
         h = ctx.add(h, lin("attn_output", att)?)?;
         let m = norm("ffn_norm", h)?;
         let u = ctx.gelu(lin("ffn_up", m)?)?; // [d_ff, T, B]

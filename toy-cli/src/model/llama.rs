@@ -76,7 +76,7 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
         h = ctx.mul_mat(lens, h)?; // [d, T·B]
     }
     let mut h = ctx.reshape(h, &[d, t, b])?; // [d, T, B]
-    for blk in w.blocks() {
+    for (layer, blk) in w.blocks().iter().enumerate() {
         let a = ctx.mul(ctx.rms_norm(h, eps)?, blk.tensor("attn_norm.weight")?)?;
         // RoPE over [dh, heads, T·B] with per-token positions: its backward then
         // receives a contiguous gradient (through the reshape), which CUDA needs.
@@ -87,7 +87,7 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
         let q = ctx.reshape(q, &[dh, hq, t, b])?; // [dh, H, T, B]
         let k = ctx.reshape(k, &[dh, hkv, t, b])?;
         let v = ctx.reshape(lin("attn_v", a)?, &[dh, hkv, t, b])?;
-        let att = causal_attention(ctx, q, k, v, &x)?; // [H·dh, T, B]
+        let att = causal_attention(ctx, q, k, v, &x, layer)?; // [H·dh, T, B]
         h = ctx.add(h, lin("attn_output", att)?)?;
 
         let m = ctx.mul(ctx.rms_norm(h, eps)?, blk.tensor("ffn_norm.weight")?)?;

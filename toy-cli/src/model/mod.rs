@@ -197,6 +197,8 @@ pub struct Batch<'a> {
     pub b: usize,
     /// How attention is computed.
     pub attention: attention::Attention,
+    /// A key/value cache (sampling), else `None` (training, evaluation).
+    pub cache: Option<attention::CacheStep<'a>>,
 }
 
 /// An f32 as the shortest decimal that reads back to it (`0.001`, not the f64

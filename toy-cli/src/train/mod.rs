@@ -4,6 +4,7 @@
 
 pub mod batches;
 pub mod chat_windows;
+pub mod decoder;
 pub mod devices;
 pub mod memory;
 pub mod parallel;

@@ -25,7 +25,7 @@ impl<'c> Consts<'c> {
         'c: 'a,
     {
         let pos = ctx.view(self.pos, &[(t * b) as i64], &[], 0)?;
-        Ok(Batch { tokens, pos, mask: self.mask, t, b, attention: self.attention })
+        Ok(Batch { tokens, pos, mask: self.mask, t, b, attention: self.attention, cache: None })
     }
 
     /// Create (unallocated) constants for batches of up to `b_max` sequences of
