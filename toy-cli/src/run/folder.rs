@@ -1,11 +1,13 @@
 //! The run folder as the training loop's [`Sink`]: `events.jsonl`,
 //! `config.toml`, `flow.json`, the checkpoint + resume state pairs in
-//! `weights/` (with `latest` and pruning) and `loss.svg`.
+//! `weights/` (with `latest` and pruning), `loss.svg` and the recorded
+//! batches.
 
+use super::batches::Recorder;
 use super::events::{read_events, EventLog};
 use super::{flow, plot, RunDir};
 use crate::config::TrainConfig;
-use crate::data::Tokenizer;
+use crate::data::{Tokenizer, Tokens};
 use crate::error::{runtime, Result};
 use crate::files::write_atomic;
 use crate::formats::checkpoint::write_checkpoint;
@@ -28,13 +30,15 @@ pub struct RunFolder<'r> {
     /// The `(step, loss)` and `(step, val_loss)` of this process's events, for the plot.
     train: Vec<(u64, f32)>,
     val: Vec<(u64, f32)>,
+    /// `batches.bin`, when recording.
+    recorder: Option<Recorder>,
 }
 
 impl<'r> RunFolder<'r> {
     /// The sink of a run of `cfg` into `run`, whose checkpoints carry
     /// `tokenizer`; nothing is written before [`Sink::begin`].
     pub fn new(run: &'r RunDir, cfg: &'r TrainConfig, tokenizer: Option<&'r Tokenizer>, keep: usize) -> RunFolder<'r> {
-        RunFolder { run, cfg, tokenizer, keep, log: None, train: Vec::new(), val: Vec::new() }
+        RunFolder { run, cfg, tokenizer, keep, log: None, train: Vec::new(), val: Vec::new(), recorder: None }
     }
 
     /// `loss.svg`, from the whole event log (so a resumed run plots all of it),
@@ -144,6 +148,16 @@ impl Sink for RunFolder<'_> {
         let name = path.file_name()?.to_str()?;
         let step = name.strip_prefix("step_")?.strip_suffix(".gguf")?.parse::<u64>().ok()?;
         (path == self.run.checkpoint_path(step)).then_some(step)
+    }
+
+    /// `batches.json` and `batches.bin` (see [`Recorder::create`]).
+    fn record_batches(&mut self, t: usize, b: usize, done: u64) -> Result<()> {
+        self.recorder = Some(Recorder::create(&self.run.path, t, b, done)?);
+        Ok(())
+    }
+
+    fn record(&mut self, data: &Tokens, starts: &[usize], window: usize) -> Result<()> {
+        self.recorder.as_mut().map_or(Ok(()), |r| r.record(data, starts, window))
     }
 }
 

@@ -3,6 +3,7 @@
 //! A training run writes them through [`folder::RunFolder`], the sink of its
 //! loop's events.
 
+pub mod batches;
 pub mod events;
 pub mod flow;
 pub mod folder;

@@ -1,12 +1,13 @@
 //! What the training loop tells the world: typed [`Event`]s sent to a
 //! [`Sink`]. The run folder ([`crate::run::folder::RunFolder`]) is one sink:
 //! it writes each event as one line of `events.jsonl` (its `kind`, `t`, then
-//! these fields in this order), the checkpoints and their resume state, and
-//! the loss curve. The loop itself writes no file of the run.
+//! these fields in this order), the checkpoints and their resume state, the
+//! loss curve and the recorded batches. The loop itself writes no file of the run.
 
 use super::memory::MemoryReport;
 use super::End;
 use crate::config::Recipe;
+use crate::data::Tokens;
 use crate::error::Result;
 use crate::formats::state::Progress;
 use crate::formats::Provenance;
@@ -32,6 +33,12 @@ pub trait Sink {
     fn save(&mut self, snapshot: &Snapshot<'_, '_>) -> Result<()>;
     /// The step of the newest complete save, if any.
     fn latest(&self) -> Option<u64>;
+    /// Record every step's windows from now on (`--record-batches`): `b`
+    /// windows of context `t` a step, after the `done` steps already taken.
+    fn record_batches(&mut self, t: usize, b: usize, done: u64) -> Result<()>;
+    /// Record one step's windows: those of `window` tokens at `starts` in
+    /// `data` (nothing unless [`Sink::record_batches`] was called).
+    fn record(&mut self, data: &Tokens, starts: &[usize], window: usize) -> Result<()>;
 }
 
 /// What a save keeps: the weights, the optimizer's moments and how far the
@@ -330,6 +337,12 @@ impl Sink for Memory {
     }
     fn latest(&self) -> Option<u64> {
         self.events.iter().rev().find_map(|e| if let Event::Saved(s) = e { Some(s.step) } else { None })
+    }
+    fn record_batches(&mut self, _t: usize, _b: usize, _done: u64) -> Result<()> {
+        Ok(())
+    }
+    fn record(&mut self, _data: &Tokens, _starts: &[usize], _window: usize) -> Result<()> {
+        Ok(())
     }
 }
 

@@ -2,7 +2,7 @@
 //! (checkpoint with resume state), stop cleanly on a signal. What it does goes
 //! to a [`Sink`] as [`Event`]s; it writes no file of the run itself.
 
-use super::batches::{batch_at, eval_starts, Batch, Recorder, Sampler};
+use super::batches::{batch_at, eval_starts, Batch, Sampler};
 use super::chat_windows::ChatRun;
 use super::events::{self, Event, Phase, RunEnd, Sink, Snapshot, Totals};
 use super::parallel::Trainer;
@@ -25,7 +25,7 @@ pub struct Loop<'l, 'a> {
     pub cfg: &'l TrainConfig,
     pub corpus: &'l Corpus,
     /// The run's id and folder, for messages and the outcome (the loop
-    /// writes through `sink`; `--record-batches` records into the folder).
+    /// writes through `sink`).
     pub run: &'l RunDir,
     pub opts: &'l RunOptions,
     pub sink: &'l mut dyn Sink,
@@ -126,7 +126,7 @@ impl Loop<'_, '_> {
     /// they start an epoch. A corpus that cannot be read ends the run through
     /// [`Self::corpus_failed`] at `done`, with the sampler put back so that
     /// checkpoint resumes with these windows.
-    fn next_batch(&mut self, recorder: Option<&mut Recorder>, t: usize, done: u64, loss: f32) -> Result<(Batch, bool)> {
+    fn next_batch(&mut self, t: usize, done: u64, loss: f32) -> Result<(Batch, bool)> {
         if let Some(c) = self.chat {
             let (windows, new_epoch) = self.sampler.next_windows(c.train.len() as u64);
             return Ok((c.train.batch(&windows), new_epoch));
@@ -134,8 +134,14 @@ impl Loop<'_, '_> {
         let before = self.sampler.state();
         let len = self.corpus.train.len();
         let (starts, new_epoch) = self.sampler.next_starts(len);
-        let read = batch_at(&self.corpus.train, &starts, t)
-            .and_then(|b| recorder.map_or(Ok(()), |r| r.record(&self.corpus.train, &starts, t + 1)).map(|()| b));
+        let record = self.opts.record_batches;
+        let read = batch_at(&self.corpus.train, &starts, t).and_then(|b| {
+            if record {
+                self.sink.record(&self.corpus.train, &starts, t + 1).map(|()| b)
+            } else {
+                Ok(b)
+            }
+        });
         match read {
             Ok(b) => Ok((b, new_epoch)),
             Err(e) => {
@@ -223,16 +229,9 @@ impl Loop<'_, '_> {
     /// micro-batches), the update and its `step` event; None when it was
     /// skipped as non-finite (`--skip-nonfinite`), an error ending the run when
     /// it is non-finite otherwise.
-    fn train_step(
-        &mut self,
-        step: u64,
-        lr: f32,
-        recorder: Option<&mut Recorder>,
-        tally: &Tally,
-        report: &Report,
-    ) -> Result<Option<StepStats>> {
+    fn train_step(&mut self, step: u64, lr: f32, tally: &Tally, report: &Report) -> Result<Option<StepStats>> {
         let t0 = std::time::Instant::now();
-        let (b, new_epoch) = self.next_batch(recorder, self.cfg.model.context, tally.done, tally.last_loss)?;
+        let (b, new_epoch) = self.next_batch(self.cfg.model.context, tally.done, tally.last_loss)?;
         if new_epoch {
             self.sink.send(Event::Epoch(events::Epoch { step, epoch: self.sampler.epoch() }))?;
         }
@@ -311,10 +310,9 @@ impl Loop<'_, '_> {
 pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let cfg = l.cfg;
     let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
-    let mut recorder = match l.opts.record_batches {
-        true => Some(Recorder::create(&l.run.path, cfg.model.context, cfg.sequences_per_step(), l.start_step)?),
-        false => None,
-    };
+    if l.opts.record_batches {
+        l.sink.record_batches(cfg.model.context, cfg.sequences_per_step(), l.start_step)?;
+    }
     let report = Report::new(l.opts, cfg.steps, l.start_step);
     let mut tally = Tally { done: l.start_step, last_loss: f32::NAN, last_val: None };
     if l.start_step == 0 {
@@ -323,7 +321,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let start = std::time::Instant::now();
     let mut reason = End::Completed;
     for step in l.start_step + 1..=cfg.steps {
-        let Some(st) = l.train_step(step, sched.at(step), recorder.as_mut(), &tally, &report)? else { continue };
+        let Some(st) = l.train_step(step, sched.at(step), &tally, &report)? else { continue };
         (tally.done, tally.last_loss) = (step, st.loss);
         report.progress(step, st.loss, ((step - l.start_step) * cfg.tokens_per_step()) as f64 / start.elapsed().as_secs_f64().max(1e-9));
         if cfg.log_every > 0 && (step % cfg.log_every == 0 || step == cfg.steps) {
