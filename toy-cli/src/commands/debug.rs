@@ -6,8 +6,8 @@ use crate::cli::{BenchArgs, ChatMasksArgs, DebugArgs, DebugCommand, TokenizeArgs
 use crate::error::{input, runtime, Result};
 use crate::formats::checkpoint::{open_checkpoint, write_model};
 use crate::formats::Provenance;
+use crate::run::batches::Recorded;
 use crate::train::backends_for;
-use crate::train::batches::Recorded;
 use crate::train::step::with_loaded;
 use crate::train::step::{capacity, GradStep};
 use ggml_rs::gguf::GgufWriter;

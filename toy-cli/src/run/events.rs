@@ -1,10 +1,11 @@
 //! `events.jsonl`: one JSON object per line, schema `toy/v1`, append-only.
 //!
-//! Kinds written (by `train`): `run_start`, `step`, `skip`, `eval`,
+//! Kinds written (the training loop's [`Event`]s): `run_start`, `step`, `skip`, `eval`,
 //! `checkpoint`, `epoch`, `fallback`, `resume`, `run_end`. Readers skip torn lines and ignore keys
 //! they do not know ([`read_events`] does both).
 
 use crate::error::{runtime, Result};
+use crate::train::events::Event;
 use serde_json::{json, Map, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -42,13 +43,14 @@ impl EventLog {
         Ok(EventLog { path: path.to_path_buf(), file, t0: Instant::now() })
     }
 
-    /// Append one event of `kind` with `fields` (an object), adding `kind` and `t`
-    /// (seconds since the log was opened) first.
-    pub fn emit(&mut self, kind: &str, fields: Value) -> Result<()> {
+    /// Append `event`: its `kind` and `t` (seconds since the log was opened)
+    /// first, then its fields.
+    pub fn emit(&mut self, event: &Event) -> Result<()> {
         let mut obj = Map::new();
-        obj.insert("kind".into(), json!(kind));
+        obj.insert("kind".into(), json!(event.kind()));
         obj.insert("t".into(), json!((self.t0.elapsed().as_secs_f64() * 1e3).round() / 1e3));
-        if let Value::Object(m) = fields {
+        // Through a `Value`, as `json!` wrote them: an f32 is written as the f64 it widens to.
+        if let Value::Object(m) = serde_json::to_value(event).map_err(|e| runtime(e.to_string()))? {
             obj.extend(m);
         }
         let mut line = serde_json::to_string(&Value::Object(obj)).map_err(|e| runtime(e.to_string()))?;

@@ -1,13 +1,18 @@
 //! Run folders: `runs/<id>/` with `events.jsonl`, `flow.json`, `config.toml`,
 //! `loss.svg` and `weights/step_<N>.gguf` plus a relative `weights/latest` link.
+//! A training run writes them through [`folder::RunFolder`], the sink of its
+//! loop's events.
 
+pub mod batches;
 pub mod events;
 pub mod flow;
+pub mod folder;
 pub mod identity;
 pub mod plot;
 
 use crate::error::{input, runtime, Result};
 use crate::files::{create_fresh, is_leftover, lock, temp_path};
+use crate::train::events::{Git, Host};
 use std::path::{Path, PathBuf};
 
 /// The run id from `template` (`{arch}`, `{date}` = YYYYMMDD, `{time}` = HHMMSS,
@@ -165,16 +170,16 @@ impl RunDir {
 }
 
 /// `{name, os, arch}` of this machine.
-pub fn host_info() -> serde_json::Value {
+pub fn host_info() -> Host {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .or_else(|_| std::fs::read_to_string("/etc/hostname"))
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| std::env::var("HOSTNAME").unwrap_or_default());
-    serde_json::json!({ "name": name, "os": std::env::consts::OS, "arch": std::env::consts::ARCH })
+    Host { name, os: std::env::consts::OS, arch: std::env::consts::ARCH }
 }
 
 /// `{sha, branch}` of the git checkout around the current folder, read from `.git`.
-pub fn git_info() -> Option<serde_json::Value> {
+pub fn git_info() -> Option<Git> {
     let mut dir = std::env::current_dir().ok()?;
     loop {
         let git = dir.join(".git");
@@ -186,10 +191,10 @@ pub fn git_info() -> Option<serde_json::Value> {
                     let packed = std::fs::read_to_string(git.join("packed-refs")).ok()?;
                     packed.lines().find(|l| l.ends_with(r)).map(|l| l.split(' ').next().unwrap_or("").to_string())
                 });
-                let branch = r.trim_start_matches("refs/heads/");
-                return Some(serde_json::json!({ "sha": sha, "branch": branch }));
+                let branch = r.trim_start_matches("refs/heads/").to_string();
+                return Some(Git { sha, branch: Some(branch) });
             }
-            return Some(serde_json::json!({ "sha": head, "branch": null }));
+            return Some(Git { sha: Some(head.to_string()), branch: None });
         }
         if !dir.pop() {
             return None;

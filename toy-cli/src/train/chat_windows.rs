@@ -196,10 +196,18 @@ impl ChatRun {
     }
 
     /// The `chat` object of `run_start`.
-    pub fn event(&self) -> serde_json::Value {
-        serde_json::json!({ "records": self.kind, "pack": self.pack, "conversations": self.fit.conversations,
-                            "truncated": self.fit.truncated, "dropped": self.fit.dropped, "train_windows": self.train.len(),
-                            "val_windows": self.val.len(), "trained_tokens": self.fit.trained_tokens })
+    pub fn event(&self) -> super::events::Chat {
+        let f = &self.fit;
+        super::events::Chat {
+            records: self.kind,
+            pack: self.pack,
+            conversations: f.conversations,
+            truncated: f.truncated,
+            dropped: f.dropped,
+            train_windows: self.train.len(),
+            val_windows: self.val.len(),
+            trained_tokens: f.trained_tokens,
+        }
     }
 }
 

@@ -6,7 +6,6 @@
 //! same GPU move it).
 
 use ggml_rs::{Backend, Context, DeviceKind, Graph};
-use serde_json::{json, Value};
 
 /// Memory in use on a GPU when the run's backend started (the CPU reports
 /// system memory instead, which says nothing about the run: `None` there).
@@ -31,19 +30,30 @@ impl DeviceMemory {
         Some(used(backend)?.saturating_sub(self.base_used?))
     }
 
-    /// `{weights_bytes, compute_bytes, buffers_bytes, device_used_bytes}`:
-    /// the weights' context (weights, optimizer moments, accumulators), the
-    /// compute buffers of `graph` on `backend`'s device, their sum, and
-    /// [`used_since_start`](Self::used_since_start).
-    pub fn report(&self, backend: &Backend, weights: &Context, graph: &Graph<'_>) -> Value {
+    /// The memory of the weights' context `weights` and of `graph`'s
+    /// compute buffers on `backend`'s device.
+    pub fn report(&self, backend: &Backend, weights: &Context, graph: &Graph<'_>) -> MemoryReport {
         let compute = compute_bytes(backend, graph);
-        json!({
-            "weights_bytes": weights.allocated_bytes(),
-            "compute_bytes": compute,
-            "buffers_bytes": weights.allocated_bytes() + compute,
-            "device_used_bytes": self.used_since_start(backend),
-        })
+        MemoryReport {
+            weights_bytes: weights.allocated_bytes(),
+            compute_bytes: compute,
+            buffers_bytes: weights.allocated_bytes() + compute,
+            device_used_bytes: self.used_since_start(backend),
+        }
     }
+}
+
+/// The `memory` object of `run_start` and `resume`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct MemoryReport {
+    /// The weights' context: weights, optimizer moments, accumulators.
+    pub weights_bytes: usize,
+    /// The step's compute buffers on the device.
+    pub compute_bytes: usize,
+    /// Their sum.
+    pub buffers_bytes: usize,
+    /// [`DeviceMemory::used_since_start`].
+    pub device_used_bytes: Option<usize>,
 }
 
 /// Bytes of `graph`'s compute buffers on `backend`'s device.

@@ -1,4 +1,6 @@
-//! Training: the recipes' setup ([`train`]) and the shared loop (`runner`).
+//! Training: the recipes' setup ([`train`]) and the shared loop (`runner`),
+//! which sends what it does as [`events::Event`]s to a [`events::Sink`] (the
+//! run folder, [`crate::run::folder::RunFolder`]).
 //! `from-scratch` trains a freshly initialised model on random windows of a
 //! corpus; `warm-start` starts from a donor's embeddings and streams the corpus.
 
@@ -6,6 +8,7 @@ pub mod batches;
 pub mod chat_windows;
 pub mod decoder;
 pub mod devices;
+pub mod events;
 pub mod memory;
 pub mod parallel;
 mod runner;
@@ -14,21 +17,21 @@ pub mod step;
 
 use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::Corpus;
-use crate::error::{input, runtime, Result};
-use crate::files::write_atomic;
-use crate::formats::checkpoint::{write_checkpoint, BASE_KEYS};
+use crate::error::{input, Result};
+use crate::formats::checkpoint::BASE_KEYS;
 use crate::formats::{state, Provenance};
 use crate::model::{init::init_weights, Weights};
-use crate::run::events::{now_rfc3339, EventLog, SCHEMA};
-use crate::run::{flow, git_info, host_info, RunDir};
+use crate::run::events::{now_rfc3339, SCHEMA};
+use crate::run::folder::RunFolder;
+use crate::run::{git_info, host_info, RunDir};
 use batches::Sampler;
 use chat_windows::ChatRun;
+use events::{Event, Phase, RunStart, Sink};
 use ggml_rs::comm::{AllReduceKind, Comm};
 use ggml_rs::optim::{AdamWConfig, AdamWState};
 use ggml_rs::{Backend, Context};
 use parallel::{DataParallel, Replica, Trainer};
 use runner::Validation;
-use serde_json::json;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
@@ -173,45 +176,81 @@ struct Start<'s, 'p> {
     chat: Option<&'s ChatRun>,
 }
 
-/// Emit `run_start` (and write `flow.json`) for a new run, `resume` for a
-/// resumed one, and `fallback` (with a warning) when graph nodes run on the CPU.
-fn log_start(log: &mut EventLog, s: &Start<'_, '_>) -> Result<()> {
-    let Start { plan, cfg, corpus, run, devices, device, train, memory, wctx, start_step, chat } = *s;
+/// `run_start` of a new run.
+fn run_start(s: &Start<'_, '_>) -> RunStart {
+    let Start { plan, cfg, corpus, run, devices, device, train, memory, wctx, chat, .. } = *s;
     let m = &cfg.model;
+    RunStart {
+        schema: SCHEMA,
+        started_at: now_rfc3339(),
+        run_id: run.id.clone(),
+        phase: Phase::Train,
+        recipe: plan.recipe,
+        host: host_info(),
+        backend: events::Backend {
+            kind: device.device().backend_name().to_lowercase(),
+            device: device.name(),
+            description: device.device().description(),
+            devices: devices.to_vec(),
+            allreduce: train.allreduce_kind().name(),
+        },
+        git: git_info(),
+        model: events::Model {
+            arch: m.arch.name(),
+            name: model_name(cfg),
+            vocab: m.vocab,
+            d_model: m.d_model,
+            n_layers: m.n_layers,
+            n_heads: m.n_heads,
+            n_kv: m.n_kv_heads,
+            d_head: m.d_head(),
+            d_ff: m.d_ff,
+            n_params: m.n_params(),
+        },
+        config: events::Config {
+            context: m.context,
+            batch: cfg.batch,
+            grad_accum: cfg.grad_accum,
+            steps: cfg.steps,
+            lr: cfg.lr,
+            min_lr: cfg.min_lr,
+            warmup_steps: cfg.warmup_steps,
+            betas: [cfg.betas.0, cfg.betas.1],
+            eps: cfg.eps,
+            weight_decay: cfg.weight_decay,
+            grad_clip: cfg.grad_clip,
+            seed: cfg.seed,
+            matmul_precision: cfg.matmul_precision.name(),
+            dtype: cfg.dtype.name(),
+            attention: cfg.attention.name(),
+            preset: cfg.preset.name(),
+            corpus: corpus.source.display().to_string(),
+            train_tokens: corpus.train.len(),
+            val_tokens: corpus.val.len(),
+        },
+        memory: memory.report(device, wctx, train.graph()),
+        chat: chat.map(ChatRun::event),
+    }
+}
+
+/// Begin `sink` and send `run_start` for a new run, `resume` for a resumed
+/// one, and `fallback` (with a warning) when graph nodes run on the CPU.
+fn log_start(sink: &mut dyn Sink, s: &Start<'_, '_>) -> Result<()> {
+    let Start { plan, cfg, device, train, memory, wctx, start_step, .. } = *s;
+    sink.begin(train.graph(), plan.resume.is_some())?;
     if plan.resume.is_none() {
-        flow::write_flow(&run.path, train.graph())?;
-        log.emit(
-            "run_start",
-            json!({
-                "schema": SCHEMA,
-                "started_at": now_rfc3339(),
-                "run_id": run.id,
-                "phase": "train",
-                "recipe": plan.recipe,
-                "host": host_info(),
-                "backend": { "kind": device.device().backend_name().to_lowercase(), "device": device.name(), "description": device.device().description(),
-                             "devices": devices, "allreduce": train.allreduce_kind().name() },
-                "git": git_info(),
-                "model": { "arch": m.arch.name(), "name": model_name(cfg), "vocab": m.vocab, "d_model": m.d_model,
-                           "n_layers": m.n_layers, "n_heads": m.n_heads, "n_kv": m.n_kv_heads, "d_head": m.d_head(), "d_ff": m.d_ff,
-                           "n_params": m.n_params() },
-                "config": { "context": cfg.model.context, "batch": cfg.batch, "grad_accum": cfg.grad_accum, "steps": cfg.steps, "lr": cfg.lr, "min_lr": cfg.min_lr,
-                            "warmup_steps": cfg.warmup_steps, "betas": [cfg.betas.0, cfg.betas.1], "eps": cfg.eps,
-                            "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip, "seed": cfg.seed,
-                            "matmul_precision": cfg.matmul_precision.name(), "dtype": cfg.dtype.name(),
-                            "attention": cfg.attention.name(), "preset": cfg.preset.name(), "corpus": corpus.source.display().to_string(),
-                            "train_tokens": corpus.train.len(), "val_tokens": corpus.val.len() },
-                "memory": memory.report(device, wctx, train.graph()),
-                "chat": chat.map(ChatRun::event),
-            }),
-        )?;
+        sink.send(Event::RunStart(Box::new(run_start(s))))?;
     } else {
-        log.emit(
-            "resume",
-            json!({ "resumed_at": now_rfc3339(), "from_step": start_step, "steps": cfg.steps, "backend": { "device": device.name() },
-                    "dtype": cfg.dtype.name(), "matmul_precision": cfg.matmul_precision.name(), "attention": cfg.attention.name(),
-                    "memory": memory.report(device, wctx, train.graph()) }),
-        )?;
+        sink.send(Event::Resume(Box::new(events::Resume {
+            resumed_at: now_rfc3339(),
+            from_step: start_step,
+            steps: cfg.steps,
+            backend: events::ResumeBackend { device: device.name() },
+            dtype: cfg.dtype.name(),
+            matmul_precision: cfg.matmul_precision.name(),
+            attention: cfg.attention.name(),
+            memory: memory.report(device, wctx, train.graph()),
+        })))?;
     }
     let fallbacks = train.graph().cpu_fallbacks();
     if !fallbacks.is_empty() {
@@ -222,7 +261,7 @@ fn log_start(log: &mut EventLog, s: &Start<'_, '_>) -> Result<()> {
             device.name(),
             ops.join(", ")
         );
-        log.emit("fallback", json!({ "device": device.name(), "n_nodes": fallbacks.len(), "ops": ops }))?;
+        sink.send(Event::Fallback(events::Fallback { device: device.name(), n_nodes: fallbacks.len(), ops }))?;
     }
     Ok(())
 }
@@ -256,8 +295,23 @@ fn restore(
     Ok((p.step, p.opt_t))
 }
 
-/// Set up the model, optimizer and graphs for `plan`, then run the loop.
+/// Set up the model, optimizer and graphs for `plan`, then run the loop into
+/// the run folder `run`.
 pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, opts: &RunOptions) -> Result<Outcome> {
+    let mut folder = RunFolder::new(run, cfg, corpus.tokenizer.as_ref(), opts.keep);
+    train_into(plan, cfg, corpus, run, opts, &mut folder)
+}
+
+/// [`train`], sending what the run does to `sink` (`run` names it in
+/// messages and the outcome, and holds `--record-batches`' recording).
+pub fn train_into(
+    plan: &Plan<'_>,
+    cfg: &TrainConfig,
+    corpus: &Corpus,
+    run: &RunDir,
+    opts: &RunOptions,
+    sink: &mut dyn Sink,
+) -> Result<Outcome> {
     let t = cfg.model.context;
     let chat = corpus.chat.as_ref().map(|c| ChatRun::new(c, t, cfg.pack));
     check_inputs(cfg, corpus, chat.as_ref())?;
@@ -297,34 +351,22 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
     let (validation, eb) = Validation::new(cfg, corpus, chat.as_ref());
     let mut eval = eval_step(&ectx, &states[0], t, eb, &backends)?;
 
-    let mut log = EventLog::open(&run.path.join("events.jsonl"))?;
-    // Written on resume too: the resume flags taken hold for the next resume.
-    let config_toml = toml::to_string(cfg).map_err(|e| runtime(e.to_string()))?;
-    write_atomic(&run.path.join("config.toml"), config_toml.as_bytes())?;
     let (wctx, chat) = (&wctxs[0], chat.as_ref());
     let start =
         Start { plan, cfg, corpus, run, devices: &devices, device: &device, train: &train, memory: &memory, wctx, start_step, chat };
-    log_start(&mut log, &start)?;
+    log_start(sink, &start)?;
     let base_keys = carried_keys(plan)?;
-    let prov = |step| Provenance {
-        run_id: run.id.clone(),
-        step,
-        name: model_name(cfg),
-        lora_base: cfg.from.clone().unwrap_or_default(),
-        lora_base_sha256: cfg.from_sha256.clone().unwrap_or_default(),
-        base_keys: base_keys.clone(),
-        ..Provenance::default()
-    };
+    let prov = |step| provenance(&run.id, cfg, &base_keys, step);
     if opts.save_initial && plan.resume.is_none() {
-        write_checkpoint(&run.checkpoint_path(0), weights, corpus.tokenizer.as_ref(), &prov(0))?;
+        sink.save_initial(weights, &prov(0))?;
     }
-    let (memory, sampler, log, train, eval) = ((&memory, &device), &mut sampler, &mut log, &mut train, eval.as_mut());
+    let (memory, sampler, train, eval) = ((&memory, &device), &mut sampler, &mut train, eval.as_mut());
     runner::run(runner::Loop {
         cfg,
         corpus,
         run,
         opts,
-        log,
+        sink,
         train,
         eval,
         validation: &validation,
@@ -336,6 +378,20 @@ pub fn train(plan: &Plan<'_>, cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, 
         prov: &prov,
         memory,
     })
+}
+
+/// The metadata of step `step`'s checkpoint of run `run_id` (its `save_id`
+/// is the sink's to choose).
+fn provenance(run_id: &str, cfg: &TrainConfig, base_keys: &[(String, ggml_rs::gguf::Value)], step: u64) -> Provenance {
+    Provenance {
+        run_id: run_id.to_string(),
+        step,
+        name: model_name(cfg),
+        lora_base: cfg.from.clone().unwrap_or_default(),
+        lora_base_sha256: cfg.from_sha256.clone().unwrap_or_default(),
+        base_keys: base_keys.to_vec(),
+        ..Provenance::default()
+    }
 }
 
 /// The order of a run's windows, a step's micro-batches drawn as one batch of
@@ -459,4 +515,36 @@ pub(crate) fn build_trainer<'a>(
     }
     let comm = if mains[0].is_cpu() { None } else { Comm::new(&mains) };
     Ok(Trainer::Parallel(DataParallel::new(replicas, comm, kind)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::events::{Event, Memory};
+    use super::*;
+    use crate::config::Preset;
+    use crate::model::Arch;
+
+    #[test]
+    fn the_loop_sends_its_events_in_order_and_writes_nothing() {
+        let ids = |n: u32| (0..n).map(|i| (i * 7) % 60).collect::<Vec<u32>>().into();
+        let corpus = Corpus { train: ids(2000), val: ids(300), vocab_size: 64, tokenizer: None, source: "<test>".into(), chat: None };
+        let mut cfg = TrainConfig::from_preset(Preset::Smoke, Arch::Llama, 64);
+        (cfg.steps, cfg.eval_every, cfg.save_every, cfg.log_every) = (4, 2, 2, 0);
+        (cfg.device, cfg.threads) = ("cpu".into(), 1);
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir::create("test-run".into(), dir.path().join("r"), false).unwrap();
+        let mut sink = Memory::default();
+        let opts = RunOptions { quiet: true, ..RunOptions::default() };
+        let out = train_into(&Plan::from_scratch(), &cfg, &corpus, &run, &opts, &mut sink).unwrap();
+        let kinds: Vec<&str> = sink.events.iter().map(Event::kind).collect();
+        let want = ["run_start", "eval", "step", "step", "eval", "checkpoint", "step", "step", "eval", "checkpoint", "run_end"];
+        assert_eq!(kinds, want);
+        let Some(Event::RunEnd(end)) = sink.events.last() else { unreachable!() };
+        assert_eq!((end.reason, end.final_step, out.steps), (End::Completed, 4, 4));
+        assert!(end.totals.is_some_and(|t| t.val_loss.is_some()));
+        let mut left: Vec<_> = std::fs::read_dir(&run.path).unwrap().map(|e| e.unwrap().file_name()).collect();
+        left.sort();
+        assert_eq!(left, [".lock", "weights"], "the loop wrote into the run folder itself");
+        assert_eq!(std::fs::read_dir(run.path.join("weights")).unwrap().count(), 0);
+    }
 }

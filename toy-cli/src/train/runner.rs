@@ -1,8 +1,10 @@
-//! The training loop shared by every recipe: sample, step, log, evaluate,
-//! checkpoint (with resume state), stop cleanly on a signal.
+//! The training loop shared by every recipe: sample, step, evaluate, save
+//! (checkpoint with resume state), stop cleanly on a signal. What it does goes
+//! to a [`Sink`] as [`Event`]s; it writes no file of the run itself.
 
-use super::batches::{batch_at, eval_starts, Batch, Recorder, Sampler};
+use super::batches::{batch_at, eval_starts, Batch, Sampler};
 use super::chat_windows::ChatRun;
+use super::events::{self, Event, Phase, RunEnd, Sink, Snapshot, Totals};
 use super::parallel::Trainer;
 use super::schedule::Cosine;
 use super::step::{EvalStep, StepStats};
@@ -10,22 +12,23 @@ use super::{End, Outcome, RunOptions};
 use crate::config::TrainConfig;
 use crate::data::Corpus;
 use crate::error::{runtime, Error, Result};
-use crate::formats::state::{self, Progress};
-use crate::formats::{checkpoint::write_checkpoint, Provenance};
+use crate::formats::state::Progress;
+use crate::formats::Provenance;
 use crate::model::Weights;
-use crate::run::events::{now_rfc3339, EventLog};
-use crate::run::{plot, RunDir};
+use crate::run::events::now_rfc3339;
+use crate::run::RunDir;
 use ggml_rs::optim::AdamWState;
-use serde_json::json;
 use std::sync::atomic::Ordering;
 
 /// Everything the loop works on.
 pub struct Loop<'l, 'a> {
     pub cfg: &'l TrainConfig,
     pub corpus: &'l Corpus,
+    /// The run's id and folder, for messages and the outcome (the loop
+    /// writes through `sink`).
     pub run: &'l RunDir,
     pub opts: &'l RunOptions,
-    pub log: &'l mut EventLog,
+    pub sink: &'l mut dyn Sink,
     pub train: &'l mut Trainer<'a>,
     pub eval: Option<&'l mut EvalStep<'a>>,
     pub validation: &'l Validation,
@@ -108,8 +111,7 @@ impl Loop<'_, '_> {
     /// truncated or rewritten under it): save step `done` (unless it is saved
     /// already), so `--resume` continues once the corpus is back, and say so.
     fn corpus_failed(&mut self, e: Error, done: u64, loss: f32) -> Error {
-        let ours = self.run.checkpoint_path(done);
-        let saved = if self.run.latest().as_deref() == Some(ours.as_path()) { Ok(()) } else { self.save(done) };
+        let saved = if self.sink.latest() == Some(done) { Ok(()) } else { self.save(done) };
         let _ = self.end(End::Errored, done, loss, 1);
         match saved {
             Ok(()) => runtime(format!(
@@ -124,7 +126,7 @@ impl Loop<'_, '_> {
     /// they start an epoch. A corpus that cannot be read ends the run through
     /// [`Self::corpus_failed`] at `done`, with the sampler put back so that
     /// checkpoint resumes with these windows.
-    fn next_batch(&mut self, recorder: Option<&mut Recorder>, t: usize, done: u64, loss: f32) -> Result<(Batch, bool)> {
+    fn next_batch(&mut self, t: usize, done: u64, loss: f32) -> Result<(Batch, bool)> {
         if let Some(c) = self.chat {
             let (windows, new_epoch) = self.sampler.next_windows(c.train.len() as u64);
             return Ok((c.train.batch(&windows), new_epoch));
@@ -132,8 +134,14 @@ impl Loop<'_, '_> {
         let before = self.sampler.state();
         let len = self.corpus.train.len();
         let (starts, new_epoch) = self.sampler.next_starts(len);
-        let read = batch_at(&self.corpus.train, &starts, t)
-            .and_then(|b| recorder.map_or(Ok(()), |r| r.record(&self.corpus.train, &starts, t + 1)).map(|()| b));
+        let record = self.opts.record_batches;
+        let read = batch_at(&self.corpus.train, &starts, t).and_then(|b| {
+            if record {
+                self.sink.record(&self.corpus.train, &starts, t + 1).map(|()| b)
+            } else {
+                Ok(b)
+            }
+        });
         match read {
             Ok(b) => Ok((b, new_epoch)),
             Err(e) => {
@@ -143,72 +151,24 @@ impl Loop<'_, '_> {
         }
     }
 
-    /// Write checkpoint + resume state for `step` as one unit, move
-    /// `weights/latest`, prune. Both files go to temporaries first; the state is
-    /// renamed into place, then the checkpoint, then `latest` moves — so a
-    /// checkpoint never lacks its state, and a failure leaves neither. A second
-    /// signal does not cut it ([`crate::signals::critical`]).
+    /// Save step `step` (checkpoint and resume state as one unit, see [`Sink::save`]).
     fn save(&mut self, step: u64) -> Result<()> {
-        let _section = crate::signals::critical();
-        let path = self.run.checkpoint_path(step);
-        let state_path = state::state_path(&path);
-        let (tmp_ck, tmp_st) = (crate::files::temp_path(&path), crate::files::temp_path(&state_path));
-        let save_id = format!("{:016x}", rand::random::<u64>());
         let progress = Progress { step, opt_t: self.train.step_count(), sampler: self.sampler.state() };
-        let mut prov = (self.prov)(step);
-        prov.save_id = save_id.clone();
-        let written = (|| -> Result<()> {
-            state::save(&tmp_st, self.weights, self.moments, &progress, &self.run.id, &save_id)?;
-            write_checkpoint(&tmp_ck, self.weights, self.corpus.tokenizer.as_ref(), &prov)?;
-            let rename = |from: &std::path::Path, to: &std::path::Path| {
-                std::fs::rename(from, to).map_err(|e| runtime(format!("cannot write {}: {e}", to.display())))
-            };
-            rename(&tmp_st, &state_path)?;
-            rename(&tmp_ck, &path)
-        })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp_st);
-            let _ = std::fs::remove_file(&tmp_ck);
-            if !path.is_file() {
-                let _ = std::fs::remove_file(&state_path);
-            }
-            return Err(e);
-        }
-        if let Ok(d) = std::fs::File::open(self.run.path.join("weights")) {
-            let _ = d.sync_all();
-        }
-        self.run.set_latest(step)?;
-        self.log.emit("checkpoint", json!({ "step": step, "path": format!("weights/step_{step}.gguf") }))?;
-        if self.opts.keep > 0 {
-            prune(self.run, self.opts.keep);
-        }
-        Ok(())
+        let snapshot = Snapshot { weights: self.weights, moments: self.moments, progress, provenance: (self.prov)(step) };
+        self.sink.save(&snapshot)
     }
 
+    /// `run_end` of a run stopped by an error (`reason`) after step `step`.
     fn end(&mut self, reason: End, step: u64, loss: f32, code: i32) -> Result<()> {
-        self.log.emit(
-            "run_end",
-            json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": step, "final_loss": loss, "exit_code": code,
-                    "device_used_bytes": self.memory.0.used_since_start(self.memory.1) }),
-        )
-    }
-}
-
-/// Delete all but the newest `keep` checkpoints (and their states), never `step_0`.
-fn prune(run: &RunDir, keep: usize) {
-    let dir = run.path.join("weights");
-    let Ok(rd) = std::fs::read_dir(&dir) else { return };
-    let mut steps: Vec<u64> = rd
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("step_")?.strip_suffix(".gguf")?.parse().ok())
-        .filter(|&s| s > 0)
-        .collect();
-    steps.sort_unstable();
-    let n = steps.len().saturating_sub(keep);
-    for s in &steps[..n] {
-        let p = run.checkpoint_path(*s);
-        let _ = std::fs::remove_file(state::state_path(&p));
-        let _ = std::fs::remove_file(p);
+        self.sink.send(Event::RunEnd(RunEnd {
+            ended_at: now_rfc3339(),
+            reason,
+            final_step: step,
+            final_loss: loss,
+            totals: None,
+            exit_code: code,
+            device_used_bytes: self.memory.0.used_since_start(self.memory.1),
+        }))
     }
 }
 
@@ -252,16 +212,13 @@ struct Tally {
     done: u64,
     last_loss: f32,
     last_val: Option<f32>,
-    train: Vec<(u64, f32)>,
-    val: Vec<(u64, f32)>,
 }
 
 impl Loop<'_, '_> {
     /// Evaluate after `step` (training loss `loss`), and log and show it.
     fn eval_at(&mut self, step: u64, loss: f32, tally: &mut Tally, report: &Report) -> Result<()> {
         if let Some(v) = self.evaluate(step, loss)? {
-            self.log.emit("eval", json!({ "phase": "train", "step": step, "val_loss": v }))?;
-            tally.val.push((step, v));
+            self.sink.send(Event::Eval(events::Eval { phase: Phase::Train, step, val_loss: v }))?;
             tally.last_val = Some(v);
             report.say(format!("step {step}: val_loss={v}"));
         }
@@ -272,23 +229,17 @@ impl Loop<'_, '_> {
     /// micro-batches), the update and its `step` event; None when it was
     /// skipped as non-finite (`--skip-nonfinite`), an error ending the run when
     /// it is non-finite otherwise.
-    fn train_step(
-        &mut self,
-        step: u64,
-        lr: f32,
-        recorder: Option<&mut Recorder>,
-        tally: &Tally,
-        report: &Report,
-    ) -> Result<Option<StepStats>> {
+    fn train_step(&mut self, step: u64, lr: f32, tally: &Tally, report: &Report) -> Result<Option<StepStats>> {
         let t0 = std::time::Instant::now();
-        let (b, new_epoch) = self.next_batch(recorder, self.cfg.model.context, tally.done, tally.last_loss)?;
+        let (b, new_epoch) = self.next_batch(self.cfg.model.context, tally.done, tally.last_loss)?;
         if new_epoch {
-            self.log.emit("epoch", json!({ "step": step, "epoch": self.sampler.epoch() }))?;
+            self.sink.send(Event::Epoch(events::Epoch { step, epoch: self.sampler.epoch() }))?;
         }
         let st = self.train.step(&b.tokens, &b.targets, lr)?;
         let wall_us = t0.elapsed().as_micros() as u64;
         if st.skipped && self.opts.skip_nonfinite {
-            self.log.emit("skip", json!({ "step": step, "loss": st.loss, "grad_norm": st.grad_norm, "reason": "non-finite" }))?;
+            let skip = events::Skip { step, loss: st.loss, grad_norm: st.grad_norm, reason: "non-finite" };
+            self.sink.send(Event::Skip(skip))?;
             report.say(format!("step {step}: skipped (loss {}, gradient norm {:?} not finite)", st.loss, st.grad_norm));
             return Ok(None);
         }
@@ -301,11 +252,8 @@ impl Loop<'_, '_> {
             )));
         }
         let tokens = self.cfg.tokens_per_step();
-        let mut ev = json!({ "phase": "train", "step": step, "loss": st.loss, "lr": lr, "tokens": tokens, "wall_us": wall_us });
-        if let Some(g) = st.grad_norm {
-            ev["grad_norm"] = json!(g);
-        }
-        self.log.emit("step", ev)?;
+        let ev = events::Step { phase: Phase::Train, step, loss: st.loss, lr, tokens, wall_us, grad_norm: st.grad_norm };
+        self.sink.send(Event::Step(ev))?;
         Ok(Some(st))
     }
 
@@ -313,27 +261,28 @@ impl Loop<'_, '_> {
     fn save_or_end(&mut self, step: u64, loss: f32) -> Result<()> {
         let Err(e) = self.save(step) else { return Ok(()) };
         let _ = self.end(End::Errored, step, loss, 1);
-        let kept = match self.run.latest() {
-            Some(p) => format!("the last good checkpoint, {}, is untouched", p.file_name().unwrap_or_default().to_string_lossy()),
+        let kept = match self.sink.latest() {
+            Some(s) => format!("the last good checkpoint, step_{s}.gguf, is untouched"),
             None => "no checkpoint was written".to_string(),
         };
         Err(runtime(format!("{e}; {kept}")))
     }
 
-    /// `run_end`, `loss.svg` and the outcome of a loop that ran for `wall` seconds.
+    /// `run_end` (and so `loss.svg`) and the outcome of a loop that ran for `wall` seconds.
     fn finish(&mut self, tally: Tally, reason: End, wall: f64) -> Result<Outcome> {
         let (cfg, done) = (self.cfg, tally.done);
         let tps = ((done - self.start_step) * cfg.tokens_per_step()) as f64 / wall.max(1e-9);
         let sig = self.opts.stop.as_ref().map(|f| f.load(Ordering::SeqCst)).unwrap_or(0);
         let code = if reason == End::Interrupted { 128 + sig } else { 0 };
-        self.log.emit(
-            "run_end",
-            json!({ "ended_at": now_rfc3339(), "reason": reason, "final_step": done, "final_loss": tally.last_loss, "val_loss": tally.last_val,
-                    "tokens_per_second": tps, "wall_seconds": wall, "exit_code": code,
-                    "device_used_bytes": self.memory.0.used_since_start(self.memory.1) }),
-        )?;
-        let title = format!("{} — {} {}", self.run.id, cfg.model.arch.name(), cfg.preset.name());
-        plot_run(self.run, &title, tally.train, tally.val)?;
+        self.sink.send(Event::RunEnd(RunEnd {
+            ended_at: now_rfc3339(),
+            reason,
+            final_step: done,
+            final_loss: tally.last_loss,
+            totals: Some(Totals { val_loss: tally.last_val, tokens_per_second: tps, wall_seconds: wall }),
+            exit_code: code,
+            device_used_bytes: self.memory.0.used_since_start(self.memory.1),
+        }))?;
         if reason == End::Interrupted {
             return Err(Error::Interrupted(
                 sig,
@@ -361,21 +310,19 @@ impl Loop<'_, '_> {
 pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let cfg = l.cfg;
     let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
-    let mut recorder = match l.opts.record_batches {
-        true => Some(Recorder::create(&l.run.path, cfg.model.context, cfg.sequences_per_step(), l.start_step)?),
-        false => None,
-    };
+    if l.opts.record_batches {
+        l.sink.record_batches(cfg.model.context, cfg.sequences_per_step(), l.start_step)?;
+    }
     let report = Report::new(l.opts, cfg.steps, l.start_step);
-    let mut tally = Tally { done: l.start_step, last_loss: f32::NAN, last_val: None, train: Vec::new(), val: Vec::new() };
+    let mut tally = Tally { done: l.start_step, last_loss: f32::NAN, last_val: None };
     if l.start_step == 0 {
         l.eval_at(0, f32::NAN, &mut tally, &report)?;
     }
     let start = std::time::Instant::now();
     let mut reason = End::Completed;
     for step in l.start_step + 1..=cfg.steps {
-        let Some(st) = l.train_step(step, sched.at(step), recorder.as_mut(), &tally, &report)? else { continue };
+        let Some(st) = l.train_step(step, sched.at(step), &tally, &report)? else { continue };
         (tally.done, tally.last_loss) = (step, st.loss);
-        tally.train.push((step, st.loss));
         report.progress(step, st.loss, ((step - l.start_step) * cfg.tokens_per_step()) as f64 / start.elapsed().as_secs_f64().max(1e-9));
         if cfg.log_every > 0 && (step % cfg.log_every == 0 || step == cfg.steps) {
             report.say(format!("step {step}: loss={}", st.loss));
@@ -397,22 +344,4 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         pb.finish_and_clear();
     }
     l.finish(tally, reason, start.elapsed().as_secs_f64())
-}
-
-/// Draw `loss.svg` from the whole event log (so a resumed run plots all of it).
-fn plot_run(run: &RunDir, title: &str, mut train: Vec<(u64, f32)>, mut val: Vec<(u64, f32)>) -> Result<()> {
-    if let Ok(events) = crate::run::events::read_events(&run.path.join("events.jsonl")) {
-        let f = |e: &serde_json::Value, k: &str| e.get(k).and_then(|v| v.as_f64()).map(|v| v as f32);
-        let pick = |kind: &str, key: &str| -> Vec<(u64, f32)> {
-            events.iter().filter(|e| e["kind"] == kind).filter_map(|e| Some((e["step"].as_u64()?, f(e, key)?))).collect()
-        };
-        // A resumed run may repeat steps after its checkpoint: the later value wins.
-        let dedup = |v: Vec<(u64, f32)>| v.into_iter().collect::<std::collections::BTreeMap<_, _>>().into_iter().collect::<Vec<_>>();
-        let (all_t, all_v) = (dedup(pick("step", "loss")), dedup(pick("eval", "val_loss")));
-        if all_t.len() >= train.len() {
-            train = all_t;
-            val = all_v;
-        }
-    }
-    plot::plot_losses(&run.path.join("loss.svg"), title, &train, &val)
 }
