@@ -79,6 +79,29 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     Ok(c)
 }
 
+/// Refuse a `--grad-accum` above 1 whose optimizer step would take more
+/// sequences (`--batch` × `--grad-accum`) than the training split of `corpus`
+/// holds at `cfg`'s context (windows of text, or conversations): every step
+/// would go over the same data several times, at the cost of as many passes.
+pub fn check_grad_accum(cfg: &TrainConfig, corpus: &Corpus) -> Result<()> {
+    let t = cfg.model.context;
+    let (held, what) = match &corpus.chat {
+        Some(c) => (c.train.len(), "conversations".to_string()),
+        None => (corpus.train.len().saturating_sub(1) / t.max(1), format!("windows of {t} tokens")),
+    };
+    let wanted = cfg.batch.saturating_mul(cfg.grad_accum);
+    if cfg.grad_accum > 1 && wanted > held {
+        return Err(input(format!(
+            "--grad-accum {} × --batch {} is {wanted} sequences per optimizer step, more than the {held} {what} of the training split of {}; give --grad-accum {} or less",
+            cfg.grad_accum,
+            cfg.batch,
+            crate::output::shown(&corpus.source),
+            (held / cfg.batch.max(1)).max(1)
+        )));
+    }
+    Ok(())
+}
+
 /// Refuse a run id (`TOY_RUN_ID`) that is not one plain path component: empty, `.`, `..`,
 /// with a separator or a control character, or starting with `-` (read as a
 /// flag by the tools the id is given to).
