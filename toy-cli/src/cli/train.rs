@@ -100,7 +100,9 @@ impl Shown for Vec<String> {
 /// One flag of a group: its name (`--d-model`), whether it was given, and its value.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FlagValue {
+    /// `--` and the field's name with `-` for `_`.
     pub flag: String,
+    /// Given on the command line or in `toy.toml` (a switch: on).
     pub given: bool,
     /// As a message shows it ([`Flag::shown`]).
     pub value: String,
@@ -139,6 +141,9 @@ macro_rules! flag_group {
     };
 }
 
+/// `toy train [RECIPE]` and `toy.toml`'s `[train]`: the recipe, the groups,
+/// and the options that say how to run rather than what (`--out`, `--json`,
+/// `--resume`, `--allow-corpus-change`; not read from `toy.toml`).
 #[derive(Args, Debug, Default, Clone, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
 #[command(allow_negative_numbers = true)]

@@ -3,10 +3,9 @@
 
 use super::setup::{check_grad_accum, finish, load_training_corpus, record_corpus, resolve, run_dir, Start};
 use crate::cli::TrainArgs;
-use crate::config::{Preset, Recipe, Sampling, TrainConfig};
+use crate::config::{Preset, Recipe, TrainConfig};
 use crate::data::Corpus;
 use crate::error::{input, Result};
-use crate::model::Arch;
 use crate::run::RunDir;
 use crate::train::{train, Init, Outcome, Plan, RunOptions};
 use std::io::IsTerminal;
@@ -262,7 +261,7 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
         load_training_corpus(path.as_deref(), vocab, bpe_default, &field)
     })?;
     let mut a = a.clone();
-    let donor = if recipe == Recipe::WarmStart { Some(warm_start_donor(&mut a, &corpus)?) } else { None };
+    let donor = if recipe == Recipe::WarmStart { Some(super::warm_start::donor(&mut a, &corpus)?) } else { None };
     let mut cfg = resolve(&a, corpus.vocab_size)?;
     check_grad_accum(&cfg, &corpus)?;
     record_corpus(&mut cfg, a.data.corpus.as_deref())?;
@@ -270,64 +269,10 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
         cfg.text_field = f.clone();
     }
     let run = run_dir(a.out.as_ref(), cfg.model.arch, how.restart)?;
-    let out = match (recipe, &donor) {
-        (Recipe::WarmStart, Some(d)) => {
-            cfg.recipe = Recipe::WarmStart;
-            cfg.sampling = Sampling::Stream { shuffle: a.warm.shuffle };
-            // A stream walks the data once per epoch: evaluate and report by epoch too.
-            train(
-                &Plan { recipe: Recipe::WarmStart, init: Init::Donor(d), sampling: cfg.sampling, resume: None },
-                &cfg,
-                &corpus,
-                &run,
-                opts,
-            )
-        }
-        _ => train(&Plan::from_scratch(), &cfg, &corpus, &run, opts),
+    let plan = match &donor {
+        Some(d) => super::warm_start::plan(d, &mut cfg, a.warm.shuffle),
+        None => Plan::from_scratch(),
     };
+    let out = train(&plan, &cfg, &corpus, &run, opts);
     finish(&a, &run, out)
-}
-
-/// The donor of a warm-start run for `a` (whose `--donor-width` it sets to
-/// the donor's), matched to the tokens of `corpus`.
-fn warm_start_donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::Donor> {
-    let path = a.warm.donor.clone().ok_or_else(|| input("warm-start needs --donor MODEL.gguf"))?;
-    if a.shape.arch.is_some_and(|x| x != Arch::Llama) {
-        return Err(input("warm-start trains a llama student (--arch llama)"));
-    }
-    // The donor decides the table width; the lens maps it to d_model.
-    let probe = crate::donor::DonorOptions {
-        path: &path,
-        init: crate::donor::TableInit::Scratch,
-        match_by: crate::donor::MatchBy::Index,
-        lens_init: crate::donor::LensInit::Random,
-        width: a.warm.donor_width,
-    };
-    let width = crate::donor::load(&probe, None, 1, 1, 0)?.width;
-    a.warm.donor_width = Some(width);
-    let cfg = resolve(a, corpus.vocab_size)?;
-    if a.warm.init == Some(crate::donor::TableInit::Scratch) && a.warm.lens_init == Some(crate::donor::LensInit::Pca) {
-        return Err(input("--lens-init pca needs the donor's table (--init donor)"));
-    }
-    let opts = crate::donor::DonorOptions {
-        path: &path,
-        init: a.warm.init.unwrap_or(crate::donor::TableInit::Donor),
-        match_by: a.warm.match_by.unwrap_or(crate::donor::MatchBy::Token),
-        lens_init: a.warm.lens_init.unwrap_or(crate::donor::LensInit::Pca),
-        width: Some(width),
-    };
-    let tokens = corpus.tokenizer.as_ref().and_then(|t| t.tokens());
-    let d = crate::donor::load(&opts, tokens.as_deref(), cfg.model.vocab, cfg.model.d_model, cfg.seed)?;
-    if let Some(r) = &d.report {
-        if !a.json {
-            crate::outln!(
-                "donor {}: {} of {} student tokens matched ({:.1}%)",
-                crate::output::shown(&path),
-                r.matched,
-                r.total,
-                100.0 * r.match_rate
-            );
-        }
-    }
-    Ok(d)
 }
