@@ -463,3 +463,35 @@ flag_group! {
         pub lora_targets: Option<Vec<String>>,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `flag_group!` names a field's flag after the field: every name it gives
+    /// must be a long flag clap knows, and every flag but the five that say how
+    /// to run must belong to a group.
+    #[test]
+    fn group_flags_are_the_clap_flags() {
+        let cmd = <TrainArgs as clap::Args>::augment_args(clap::Command::new("train"));
+        let longs: Vec<String> = cmd.get_arguments().filter_map(|a| a.get_long()).map(|l| format!("--{l}")).collect();
+        let flags: Vec<String> = TrainArgs::default().flags().into_iter().map(|f| f.flag).collect();
+        for f in &flags {
+            assert!(longs.contains(f), "{f} is not a flag of toy train");
+        }
+        let outside: Vec<&String> = longs.iter().filter(|l| !flags.contains(l)).collect();
+        assert_eq!(outside, ["--out", "--json", "--resume", "--allow-corpus-change"]);
+    }
+
+    /// toy.toml fills what the command line left out; a switch on in either is on.
+    #[test]
+    fn flags_win_over_toy_toml() {
+        let mut a = TrainArgs::default();
+        a.batch.steps = Some(5);
+        let file: TrainArgs = toml::from_str("steps = 9\nlr = 0.5\ntied = true\n").unwrap();
+        a.or_from(&file);
+        assert_eq!((a.batch.steps, a.optim.lr, a.shape.tied), (Some(5), Some(0.5), true));
+        assert_eq!(a.shape.given(), ["--tied"]);
+        assert!(toml::from_str::<TrainArgs>("out = \"x\"\n").is_err(), "--out is not read from toy.toml");
+    }
+}
