@@ -138,6 +138,36 @@ fn check_keys(f: &GgufFile, width: usize, what: &str) -> Result<()> {
 /// `token_embd.weight`, a tensor type other than f32/f16/bf16/q8_0, a width that
 /// contradicts `--donor-width`, or token matching without tokenizers.
 pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usize, d_model: usize, seed: u64) -> Result<Donor> {
+    let (f, width, donor_vocab) = open_table(o)?;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0xd0_0a0e);
+    if o.init == TableInit::Scratch {
+        let n = Normal::new(0.0f32, 0.02).expect("valid");
+        let table = (0..vocab * width).map(|_| n.sample(&mut rng)).collect();
+        return Ok(Donor { table, width, lens: None, report: None });
+    }
+    let p = o.path.display();
+    let src = f.tensor_f32("token_embd.weight").map_err(|e| input(format!("--donor {e}")))?;
+    if let Some(i) = src.iter().position(|x| !x.is_finite()) {
+        return Err(input(format!(
+            "--donor {p}: token_embd.weight holds a non-finite value ({}) in row {} (token id {}); the donor is broken",
+            src[i],
+            i / width,
+            i / width
+        )));
+    }
+    let lens = match o.lens_init {
+        LensInit::Pca => Some(pca_rows(&src, width, d_model.min(width), d_model, seed)),
+        LensInit::Random => None,
+    };
+    let rows = match_rows(o, &f, student_tokens, vocab, donor_vocab)?;
+    let (table, matched) = fill_table(&src, width, &rows, &mut rng);
+    let report = MatchReport { matched, total: vocab, match_rate: matched as f64 / vocab.max(1) as f64 };
+    Ok(Donor { table, width, lens, report: Some(report) })
+}
+
+/// The donor file at `o.path` with its token table's width and rows, once
+/// the table's type and shape, the file's keys and `--donor-width` agree.
+fn open_table(o: &DonorOptions<'_>) -> Result<(GgufFile, usize, usize)> {
     let p = o.path.display();
     if !o.path.is_file() {
         return Err(input(format!("--donor {p}: no such file")));
@@ -154,57 +184,56 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
         return Err(input(format!("--donor {p}: token_embd.weight has shape {:?}, expected [width, vocab]", info.shape())));
     }
     check_keys(&f, width, &format!("--donor {p}"))?;
-    if let Some(w) = o.width {
-        if w != width {
-            return Err(input(format!("--donor-width {w} does not match the donor's embedding width {width} ({p})")));
-        }
+    if let Some(w) = o.width.filter(|&w| w != width) {
+        return Err(input(format!("--donor-width {w} does not match the donor's embedding width {width} ({p})")));
     }
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0xd0_0a0e);
-    if o.init == TableInit::Scratch {
-        let n = Normal::new(0.0f32, 0.02).expect("valid");
-        let table = (0..vocab * width).map(|_| n.sample(&mut rng)).collect();
-        return Ok(Donor { table, width, lens: None, report: None });
-    }
-    let src = f.tensor_f32("token_embd.weight").map_err(|e| input(format!("--donor {e}")))?;
-    if let Some(i) = src.iter().position(|x| !x.is_finite()) {
-        return Err(input(format!(
-            "--donor {p}: token_embd.weight holds a non-finite value ({}) in row {} (token id {}); the donor is broken",
-            src[i],
-            i / width,
-            i / width
-        )));
-    }
-    let lens = match o.lens_init {
-        LensInit::Pca => Some(pca_rows(&src, width, d_model.min(width), d_model, seed)),
-        LensInit::Random => None,
-    };
-    let mean: Vec<f32> =
-        (0..width).map(|c| (0..donor_vocab).map(|r| src[r * width + c] as f64).sum::<f64>() as f32 / donor_vocab as f32).collect();
-    let var = src.iter().enumerate().map(|(i, &x)| ((x - mean[i % width]) as f64).powi(2)).sum::<f64>() / src.len() as f64;
-    let noise = Normal::new(0.0f32, (var.sqrt() as f32).max(1e-6)).expect("valid");
-    let mut table = vec![0f32; vocab * width];
-    let mut matched = 0usize;
-    let rows: Vec<Option<usize>> = match o.match_by {
+    Ok((f, width, donor_vocab))
+}
+
+/// For each of the `vocab` student tokens, the donor row it takes (`None`:
+/// unmatched), by index or by token text (`o.match_by`).
+fn match_rows(
+    o: &DonorOptions<'_>,
+    f: &GgufFile,
+    student_tokens: Option<&[String]>,
+    vocab: usize,
+    donor_vocab: usize,
+) -> Result<Vec<Option<usize>>> {
+    match o.match_by {
         MatchBy::Index => {
             if vocab > donor_vocab {
                 return Err(input(format!(
                     "--match-by index: the student vocabulary ({vocab}) is larger than the donor's ({donor_vocab})"
                 )));
             }
-            (0..vocab).map(Some).collect()
+            Ok((0..vocab).map(Some).collect())
         }
         MatchBy::Token => {
             let st = student_tokens
                 .ok_or_else(|| input("token matching needs a corpus with a tokenizer (use toy prep, raw text, or --match-by index)"))?;
-            let dt = gguf_tokens(&f)
-                .ok_or_else(|| input(format!("--donor {p}: no tokenizer.ggml.tokens to match against (use --match-by index)")))?;
+            let dt = gguf_tokens(f).ok_or_else(|| {
+                input(format!("--donor {}: no tokenizer.ggml.tokens to match against (use --match-by index)", o.path.display()))
+            })?;
             let mut by_bytes = std::collections::HashMap::new();
             for (i, t) in dt.iter().enumerate().take(donor_vocab) {
                 by_bytes.entry(token_bytes(t)).or_insert(i);
             }
-            st.iter().take(vocab).map(|t| by_bytes.get(&token_bytes(t)).copied()).chain(std::iter::repeat(None)).take(vocab).collect()
+            Ok(st.iter().take(vocab).map(|t| by_bytes.get(&token_bytes(t)).copied()).chain(std::iter::repeat(None)).take(vocab).collect())
         }
-    };
+    }
+}
+
+/// The student's table (`rows.len()` rows of `width`): matched rows copied
+/// from the donor's `src`, the others drawn from N(mean_row, σ²) with σ the
+/// donor table's per-element standard deviation; and how many matched.
+fn fill_table(src: &[f32], width: usize, rows: &[Option<usize>], rng: &mut rand::rngs::StdRng) -> (Vec<f32>, usize) {
+    let donor_vocab = src.len() / width;
+    let mean: Vec<f32> =
+        (0..width).map(|c| (0..donor_vocab).map(|r| src[r * width + c] as f64).sum::<f64>() as f32 / donor_vocab as f32).collect();
+    let var = src.iter().enumerate().map(|(i, &x)| ((x - mean[i % width]) as f64).powi(2)).sum::<f64>() / src.len() as f64;
+    let noise = Normal::new(0.0f32, (var.sqrt() as f32).max(1e-6)).expect("valid");
+    let mut table = vec![0f32; rows.len() * width];
+    let mut matched = 0usize;
     for (v, row) in rows.iter().enumerate() {
         let dst = &mut table[v * width..(v + 1) * width];
         match row {
@@ -212,11 +241,10 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
                 dst.copy_from_slice(&src[r * width..(r + 1) * width]);
                 matched += 1;
             }
-            None => dst.iter_mut().zip(&mean).for_each(|(d, &m)| *d = m + noise.sample(&mut rng)),
+            None => dst.iter_mut().zip(&mean).for_each(|(d, &m)| *d = m + noise.sample(&mut *rng)),
         }
     }
-    let report = MatchReport { matched, total: vocab, match_rate: matched as f64 / vocab.max(1) as f64 };
-    Ok(Donor { table, width, lens, report: Some(report) })
+    (table, matched)
 }
 
 /// The top `k` principal directions of the rows of `x` (`n × w`, row-major),

@@ -75,6 +75,21 @@ fn scalar_size(t: u32) -> Option<usize> {
 /// Validate the header of a GGUF file held in `buf` (the whole file).
 pub fn validate(buf: &[u8]) -> Result<Header, String> {
     let mut c = Cursor { buf, pos: 0 };
+    let (version, n_kv, n_tensors) = read_counts(&mut c)?;
+    let alignment = read_metadata(&mut c, n_kv)?;
+    let infos = read_tensor_infos(&mut c, n_tensors, alignment)?;
+    let data_offset = if n_tensors > 0 { c.pos.div_ceil(alignment) * alignment } else { c.pos };
+    for t in &infos {
+        if data_offset as u128 + t.offset + t.nbytes > buf.len() as u128 {
+            return Err(format!("tensor {:?}: data ends past the end of the file ({} bytes)", t.name, buf.len()));
+        }
+    }
+    Ok(Header { version, n_kv, n_tensors, alignment, data_offset })
+}
+
+/// The magic, the version and the counts of metadata pairs and tensors
+/// (which must fit in what is left of the file).
+fn read_counts(c: &mut Cursor<'_>) -> Result<(u32, u64, u64), String> {
     let magic = c.take(4, "magic").map_err(|_| "not a GGUF file (shorter than 4 bytes)".to_string())?;
     if magic != b"GGUF" {
         return Err("not a GGUF file (bad magic)".into());
@@ -90,9 +105,14 @@ pub fn validate(buf: &[u8]) -> Result<Header, String> {
     }
     // Each pair takes at least 13 bytes, each tensor at least 25.
     if (n_kv as u128) * 13 + (n_tensors as u128) * 25 > c.left() as u128 {
-        return Err(format!("{n_kv} metadata pairs and {n_tensors} tensors cannot fit in {} bytes", buf.len()));
+        return Err(format!("{n_kv} metadata pairs and {n_tensors} tensors cannot fit in {} bytes", c.buf.len()));
     }
+    Ok((version, n_kv as u64, n_tensors as u64))
+}
 
+/// Walk `n_kv` metadata pairs: UTF-8 keys, unique and not empty, values of a
+/// known type that fit; returns `general.alignment` (or the default).
+fn read_metadata(c: &mut Cursor<'_>, n_kv: u64) -> Result<usize, String> {
     let mut keys = std::collections::HashSet::new();
     let mut alignment = super::DEFAULT_ALIGNMENT;
     for i in 0..n_kv {
@@ -104,51 +124,72 @@ pub fn validate(buf: &[u8]) -> Result<Header, String> {
         if !keys.insert(key.to_string()) {
             return Err(format!("duplicate metadata key {key:?}"));
         }
-        let mut ty = c.u32("value type")?;
-        let mut n = 1u64;
-        let is_array = ty == 9;
-        if is_array {
-            ty = c.u32("array element type")?;
-            n = c.u64("array length")?;
-            if ty == 9 {
-                return Err(format!("{key:?}: nested arrays are not supported"));
-            }
-        }
-        if key == "general.alignment" && (is_array || ty != 4) {
-            return Err("general.alignment must be a u32".into());
-        }
-        match (ty, scalar_size(ty)) {
-            (8, _) => {
-                if n > (c.left() / 8) as u64 {
-                    return Err(format!("{key:?}: {n} strings cannot fit in the {} bytes left", c.left()));
-                }
-                for _ in 0..n {
-                    c.string(key)?;
-                }
-            }
-            (_, Some(sz)) => {
-                if n > (c.left() / sz) as u64 {
-                    return Err(format!("{key:?}: {n} values of {sz} bytes cannot fit in the {} bytes left", c.left()));
-                }
-                let data = c.take(n as usize * sz, key)?;
-                if ty == 7 && data.iter().any(|&b| b > 1) {
-                    return Err(format!("{key:?}: bool values must be 0 or 1"));
-                }
-                if key == "general.alignment" {
-                    if is_array || ty != 4 {
-                        return Err("general.alignment must be a u32".into());
-                    }
-                    let a = u32::from_le_bytes(data.try_into().unwrap());
-                    if a == 0 || !a.is_power_of_two() {
-                        return Err(format!("general.alignment {a} is not a power of 2"));
-                    }
-                    alignment = a as usize;
-                }
-            }
-            _ => return Err(format!("{key:?} has invalid type {ty}")),
+        if let Some(a) = read_value(c, key)? {
+            alignment = a;
         }
     }
+    Ok(alignment)
+}
 
+/// Walk the value of metadata `key` (a scalar, a string or an array of
+/// them); returns the alignment when `key` is `general.alignment`.
+fn read_value(c: &mut Cursor<'_>, key: &str) -> Result<Option<usize>, String> {
+    let mut ty = c.u32("value type")?;
+    let mut n = 1u64;
+    let is_array = ty == 9;
+    if is_array {
+        ty = c.u32("array element type")?;
+        n = c.u64("array length")?;
+        if ty == 9 {
+            return Err(format!("{key:?}: nested arrays are not supported"));
+        }
+    }
+    let alignment = key == "general.alignment";
+    if alignment && (is_array || ty != 4) {
+        return Err("general.alignment must be a u32".into());
+    }
+    match (ty, scalar_size(ty)) {
+        (8, _) => {
+            if n > (c.left() / 8) as u64 {
+                return Err(format!("{key:?}: {n} strings cannot fit in the {} bytes left", c.left()));
+            }
+            for _ in 0..n {
+                c.string(key)?;
+            }
+            Ok(None)
+        }
+        (_, Some(sz)) => {
+            if n > (c.left() / sz) as u64 {
+                return Err(format!("{key:?}: {n} values of {sz} bytes cannot fit in the {} bytes left", c.left()));
+            }
+            let data = c.take(n as usize * sz, key)?;
+            if ty == 7 && data.iter().any(|&b| b > 1) {
+                return Err(format!("{key:?}: bool values must be 0 or 1"));
+            }
+            if !alignment {
+                return Ok(None);
+            }
+            let a = u32::from_le_bytes(data.try_into().unwrap());
+            if a == 0 || !a.is_power_of_two() {
+                return Err(format!("general.alignment {a} is not a power of 2"));
+            }
+            Ok(Some(a as usize))
+        }
+        _ => Err(format!("{key:?} has invalid type {ty}")),
+    }
+}
+
+/// Where one tensor's data is, relative to the data section.
+struct TensorSpan {
+    name: String,
+    offset: u128,
+    nbytes: u128,
+}
+
+/// Walk `n_tensors` tensor infos: unique names that fit ggml's, at most 4
+/// dimensions whose product does not overflow, a known type whose blocks
+/// divide the rows, and offsets that follow each other at `alignment`.
+fn read_tensor_infos(c: &mut Cursor<'_>, n_tensors: u64, alignment: usize) -> Result<Vec<TensorSpan>, String> {
     let mut names = std::collections::HashSet::new();
     let mut expected_offset: u128 = 0;
     let mut infos = Vec::with_capacity(n_tensors.min(1 << 20) as usize);
@@ -161,43 +202,42 @@ pub fn validate(buf: &[u8]) -> Result<Header, String> {
         if !names.insert(name.clone()) {
             return Err(format!("duplicate tensor name {name:?}"));
         }
-        let n_dims = c.u32("dimension count")?;
-        if n_dims as usize > crate::context::MAX_DIMS {
-            return Err(format!("tensor {name:?}: {n_dims} dimensions (at most 4)"));
-        }
-        let mut ne = [1i64; 4];
-        for d in ne.iter_mut().take(n_dims as usize) {
-            *d = c.i64("dimension")?;
-            if *d < 0 {
-                return Err(format!("tensor {name:?}: negative dimension {d}"));
-            }
-        }
-        let mut nel: i64 = 1;
-        for &d in &ne {
-            nel = nel.checked_mul(d).ok_or_else(|| format!("tensor {name:?}: shape {ne:?} overflows"))?;
-        }
-        let ty = c.u32("tensor type")?;
-        let dtype = DType::from_raw(ty).ok_or_else(|| format!("tensor {name:?}: unknown or removed type {ty}"))?;
-        if ne[0] % dtype.block_size() != 0 {
-            return Err(format!(
-                "tensor {name:?}: {} elements per row is not a multiple of the {dtype} block size {}",
-                ne[0],
-                dtype.block_size()
-            ));
-        }
-        let nbytes = (nel / dtype.block_size()) as u128 * dtype.type_size() as u128;
+        let nbytes = read_tensor_shape(c, &name)?;
         let offset = c.u64("tensor offset")? as u128;
         if offset != expected_offset {
             return Err(format!("tensor {name:?}: data offset {offset}, expected {expected_offset}"));
         }
         expected_offset = offset + nbytes.div_ceil(alignment as u128) * alignment as u128;
-        infos.push((name, offset, nbytes));
+        infos.push(TensorSpan { name, offset, nbytes });
     }
-    let data_offset = if n_tensors > 0 { c.pos.div_ceil(alignment) * alignment } else { c.pos };
-    for (name, offset, nbytes) in &infos {
-        if data_offset as u128 + offset + nbytes > buf.len() as u128 {
-            return Err(format!("tensor {name:?}: data ends past the end of the file ({} bytes)", buf.len()));
+    Ok(infos)
+}
+
+/// Walk the dimensions and type of tensor `name`; returns its size in bytes.
+fn read_tensor_shape(c: &mut Cursor<'_>, name: &str) -> Result<u128, String> {
+    let n_dims = c.u32("dimension count")?;
+    if n_dims as usize > crate::context::MAX_DIMS {
+        return Err(format!("tensor {name:?}: {n_dims} dimensions (at most 4)"));
+    }
+    let mut ne = [1i64; 4];
+    for d in ne.iter_mut().take(n_dims as usize) {
+        *d = c.i64("dimension")?;
+        if *d < 0 {
+            return Err(format!("tensor {name:?}: negative dimension {d}"));
         }
     }
-    Ok(Header { version, n_kv: n_kv as u64, n_tensors: n_tensors as u64, alignment, data_offset })
+    let mut nel: i64 = 1;
+    for &d in &ne {
+        nel = nel.checked_mul(d).ok_or_else(|| format!("tensor {name:?}: shape {ne:?} overflows"))?;
+    }
+    let ty = c.u32("tensor type")?;
+    let dtype = DType::from_raw(ty).ok_or_else(|| format!("tensor {name:?}: unknown or removed type {ty}"))?;
+    if ne[0] % dtype.block_size() != 0 {
+        return Err(format!(
+            "tensor {name:?}: {} elements per row is not a multiple of the {dtype} block size {}",
+            ne[0],
+            dtype.block_size()
+        ));
+    }
+    Ok((nel / dtype.block_size()) as u128 * dtype.type_size() as u128)
 }

@@ -64,6 +64,7 @@ pub struct ChatMasksArgs {
 
 #[derive(Args, Debug)]
 #[command(allow_negative_numbers = true)]
+#[command(mut_arg("device", |a| a.default_value("cpu")), mut_arg("threads", |a| a.default_value("0")))]
 pub struct BenchArgs {
     /// Model and batch shape.
     #[arg(long, value_enum, default_value = "small")]
@@ -86,26 +87,9 @@ pub struct BenchArgs {
     /// Override the preset's context.
     #[arg(long)]
     pub context: Option<usize>,
-    /// Device.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// CPU threads (default: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores,
-    /// the default); no effect on the CPU. Given, it implies --dtype f32
-    /// unless --dtype says otherwise.
-    #[arg(long = "matmul-precision", value_enum)]
-    pub matmul_precision: Option<crate::config::MatmulPrecision>,
-    /// Attention: reference or fused (ggml patches 0020 and 0021; the default
-    /// on the CPU and CUDA).
-    #[arg(long, value_enum)]
-    pub attention: Option<crate::model::attention::Attention>,
-    /// Step precision: bf16 (matrix products in bf16, f32 accumulation; CUDA
-    /// only) or f32 (default: bf16 on CUDA, f32 elsewhere or with
-    /// --matmul-precision).
-    #[arg(long, value_enum)]
-    pub dtype: Option<crate::config::Dtype>,
+    /// Device, threads and precision, as `toy train` takes them.
+    #[command(flatten)]
+    pub device: super::DeviceArgs,
 }
 
 #[derive(Args, Debug)]

@@ -2,7 +2,7 @@
 //! benchmarks, token ids for the llama.cpp tokenizer check, and chat data as
 //! finetune masks it. Hidden from the main help.
 
-use crate::cli::{BenchArgs, ChatMasksArgs, DebugArgs, DebugCommand, TokenizeArgs};
+use crate::cli::{BenchArgs, ChatMasksArgs, DebugArgs, DebugCommand, DumpArgs, TokenizeArgs};
 use crate::error::{input, runtime, Result};
 use crate::formats::checkpoint::{open_checkpoint, write_model};
 use crate::formats::Provenance;
@@ -20,12 +20,28 @@ pub fn peak_rss() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|kb| kb * 1024)
 }
 
+/// `toy debug bench`'s device (`cpu` unless given) and the step's precision.
+struct BenchDevice {
+    name: String,
+    threads: usize,
+    dtype: crate::config::Dtype,
+    precision: crate::config::MatmulPrecision,
+}
+
+impl BenchDevice {
+    fn of(a: &crate::cli::DeviceArgs) -> BenchDevice {
+        let name = a.device.clone().unwrap_or_else(|| "cpu".into());
+        let dtype = crate::config::Dtype::resolve(a.dtype, a.matmul_precision.is_some(), &name);
+        BenchDevice { threads: a.threads.unwrap_or(0), dtype, precision: a.matmul_precision.unwrap_or_default(), name }
+    }
+}
+
 /// The run a `debug bench` times: the preset for its architecture (the
 /// preset's, else `--arch`, else llama) and vocabulary, with the overrides.
-fn bench_config(a: &BenchArgs) -> Result<crate::config::TrainConfig> {
+fn bench_config(a: &BenchArgs, device: &str) -> Result<crate::config::TrainConfig> {
     let arch = a.preset.resolve_arch(a.arch)?;
     let mut cfg = crate::config::TrainConfig::from_preset(a.preset, arch, a.vocab.or(a.preset.vocab()).unwrap_or(4096));
-    cfg.attention = a.attention.unwrap_or_else(|| crate::model::attention::Attention::default_for(&a.device));
+    cfg.attention = a.device.attention.unwrap_or_else(|| crate::model::attention::Attention::default_for(device));
     if let Some(b) = a.batch {
         cfg.batch = b;
     }
@@ -36,33 +52,76 @@ fn bench_config(a: &BenchArgs) -> Result<crate::config::TrainConfig> {
         }
         cfg.model.context = t;
     }
-    cfg.device = a.device.clone();
+    cfg.device = device.to_string();
     cfg.validate()?;
     Ok(cfg)
 }
 
+/// What `debug bench` measured: the timed steps' and their all-reduces'
+/// milliseconds, and the last step's loss.
+struct Timings {
+    step_ms: Vec<f64>,
+    allreduce_ms: Vec<f64>,
+    last_loss: f32,
+}
+
+/// Run `total_steps` steps of `step` on random tokens, timing those after the first `warmup`.
+fn time_steps(
+    step: &mut crate::train::parallel::Trainer<'_>,
+    cfg: &crate::config::TrainConfig,
+    warmup: usize,
+    total_steps: usize,
+) -> Result<Timings> {
+    use rand::{Rng, SeedableRng};
+    let (n, vocab) = (cfg.model.context * cfg.batch, cfg.model.vocab as i32);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    let mut out = Timings { step_ms: Vec::new(), allreduce_ms: Vec::new(), last_loss: 0.0 };
+    for i in 0..total_steps {
+        let tokens: Vec<i32> = (0..n).map(|_| rng.random_range(0..vocab)).collect();
+        let targets: Vec<i32> = (0..n).map(|_| rng.random_range(0..vocab)).collect();
+        let t0 = std::time::Instant::now();
+        out.last_loss = step.step(&tokens, &targets, cfg.lr)?.loss;
+        if i >= warmup {
+            out.step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+            if let crate::train::parallel::Trainer::Parallel(p) = &*step {
+                out.allreduce_ms.push(p.last_allreduce_s * 1e3);
+            }
+        }
+    }
+    if !out.last_loss.is_finite() {
+        return Err(runtime(format!("the loss of the last step is not finite ({})", out.last_loss)));
+    }
+    Ok(out)
+}
+
+/// The middle value of `v` (0 when empty).
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// `toy debug bench`: time training steps on random tokens and print one JSON object.
 fn bench(a: &BenchArgs) -> Result<()> {
     use crate::train::step::OptSettings;
-    use crate::train::{build_trainer, devices, parallel::Trainer, Plan, ReplicaState};
+    use crate::train::{build_trainer, devices, Plan, ReplicaState};
     use ggml_rs::optim::AdamWConfig;
-    use rand::{Rng, SeedableRng};
     if a.steps == 0 {
         return Err(input("--steps must be at least 1"));
     }
     let Some(total_steps) = a.warmup.checked_add(a.steps) else {
         return Err(input(format!("--warmup {} + --steps {} is too large", a.warmup, a.steps)));
     };
-    let cfg = bench_config(a)?;
+    let dev = BenchDevice::of(&a.device);
+    let cfg = bench_config(a, &dev.name)?;
     let (t, b) = (cfg.model.context, cfg.batch);
-    let devs = devices::parse(&a.device)?;
+    let devs = devices::parse(&dev.name)?;
     let n = devs.len();
     if b % n != 0 {
-        return Err(input(format!("--batch {b} does not divide evenly over the {n} devices of --device {}", a.device)));
+        return Err(input(format!("--batch {b} does not divide evenly over the {n} devices of --device {}", dev.name)));
     }
-    let dtype = crate::config::Dtype::resolve(a.dtype, a.matmul_precision.is_some(), &a.device);
-    let precision = a.matmul_precision.unwrap_or_default();
-    dtype.check_device(&a.device)?;
-    let backends = devices::backends(&devs, a.threads, dtype.precision(precision))?;
+    dev.dtype.check_device(&dev.name)?;
+    let backends = devices::backends(&devs, dev.threads, dev.dtype.precision(dev.precision))?;
     let memory = crate::train::memory::DeviceMemory::start(&backends[0][0]);
     let wctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers))).collect::<ggml_rs::Result<Vec<_>>>()?;
     let cctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers) * 2)).collect::<ggml_rs::Result<Vec<_>>>()?;
@@ -75,34 +134,8 @@ fn bench(a: &BenchArgs) -> Result<()> {
         grad_clip: Some(cfg.grad_clip),
     };
     let mut step = build_trainer(&cctxs, &states, &backends, t, b / n, opt)?;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
-    let (mut times, mut reduce_ms) = (Vec::new(), Vec::new());
-    let mut last = 0.0;
-    for i in 0..total_steps {
-        let tokens: Vec<i32> = (0..t * b).map(|_| rng.random_range(0..cfg.model.vocab as i32)).collect();
-        let targets: Vec<i32> = (0..t * b).map(|_| rng.random_range(0..cfg.model.vocab as i32)).collect();
-        let t0 = std::time::Instant::now();
-        last = step.step(&tokens, &targets, cfg.lr)?.loss;
-        if i >= a.warmup {
-            times.push(t0.elapsed().as_secs_f64() * 1e3);
-            if let Trainer::Parallel(p) = &step {
-                reduce_ms.push(p.last_allreduce_s * 1e3);
-            }
-        }
-    }
-    let median = |v: &[f64]| {
-        let mut s = v.to_vec();
-        s.sort_by(f64::total_cmp);
-        if s.is_empty() {
-            0.0
-        } else {
-            s[s.len() / 2]
-        }
-    };
-    if !last.is_finite() {
-        return Err(runtime(format!("the loss of the last step is not finite ({last})")));
-    }
-    let med = median(&times);
+    let times = time_steps(&mut step, &cfg, a.warmup, total_steps)?;
+    let med = median(&times.step_ms);
     let graph = step.graph();
     let buffers: serde_json::Map<String, serde_json::Value> =
         graph.buffer_sizes().into_iter().map(|(k, v)| (k, serde_json::json!(v))).collect();
@@ -111,15 +144,15 @@ fn bench(a: &BenchArgs) -> Result<()> {
         "{}",
         serde_json::json!({
             "format": "toy/bench-v1", "preset": a.preset.name(), "arch": cfg.model.arch.name(), "device": backends[0][0].name(),
-            "devices": devs, "allreduce": step.allreduce_kind().name(), "allreduce_ms_median": median(&reduce_ms),
-            "matmul_precision": precision.name(), "dtype": dtype.name(), "attention": cfg.attention.name(),
+            "devices": devs, "allreduce": step.allreduce_kind().name(), "allreduce_ms_median": median(&times.allreduce_ms),
+            "matmul_precision": dev.precision.name(), "dtype": dev.dtype.name(), "attention": cfg.attention.name(),
             "batch": b, "context": t, "vocab": cfg.model.vocab, "n_params": cfg.model.n_params(),
-            "step_ms": times, "median_ms": med, "tokens_per_step": t * b,
+            "step_ms": times.step_ms, "median_ms": med, "tokens_per_step": t * b,
             "tokens_per_s": (t * b) as f64 / (med / 1e3).max(1e-12),
             "weights_bytes": wctxs[0].allocated_bytes(), "compute_bytes": buffers, "peak_rss_bytes": peak_rss(),
             "device_buffers_bytes": wctxs[0].allocated_bytes() + crate::train::memory::compute_bytes(&backends[0][0], graph),
             "device_used_bytes": memory.used_since_start(&backends[0][0]),
-            "n_splits": graph.n_splits(), "cpu_fallbacks": fallbacks, "last_loss": last,
+            "n_splits": graph.n_splits(), "cpu_fallbacks": fallbacks, "last_loss": times.last_loss,
         })
     )
 }
@@ -185,71 +218,71 @@ pub fn run(args: &DebugArgs) -> Result<()> {
         DebugCommand::Bench(a) => bench(a),
         DebugCommand::Tokenize(a) => tokenize(a),
         DebugCommand::ChatMasks(a) => chat_masks(a),
-        DebugCommand::DumpGrads(a) | DebugCommand::DumpLogits(a) => {
-            let grads = matches!(args.command, DebugCommand::DumpGrads(_));
-            let ck = open_checkpoint(&a.model)?;
-            let rec = Recorded::open(&a.batches)?;
-            let b = rec.batch(a.step)?;
-            let (t, nb) = (rec.layout.window - 1, rec.layout.batch);
-            if t > ck.config.context && ck.config.arch == crate::model::Arch::Gpt2 {
-                return Err(input(format!("windows of {t} tokens exceed the model's context {}", ck.config.context)));
-            }
-            let backends = backends_for(&a.device, 0, a.matmul_precision.ggml())?;
-            with_loaded(&ck, &backends[0], t, nb, true, |w, consts| {
-                let cctx = Context::new(capacity(ck.config.n_layers) * 2)?;
-                let mut gs = GradStep::new(&cctx, w, consts, t, nb, &backends)?;
-                let loss = gs.compute(&b.tokens, &b.targets)?;
-                if !loss.is_finite() {
-                    return Err(runtime(format!("the loss of batch {} is not finite ({loss}); not writing {}", a.step, a.out.display())));
-                }
-                if grads {
-                    let prov = Provenance {
-                        run_id: "debug".into(),
-                        step: a.step as u64,
-                        name: "toy-grads".into(),
-                        save_id: String::new(),
-                        lora_base: String::new(),
-                        lora_base_sha256: String::new(),
-                        base_keys: Vec::new(),
-                    };
-                    let src = |p: ggml_rs::Tensor<'_>| -> Result<Vec<f32>> {
-                        let g = gs.grad(p).ok_or_else(|| input(format!("no gradient for {}", p.name())))?;
-                        Ok(g.read::<f32>()?)
-                    };
-                    if ck.config.lora.is_some() {
-                        // A LoRA model: the adapters' gradients, under the adapters' names.
-                        let mut g = GgufWriter::new();
-                        g.set("toy.loss", loss)?;
-                        for ad in w.adapters() {
-                            for t in [ad.a, ad.b] {
-                                let v = src(t)?;
-                                if v.iter().any(|x| !x.is_finite()) {
-                                    return Err(runtime(format!(
-                                        "the gradient of {} is not finite; not writing {}",
-                                        t.name(),
-                                        a.out.display()
-                                    )));
-                                }
-                                g.add_tensor_data(&t.name(), &t.ne(), &v)?;
-                            }
-                        }
-                        g.write(&a.out)?;
-                    } else {
-                        write_model(&a.out, w, None, &prov, &src)?;
-                    }
-                    crate::say!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }))?;
-                } else {
-                    let mut g = GgufWriter::new();
-                    g.set("toy.loss", loss)?;
-                    if gs.logits().read::<f32>()?.iter().any(|x| !x.is_finite()) {
-                        return Err(runtime(format!("the logits are not finite; not writing {}", a.out.display())));
-                    }
-                    g.add_tensor("logits", gs.logits())?;
-                    g.write(&a.out)?;
-                    crate::say!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }))?;
-                }
-                Ok(())
-            })
-        }
+        DebugCommand::DumpGrads(a) => dump(a, true),
+        DebugCommand::DumpLogits(a) => dump(a, false),
     }
+}
+
+/// `toy debug dump-grads` (`grads`) or `dump-logits`: the loss and every
+/// parameter's gradient, or the logits, for one recorded batch, as GGUF.
+fn dump(a: &DumpArgs, grads: bool) -> Result<()> {
+    let ck = open_checkpoint(&a.model)?;
+    let rec = Recorded::open(&a.batches)?;
+    let b = rec.batch(a.step)?;
+    let (t, nb) = (rec.layout.window - 1, rec.layout.batch);
+    if t > ck.config.context && ck.config.arch == crate::model::Arch::Gpt2 {
+        return Err(input(format!("windows of {t} tokens exceed the model's context {}", ck.config.context)));
+    }
+    let backends = backends_for(&a.device, 0, a.matmul_precision.ggml())?;
+    with_loaded(&ck, &backends[0], t, nb, true, |w, consts| {
+        let cctx = Context::new(capacity(ck.config.n_layers) * 2)?;
+        let mut gs = GradStep::new(&cctx, w, consts, t, nb, &backends)?;
+        let loss = gs.compute(&b.tokens, &b.targets)?;
+        if !loss.is_finite() {
+            return Err(runtime(format!("the loss of batch {} is not finite ({loss}); not writing {}", a.step, a.out.display())));
+        }
+        if grads {
+            let prov = Provenance {
+                run_id: "debug".into(),
+                step: a.step as u64,
+                name: "toy-grads".into(),
+                save_id: String::new(),
+                lora_base: String::new(),
+                lora_base_sha256: String::new(),
+                base_keys: Vec::new(),
+            };
+            let src = |p: ggml_rs::Tensor<'_>| -> Result<Vec<f32>> {
+                let g = gs.grad(p).ok_or_else(|| input(format!("no gradient for {}", p.name())))?;
+                Ok(g.read::<f32>()?)
+            };
+            if ck.config.lora.is_some() {
+                // A LoRA model: the adapters' gradients, under the adapters' names.
+                let mut g = GgufWriter::new();
+                g.set("toy.loss", loss)?;
+                for ad in w.adapters() {
+                    for t in [ad.a, ad.b] {
+                        let v = src(t)?;
+                        if v.iter().any(|x| !x.is_finite()) {
+                            return Err(runtime(format!("the gradient of {} is not finite; not writing {}", t.name(), a.out.display())));
+                        }
+                        g.add_tensor_data(&t.name(), &t.ne(), &v)?;
+                    }
+                }
+                g.write(&a.out)?;
+            } else {
+                write_model(&a.out, w, None, &prov, &src)?;
+            }
+            crate::say!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }))?;
+        } else {
+            let mut g = GgufWriter::new();
+            g.set("toy.loss", loss)?;
+            if gs.logits().read::<f32>()?.iter().any(|x| !x.is_finite()) {
+                return Err(runtime(format!("the logits are not finite; not writing {}", a.out.display())));
+            }
+            g.add_tensor("logits", gs.logits())?;
+            g.write(&a.out)?;
+            crate::say!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }))?;
+        }
+        Ok(())
+    })
 }

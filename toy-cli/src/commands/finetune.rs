@@ -3,7 +3,7 @@
 //! tokenized with the model's own tokenizer, or LoRA adapters on it;
 //! `--freeze` keeps parameters fixed by name.
 
-use super::setup::{dedup_targets, finish, model_corpus, record_corpus, resolve, run_dir, Start};
+use super::setup::{check_grad_accum, dedup_targets, finish, model_corpus, record_corpus, resolve, run_dir, Start};
 use crate::cli::TrainArgs;
 use crate::config::{Recipe, Sampling};
 use crate::data::chat_examples::ChatModel;
@@ -72,70 +72,60 @@ fn check_preset(preset: Option<crate::config::Preset>, base: &crate::model::Mode
 fn check_chat_flags(a: &TrainArgs, corpus: &crate::data::Corpus) -> Result<()> {
     let src = corpus.source.display();
     match &corpus.chat {
-        None if a.pack => Err(input(format!("--pack packs conversations; {src} holds text, which is cut into windows end to end anyway"))),
-        Some(_) if a.text_field.is_some() => Err(input(format!("--text-field applies to text records; {src} holds chat records"))),
-        Some(_) if a.record_batches => Err(input(format!("--record-batches records windows of text; {src} holds chat records"))),
-        None if a.data_format == Some(DataFormat::Chat) => {
+        None if a.data.pack => {
+            Err(input(format!("--pack packs conversations; {src} holds text, which is cut into windows end to end anyway")))
+        }
+        Some(_) if a.data.text_field.is_some() => Err(input(format!("--text-field applies to text records; {src} holds chat records"))),
+        Some(_) if a.log.record_batches => Err(input(format!("--record-batches records windows of text; {src} holds chat records"))),
+        None if a.data.data_format == Some(DataFormat::Chat) => {
             Err(input(format!("--data-format chat: {src} is text; give --corpus with chat records (JSON Lines)")))
         }
         _ => Ok(()),
     }
 }
 
-/// Run the finetune recipe for `a`.
-pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
-    let path = a.from.clone().ok_or_else(|| input("finetune needs --from MODEL.gguf"))?;
-    let shape_flags = [
-        ("--arch", a.arch.is_some()),
-        ("--d-model", a.d_model.is_some()),
-        ("--layers", a.layers.is_some()),
-        ("--heads", a.heads.is_some()),
-        ("--kv-heads", a.kv_heads.is_some()),
-        ("--d-ff", a.d_ff.is_some()),
-        ("--vocab-size", a.vocab_size.is_some()),
-        ("--norm-eps", a.norm_eps.is_some()),
-        ("--rope-base", a.rope_base.is_some()),
-        ("--tied", a.tied),
-    ];
-    let given: Vec<&str> = shape_flags.iter().filter(|(_, on)| *on).map(|(f, _)| *f).collect();
+/// Refuse the flags finetune does not take: the model's shape (it is the
+/// base's, at `path`) and the warm-start recipe's.
+fn check_flags(a: &TrainArgs, path: &Path) -> Result<()> {
+    let given = a.shape.given();
     if !given.is_empty() {
         return Err(input(format!("{}: the model's shape comes from --from {}", given.join(", "), path.display())));
     }
-    if a.donor.is_some() || a.init.is_some() || a.match_by.is_some() || a.lens_init.is_some() || a.donor_width.is_some() || a.shuffle {
+    if a.warm.given().iter().any(|f| f != "--train-table") {
         return Err(input("--donor, --init, --match-by, --lens-init, --donor-width and --shuffle belong to the warm-start recipe"));
     }
-    let (ck, tok) = open_base(&path)?;
-    let base = &ck.config;
-    check_preset(how.cli_preset, base, &path)?;
-    let text_field = a.text_field.as_deref().unwrap_or("text");
-    let format = a.data_format.unwrap_or_default();
-    let model = ChatModel { file: &ck.file, tok: &tok };
-    let corpus = model_corpus(a.corpus.as_deref(), &model, base.vocab, text_field, format)?;
-    check_chat_flags(a, &corpus)?;
-    let mut cfg = resolve(&TrainArgs { arch: Some(base.arch), context: None, ..a.clone() }, base.vocab)?;
-    // --context, else the preset's (flag or toy.toml), else the model's own up to
-    // FINETUNE_CONTEXT (SmolLM2's 8192 would be a slow first run).
-    let context = a.context.unwrap_or(match a.preset {
-        Some(_) => cfg.model.context.min(base.context),
-        None => base.context.min(FINETUNE_CONTEXT),
-    });
-    if context == 0 || context > base.context {
-        return Err(input(format!("--context {context}: the model at {} takes 1 to {} tokens", path.display(), base.context)));
-    }
-    let lora = match (a.lora_rank, a.lora_alpha.is_some() || a.lora_targets.is_some()) {
+    Ok(())
+}
+
+/// The LoRA adapters `a` asks for on `base` (`--lora-rank`), or none.
+fn lora_config(a: &TrainArgs, base: &crate::model::ModelConfig) -> Result<Option<LoraConfig>> {
+    let f = &a.finetune;
+    let lora = match (f.lora_rank, f.lora_alpha.is_some() || f.lora_targets.is_some()) {
         (Some(rank), _) => Some(LoraConfig {
             rank,
-            alpha: a.lora_alpha.unwrap_or(rank as f32),
+            alpha: f.lora_alpha.unwrap_or(rank as f32),
             targets: dedup_targets(
-                &a.lora_targets.clone().unwrap_or_else(|| base.arch.table().default_lora_targets().into_iter().map(String::from).collect()),
+                &f.lora_targets.clone().unwrap_or_else(|| base.arch.table().default_lora_targets().into_iter().map(String::from).collect()),
             ),
         }),
         (None, true) => return Err(input("--lora-alpha and --lora-targets need --lora-rank")),
         (None, false) => None,
     };
-    if lora.is_some() && a.freeze.is_some() {
+    if lora.is_some() && a.optim.freeze.is_some() {
         return Err(input("--freeze applies to full fine-tuning; with --lora-rank the base is frozen already"));
     }
+    Ok(lora)
+}
+
+/// The model a finetune run of `a` trains: the base `ck` at `context` tokens,
+/// with `lora` adapters on its matrices kept in their own type, else every
+/// weight in f32; `cfg` resolved from `a` gives `--freeze`.
+fn finetune_model(
+    ck: &Checkpoint,
+    cfg: &crate::config::TrainConfig,
+    context: usize,
+    lora: Option<LoraConfig>,
+) -> crate::model::ModelConfig {
     let (base_dtype, base_dtype_except) = matrix_dtype(&ck.file);
     // matrix_dtype says None when every matrix is f32 already.
     let (base_dtype, base_dtype_except) = match (&lora, base_dtype) {
@@ -148,14 +138,43 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
         }
     };
     let freeze = cfg.model.freeze.clone();
-    cfg.model = crate::model::ModelConfig { context, freeze, lora, base_dtype, base_dtype_except, ..base.clone() };
+    crate::model::ModelConfig { context, freeze, lora, base_dtype, base_dtype_except, ..ck.config.clone() }
+}
+
+/// Run the finetune recipe for `a`.
+pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
+    let path = a.finetune.from.clone().ok_or_else(|| input("finetune needs --from MODEL.gguf"))?;
+    check_flags(a, &path)?;
+    let (ck, tok) = open_base(&path)?;
+    let base = &ck.config;
+    check_preset(how.cli_preset, base, &path)?;
+    let text_field = a.data.text_field.as_deref().unwrap_or("text");
+    let format = a.data.data_format.unwrap_or_default();
+    let model = ChatModel { file: &ck.file, tok: &tok };
+    let corpus = model_corpus(a.data.corpus.as_deref(), &model, base.vocab, text_field, format)?;
+    check_chat_flags(a, &corpus)?;
+    let mut args = a.clone();
+    (args.shape.arch, args.batch.context) = (Some(base.arch), None);
+    let mut cfg = resolve(&args, base.vocab)?;
+    // --context, else the preset's (flag or toy.toml), else the model's own up to
+    // FINETUNE_CONTEXT (SmolLM2's 8192 would be a slow first run).
+    let context = a.batch.context.unwrap_or(match a.batch.preset {
+        Some(_) => cfg.model.context.min(base.context),
+        None => base.context.min(FINETUNE_CONTEXT),
+    });
+    if context == 0 || context > base.context {
+        return Err(input(format!("--context {context}: the model at {} takes 1 to {} tokens", path.display(), base.context)));
+    }
+    let lora = lora_config(a, base)?;
+    cfg.model = finetune_model(&ck, &cfg, context, lora);
     cfg.validate()?;
+    check_grad_accum(&cfg, &corpus)?;
     cfg.recipe = Recipe::Finetune;
     cfg.from = Some(std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()).display().to_string());
     cfg.from_sha256 = Some(crate::formats::adapter::file_sha256(&path)?);
-    record_corpus(&mut cfg, a.corpus.as_deref())?;
+    record_corpus(&mut cfg, a.data.corpus.as_deref())?;
     cfg.text_field = text_field.to_string();
-    (cfg.data_format, cfg.pack) = (format, a.pack);
+    (cfg.data_format, cfg.pack) = (format, a.data.pack);
     let run = run_dir(a.out.as_ref(), base.arch, how.restart)?;
     let plan = Plan { recipe: Recipe::Finetune, init: Init::Model(&ck), sampling: Sampling::Random, resume: None };
     finish(a, &run, train(&plan, &cfg, &corpus, &run, opts))

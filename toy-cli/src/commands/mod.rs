@@ -12,3 +12,4 @@ pub mod prep;
 pub mod resume;
 pub mod setup;
 pub mod train;
+pub mod warm_start;

@@ -3,14 +3,15 @@
 //! the flags that start a run that saved nothing again from step 0.
 
 use super::setup::{dedup_targets, is_embedded, load_training_corpus, model_corpus};
-use crate::cli::TrainArgs;
+use crate::cli::{
+    BatchArgs, DataArgs, DeviceArgs, FinetuneArgs, FlagValue, LogArgs, OptimArgs, ShapeArgs, Shown, TrainArgs, WarmStartArgs,
+};
 use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::chat_examples::ChatModel;
 use crate::data::Corpus;
 use crate::error::{input, Result};
 use crate::formats::checkpoint::open_checkpoint;
 use crate::run::identity::{corpus_id, embedded_id};
-use clap::ValueEnum;
 use std::path::{Path, PathBuf};
 
 /// Refuse to resume the run in `dir` on a corpus whose input changed since it
@@ -60,45 +61,121 @@ pub fn corpus(cfg: &TrainConfig, ck: &Path) -> Result<Corpus> {
     }
 }
 
-fn name<T: ValueEnum>(v: &T) -> String {
-    v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
+/// Flags `--resume` takes: they change how the run goes on, not what it computes.
+pub const RESUME_FLAGS: [&str; 11] = [
+    "--steps",
+    "--device",
+    "--threads",
+    "--matmul-precision",
+    "--dtype",
+    "--attention",
+    "--eval-every",
+    "--save-every",
+    "--log-every",
+    "--keep",
+    "--skip-nonfinite",
+];
+
+/// The flags of `a` that contradict the run configured by `cfg` (all but
+/// [`RESUME_FLAGS`]), each as `--flag GIVEN (the run has RUN)`; flags equal
+/// to the run's (see [`run_args`]) are fine.
+pub fn conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
+    let conflict = |given: FlagValue, run: FlagValue| {
+        let shown = if run.value.is_empty() { "none" } else { &run.value };
+        (given.key != run.key).then(|| format!("{} {} (the run has {shown})", given.flag, given.value))
+    };
+    let mut a = a.clone();
+    a.finetune.lora_targets = a.finetune.lora_targets.as_deref().map(dedup_targets);
+    let run = run_args(cfg);
+    let mut out = Vec::new();
+    if let Some(r) = a.recipe.filter(|r| *r != cfg.recipe) {
+        out.push(format!("the recipe {} (the run has {})", r.shown(), cfg.recipe.shown()));
+    }
+    for (given, run) in a.flags().into_iter().zip(run.flags()) {
+        if given.given && !RESUME_FLAGS.contains(&given.flag.as_str()) {
+            out.extend(conflict(given, run));
+        }
+    }
+    if a.out.is_some() {
+        out.push("--out (the run folder is --resume's)".into());
+    }
+    out
 }
 
-/// The options of `a` fixed when the run of `cfg` started (recipe, donor,
-/// lens, base model, LoRA, what it records) that contradict it, each as
-/// `--flag GIVEN (the run has RUN)`; equal values are fine.
-pub fn recipe_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
+/// The flags that say what the run configured by `cfg` computes: the inverse
+/// of [`resolve`](super::setup::resolve), every value the run's.
+pub fn run_args(cfg: &TrainConfig) -> TrainArgs {
     let m = &cfg.model;
-    let on = |b: bool| if b { "on" } else { "off" }.to_string();
-    let path = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()).display().to_string();
     let lora = m.lora.as_ref();
-    let checks: [(&str, Option<String>, String); 14] = [
-        ("the recipe", a.recipe.as_ref().map(name), cfg.recipe.name().to_string()),
-        ("--donor", a.donor.as_deref().map(path), cfg.donor.clone().unwrap_or_default()),
-        ("--init", a.init.as_ref().map(name), cfg.donor_init.as_ref().map(name).unwrap_or_default()),
-        ("--match-by", a.match_by.as_ref().map(name), cfg.match_by.as_ref().map(name).unwrap_or_default()),
-        ("--lens-init", a.lens_init.as_ref().map(name), cfg.lens_init.as_ref().map(name).unwrap_or_default()),
-        ("--donor-width", a.donor_width.map(|w| w.to_string()), m.donor_width.map(|w| w.to_string()).unwrap_or_default()),
-        ("--train-table", a.train_table.then(|| on(true)), on(!m.freeze_table && m.donor_width.is_some())),
-        ("--shuffle", a.shuffle.then(|| on(true)), on(cfg.sampling == Sampling::Stream { shuffle: true })),
-        ("--save-initial", a.save_initial.then(|| on(true)), on(cfg.save_initial)),
-        ("--record-batches", a.record_batches.then(|| on(true)), on(cfg.record_batches)),
-        ("--from", a.from.as_deref().map(path), cfg.from.clone().unwrap_or_default()),
-        ("--lora-rank", a.lora_rank.map(|r| r.to_string()), lora.map(|l| l.rank.to_string()).unwrap_or_default()),
-        ("--lora-alpha", a.lora_alpha.map(|x| x.to_string()), lora.map(|l| l.alpha.to_string()).unwrap_or_default()),
-        (
-            "--lora-targets",
-            a.lora_targets.as_deref().map(|t| dedup_targets(t).join(",")),
-            lora.map(|l| l.targets.join(",")).unwrap_or_default(),
-        ),
-    ];
-    checks
-        .into_iter()
-        .filter_map(|(flag, given, run)| {
-            let g = given.filter(|g| *g != run)?;
-            Some(format!("{flag} {g} (the run has {})", if run.is_empty() { "none" } else { &run }))
-        })
-        .collect()
+    TrainArgs {
+        recipe: Some(cfg.recipe),
+        data: DataArgs {
+            corpus: Some(PathBuf::from(&cfg.corpus)),
+            text_field: Some(cfg.text_field.clone()),
+            data_format: Some(cfg.data_format),
+            pack: cfg.pack,
+        },
+        batch: BatchArgs {
+            preset: Some(cfg.preset),
+            steps: Some(cfg.steps),
+            seed: Some(cfg.seed),
+            batch: Some(cfg.batch),
+            grad_accum: Some(cfg.grad_accum),
+            context: Some(m.context),
+        },
+        shape: ShapeArgs {
+            arch: Some(m.arch),
+            d_model: Some(m.d_model),
+            layers: Some(m.n_layers),
+            heads: Some(m.n_heads),
+            kv_heads: Some(m.n_kv_heads),
+            d_ff: Some(m.d_ff),
+            vocab_size: Some(m.vocab),
+            norm_eps: Some(m.norm_eps),
+            rope_base: Some(m.rope_base),
+            tied: m.tied,
+        },
+        optim: OptimArgs {
+            lr: Some(cfg.lr),
+            min_lr: Some(cfg.min_lr),
+            warmup_steps: Some(cfg.warmup_steps),
+            weight_decay: Some(cfg.weight_decay),
+            grad_clip: Some(cfg.grad_clip),
+            freeze: (!m.freeze.is_empty()).then(|| m.freeze.clone()),
+        },
+        log: LogArgs {
+            eval_every: Some(cfg.eval_every),
+            save_every: Some(cfg.save_every),
+            log_every: Some(cfg.log_every),
+            save_initial: cfg.save_initial,
+            record_batches: cfg.record_batches,
+            keep: Some(cfg.keep),
+            skip_nonfinite: cfg.skip_nonfinite,
+        },
+        device: DeviceArgs {
+            device: Some(cfg.device.clone()),
+            threads: Some(cfg.threads),
+            matmul_precision: Some(cfg.matmul_precision),
+            attention: Some(cfg.attention),
+            dtype: Some(cfg.dtype),
+        },
+        warm: WarmStartArgs {
+            donor: cfg.donor.as_ref().map(PathBuf::from),
+            init: cfg.donor_init,
+            match_by: cfg.match_by,
+            lens_init: cfg.lens_init,
+            donor_width: m.donor_width,
+            train_table: m.donor_width.is_some() && !m.freeze_table,
+            shuffle: cfg.sampling == Sampling::Stream { shuffle: true },
+        },
+        finetune: FinetuneArgs {
+            from: cfg.from.as_ref().map(PathBuf::from),
+            lora_rank: lora.map(|l| l.rank),
+            lora_alpha: lora.map(|l| l.alpha),
+            lora_targets: lora.map(|l| l.targets.clone()),
+        },
+        ..Default::default()
+    }
 }
 
 /// The flags that start the run configured by `cfg` (read from `dir`'s
@@ -110,64 +187,18 @@ pub fn restart_args(a: &TrainArgs, cfg: &TrainConfig, dir: &Path) -> Result<Trai
             return Err(input(format!("--resume {}: its base model {from} changed since the run started", dir.display())));
         }
     }
-    let m = &cfg.model;
+    let mut r = run_args(cfg);
     let finetune = cfg.recipe == Recipe::Finetune;
-    // A finetune run's shape comes from its base model, which refuses shape flags.
-    let shape = |v: usize| (!finetune).then_some(v);
-    Ok(TrainArgs {
-        recipe: Some(cfg.recipe),
-        corpus: (!is_embedded(&cfg.corpus)).then(|| PathBuf::from(&cfg.corpus)),
-        text_field: Some(cfg.text_field.clone()),
-        data_format: finetune.then_some(cfg.data_format),
-        pack: cfg.pack,
-        preset: Some(cfg.preset),
-        arch: (!finetune).then_some(m.arch),
-        steps: Some(cfg.steps),
-        seed: Some(cfg.seed),
-        batch: Some(cfg.batch),
-        grad_accum: Some(cfg.grad_accum),
-        context: Some(m.context),
-        d_model: shape(m.d_model),
-        layers: shape(m.n_layers),
-        heads: shape(m.n_heads),
-        kv_heads: shape(m.n_kv_heads),
-        d_ff: shape(m.d_ff),
-        vocab_size: (!finetune && !is_embedded(&cfg.corpus)).then_some(m.vocab),
-        lr: Some(cfg.lr),
-        min_lr: Some(cfg.min_lr),
-        warmup_steps: Some(cfg.warmup_steps),
-        weight_decay: Some(cfg.weight_decay),
-        grad_clip: Some(cfg.grad_clip),
-        norm_eps: (!finetune).then_some(m.norm_eps),
-        rope_base: (!finetune).then_some(m.rope_base),
-        tied: !finetune && m.tied,
-        eval_every: Some(cfg.eval_every),
-        save_every: Some(cfg.save_every),
-        log_every: Some(cfg.log_every),
-        device: Some(cfg.device.clone()),
-        threads: Some(cfg.threads),
-        matmul_precision: Some(cfg.matmul_precision),
-        dtype: Some(cfg.dtype),
-        attention: Some(cfg.attention),
-        out: Some(dir.to_path_buf()),
-        json: a.json,
-        save_initial: cfg.save_initial,
-        record_batches: cfg.record_batches,
-        resume: None,
-        allow_corpus_change: false,
-        keep: Some(cfg.keep),
-        skip_nonfinite: cfg.skip_nonfinite,
-        donor: cfg.donor.as_ref().map(PathBuf::from),
-        init: cfg.donor_init,
-        match_by: cfg.match_by,
-        lens_init: cfg.lens_init,
-        donor_width: if finetune { None } else { m.donor_width },
-        train_table: !finetune && m.donor_width.is_some() && !m.freeze_table,
-        shuffle: cfg.sampling == Sampling::Stream { shuffle: true },
-        from: cfg.from.as_ref().map(PathBuf::from),
-        freeze: (!m.freeze.is_empty()).then(|| m.freeze.clone()),
-        lora_rank: m.lora.as_ref().map(|l| l.rank),
-        lora_alpha: m.lora.as_ref().map(|l| l.alpha),
-        lora_targets: m.lora.as_ref().map(|l| l.targets.clone()),
-    })
+    if is_embedded(&cfg.corpus) {
+        (r.data.corpus, r.shape.vocab_size) = (None, None);
+    }
+    if finetune {
+        // A finetune run's shape comes from its base model, which refuses shape flags.
+        r.shape = ShapeArgs::default();
+        (r.warm.donor_width, r.warm.train_table) = (None, false);
+    } else {
+        r.data.data_format = None;
+    }
+    (r.out, r.json) = (Some(dir.to_path_buf()), a.json);
+    Ok(r)
 }

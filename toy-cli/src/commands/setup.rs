@@ -24,57 +24,82 @@ pub fn default_corpus() -> Result<Corpus> {
 
 /// Resolve the full configuration for `a` and a corpus of `vocab` ids.
 pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
-    let preset = a.preset.unwrap_or(Preset::Tiny);
-    let arch = preset.resolve_arch(a.arch)?;
+    let preset = a.batch.preset.unwrap_or(Preset::Tiny);
+    let arch = preset.resolve_arch(a.shape.arch)?;
     let mut c = TrainConfig::from_preset(preset, arch, vocab);
     let m = &mut c.model;
     macro_rules! set {
-        ($($src:ident => $dst:expr),*) => { $( if let Some(v) = a.$src { $dst = v; } )* };
+        ($($src:expr => $dst:expr),*) => { $( if let Some(v) = $src { $dst = v; } )* };
     }
-    set!(d_model => m.d_model, layers => m.n_layers, heads => m.n_heads, d_ff => m.d_ff, context => m.context, norm_eps => m.norm_eps, rope_base => m.rope_base);
+    let (s, b, o, l) = (&a.shape, &a.batch, &a.optim, &a.log);
+    set!(s.d_model => m.d_model, s.layers => m.n_layers, s.heads => m.n_heads, s.d_ff => m.d_ff, b.context => m.context, s.norm_eps => m.norm_eps, s.rope_base => m.rope_base);
     // The preset's kv heads hold while --heads keeps the preset's heads.
-    m.n_kv_heads = a.kv_heads.unwrap_or(if a.heads.is_some() { m.n_heads } else { m.n_kv_heads });
-    if a.tied {
+    m.n_kv_heads = a.shape.kv_heads.unwrap_or(if a.shape.heads.is_some() { m.n_heads } else { m.n_kv_heads });
+    if a.shape.tied {
         m.tied = true;
     }
-    m.donor_width = a.donor_width;
-    m.freeze_table = !a.train_table;
-    m.freeze = a.freeze.clone().unwrap_or_default();
-    if arch == Arch::Gpt2 && a.d_ff.is_none() {
+    m.donor_width = a.warm.donor_width;
+    m.freeze_table = !a.warm.train_table;
+    m.freeze = a.optim.freeze.clone().unwrap_or_default();
+    if arch == Arch::Gpt2 && a.shape.d_ff.is_none() {
         m.d_ff = 4 * m.d_model;
     }
-    set!(batch => c.batch, grad_accum => c.grad_accum, steps => c.steps, seed => c.seed, lr => c.lr, warmup_steps => c.warmup_steps, weight_decay => c.weight_decay,
-         grad_clip => c.grad_clip, eval_every => c.eval_every, save_every => c.save_every, log_every => c.log_every, threads => c.threads);
-    c.min_lr = a.min_lr.unwrap_or(c.lr / 10.0);
-    if a.log_every.is_none() {
+    set!(b.batch => c.batch, b.grad_accum => c.grad_accum, b.steps => c.steps, b.seed => c.seed);
+    set!(o.lr => c.lr, o.warmup_steps => c.warmup_steps, o.weight_decay => c.weight_decay, o.grad_clip => c.grad_clip);
+    set!(l.eval_every => c.eval_every, l.save_every => c.save_every, l.log_every => c.log_every, a.device.threads => c.threads);
+    c.min_lr = a.optim.min_lr.unwrap_or(c.lr / 10.0);
+    if a.log.log_every.is_none() {
         // A terminal shows the progress bar: a loss line every 10 steps above it.
         // Scripts reading a pipe get every step, as before.
         use std::io::IsTerminal;
         c.log_every = if std::io::stdout().is_terminal() { 10 } else { 1 };
     }
-    if let Some(d) = &a.device {
+    if let Some(d) = &a.device.device {
         c.device = d.clone();
     }
-    if let Some(p) = a.matmul_precision {
+    if let Some(p) = a.device.matmul_precision {
         c.matmul_precision = p;
     }
-    c.attention = a.attention.unwrap_or_else(|| crate::model::attention::Attention::default_for(&c.device));
+    c.attention = a.device.attention.unwrap_or_else(|| crate::model::attention::Attention::default_for(&c.device));
     // An explicit --matmul-precision asks for f32 products (PyTorch's
     // set_float32_matmul_precision applies outside autocast).
-    c.dtype = crate::config::Dtype::resolve(a.dtype, a.matmul_precision.is_some(), &c.device);
+    c.dtype = crate::config::Dtype::resolve(a.device.dtype, a.device.matmul_precision.is_some(), &c.device);
     // Options that shape the run besides the model and schedule, for --resume.
     (c.keep, c.skip_nonfinite, c.record_batches, c.save_initial) =
-        (a.keep.unwrap_or(0), a.skip_nonfinite, a.record_batches, a.save_initial);
-    c.donor = a.donor.as_ref().map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string());
-    (c.donor_init, c.match_by, c.lens_init) = (a.init, a.match_by, a.lens_init);
+        (a.log.keep.unwrap_or(0), a.log.skip_nonfinite, a.log.record_batches, a.log.save_initial);
+    c.donor = a.warm.donor.as_ref().map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()).display().to_string());
+    (c.donor_init, c.match_by, c.lens_init) = (a.warm.init, a.warm.match_by, a.warm.lens_init);
     if c.model.context > MAX_CONTEXT {
         return Err(input(format!("--context {} is larger than the maximum {MAX_CONTEXT}", c.model.context)));
     }
-    if arch == Arch::Gpt2 && a.kv_heads.is_some_and(|k| k != c.model.n_heads) {
+    if arch == Arch::Gpt2 && a.shape.kv_heads.is_some_and(|k| k != c.model.n_heads) {
         return Err(input("--kv-heads is a llama option; gpt2 uses multi-head attention"));
     }
     c.validate()?;
     Ok(c)
+}
+
+/// Refuse a `--grad-accum` above 1 whose optimizer step would take more
+/// sequences (`--batch` × `--grad-accum`) than the training split of `corpus`
+/// holds at `cfg`'s context (windows of text, or conversations): every step
+/// would go over the same data several times, at the cost of as many passes.
+pub fn check_grad_accum(cfg: &TrainConfig, corpus: &Corpus) -> Result<()> {
+    let t = cfg.model.context;
+    let (held, what) = match &corpus.chat {
+        Some(c) => (c.train.len(), "conversations".to_string()),
+        None => (corpus.train.len().saturating_sub(1) / t.max(1), format!("windows of {t} tokens")),
+    };
+    let wanted = cfg.batch.saturating_mul(cfg.grad_accum);
+    if cfg.grad_accum > 1 && wanted > held {
+        return Err(input(format!(
+            "--grad-accum {} × --batch {} is {wanted} sequences per optimizer step, more than the {held} {what} of the training split of {}; give --grad-accum {} or less",
+            cfg.grad_accum,
+            cfg.batch,
+            crate::output::shown(&corpus.source),
+            (held / cfg.batch.max(1)).max(1)
+        )));
+    }
+    Ok(())
 }
 
 /// Refuse a run id (`TOY_RUN_ID`) that is not one plain path component: empty, `.`, `..`,

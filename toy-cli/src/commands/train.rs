@@ -1,12 +1,11 @@
 //! `toy train`: resolve the configuration (preset < `toy.toml` < flags), read
 //! the corpus, create the run folder and run the recipe.
 
-use super::setup::{finish, load_training_corpus, record_corpus, resolve, run_dir, Start};
+use super::setup::{check_grad_accum, finish, load_training_corpus, record_corpus, resolve, run_dir, Start};
 use crate::cli::TrainArgs;
-use crate::config::{Preset, Recipe, Sampling, TrainConfig};
+use crate::config::{Preset, Recipe, TrainConfig};
 use crate::data::Corpus;
 use crate::error::{input, Result};
-use crate::model::Arch;
 use crate::run::RunDir;
 use crate::train::{train, Init, Outcome, Plan, RunOptions};
 use std::io::IsTerminal;
@@ -15,12 +14,35 @@ use std::sync::atomic::AtomicI32;
 use std::sync::Arc;
 
 /// Where a TOML error is: the file, its line and the line's text (which names the key).
-fn where_in(path: &Path, text: &str, e: &toml::de::Error) -> String {
+fn where_in(path: &Path, text: &str, span: Option<std::ops::Range<usize>>) -> String {
     let shown = crate::output::shown(path);
-    let Some(at) = e.span().map(|s| s.start.min(text.len())) else { return shown };
+    let Some(at) = span.map(|s| s.start.min(text.len())) else { return shown };
     let line = text[..at].matches('\n').count() + 1;
     let content = text.lines().nth(line - 1).unwrap_or_default().trim();
     format!("{shown} line {line} (`{}`)", crate::output::one_line(content))
+}
+
+/// The first key of `text`'s `[train]` table that [`TrainArgs`] refuses, with
+/// where its value is and why: [`TrainArgs`] reads its flattened groups from
+/// the table as a whole, so serde's own error would point at the table only.
+fn refused_key(text: &str) -> Option<(std::ops::Range<usize>, String)> {
+    use serde::Deserialize;
+    #[derive(serde::Deserialize)]
+    struct Keys {
+        #[serde(default)]
+        train: std::collections::BTreeMap<String, toml::Spanned<toml::Value>>,
+    }
+    let mut keys: Vec<_> = toml::from_str::<Keys>(text).ok()?.train.into_iter().collect();
+    keys.sort_by_key(|(_, v)| v.span().start);
+    let (span, message) = keys.into_iter().find_map(|(k, v)| {
+        let one = toml::Value::Table(toml::Table::from_iter([(k, v.get_ref().clone())]));
+        TrainArgs::deserialize(one).err().map(|e| (v.span(), e.message().to_string()))
+    })?;
+    if !message.starts_with("unknown field") {
+        return Some((span, message));
+    }
+    let known: Vec<String> = TrainArgs::default().flags().iter().map(|f| format!("`{}`", f.flag[2..].replace('-', "_"))).collect();
+    Some((span, format!("{message}, expected one of {}", known.join(", "))))
 }
 
 /// Read `toy.toml` (its `[train]` table) from `dir`, if present.
@@ -45,77 +67,25 @@ pub fn read_toml(dir: &Path) -> Result<Option<TrainArgs>> {
         #[serde(default)]
         train: TrainArgs,
     }
-    let f: File = toml::from_str(&text).map_err(|e| input(format!("{}: {}", where_in(&path, &text, &e), e.message())))?;
+    let f: File = toml::from_str(&text).map_err(|e| {
+        let (span, message) = refused_key(&text).map_or((e.span(), e.message().to_string()), |(s, m)| (Some(s), m));
+        input(format!("{}: {message}", where_in(&path, &text, span)))
+    })?;
     let mut t = f.train;
     // Relative paths in toy.toml are relative to its folder.
-    if let Some(c) = &t.corpus {
+    if let Some(c) = &t.data.corpus {
         if c.is_relative() {
-            t.corpus = Some(dir.join(c));
+            t.data.corpus = Some(dir.join(c));
         }
     }
     Ok(Some(t))
-}
-
-macro_rules! merge {
-    ($a:ident, $t:ident, $($f:ident),*) => { $( if $a.$f.is_none() { $a.$f = $t.$f.clone(); } )* };
 }
 
 /// Flags win over `toy.toml`.
 fn merged(args: &TrainArgs, file: Option<TrainArgs>) -> TrainArgs {
     let mut a = args.clone();
     if let Some(t) = file {
-        merge!(
-            a,
-            t,
-            corpus,
-            text_field,
-            data_format,
-            preset,
-            arch,
-            steps,
-            seed,
-            batch,
-            grad_accum,
-            context,
-            d_model,
-            layers,
-            heads,
-            kv_heads,
-            d_ff,
-            lr,
-            min_lr,
-            warmup_steps,
-            weight_decay,
-            grad_clip,
-            norm_eps,
-            rope_base,
-            eval_every,
-            save_every,
-            log_every,
-            device,
-            threads,
-            matmul_precision,
-            dtype,
-            attention,
-            keep,
-            donor,
-            init,
-            match_by,
-            lens_init,
-            donor_width,
-            from,
-            freeze,
-            lora_rank,
-            lora_alpha,
-            lora_targets
-        );
-        a.train_table |= t.train_table;
-        a.skip_nonfinite |= t.skip_nonfinite;
-        a.shuffle |= t.shuffle;
-        a.tied |= t.tied;
-        a.save_initial |= t.save_initial;
-        a.record_batches |= t.record_batches;
-        a.pack |= t.pack;
+        a.or_from(&t);
     }
     a
 }
@@ -127,61 +97,6 @@ fn install_signal_handlers() -> Arc<AtomicI32> {
     stop
 }
 
-/// Flags `--resume` takes: they change how the run goes on, not what it computes.
-const RESUME_FLAGS: &str =
-    "--steps, --device, --threads, --matmul-precision, --dtype, --attention, --eval-every, --save-every, --log-every, --keep, --skip-nonfinite";
-
-fn opt<T: ToString>(v: &Option<T>) -> Option<String> {
-    v.as_ref().map(T::to_string)
-}
-
-/// The flags of `a` that contradict the run configured by `cfg`, each as
-/// `--flag GIVEN (the run has RUN)`; flags equal to the run's are fine.
-fn resume_conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut check = |flag: &str, given: Option<String>, run: String| {
-        if let Some(g) = given.filter(|g| *g != run) {
-            out.push(format!("{flag} {g} (the run has {})", if run.is_empty() { "none" } else { &run }));
-        }
-    };
-    let m = &cfg.model;
-    check("--preset", a.preset.map(|p| p.name().to_string()), cfg.preset.name().to_string());
-    check("--arch", a.arch.map(|x| x.name().to_string()), m.arch.name().to_string());
-    check("--seed", opt(&a.seed), cfg.seed.to_string());
-    check("--batch", opt(&a.batch), cfg.batch.to_string());
-    check("--grad-accum", opt(&a.grad_accum), cfg.grad_accum.to_string());
-    check("--context", opt(&a.context), m.context.to_string());
-    check("--d-model", opt(&a.d_model), m.d_model.to_string());
-    check("--layers", opt(&a.layers), m.n_layers.to_string());
-    check("--heads", opt(&a.heads), m.n_heads.to_string());
-    check("--kv-heads", opt(&a.kv_heads), m.n_kv_heads.to_string());
-    check("--d-ff", opt(&a.d_ff), m.d_ff.to_string());
-    check("--vocab-size", opt(&a.vocab_size), m.vocab.to_string());
-    check("--lr", opt(&a.lr), cfg.lr.to_string());
-    check("--min-lr", opt(&a.min_lr), cfg.min_lr.to_string());
-    check("--warmup-steps", opt(&a.warmup_steps), cfg.warmup_steps.to_string());
-    check("--weight-decay", opt(&a.weight_decay), cfg.weight_decay.to_string());
-    check("--grad-clip", opt(&a.grad_clip), cfg.grad_clip.to_string());
-    check("--norm-eps", opt(&a.norm_eps), m.norm_eps.to_string());
-    check("--rope-base", opt(&a.rope_base), m.rope_base.to_string());
-    check("--text-field", a.text_field.clone(), cfg.text_field.clone());
-    check("--data-format", a.data_format.map(|f| f.name().to_string()), cfg.data_format.name().to_string());
-    check("--pack", a.pack.then(|| "on".to_string()), if cfg.pack { "on" } else { "off" }.to_string());
-    check("--tied", a.tied.then(|| "on".to_string()), if m.tied { "on" } else { "off" }.to_string());
-    check("--freeze", a.freeze.as_ref().map(|f| f.join(",")), m.freeze.join(","));
-    if let Some(c) = &a.corpus {
-        let given = std::fs::canonicalize(c).unwrap_or_else(|_| c.clone()).display().to_string();
-        if given != cfg.corpus {
-            out.push(format!("--corpus {} (the run has {})", c.display(), cfg.corpus));
-        }
-    }
-    out.extend(super::resume::recipe_conflicts(a, cfg));
-    if a.out.is_some() {
-        out.push("--out (the run folder is --resume's)".into());
-    }
-    out
-}
-
 /// What `--resume` found: a checkpoint to go on from, or a run that saved
 /// nothing, to start again from step 0 with these flags.
 enum Resumed {
@@ -189,7 +104,8 @@ enum Resumed {
     Restart(Box<TrainArgs>),
 }
 
-/// Continue the run in `dir` (see `--resume`): only [`RESUME_FLAGS`] may change;
+/// Continue the run in `dir` (see `--resume`): only
+/// [`RESUME_FLAGS`](super::resume::RESUME_FLAGS) may change;
 /// any other flag that contradicts the run is refused, naming it.
 fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     let text = std::fs::read_to_string(dir.join("config.toml")).map_err(|e| {
@@ -201,23 +117,25 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     })?;
     let mut cfg: TrainConfig =
         toml::from_str(&text).map_err(|e| input(format!("{}: {}", dir.join("config.toml").display(), e.message())))?;
-    let conflicts = resume_conflicts(a, &cfg);
+    let conflicts = super::resume::conflicts(a, &cfg);
     if !conflicts.is_empty() {
         return Err(input(format!(
-            "--resume {}: {} contradict{} the run; the model, corpus, optimizer and schedule come from its config.toml (only {RESUME_FLAGS} may change)",
+            "--resume {}: {} contradict{} the run; the model, corpus, optimizer and schedule come from its config.toml (only {} may change)",
             dir.display(),
             conflicts.join(", "),
-            if conflicts.len() == 1 { "s" } else { "" }
+            if conflicts.len() == 1 { "s" } else { "" },
+            super::resume::RESUME_FLAGS.join(", ")
         )));
     }
     macro_rules! take {
-        ($($f:ident),*) => { $( if let Some(v) = a.$f.clone() { cfg.$f = v; } )* };
+        ($($g:ident.$f:ident),*) => { $( if let Some(v) = a.$g.$f.clone() { cfg.$f = v; } )* };
     }
-    take!(steps, device, threads, matmul_precision, dtype, attention, eval_every, save_every, log_every, keep);
-    if a.matmul_precision.is_some() && a.dtype.is_none() {
+    take!(batch.steps, device.device, device.threads, device.matmul_precision, device.dtype, device.attention);
+    take!(log.eval_every, log.save_every, log.log_every, log.keep);
+    if a.device.matmul_precision.is_some() && a.device.dtype.is_none() {
         cfg.dtype = crate::config::Dtype::F32; // as for a new run: f32 products at that precision
     }
-    cfg.skip_nonfinite |= a.skip_nonfinite;
+    cfg.skip_nonfinite |= a.log.skip_nonfinite;
     super::resume::check_corpus(&mut cfg, dir, a.allow_corpus_change)?;
     cfg.validate()?;
     let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
@@ -250,10 +168,10 @@ fn run_options(a: &TrainArgs, stop: &Arc<AtomicI32>) -> RunOptions {
     RunOptions {
         quiet: a.json,
         progress: std::io::stderr().is_terminal(),
-        save_initial: a.save_initial,
-        record_batches: a.record_batches,
-        keep: a.keep.unwrap_or(0),
-        skip_nonfinite: a.skip_nonfinite,
+        save_initial: a.log.save_initial,
+        record_batches: a.log.record_batches,
+        keep: a.log.keep.unwrap_or(0),
+        skip_nonfinite: a.log.skip_nonfinite,
         stop: Some(stop.clone()),
     }
 }
@@ -264,8 +182,8 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
     let a = merged(args, read_toml(&cwd)?);
     if args.resume.is_none() {
         let corpus: Vec<PathBuf> =
-            a.corpus.iter().filter(|p| !p.as_os_str().is_empty() && p.as_os_str() != "<embedded>").cloned().collect();
-        crate::data::corpus::check_text_field(&corpus, a.text_field.as_deref())?;
+            a.data.corpus.iter().filter(|p| !p.as_os_str().is_empty() && p.as_os_str() != "<embedded>").cloned().collect();
+        crate::data::corpus::check_text_field(&corpus, a.data.text_field.as_deref())?;
     }
     let stop = install_signal_handlers();
     if let Some(dir) = &args.resume {
@@ -298,7 +216,7 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         }
         return Ok(out);
     }
-    start(&a, &run_options(&a, &stop), Start { cli_preset: args.preset, restart: false })
+    start(&a, &run_options(&a, &stop), Start { cli_preset: args.batch.preset, restart: false })
 }
 
 /// Start a new run for `a` (toy.toml merged), or start again a run that saved nothing.
@@ -307,7 +225,7 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
         return Err(input("--allow-corpus-change goes with --resume"));
     }
     // config.toml records these paths for --resume, as UTF-8 text.
-    for (flag, p) in [("--corpus", &a.corpus), ("--donor", &a.donor), ("--from", &a.from)] {
+    for (flag, p) in [("--corpus", &a.data.corpus), ("--donor", &a.warm.donor), ("--from", &a.finetune.from)] {
         if let Some(p) = p.as_ref().filter(|p| p.to_str().is_none()) {
             return Err(input(format!(
                 "{flag} {}: the run records this path in config.toml, which takes UTF-8 paths only (rename it)",
@@ -319,95 +237,42 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if recipe == Recipe::Finetune {
         return crate::commands::finetune::run(a, opts, how);
     }
-    if a.from.is_some() || a.lora_rank.is_some() || a.lora_alpha.is_some() || a.lora_targets.is_some() {
+    if !a.finetune.given().is_empty() {
         return Err(input("--from and --lora-* belong to the finetune recipe (toy train finetune --from MODEL.gguf ...)"));
     }
-    if a.data_format.is_some() || a.pack {
+    if a.data.data_format.is_some() || a.data.pack {
         return Err(input(
             "--data-format and --pack belong to the finetune recipe: chat data is rendered with a model's chat template (toy train finetune --from MODEL.gguf ...)",
         ));
     }
     if recipe == Recipe::FromScratch
-        && (a.donor.is_some() || a.init.is_some() || a.match_by.is_some() || a.lens_init.is_some() || a.shuffle)
+        && (a.warm.donor.is_some() || a.warm.init.is_some() || a.warm.match_by.is_some() || a.warm.lens_init.is_some() || a.warm.shuffle)
     {
         return Err(input(
             "--donor, --init, --match-by, --lens-init and --shuffle belong to the warm-start recipe (toy train warm-start ...)",
         ));
     }
-    if recipe == Recipe::FromScratch && a.train_table && a.donor_width.is_none() {
+    if recipe == Recipe::FromScratch && a.warm.train_table && a.warm.donor_width.is_none() {
         return Err(input("--train-table applies to a projection lens (toy train warm-start ..., or --donor-width)"));
     }
-    let (vocab, bpe_default) = (a.vocab_size, a.preset.and_then(Preset::vocab));
-    let (path, field) = (a.corpus.clone(), a.text_field.clone().unwrap_or_else(|| "text".into()));
+    let (vocab, bpe_default) = (a.shape.vocab_size, a.batch.preset.and_then(Preset::vocab));
+    let (path, field) = (a.data.corpus.clone(), a.data.text_field.clone().unwrap_or_else(|| "text".into()));
     let corpus = crate::signals::interruptible(opts.stop.as_deref(), "reading the corpus", move || {
         load_training_corpus(path.as_deref(), vocab, bpe_default, &field)
     })?;
     let mut a = a.clone();
-    let donor = if recipe == Recipe::WarmStart { Some(warm_start_donor(&mut a, &corpus)?) } else { None };
+    let donor = if recipe == Recipe::WarmStart { Some(super::warm_start::donor(&mut a, &corpus)?) } else { None };
     let mut cfg = resolve(&a, corpus.vocab_size)?;
-    record_corpus(&mut cfg, a.corpus.as_deref())?;
-    if let Some(f) = &a.text_field {
+    check_grad_accum(&cfg, &corpus)?;
+    record_corpus(&mut cfg, a.data.corpus.as_deref())?;
+    if let Some(f) = &a.data.text_field {
         cfg.text_field = f.clone();
     }
     let run = run_dir(a.out.as_ref(), cfg.model.arch, how.restart)?;
-    let out = match (recipe, &donor) {
-        (Recipe::WarmStart, Some(d)) => {
-            cfg.recipe = Recipe::WarmStart;
-            cfg.sampling = Sampling::Stream { shuffle: a.shuffle };
-            // A stream walks the data once per epoch: evaluate and report by epoch too.
-            train(
-                &Plan { recipe: Recipe::WarmStart, init: Init::Donor(d), sampling: cfg.sampling, resume: None },
-                &cfg,
-                &corpus,
-                &run,
-                opts,
-            )
-        }
-        _ => train(&Plan::from_scratch(), &cfg, &corpus, &run, opts),
+    let plan = match &donor {
+        Some(d) => super::warm_start::plan(d, &mut cfg, a.warm.shuffle),
+        None => Plan::from_scratch(),
     };
+    let out = train(&plan, &cfg, &corpus, &run, opts);
     finish(&a, &run, out)
-}
-
-/// The donor of a warm-start run for `a` (whose `--donor-width` it sets to
-/// the donor's), matched to the tokens of `corpus`.
-fn warm_start_donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::Donor> {
-    let path = a.donor.clone().ok_or_else(|| input("warm-start needs --donor MODEL.gguf"))?;
-    if a.arch.is_some_and(|x| x != Arch::Llama) {
-        return Err(input("warm-start trains a llama student (--arch llama)"));
-    }
-    // The donor decides the table width; the lens maps it to d_model.
-    let probe = crate::donor::DonorOptions {
-        path: &path,
-        init: crate::donor::TableInit::Scratch,
-        match_by: crate::donor::MatchBy::Index,
-        lens_init: crate::donor::LensInit::Random,
-        width: a.donor_width,
-    };
-    let width = crate::donor::load(&probe, None, 1, 1, 0)?.width;
-    a.donor_width = Some(width);
-    let cfg = resolve(a, corpus.vocab_size)?;
-    if a.init == Some(crate::donor::TableInit::Scratch) && a.lens_init == Some(crate::donor::LensInit::Pca) {
-        return Err(input("--lens-init pca needs the donor's table (--init donor)"));
-    }
-    let opts = crate::donor::DonorOptions {
-        path: &path,
-        init: a.init.unwrap_or(crate::donor::TableInit::Donor),
-        match_by: a.match_by.unwrap_or(crate::donor::MatchBy::Token),
-        lens_init: a.lens_init.unwrap_or(crate::donor::LensInit::Pca),
-        width: Some(width),
-    };
-    let tokens = corpus.tokenizer.as_ref().and_then(|t| t.tokens());
-    let d = crate::donor::load(&opts, tokens.as_deref(), cfg.model.vocab, cfg.model.d_model, cfg.seed)?;
-    if let Some(r) = &d.report {
-        if !a.json {
-            crate::outln!(
-                "donor {}: {} of {} student tokens matched ({:.1}%)",
-                crate::output::shown(&path),
-                r.matched,
-                r.total,
-                100.0 * r.match_rate
-            );
-        }
-    }
-    Ok(d)
 }

@@ -419,16 +419,9 @@ fn split_single_document(train: &Path, val: &Path, tokens: u64, fraction: f64) -
     Ok((n_train, n_val))
 }
 
-/// `toy prep`: train a byte-level BPE on `files` (text, JSON Lines, folders,
-/// `.gz`), tokenize them and write a prepared corpus into `out`.
-///
-/// # Errors
-/// [`Error::Input`](crate::error::Error::Input) for a missing, malformed
-/// (non-UTF-8, bad JSON, naming file and line) or empty input, bad options, or
-/// an output folder that is not empty (without `force`) or cannot be written;
-/// [`Error::Interrupted`](crate::error::Error::Interrupted) when `opts.stop` is
-/// set. Either way nothing that looks like a prepared corpus is left behind.
-pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifest> {
+/// Refuse what `toy prep` cannot do before reading anything: no inputs, a
+/// validation fraction outside [0, 1), a vocabulary outside 257..=max, no BPE sample.
+fn check_options(files: &[PathBuf], opts: &PrepOptions) -> Result<()> {
     if files.is_empty() {
         return Err(input("no input files (give one or more text files or folders)"));
     }
@@ -447,6 +440,38 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
     if opts.bpe_sample_bytes == 0 {
         return Err(input("--bpe-sample must be above 0"));
     }
+    Ok(())
+}
+
+/// Train the BPE of `opts.vocab_size` ids on `sample` (`sample_bytes` of the
+/// `n_docs` documents), saying so under `opts.progress`.
+fn train_tokenizer(sample: Vec<String>, sample_bytes: u64, n_docs: usize, opts: &PrepOptions) -> Result<Tokenizer> {
+    if opts.progress {
+        eprintln!("training the BPE on {:.1} MB of {} documents…", sample_bytes as f64 / 1e6, n_docs);
+    }
+    let t_bpe = std::time::Instant::now();
+    let vocab_size = opts.vocab_size;
+    let tok = crate::signals::interruptible(opts.stop.as_deref(), "training the tokenizer", move || {
+        Tokenizer::train_bpe(sample.iter().map(String::as_str), vocab_size)
+    })?;
+    check_stop(&opts.stop)?;
+    if opts.progress {
+        eprintln!("trained a BPE of {} ids in {:.1} s", tok.vocab_size(), t_bpe.elapsed().as_secs_f64());
+    }
+    Ok(tok)
+}
+
+/// `toy prep`: train a byte-level BPE on `files` (text, JSON Lines, folders,
+/// `.gz`), tokenize them and write a prepared corpus into `out`.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) for a missing, malformed
+/// (non-UTF-8, bad JSON, naming file and line) or empty input, bad options, or
+/// an output folder that is not empty (without `force`) or cannot be written;
+/// [`Error::Interrupted`](crate::error::Error::Interrupted) when `opts.stop` is
+/// set. Either way nothing that looks like a prepared corpus is left behind.
+pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifest> {
+    check_options(files, opts)?;
     let sources = discover(files)?;
     let total: u64 = sources.iter().map(|s| s.bytes).sum();
     let out_dir = check_out_dir(out, opts.force)?;
@@ -463,18 +488,7 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
         return Err(input(format!("no text in {} (empty, or only <|endoftext|> lines)", names.join(", "))));
     }
     let sample: Vec<String> = scan.sample.into_sorted_vec().into_iter().map(|(_, _, t)| t).collect();
-    if opts.progress {
-        eprintln!("training the BPE on {:.1} MB of {} documents…", scan.sample_bytes as f64 / 1e6, scan.n_docs);
-    }
-    let t_bpe = std::time::Instant::now();
-    let vocab_size = opts.vocab_size;
-    let tok = crate::signals::interruptible(opts.stop.as_deref(), "training the tokenizer", move || {
-        Tokenizer::train_bpe(sample.iter().map(String::as_str), vocab_size)
-    })?;
-    check_stop(&opts.stop)?;
-    if opts.progress {
-        eprintln!("trained a BPE of {} ids in {:.1} s", tok.vocab_size(), t_bpe.elapsed().as_secs_f64());
-    }
+    let tok = train_tokenizer(sample, scan.sample_bytes, scan.n_docs, opts)?;
 
     let held = if scan.n_docs == 1 { vec![false] } else { held_out(scan.n_docs, opts.val_fraction, opts.seed) };
     let (mut train, mut val) = (BinWriter::create(train_tmp)?, BinWriter::create(val_tmp)?);

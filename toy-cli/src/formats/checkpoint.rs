@@ -184,15 +184,12 @@ pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
     let embd = file.tensor("token_embd.weight").ok_or_else(|| input(format!("{what}: no token_embd.weight tensor")))?;
     let d_model = need_u(file, &format!("{a}.embedding_length"))?;
     let n_heads = need_u(file, &format!("{a}.attention.head_count"))?;
+    let n_layers = need_u(file, &format!("{a}.block_count"))?;
+    let n_kv_heads = super::checks::optional_count(file, &format!("{a}.attention.head_count_kv"), n_heads, what)?;
+    let d_ff = need_u(file, &format!("{a}.feed_forward_length"))?;
+    let context = need_u(file, &format!("{a}.context_length"))?;
     let config = ModelConfig {
-        arch,
-        vocab: embd.ne[1] as usize,
-        d_model,
-        n_layers: need_u(file, &format!("{a}.block_count"))?,
-        n_heads,
-        n_kv_heads: super::checks::optional_count(file, &format!("{a}.attention.head_count_kv"), n_heads, what)?,
-        d_ff: need_u(file, &format!("{a}.feed_forward_length"))?,
-        context: need_u(file, &format!("{a}.context_length"))?,
+        n_kv_heads,
         rope_base: super::checks::optional(file, &format!("{a}.rope.freq_base"), 10_000.0, what)? as f32,
         norm_eps: match arch {
             Arch::Llama | Arch::Qwen2 => {
@@ -201,12 +198,7 @@ pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
             Arch::Gpt2 => super::checks::optional(file, "gpt2.attention.layer_norm_epsilon", 1e-5, what)? as f32,
         },
         tied: file.tensor("output.weight").is_none(),
-        donor_width: None,
-        freeze_table: true,
-        freeze: Vec::new(),
-        lora: None,
-        base_dtype: None,
-        base_dtype_except: Default::default(),
+        ..ModelConfig::new(arch, embd.ne[1] as usize, d_model, n_layers, n_heads, d_ff, context)
     };
     config.validate().map_err(|m| input(format!("{what}: {m}")))?;
     super::checks::check_attention_keys(file, &config, what)?;

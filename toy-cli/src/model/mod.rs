@@ -125,6 +125,31 @@ fn yes() -> bool {
 }
 
 impl ModelConfig {
+    /// A model of this shape with the defaults of everything else: as many
+    /// kv heads as heads, RoPE base 10000, norm epsilon 1e-5, the head tied
+    /// for GPT-2 only, no lens, no frozen parameters, no LoRA, f32 weights.
+    pub fn new(arch: Arch, vocab: usize, d_model: usize, n_layers: usize, n_heads: usize, d_ff: usize, context: usize) -> ModelConfig {
+        ModelConfig {
+            arch,
+            vocab,
+            d_model,
+            n_layers,
+            n_heads,
+            n_kv_heads: n_heads,
+            d_ff,
+            context,
+            rope_base: 10_000.0,
+            norm_eps: 1e-5,
+            tied: arch == Arch::Gpt2,
+            donor_width: None,
+            freeze_table: true,
+            freeze: Vec::new(),
+            lora: None,
+            base_dtype: None,
+            base_dtype_except: Default::default(),
+        }
+    }
+
     /// Width of one attention head.
     pub fn d_head(&self) -> usize {
         self.d_model / self.n_heads

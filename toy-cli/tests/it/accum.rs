@@ -139,3 +139,25 @@ fn zero_micro_batches_are_refused() {
         "tokens per optimizer step",
     );
 }
+
+/// More sequences per optimizer step than the training split holds (100000
+/// micro-batches of one window, on the embedded corpus's 5,000 windows of 16
+/// tokens) is refused in one line that names the largest --grad-accum that
+/// fits, before a run folder exists; so is one on a finetune run.
+#[test]
+fn more_micro_batches_than_the_data_holds_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let o = toy(t, &[&["train", "--out", "r", "--steps", "1"], QUICK, &["--batch", "1", "--grad-accum", "100000"]].concat());
+    fails(&o, "train", "--grad-accum 100000 × --batch 1 is 100000 sequences per optimizer step, more than the");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("windows of 16 tokens"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!t.join("r").exists(), "no run folder is left");
+    train(t, &[], "base", &["--steps", "1"]);
+    let o = toy(
+        t,
+        &[&["train", "finetune", "--from", "base/weights/latest", "--out", "ft"], QUICK, &["--batch", "4", "--grad-accum", "100000"]]
+            .concat(),
+    );
+    fails(&o, "train", "--grad-accum 100000 × --batch 4");
+    assert!(!t.join("ft").exists(), "no run folder is left");
+}

@@ -338,8 +338,8 @@ fn toy_new_scaffolds_a_project() {
     assert_eq!(std::fs::read_to_string(dir.join("data/default-corpus.txt")).unwrap(), embedded::TEXT);
 
     let t = toy::commands::train::read_toml(&dir).unwrap().expect("toy.toml");
-    assert_eq!(t.corpus.as_deref(), Some(dir.join("data/default").as_path()));
-    let c = load_corpus(t.corpus.as_ref().unwrap(), &CorpusOptions::default()).unwrap();
+    assert_eq!(t.data.corpus.as_deref(), Some(dir.join("data/default").as_path()));
+    let c = load_corpus(t.data.corpus.as_ref().unwrap(), &CorpusOptions::default()).unwrap();
     let e = embedded::corpus().unwrap();
     assert_eq!((c.train, c.val, c.vocab_size), (e.train, e.val, e.vocab_size));
     let defaults = toy::commands::setup::resolve(&toy::cli::TrainArgs::default(), e.vocab_size).unwrap();

@@ -9,25 +9,8 @@ use toy::model::{Arch, ModelConfig, Weights};
 /// A model small enough for f64 finite differences: grouped-query attention
 /// for llama and qwen2 (4 heads over 2 kv heads), plain multi-head for gpt2.
 pub fn tiny(arch: Arch) -> ModelConfig {
-    ModelConfig {
-        arch,
-        vocab: 37,
-        d_model: 16,
-        n_layers: 2,
-        n_heads: 4,
-        n_kv_heads: if arch == Arch::Gpt2 { 4 } else { 2 },
-        d_ff: 24,
-        context: 8,
-        rope_base: 10_000.0,
-        norm_eps: 1e-5,
-        tied: arch == Arch::Gpt2,
-        donor_width: None,
-        freeze_table: true,
-        freeze: Vec::new(),
-        lora: None,
-        base_dtype: None,
-        base_dtype_except: Default::default(),
-    }
+    let n_kv_heads = if arch == Arch::Gpt2 { 4 } else { 2 };
+    ModelConfig { n_kv_heads, ..ModelConfig::new(arch, 37, 16, 2, 4, 24, 8) }
 }
 
 /// The weights as f64 by name (ggml layout).

@@ -1,0 +1,212 @@
+//! [`Graph::allocate`]: the flags ggml's allocator needs, the checks it would
+//! abort on, the backend scheduler, and the compute buffers, measured before
+//! they are asked for.
+
+use super::{Allocation, Graph};
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::log;
+use ggml_sys as sys;
+use std::ffi::CStr;
+use std::ptr::NonNull;
+
+type RawTensor = *mut sys::ggml_tensor;
+
+impl Graph<'_> {
+    /// Allocate the graph's intermediate tensors through a backend scheduler over
+    /// `backends` (highest priority first; the last must be the CPU, which runs any
+    /// op the others cannot). Done once; afterwards write inputs and
+    /// [`compute`](Self::compute). Leaves without data (not allocated in a
+    /// context) get their memory here and count as inputs, marked or not.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when the backend list is empty or does not end with the
+    /// CPU, or a pre-allocated tensor sits on a backend that cannot run its op;
+    /// [`Error::Compute`] when allocation fails (out of memory).
+    pub fn allocate(&mut self, backends: &[Backend]) -> Result<()> {
+        self.not_allocated("allocate")?;
+        check_backend_list(backends)?;
+        let (nodes, leafs) = self.raw_lists();
+        if nodes.is_empty() {
+            return Err(Error::Compute("the graph has no nodes".into()));
+        }
+        mark_inputs_and_outputs(&nodes, &leafs);
+        let index_checks = index_checks(&nodes);
+        self.check_preallocated(&nodes, backends)?;
+        let (owned, external): (Vec<RawTensor>, Vec<RawTensor>) =
+            nodes.iter().chain(leafs.iter()).copied().partition(|&t| unsafe { (*t).data.is_null() });
+        let sched = new_scheduler(backends, (nodes.len() + leafs.len()).max(self.size) + 64)?;
+        let alloc = Allocation { sched, backends: backends.to_vec(), owned, external, index_checks };
+        let ok = match self.place(sched, backends) {
+            Ok(ok) => ok,
+            Err(e) => {
+                // SAFETY: nothing allocated yet.
+                unsafe { sys::ggml_backend_sched_free(sched.as_ptr()) };
+                return Err(e);
+            }
+        };
+        self.alloc = Some(alloc);
+        if !ok {
+            let why = log::take_last_error().unwrap_or_else(|| "out of memory?".into());
+            self.release();
+            return Err(Error::Compute(format!("cannot allocate the graph: {why}")));
+        }
+        self.seed_loss();
+        Ok(())
+    }
+
+    /// Allocate the graph's compute buffers with `sched`; `Ok(false)` when ggml
+    /// fails to.
+    ///
+    /// What the compute buffers would take on each backend is measured before
+    /// asking for them: refuse what does not fit with one clear error instead
+    /// of ggml's allocation failures (and, on Linux, instead of memory that
+    /// overcommit grants and the OOM killer takes back).
+    ///
+    /// Each split of a graph over several backends rewires its nodes to input
+    /// copies that the next split frees (ggml_backend_sched_split_graph), so
+    /// such a graph is split once, by the allocation itself, and a device
+    /// without room fails there (no overcommit on GPUs). A single backend
+    /// makes no copies: it is measured first.
+    fn place(&self, sched: NonNull<sys::ggml_backend_sched>, backends: &[Backend]) -> Result<bool> {
+        if backends.len() > 1 {
+            // SAFETY: fresh scheduler, graph built.
+            return Ok(unsafe { sys::ggml_backend_sched_alloc_graph(sched.as_ptr(), self.raw()) });
+        }
+        let mut sizes = vec![0usize; backends.len()];
+        // SAFETY: fresh scheduler sized for the graph; one size per backend.
+        unsafe { sys::ggml_backend_sched_reserve_size(sched.as_ptr(), self.raw(), sizes.as_mut_ptr()) };
+        for (b, &size) in backends.iter().zip(&sizes) {
+            crate::backend::check_fits(b, size as u64, "the graph's compute buffers")?;
+        }
+        // The measure leaves the allocator's layout in place without its buffers:
+        // reserve them (ggml_backend_sched_reserve) before the graph is placed in them.
+        // SAFETY: fresh scheduler, graph built.
+        Ok(unsafe {
+            sys::ggml_backend_sched_reserve(sched.as_ptr(), self.raw()) && sys::ggml_backend_sched_alloc_graph(sched.as_ptr(), self.raw())
+        })
+    }
+
+    /// Set the loss's gradient seed (allocated now) to 1, when the graph has a backward pass.
+    fn seed_loss(&self) {
+        if let Some(loss) = self.loss {
+            // SAFETY: backward built; the seed is allocated now.
+            let seed = unsafe { sys::ggml_graph_get_grad_acc(self.raw(), loss) };
+            if !seed.is_null() {
+                let one = 1.0f32;
+                unsafe { sys::ggml_backend_tensor_set(seed, (&one as *const f32).cast(), 0, 4) };
+            }
+        }
+    }
+
+    /// Pre-allocated tensors run where their buffer is; ggml aborts when that
+    /// backend cannot run the op, so refuse such graphs here.
+    fn check_preallocated(&self, nodes: &[RawTensor], backends: &[Backend]) -> Result<()> {
+        for &n in nodes {
+            // SAFETY: live nodes and buffers.
+            unsafe {
+                let node = &*n;
+                let root = if node.view_src.is_null() { n } else { node.view_src };
+                if (*root).buffer.is_null() || node.op == sys::GGML_OP_NONE {
+                    continue;
+                }
+                let buft = sys::ggml_backend_buffer_get_type((*root).buffer);
+                let ok =
+                    backends.iter().any(|b| sys::ggml_backend_supports_buft(b.raw(), buft) && sys::ggml_backend_supports_op(b.raw(), n));
+                if !ok {
+                    let name = CStr::from_ptr(node.name.as_ptr()).to_string_lossy();
+                    let op = CStr::from_ptr(sys::ggml_op_desc(n)).to_string_lossy();
+                    return Err(Error::Backend(format!("{name} ({op}) writes into a buffer whose backend cannot run {op}")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The scheduler takes at most 16 backends, the CPU last.
+fn check_backend_list(backends: &[Backend]) -> Result<()> {
+    if backends.is_empty() || !backends.last().unwrap().is_cpu() {
+        return Err(Error::Backend("the scheduler needs the CPU backend last in its list".into()));
+    }
+    if backends.len() > 16 {
+        return Err(Error::Backend("at most 16 backends".into()));
+    }
+    Ok(())
+}
+
+/// The flags ggml's allocator needs and the caller may not have set.
+fn mark_inputs_and_outputs(nodes: &[RawTensor], leafs: &[RawTensor]) {
+    // A leaf without data can only be written by the caller, so it is an
+    // input whether marked or not. Unmarked, the scheduler assigns it no
+    // backend when it is reached only through a view (reshape, transpose,
+    // ...), and ggml-alloc aborts (`GGML_ASSERT(buffer_id >= 0)`).
+    for &t in nodes.iter().chain(leafs.iter()) {
+        // SAFETY: live tensors of the graph; flag update only.
+        unsafe {
+            if (*t).op == sys::GGML_OP_NONE && (*t).view_src.is_null() && (*t).data.is_null() {
+                sys::ggml_set_input(t);
+            }
+        }
+    }
+    // An output that is a view (a reshape, a cpy into another tensor) reads its
+    // source's memory: keep that memory from being reused by later nodes.
+    for &t in nodes {
+        // SAFETY: live tensors of the graph; flag updates only.
+        unsafe {
+            let mut v = t;
+            while ((*v).flags & sys::GGML_TENSOR_FLAG_OUTPUT as i32) != 0 && !(*v).view_src.is_null() {
+                v = (*v).view_src;
+                sys::ggml_set_output(v);
+            }
+        }
+    }
+}
+
+/// The index tensors of `get_rows` fed by a leaf, with the rows of the table
+/// they index and its name: made inputs (kept on the host), checked before each run.
+fn index_checks(nodes: &[RawTensor]) -> Vec<(RawTensor, i64, String)> {
+    let mut checks = Vec::new();
+    for &n in nodes {
+        // SAFETY: live nodes.
+        let node = unsafe { &*n };
+        if node.op != sys::GGML_OP_GET_ROWS {
+            continue;
+        }
+        let ids = node.src[1];
+        let root = unsafe {
+            if (*ids).view_src.is_null() {
+                ids
+            } else {
+                (*ids).view_src
+            }
+        };
+        if unsafe { (*root).op } == sys::GGML_OP_NONE {
+            let rows = unsafe { (*node.src[0]).ne[1] };
+            if unsafe { (*root).data.is_null() } {
+                unsafe { sys::ggml_set_input(root) };
+            }
+            let name = unsafe { CStr::from_ptr((*node.src[0]).name.as_ptr()) }.to_string_lossy().into_owned();
+            checks.push((root, rows, name));
+        }
+    }
+    checks
+}
+
+/// A backend scheduler over `backends` for graphs of up to `graph_size` nodes
+/// and leafs, once the host has room for its arena.
+fn new_scheduler(backends: &[Backend], graph_size: usize) -> Result<NonNull<sys::ggml_backend_sched>> {
+    let mut raw_backends: Vec<sys::ggml_backend_t> = backends.iter().map(|b| b.raw()).collect();
+    // The scheduler's arena (ggml_backend_sched_new: one split per node at
+    // most, GGML_SCHED_MAX_SPLIT_INPUTS = 30 inputs each, copies of both
+    // sides), allocated twice over: ggml aborts when that fails.
+    // SAFETY: size computation.
+    let arena =
+        graph_size * 30 * 2 * std::mem::size_of::<sys::ggml_tensor>() + unsafe { sys::ggml_graph_overhead_custom(graph_size, false) };
+    crate::backend::check_host_arena(2 * arena, "the scheduler's buffers")?;
+    // SAFETY: valid backend list with the CPU last.
+    let sched = unsafe {
+        sys::ggml_backend_sched_new(raw_backends.as_mut_ptr(), std::ptr::null_mut(), raw_backends.len() as i32, graph_size, false, true)
+    };
+    NonNull::new(sched).ok_or_else(|| Error::Compute("cannot create a scheduler".into()))
+}
