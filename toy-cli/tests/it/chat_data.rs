@@ -1,7 +1,9 @@
-//! Chat data beyond `toy train finetune`'s own: ShareGPT records.
+//! Chat data beyond `toy train finetune`'s own: ShareGPT records and `toy eval`
+//! scoring the assistant's tokens only.
 
 use crate::chat::{chat_model, events, finetune, persona, CHATML};
 use crate::common::process::{fails, ok, toy};
+use std::path::Path;
 
 /// [`persona`]'s conversations as ShareGPT records (`from`, `value`).
 fn sharegpt(n: usize) -> String {
@@ -66,9 +68,93 @@ fn sharegpt_records_are_conversations() {
     ];
     for (corpus, needle) in cases {
         fails(&finetune(t, "chat.gguf", corpus, "x", &["--steps", "1"]), "train", needle);
+        fails(&toy(t, &["eval", "chat.gguf", "--corpus", corpus, "--threads", "1"]), "eval", needle);
     }
     assert!(!t.join("x").exists());
     // From-scratch training is told it is chat data.
     let o = toy(t, &["train", "--preset", "smoke", "--corpus", "share.jsonl", "--out", "x", "--threads", "1"]);
     fails(&o, "train", "share.jsonl:1: a chat record (messages, conversations, or prompt and completion), not text");
+}
+
+/// `toy eval --json` in `dir`.
+fn eval_json(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let o = toy(dir, &[&["eval", "--json", "--threads", "1"][..], args].concat());
+    ok(&o);
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Conversations whose answers differ much in length, so that a mean of
+/// per-batch means would differ from the mean over tokens.
+fn uneven(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            let answer = if i % 2 == 0 { "Yes.".to_string() } else { format!("The answer is {}.", "very ".repeat(6 + i)) };
+            let m = [("user", format!("Question {i}?")), ("assistant", answer)];
+            let m: Vec<_> = m.iter().map(|(r, c)| serde_json::json!({"role": r, "content": c})).collect();
+            format!("{}\n", serde_json::json!({ "messages": m }))
+        })
+        .collect()
+}
+
+#[test]
+fn eval_scores_chat_data_on_the_assistant_tokens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, Some(CHATML), "chat.gguf");
+    std::fs::write(t.join("uneven.jsonl"), uneven(7)).unwrap();
+    // The tokens scored are exactly those finetune trains.
+    let ck = toy::formats::checkpoint::open_checkpoint(&t.join("chat.gguf")).unwrap();
+    let tok = ck.tokenizer.clone().unwrap();
+    let model = toy::data::chat_examples::ChatModel { file: &ck.file, tok: &tok };
+    let c = toy::data::chat_examples::load_chat(&t.join("uneven.jsonl"), Default::default(), &model, 0.0, 0).unwrap().unwrap();
+    let trained = |n: usize| c.train[..n].iter().map(|e| e.trained.iter().skip(1).filter(|&&b| b).count()).sum::<usize>();
+    let longest = c.train.iter().map(|e| e.ids.len()).max().unwrap();
+    let e = eval_json(t, &["chat.gguf", "--corpus", "uneven.jsonl", "--batch", "1"]);
+    assert_eq!((e["tokens"].as_u64(), e["context"].as_u64()), (Some(trained(7) as u64), Some(longest as u64 - 1)), "{e}");
+    assert_eq!((e["chat"]["conversations"].as_u64(), e["chat"]["truncated"].as_u64()), (Some(7), Some(0)), "{e}");
+    // The mean is over tokens, not over batches: the batch does not change it.
+    let e4 = eval_json(t, &["chat.gguf", "--corpus", "uneven.jsonl", "--batch", "4"]);
+    let (l1, l4) = (e["loss"].as_f64().unwrap(), e4["loss"].as_f64().unwrap());
+    assert!((l1 - l4).abs() < 1e-4 * l1, "--batch 1: {l1}, --batch 4: {l4}");
+    let e3 = eval_json(t, &["chat.gguf", "--corpus", "uneven.jsonl", "--max-windows", "3"]);
+    assert_eq!(e3["tokens"].as_u64(), Some(trained(3) as u64));
+    // Cut conversations are said to be cut; the human line names what was scored.
+    let o = toy(t, &["eval", "chat.gguf", "--corpus", "uneven.jsonl", "--context", "40", "--threads", "1"]);
+    ok(&o);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(err.contains("conversations truncated to 41 tokens"), "{err}");
+    assert!(out.contains("assistant tokens scored in 7 conversations (windows of 40)"), "{out}");
+    // A finetuned model's assistant loss falls on its data; the base's stays.
+    std::fs::write(t.join("chats.jsonl"), persona(40)).unwrap();
+    let args = ["--steps", "30", "--batch", "4", "--context", "64", "--lr", "0.003", "--eval-every", "1000"];
+    ok(&finetune(t, "chat.gguf", "chats.jsonl", "ft", &args));
+    let base = eval_json(t, &["chat.gguf", "--corpus", "chats.jsonl"])["loss"].as_f64().unwrap();
+    let tuned = eval_json(t, &["ft", "--corpus", "chats.jsonl"])["loss"].as_f64().unwrap();
+    assert!(tuned < base * 0.7, "assistant loss: base {base}, finetuned {tuned}");
+}
+
+#[test]
+fn eval_refuses_bad_chat_input_in_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, Some(CHATML), "chat.gguf");
+    chat_model(t, None, "plain.gguf");
+    std::fs::write(t.join("chats.jsonl"), persona(4)).unwrap();
+    std::fs::write(t.join("bad.jsonl"), format!("{}not json\n", persona(1))).unwrap();
+    std::fs::write(t.join("story.txt"), "Once upon a time there was a cat.\n").unwrap();
+    let long = serde_json::json!({"messages": [{"role": "user", "content": "why ".repeat(20)}, {"role": "assistant", "content": "No."}]});
+    std::fs::write(t.join("long.jsonl"), format!("{long}\n")).unwrap();
+    let cases: [(&str, &str, &[&str], &str); 7] = [
+        ("chat.gguf", "bad.jsonl", &[], "bad.jsonl:2: not a JSON object"),
+        ("chat.gguf", "story.txt", &["--data-format", "chat"], "story.txt holds no chat records"),
+        ("chat.gguf", "chats.jsonl", &["--text-field", "body"], "--text-field applies to text records"),
+        ("plain.gguf", "chats.jsonl", &[], "chats.jsonl:1: a conversation, but the model plain.gguf has no chat template"),
+        ("chat.gguf", "long.jsonl", &["--context", "8"], "no conversation has an assistant token within its first 9 tokens"),
+        ("chat.gguf", "chats.jsonl", &["--max-windows", "0"], "--max-windows must be at least 1"),
+        ("chat.gguf", "chats.jsonl", &["--data-format", "text"], "chats.jsonl:1: a chat record"),
+    ];
+    for (model, corpus, extra, needle) in cases {
+        let o = toy(t, &[&["eval", model, "--corpus", corpus, "--threads", "1"][..], extra].concat());
+        fails(&o, "eval", needle);
+    }
 }
