@@ -127,7 +127,9 @@ impl Loop<'_, '_> {
     fn next_batch(&mut self, recorder: Option<&mut Recorder>, t: usize, done: u64, loss: f32) -> Result<(Batch, bool)> {
         if let Some(c) = self.chat {
             let (windows, new_epoch) = self.sampler.next_windows(c.train.len() as u64);
-            return Ok((c.train.batch(&windows), new_epoch));
+            let b = c.train.batch(&windows);
+            recorder.map_or(Ok(()), |r| r.record_chat(&b, t))?;
+            return Ok((b, new_epoch));
         }
         let before = self.sampler.state();
         let len = self.corpus.train.len();
@@ -362,7 +364,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let cfg = l.cfg;
     let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
     let mut recorder = match l.opts.record_batches {
-        true => Some(Recorder::create(&l.run.path, cfg.model.context, cfg.sequences_per_step(), l.start_step)?),
+        true => Some(Recorder::create(&l.run.path, cfg.model.context, cfg.sequences_per_step(), l.start_step, l.chat.is_some())?),
         false => None,
     };
     let report = Report::new(l.opts, cfg.steps, l.start_step);

@@ -1,5 +1,6 @@
-//! Chat data beyond `toy train finetune`'s own: ShareGPT records and `toy eval`
-//! scoring the assistant's tokens only.
+//! Chat data beyond `toy train finetune`'s own: ShareGPT records, `toy eval`
+//! scoring the assistant's tokens only, and `--record-batches` recording
+//! chat windows with their masked targets.
 
 use crate::chat::{chat_model, events, finetune, persona, CHATML};
 use crate::common::process::{fails, ok, toy};
@@ -157,4 +158,40 @@ fn eval_refuses_bad_chat_input_in_one_line() {
         let o = toy(t, &[&["eval", model, "--corpus", corpus, "--threads", "1"][..], extra].concat());
         fails(&o, "eval", needle);
     }
+}
+
+/// The i32 values of a file.
+fn i32s(path: &Path) -> Vec<i32> {
+    std::fs::read(path).unwrap().chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+#[test]
+fn record_batches_hold_chat_windows_and_their_masks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, Some(CHATML), "chat.gguf");
+    std::fs::write(t.join("chats.jsonl"), persona(20)).unwrap();
+    let args = ["--batch", "2", "--context", "48", "--record-batches", "--save-initial", "--eval-every", "1000"];
+    ok(&finetune(t, "chat.gguf", "chats.jsonl", "a", &[&args[..], &["--steps", "3"]].concat()));
+    let layout: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(t.join("a/batches.json")).unwrap()).unwrap();
+    assert_eq!(layout, serde_json::json!({"format": "toy/chat-batches-v1", "dtype": "i32", "window": 49, "batch": 2}));
+    let v = i32s(&t.join("a/batches.bin"));
+    assert_eq!(v.len(), 3 * 2 * 2 * 48, "3 steps of 2 windows of 48 inputs and 48 targets");
+    for w in v.chunks_exact(96) {
+        let (inputs, targets) = w.split_at(48);
+        assert!(targets.contains(&-1) && targets.iter().any(|&y| y >= 0), "prompt tokens masked, the answer's not: {targets:?}");
+        for j in 0..47 {
+            assert!(targets[j] == -1 || targets[j] == inputs[j + 1], "a counted target is the next input");
+        }
+    }
+    // The recorded batch gives the step's logged loss (the loss before step 1's update).
+    let o = toy(t, &["debug", "dump-logits", "a/weights/step_0.gguf", "--batches", "a/batches.bin", "--step", "1", "--out", "l.gguf"]);
+    ok(&o);
+    let dumped = serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["loss"].as_f64().unwrap();
+    let step1 = events(&t.join("a")).iter().find(|e| e["kind"] == "step" && e["step"] == 1).unwrap()["loss"].as_f64().unwrap();
+    assert!((dumped - step1).abs() < 1e-4 * step1, "dumped {dumped}, logged {step1}");
+    // A resumed run's recording goes on where it stopped: the same bytes.
+    ok(&finetune(t, "chat.gguf", "chats.jsonl", "b", &[&args[..], &["--steps", "2"]].concat()));
+    ok(&toy(t, &["train", "--resume", "b", "--steps", "3", "--threads", "1"]));
+    assert_eq!(i32s(&t.join("b/batches.bin")), v);
 }
