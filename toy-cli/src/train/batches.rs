@@ -276,7 +276,7 @@ impl Layout {
         }
     }
 
-    /// A layout this build reads ([`Recorder`]).
+    /// A layout this build reads back ([`Recorded`]).
     fn known(&self) -> bool {
         self.window >= 2
             && self.batch > 0
