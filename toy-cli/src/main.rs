@@ -52,14 +52,26 @@ fn dispatch(command: &Command) -> toy::error::Result<()> {
         }),
         Command::Eval(a) => toy::commands::eval::run(a).and_then(|r| {
             if a.json {
-                return say!(
-                    "{}",
-                    serde_json::json!({ "format": "toy/eval-v1", "loss": r.loss, "perplexity": r.perplexity, "tokens": r.tokens,
-                                                   "context": r.context, "bytes": r.bytes, "bits_per_byte": r.bits_per_byte })
-                );
+                let mut out = serde_json::json!({ "format": "toy/eval-v1", "loss": r.loss, "perplexity": r.perplexity, "tokens": r.tokens,
+                                                  "context": r.context, "bytes": r.bytes, "bits_per_byte": r.bits_per_byte });
+                if let Some(c) = &r.chat {
+                    out["chat"] = serde_json::json!(c);
+                }
+                return say!("{out}");
             }
             let bpb = r.bits_per_byte.map(|b| format!(" · {b:.4} bits/byte")).unwrap_or_default();
             let n = if r.tokens == 1 { "token" } else { "tokens" };
+            if let Some(c) = &r.chat {
+                let w = if c.windows == 1 { "conversation" } else { "conversations" };
+                return say!(
+                    "loss {:.4} · perplexity {:.2} · {} assistant {n} scored in {} {w} (windows of {})",
+                    r.loss,
+                    r.perplexity,
+                    r.tokens,
+                    c.windows,
+                    r.context
+                );
+            }
             say!("loss {:.4} · perplexity {:.2} · {} {n} in windows of {}{bpb}", r.loss, r.perplexity, r.tokens, r.context)
         }),
         Command::Describe(a) => toy::commands::describe::run(a),

@@ -137,9 +137,14 @@ pub struct EvalArgs {
     pub lora: Option<PathBuf>,
     /// Checkpoint (.gguf) or run folder.
     pub model: PathBuf,
-    /// Raw text (tokenized with the checkpoint's tokenizer), a prepared folder, or toy's .bin/.txt ids.
+    /// Raw text (tokenized with the checkpoint's tokenizer), a prepared folder, toy's .bin/.txt ids,
+    /// or JSON Lines: text records, or chat data scored on the assistant's tokens only.
     #[arg(long)]
     pub corpus: PathBuf,
+    /// How JSON Lines records are read, as `toy train finetune` reads them:
+    /// auto (per file, from its first record), chat, or text.
+    #[arg(long = "data-format", value_enum)]
+    pub data_format: Option<crate::data::chat_records::DataFormat>,
     /// Tokens per window (default: the longest the text fills, at most the
     /// model's context).
     #[arg(long)]

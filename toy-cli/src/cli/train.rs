@@ -241,8 +241,9 @@ flag_group! {
         #[arg(long = "text-field")]
         pub text_field: Option<String>,
         /// finetune: how JSON Lines records are read. auto: per file, from its first
-        /// record ("messages": conversations, "prompt" and "completion": pairs, else
-        /// text); chat: conversations or pairs only; text: every record is text.
+        /// record ("messages" or ShareGPT's "conversations": conversations, "prompt"
+        /// and "completion": pairs, else text); chat: conversations or pairs only;
+        /// text: every record is text.
         /// Chat data is rendered with the model's chat template; only the
         /// assistant's tokens are trained.
         #[arg(long = "data-format", value_enum)]

@@ -1,13 +1,19 @@
-//! `toy eval`: loss and perplexity of a checkpoint on a corpus.
+//! `toy eval`: loss and perplexity of a checkpoint on a corpus: text, token
+//! ids, or chat data (JSON Lines conversations and prompt-completion pairs),
+//! which is scored on the tokens `toy train finetune` trains — the
+//! assistant's — and on no other.
 
 use crate::cli::EvalArgs;
 use crate::commands::generate::resolve_model;
+use crate::data::chat_examples::{load_chat, ChatCorpus, ChatModel};
+use crate::data::chat_records::{read_chat, DataFormat};
 use crate::data::Tokenizer;
 use crate::data::{load_corpus_with, CorpusOptions, TextOptions};
 use crate::error::{input, runtime, Result};
 use crate::formats::checkpoint::{open_checkpoint, Checkpoint};
 use crate::train::backends_for;
 use crate::train::batches::{batch_at, eval_starts};
+use crate::train::chat_windows::{ChatRun, Fit};
 use crate::train::step::with_loaded;
 use crate::train::step::{capacity, EvalStep};
 use ggml_rs::Context;
@@ -26,6 +32,9 @@ pub struct EvalResult {
     pub bytes: Option<usize>,
     /// Bits per byte (loss in bits over the text's bytes), when known.
     pub bits_per_byte: Option<f64>,
+    /// Chat data: what fitting its conversations into windows did; `tokens`
+    /// then counts the assistant tokens scored.
+    pub chat: Option<Fit>,
 }
 
 /// UTF-8 bytes of the documents of a raw text file (separator lines excluded),
@@ -105,18 +114,29 @@ fn progress(show: bool, n: usize) -> Option<indicatif::ProgressBar> {
         .then(|| crate::output::progress_bar(n as u64, "eval {bar:30} {pos}/{len} windows [{elapsed_precise} < {eta_precise}]"))
 }
 
+/// The failure of a loss that is not finite on `place`.
+fn overflow(ck: &Checkpoint, l: f32, place: &str) -> crate::error::Error {
+    let adapter = if ck.adapter.is_some() { " with its adapter" } else { "" };
+    runtime(format!("the loss is not finite ({l}) on {place}: the model{adapter} overflows on this corpus"))
+}
+
 /// Evaluate `args.model` on `args.corpus`.
 ///
 /// A model without tokenizer keys is evaluated on token ids only (an id file,
 /// or a prepared folder of the model's vocabulary size): its loss on text
-/// tokenized any other way would mean nothing. A loss that is not finite is a
-/// failure ([`Error::Runtime`](crate::error::Error::Runtime)), not a result.
+/// tokenized any other way would mean nothing. Chat data is read as
+/// finetune reads it (`--data-format`) and scored on the assistant's tokens
+/// ([`eval_chat`]). A loss that is not finite is a failure
+/// ([`Error::Runtime`](crate::error::Error::Runtime)), not a result.
 pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     let ck = open_checkpoint(&resolve_model(&args.model)?)?;
     let ck = match &args.lora {
         Some(l) => ck.with_lora(l)?,
         None => ck,
     };
+    if let Some(chat) = chat_corpus(&ck, args)? {
+        return eval_chat(&ck, args, &chat);
+    }
     let path = &args.corpus;
     let (ids, bytes) = corpus_ids(&ck, args)?;
     if let Some(c) = args.context.filter(|&c| c > ck.config.context) {
@@ -156,11 +176,7 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
             let step = if chunk.len() == b { &mut full } else { tail.as_mut().expect("tail graph") };
             let l = step.loss(&bt.tokens, &bt.targets)?;
             if !l.is_finite() {
-                return Err(runtime(format!(
-                    "the loss is not finite ({l}) on the window at token {}: the model{} overflows on this corpus",
-                    chunk[0],
-                    if ck.adapter.is_some() { " with its adapter" } else { "" }
-                )));
+                return Err(overflow(&ck, l, &format!("the window at token {}", chunk[0])));
             }
             sum += l as f64 * chunk.len() as f64;
             if let Some(pb) = &pb {
@@ -185,5 +201,103 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
         context: t,
         bytes,
         bits_per_byte: covered.map(|cb| loss * tokens as f64 / std::f64::consts::LN_2 / cb),
+        chat: None,
     })
+}
+
+/// The chat data at `args.corpus` (`--data-format`) rendered and masked for
+/// `ck` as finetune does it (all of it, none held out); `None` when the
+/// corpus is text or token ids.
+fn chat_corpus(ck: &Checkpoint, args: &EvalArgs) -> Result<Option<ChatCorpus>> {
+    let path = &args.corpus;
+    if !path.exists() {
+        return Err(input(format!("corpus {} does not exist", path.display())));
+    }
+    let format = args.data_format.unwrap_or_default();
+    let chat = match &ck.tokenizer {
+        Some(tok) => load_chat(path, format, &ChatModel { file: &ck.file, tok }, 0.0, 0)?,
+        None if read_chat(path, format)?.is_some() => {
+            return Err(input(format!(
+                "{} holds chat records, but the model carries no tokenizer (tokenizer.ggml.*) to render them with",
+                path.display()
+            )))
+        }
+        None => None,
+    };
+    match &chat {
+        Some(_) if args.text_field.is_some() => {
+            Err(input(format!("--text-field applies to text records; {} holds chat records", path.display())))
+        }
+        None if format == DataFormat::Chat => {
+            Err(input(format!("--data-format chat: {} is text; give --corpus with chat records (JSON Lines)", path.display())))
+        }
+        _ => Ok(chat),
+    }
+}
+
+/// Evaluate `ck` on the conversations of `chat`, each in a window of its
+/// own as finetune's unpacked windows (`train::chat_windows`): the mean loss
+/// over their trained tokens (the assistant's and its end of turn), the
+/// other targets masked. The default window is the longest conversation's,
+/// at most the model's context; longer ones are cut, and said so on stderr.
+fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<EvalResult> {
+    let path = &args.corpus;
+    if let Some(c) = args.context.filter(|&c| c > ck.config.context) {
+        return Err(input(format!("--context {c} is longer than the model's context {}", ck.config.context)));
+    }
+    match (args.batch, args.max_windows, args.context) {
+        (0, _, _) => return Err(input("--batch must be at least 1")),
+        (_, Some(0), _) => return Err(input("--max-windows must be at least 1")),
+        (_, _, Some(0)) => return Err(input("--context must be at least 1")),
+        _ => {}
+    }
+    let longest = chat.train.iter().map(|e| e.ids.len()).max().unwrap_or(0);
+    let t = args.context.unwrap_or_else(|| ck.config.context.min(longest.saturating_sub(1)).max(1));
+    let run = ChatRun::new(chat, t, false);
+    if run.train.is_empty() {
+        return Err(input(format!(
+            "{}: no conversation has an assistant token within its first {} tokens (try a larger --context)",
+            path.display(),
+            t + 1
+        )));
+    }
+    if let Some(note) = run.note() {
+        eprintln!("{note}");
+    }
+    let n = run.train.len().min(args.max_windows.unwrap_or(usize::MAX));
+    let b = args.batch.clamp(1, n);
+    let batches = run.train.batches(b, n);
+    let vocab = ck.config.vocab;
+    if let Some(&id) = batches.iter().flat_map(|bt| bt.tokens.iter().chain(&bt.targets)).find(|&&x| x >= 0 && x as usize >= vocab) {
+        return Err(input(format!("{}: the tokenizer gives id {id}, outside the model's vocabulary of {vocab}", path.display())));
+    }
+    let backends = backends_for(&args.device, args.threads, args.matmul_precision.ggml())?;
+    let (sum, scored) = with_loaded(ck, &backends[0], t, b, false, |w, consts| {
+        let ctx = Context::new(capacity(ck.config.n_layers))?;
+        let mut step = EvalStep::new(&ctx, w, consts, t, b, &backends)?;
+        let (mut sum, mut scored) = (0f64, 0usize);
+        let pb = progress(!args.json, batches.len());
+        for (i, bt) in batches.iter().enumerate() {
+            let l = step.loss(&bt.tokens, &bt.targets)?;
+            if !l.is_finite() {
+                return Err(overflow(ck, l, &format!("the batch of conversation windows {}..", i * b + 1)));
+            }
+            // The loss is the mean over the batch's counted targets: weigh it by their count.
+            let k = bt.targets.iter().filter(|&&y| y >= 0).count();
+            (sum, scored) = (sum + l as f64 * k as f64, scored + k);
+            if let Some(pb) = &pb {
+                pb.inc(1);
+            }
+        }
+        if let Some(pb) = pb {
+            pb.finish_and_clear();
+        }
+        Ok((sum, scored))
+    })?;
+    let loss = sum / scored.max(1) as f64;
+    if !loss.exp().is_finite() {
+        return Err(runtime(format!("the perplexity is not finite: exp of the loss {loss:.4} overflows")));
+    }
+    let fit = Fit { windows: n, trained_tokens: scored, ..run.fit };
+    Ok(EvalResult { loss, perplexity: loss.exp(), tokens: scored, context: t, bytes: None, bits_per_byte: None, chat: Some(fit) })
 }

@@ -67,8 +67,7 @@ fn check_preset(preset: Option<crate::config::Preset>, base: &crate::model::Mode
 }
 
 /// Refuse flags that do not apply to what `corpus` holds: `--pack` and
-/// `--data-format chat` to text (the embedded corpus), `--text-field` and
-/// `--record-batches` (which records token windows) to chat data.
+/// `--data-format chat` to text (the embedded corpus), `--text-field` to chat data.
 fn check_chat_flags(a: &TrainArgs, corpus: &crate::data::Corpus) -> Result<()> {
     let src = corpus.source.display();
     match &corpus.chat {
@@ -76,7 +75,6 @@ fn check_chat_flags(a: &TrainArgs, corpus: &crate::data::Corpus) -> Result<()> {
             Err(input(format!("--pack packs conversations; {src} holds text, which is cut into windows end to end anyway")))
         }
         Some(_) if a.data.text_field.is_some() => Err(input(format!("--text-field applies to text records; {src} holds chat records"))),
-        Some(_) if a.log.record_batches => Err(input(format!("--record-batches records windows of text; {src} holds chat records"))),
         None if a.data.data_format == Some(DataFormat::Chat) => {
             Err(input(format!("--data-format chat: {src} is text; give --corpus with chat records (JSON Lines)")))
         }

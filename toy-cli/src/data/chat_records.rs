@@ -2,12 +2,16 @@
 //! OpenAI's fine-tuning write:
 //!
 //! - conversational: `{"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}`;
+//! - ShareGPT (axolotl's `sharegpt`, FastChat's): `{"conversations": [{"from":
+//!   "system"|"human"|"gpt", "value": "..."}, ...]}`, read as conversational
+//!   records with `human` as `user` and `gpt` as `assistant` ([`SHAREGPT_ROLES`]);
 //! - prompt-completion: `{"prompt": "...", "completion": "..."}`, each a
 //!   string or (TRL's conversational prompt-completion) a list of messages.
 //!
 //! `--data-format auto` decides per file from its first record: a `messages`
-//! field makes it conversations, `prompt` and `completion` fields make it
-//! pairs, anything else text (read with `--text-field` by `super::sources`).
+//! field makes it conversations, a `conversations` field ShareGPT
+//! conversations, `prompt` and `completion` fields make it pairs, anything
+//! else text (read with `--text-field` by `super::sources`).
 //! Every later record of the file must be of the same kind. `chat` insists on
 //! chat records, `text` reads every record as text.
 
@@ -49,6 +53,8 @@ pub enum RecordKind {
     Text,
     /// `{"messages": [...]}`.
     Messages,
+    /// ShareGPT's `{"conversations": [{"from", "value"}, ...]}`.
+    ShareGpt,
     /// `{"prompt": ..., "completion": ...}`.
     PromptCompletion,
 }
@@ -58,6 +64,8 @@ impl RecordKind {
     pub fn of(record: &Value) -> RecordKind {
         if record.get("messages").is_some() {
             RecordKind::Messages
+        } else if record.get("conversations").is_some() {
+            RecordKind::ShareGpt
         } else if record.get("prompt").is_some() && record.get("completion").is_some() {
             RecordKind::PromptCompletion
         } else {
@@ -70,6 +78,7 @@ impl RecordKind {
         match self {
             RecordKind::Text => "text records",
             RecordKind::Messages => "conversations (messages)",
+            RecordKind::ShareGpt => "ShareGPT conversations (conversations)",
             RecordKind::PromptCompletion => "prompt-completion pairs",
         }
     }
@@ -116,7 +125,7 @@ pub fn read_chat(path: &Path, format: DataFormat) -> Result<Option<(RecordKind, 
     let chat = |k: &RecordKind| *k != RecordKind::Text;
     match (kinds.iter().position(chat), kinds.iter().position(|k| !chat(k))) {
         (None, _) if format == DataFormat::Chat => Err(input(format!(
-            "{} holds no chat records (a JSON Lines record with \"messages\", or \"prompt\" and \"completion\")",
+            "{} holds no chat records (a JSON Lines record with \"messages\", \"conversations\", or \"prompt\" and \"completion\")",
             sources[0].path.display()
         ))),
         (None, _) => Ok(None),
@@ -189,6 +198,7 @@ fn read_file(s: &Source, kind: RecordKind, out: &mut Vec<Located>) -> Result<()>
         if found != kind {
             let (want, first) = match kind {
                 RecordKind::Messages => ("\"messages\" field", "a conversation"),
+                RecordKind::ShareGpt => ("\"conversations\" field", "a ShareGPT conversation"),
                 _ => ("\"prompt\" and \"completion\" fields", "a prompt-completion pair"),
             };
             return Err(input(format!("{at}: no {want}; the file's first record is {first}, and a file holds one kind of record")));
@@ -210,6 +220,7 @@ pub const ROLES: [&str; 3] = ["system", "user", "assistant"];
 pub fn parse(v: &Value) -> Result<Record, String> {
     let record = match RecordKind::of(v) {
         RecordKind::Messages => Record::Chat { messages: messages(&v["messages"], "messages")?, first_trained: 0 },
+        RecordKind::ShareGpt => Record::Chat { messages: sharegpt(&v["conversations"])?, first_trained: 0 },
         RecordKind::PromptCompletion => match (&v["prompt"], &v["completion"]) {
             (Value::String(p), Value::String(c)) => Record::Pair { prompt: p.clone(), completion: c.clone() },
             (p, c) => {
@@ -253,6 +264,29 @@ fn messages(v: &Value, field: &str) -> Result<Vec<Message>, String> {
     Ok(out)
 }
 
+/// ShareGPT's speakers (`from`) and the roles they are read as: axolotl's
+/// default mapping (`human`/`user` → user, `gpt`/`assistant` → assistant).
+pub const SHAREGPT_ROLES: [(&str, &str); 5] =
+    [("system", "system"), ("human", "user"), ("user", "user"), ("gpt", "assistant"), ("assistant", "assistant")];
+
+/// The messages of a ShareGPT `conversations` list.
+fn sharegpt(v: &Value) -> Result<Vec<Message>, String> {
+    let list = v.as_array().ok_or_else(|| "conversations is not a list of turns".to_string())?;
+    let mut out = Vec::with_capacity(list.len());
+    for (i, m) in list.iter().enumerate() {
+        let which = format!("conversations[{i}]");
+        let from = m.get("from").ok_or_else(|| format!("{which} has no \"from\""))?;
+        let from = from.as_str().ok_or_else(|| format!("{which}'s from is not a string (it is {})", json_type(from)))?;
+        let Some(&(_, role)) = SHAREGPT_ROLES.iter().find(|(f, _)| *f == from) else {
+            return Err(format!("{which} is from {from:?}; ShareGPT turns are from system, human or gpt"));
+        };
+        let value = m.get("value").ok_or_else(|| format!("{which} has no \"value\""))?;
+        let value = value.as_str().ok_or_else(|| format!("{which}'s value is not a string (it is {})", json_type(value)))?;
+        out.push(Message::new(role, value));
+    }
+    Ok(out)
+}
+
 /// The JSON type of `v`, as messages name it.
 fn json_type(v: &Value) -> &'static str {
     match v {
@@ -284,6 +318,10 @@ mod tests {
             Record::Chat { messages, first_trained } => assert_eq!((messages.len(), first_trained), (3, 2)),
             r => panic!("{r:?}"),
         }
+        let share =
+            json!({"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]});
+        let want = [Message::new("system", "s"), Message::new("user", "q"), Message::new("assistant", "a")];
+        assert_eq!(parse(&share).unwrap(), Record::Chat { messages: want.to_vec(), first_trained: 0 });
     }
 
     #[test]
@@ -294,5 +332,8 @@ mod tests {
         assert!(err(json!({"messages": [{"role": "user", "content": "q"}]})).contains("no assistant turn"));
         assert!(err(json!({"messages": "hi"})).contains("not a list"));
         assert!(err(json!({"prompt": "q", "completion": [{"role": "user", "content": "x"}]})).contains("completion has no assistant"));
+        assert!(err(json!({"conversations": [{"from": "bot", "value": "x"}]})).contains("conversations[0] is from \"bot\""));
+        assert!(err(json!({"conversations": [{"from": "gpt", "value": 1}]})).contains("value is not a string (it is a number)"));
+        assert!(err(json!({"conversations": [{"from": "human", "value": "q"}]})).contains("no assistant turn"));
     }
 }

@@ -453,9 +453,10 @@ impl<'s> Documents<'s> {
                     let at = format!("{}:{}", self.sources[i].path.display(), self.line_no);
                     let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| input(format!("{at}: not a JSON object ({e})")))?;
                     let (prompt, completion) = (v.get("prompt").is_some(), v.get("completion").is_some());
-                    let text = v.get(&self.text_field).ok_or_else(|| match (v.get("messages").is_some(), prompt, completion) {
+                    let conversation = v.get("messages").is_some() || v.get("conversations").is_some();
+                    let text = v.get(&self.text_field).ok_or_else(|| match (conversation, prompt, completion) {
                         (true, _, _) | (_, true, true) => input(format!(
-                            "{at}: a chat record (messages, or prompt and completion), not text: chat data trains with toy train finetune --from MODEL.gguf, whose chat template renders it"
+                            "{at}: a chat record (messages, conversations, or prompt and completion), not text: chat data trains with toy train finetune --from MODEL.gguf, whose chat template renders it"
                         )),
                         (_, true, false) | (_, false, true) => {
                             input(format!("{at}: a prompt-completion record needs both \"prompt\" and \"completion\""))

@@ -4,17 +4,32 @@
 use crate::data::Tokens;
 use crate::train::batches::{batch_at, Batch};
 
-/// Records every step's windows (`batches.bin`: u32 little-endian, step-major,
-/// then sequence, then the T+1 tokens of the window) with their layout in
-/// `batches.json`, so another implementation can replay the exact run.
+/// Records every step's windows with their layout in `batches.json`, so
+/// another implementation can replay the exact run. `batches.bin` is
+/// step-major, then sequence, in one of two layouts ([`Layout::format`]):
+///
+/// - [`TEXT_BATCHES`] (text): u32 little-endian, the `T + 1` tokens of each
+///   window (inputs `t0..t(T−1)`, targets `t1..tT`);
+/// - [`CHAT_BATCHES`] (chat data, whose targets are masked): i32
+///   little-endian, each window's `T` input ids then its `T` targets, −1
+///   where the loss counts nothing (prompts, padding; see
+///   `crate::train::chat_windows`). PyTorch's `cross_entropy(..., ignore_index=-1)`
+///   takes them as they are.
 pub struct Recorder {
     file: std::io::BufWriter<std::fs::File>,
 }
 
+/// [`Layout::format`] of text windows (u32 tokens).
+pub const TEXT_BATCHES: &str = "toy/batches-v1";
+/// [`Layout::format`] of chat windows (i32 inputs, then i32 targets with −1).
+pub const CHAT_BATCHES: &str = "toy/chat-batches-v1";
+
 /// The layout written to `batches.json`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Layout {
+    /// [`TEXT_BATCHES`] or [`CHAT_BATCHES`].
     pub format: String,
+    /// `u32` (text) or `i32` (chat).
     pub dtype: String,
     /// Tokens per window (context + 1).
     pub window: usize,
@@ -22,13 +37,38 @@ pub struct Layout {
     pub batch: usize,
 }
 
+impl Layout {
+    /// The layout of windows of context `t`, `b` per step; `chat`: inputs and masked targets.
+    pub fn new(t: usize, b: usize, chat: bool) -> Layout {
+        let (format, dtype) = if chat { (CHAT_BATCHES, "i32") } else { (TEXT_BATCHES, "u32") };
+        Layout { format: format.into(), dtype: dtype.into(), window: t + 1, batch: b }
+    }
+
+    /// Values (4 bytes each) per window: `T + 1` tokens, or `T` inputs and `T` targets.
+    pub fn values_per_window(&self) -> usize {
+        if self.format == CHAT_BATCHES {
+            2 * self.window.saturating_sub(1)
+        } else {
+            self.window
+        }
+    }
+
+    /// A layout this build reads back ([`Recorded`]).
+    fn known(&self) -> bool {
+        self.window >= 2
+            && self.batch > 0
+            && matches!((self.format.as_str(), self.dtype.as_str()), (TEXT_BATCHES, "u32") | (CHAT_BATCHES, "i32"))
+    }
+}
+
 impl Recorder {
     /// Start recording into `dir` after `done` steps: a resumed run's
     /// recording goes on from its checkpoint (the steps recorded after it,
     /// done again, are cut); one that lacks steps before it is refused.
-    pub fn create(dir: &std::path::Path, t: usize, b: usize, done: u64) -> crate::error::Result<Recorder> {
+    /// `chat`: the windows of a chat corpus ([`CHAT_BATCHES`]).
+    pub fn create(dir: &std::path::Path, t: usize, b: usize, done: u64, chat: bool) -> crate::error::Result<Recorder> {
         use std::io::{Seek, SeekFrom};
-        let layout = Layout { format: "toy/batches-v1".into(), dtype: "u32".into(), window: t + 1, batch: b };
+        let layout = Layout::new(t, b, chat);
         let text = serde_json::to_string_pretty(&layout).expect("serializable");
         crate::files::write_atomic(&dir.join("batches.json"), text.as_bytes())?;
         let path = dir.join("batches.bin");
@@ -36,7 +76,7 @@ impl Recorder {
         let mut file = crate::files::no_follow(std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true))
             .open(&path)
             .map_err(|e| crate::files::open_error(&path, e))?;
-        let want = done * ((t + 1) * b * 4) as u64;
+        let want = done * (layout.values_per_window() * b * 4) as u64;
         let have = file.metadata().map_err(fail)?.len();
         if have < want {
             return Err(crate::error::input(format!(
@@ -60,11 +100,24 @@ impl Recorder {
         }
         self.file.flush().map_err(|e| crate::error::runtime(format!("cannot record batches: {e}")))
     }
+
+    /// Append the windows of the chat batch `b` (`t` inputs and targets each).
+    pub fn record_chat(&mut self, b: &Batch, t: usize) -> crate::error::Result<()> {
+        use std::io::Write;
+        let fail = |e: std::io::Error| crate::error::runtime(format!("cannot record batches: {e}"));
+        for (inputs, targets) in b.tokens.chunks(t).zip(b.targets.chunks(t)) {
+            for v in inputs.iter().chain(targets) {
+                self.file.write_all(&v.to_le_bytes()).map_err(fail)?;
+            }
+        }
+        self.file.flush().map_err(fail)
+    }
 }
 
 /// Recorded batches read back.
 pub struct Recorded {
     pub layout: Layout,
+    /// The file's values, as written (u32 or i32 bits).
     windows: Vec<u32>,
 }
 
@@ -76,14 +129,8 @@ impl Recorded {
         let layout: Layout = serde_json::from_str(&std::fs::read_to_string(&json).map_err(|e| input(format!("{}: {e}", json.display())))?)
             .map_err(|e| input(format!("{}: {e}", json.display())))?;
         let bytes = std::fs::read(bin).map_err(|e| input(format!("{}: {e}", bin.display())))?;
-        let per_step = layout.window.checked_mul(layout.batch).and_then(|n| n.checked_mul(4)).unwrap_or(0);
-        if layout.format != "toy/batches-v1"
-            || layout.window < 2
-            || layout.batch == 0
-            || per_step == 0
-            || bytes.len() % per_step != 0
-            || bytes.is_empty()
-        {
+        let per_step = layout.values_per_window().checked_mul(layout.batch).and_then(|n| n.checked_mul(4)).unwrap_or(0);
+        if !layout.known() || per_step == 0 || bytes.len() % per_step != 0 || bytes.is_empty() {
             return Err(input(format!("{}: not a batch recording matching {}", bin.display(), json.display())));
         }
         let windows = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
@@ -92,7 +139,7 @@ impl Recorded {
 
     /// Number of recorded steps.
     pub fn steps(&self) -> usize {
-        self.windows.len() / (self.layout.window * self.layout.batch)
+        self.windows.len() / (self.layout.values_per_window() * self.layout.batch)
     }
 
     /// The batch of step `step` (1-based).
@@ -100,9 +147,19 @@ impl Recorded {
         if step == 0 || step > self.steps() {
             return Err(crate::error::input(format!("step {step} is not recorded (1..={})", self.steps())));
         }
-        let (w, b) = (self.layout.window, self.layout.batch);
-        let chunk = Tokens::from(self.windows[(step - 1) * w * b..step * w * b].to_vec());
-        let starts: Vec<usize> = (0..b).map(|i| i * w).collect();
-        batch_at(&chunk, &starts, w - 1)
+        let (v, b) = (self.layout.values_per_window(), self.layout.batch);
+        let step_values = &self.windows[(step - 1) * v * b..step * v * b];
+        if self.layout.format == CHAT_BATCHES {
+            let t = v / 2;
+            let mut out = Batch { tokens: Vec::with_capacity(t * b), targets: Vec::with_capacity(t * b) };
+            for w in step_values.chunks_exact(v) {
+                out.tokens.extend(w[..t].iter().map(|&x| x as i32));
+                out.targets.extend(w[t..].iter().map(|&x| x as i32));
+            }
+            return Ok(out);
+        }
+        let chunk = Tokens::from(step_values.to_vec());
+        let starts: Vec<usize> = (0..b).map(|i| i * v).collect();
+        batch_at(&chunk, &starts, v - 1)
     }
 }

@@ -151,13 +151,17 @@ impl Sink for RunFolder<'_> {
     }
 
     /// `batches.json` and `batches.bin` (see [`Recorder::create`]).
-    fn record_batches(&mut self, t: usize, b: usize, done: u64) -> Result<()> {
-        self.recorder = Some(Recorder::create(&self.run.path, t, b, done)?);
+    fn record_batches(&mut self, t: usize, b: usize, done: u64, chat: bool) -> Result<()> {
+        self.recorder = Some(Recorder::create(&self.run.path, t, b, done, chat)?);
         Ok(())
     }
 
     fn record(&mut self, data: &Tokens, starts: &[usize], window: usize) -> Result<()> {
         self.recorder.as_mut().map_or(Ok(()), |r| r.record(data, starts, window))
+    }
+
+    fn record_chat(&mut self, b: &crate::train::batches::Batch, t: usize) -> Result<()> {
+        self.recorder.as_mut().map_or(Ok(()), |r| r.record_chat(b, t))
     }
 }
 

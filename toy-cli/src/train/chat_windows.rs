@@ -161,7 +161,7 @@ pub struct ChatRun {
     /// Both splits together.
     pub fit: Fit,
     pub pack: bool,
-    /// What the records are (`messages`, `prompt-completion`), for events.
+    /// What the records are (`messages`, `sharegpt`, `prompt-completion`), for events.
     pub kind: &'static str,
 }
 
@@ -172,6 +172,7 @@ impl ChatRun {
         let (val, f2) = Windows::build(&c.val, t, pack, c.eos);
         let kind = match c.kind {
             Some(RecordKind::PromptCompletion) => "prompt-completion",
+            Some(RecordKind::ShareGpt) => "sharegpt",
             _ => "messages",
         };
         ChatRun { train, val, fit: f1 + f2, pack, kind }

@@ -141,26 +141,11 @@ mod tests {
     use ggml_rs::{Backend, Context};
 
     fn config(arch: Arch) -> ModelConfig {
-        let gpt2 = arch == Arch::Gpt2;
-        ModelConfig {
-            arch,
-            vocab: 61,
-            d_model: 32,
-            n_layers: 2,
-            n_heads: 4,
-            n_kv_heads: if gpt2 { 4 } else { 2 },
-            d_ff: 48,
-            context: 12,
-            rope_base: 1e4,
-            norm_eps: 1e-5,
-            tied: gpt2,
-            donor_width: None,
-            freeze_table: true,
-            freeze: Vec::new(),
-            lora: None,
-            base_dtype: None,
-            base_dtype_except: Default::default(),
+        let mut c = ModelConfig::new(arch, 61, 32, 2, 4, 48, 12);
+        if arch == Arch::Llama {
+            c.n_kv_heads = 2;
         }
+        c
     }
 
     /// Each step's logits from the cache equal those of the whole window

@@ -34,11 +34,14 @@ pub trait Sink {
     /// The step of the newest complete save, if any.
     fn latest(&self) -> Option<u64>;
     /// Record every step's windows from now on (`--record-batches`): `b`
-    /// windows of context `t` a step, after the `done` steps already taken.
-    fn record_batches(&mut self, t: usize, b: usize, done: u64) -> Result<()>;
+    /// windows of context `t` a step, after the `done` steps already taken;
+    /// `chat`: windows of chat data, whose targets are masked.
+    fn record_batches(&mut self, t: usize, b: usize, done: u64, chat: bool) -> Result<()>;
     /// Record one step's windows: those of `window` tokens at `starts` in
     /// `data` (nothing unless [`Sink::record_batches`] was called).
     fn record(&mut self, data: &Tokens, starts: &[usize], window: usize) -> Result<()>;
+    /// Record one step's chat windows: `b`'s inputs and targets, `t` each.
+    fn record_chat(&mut self, b: &super::batches::Batch, t: usize) -> Result<()>;
 }
 
 /// What a save keeps: the weights, the optimizer's moments and how far the
@@ -338,7 +341,11 @@ impl Sink for Memory {
     fn latest(&self) -> Option<u64> {
         self.events.iter().rev().find_map(|e| if let Event::Saved(s) = e { Some(s.step) } else { None })
     }
-    fn record_batches(&mut self, _t: usize, _b: usize, _done: u64) -> Result<()> {
+    fn record_chat(&mut self, _b: &super::batches::Batch, _t: usize) -> Result<()> {
+        Ok(())
+    }
+
+    fn record_batches(&mut self, _t: usize, _b: usize, _done: u64, _chat: bool) -> Result<()> {
         Ok(())
     }
     fn record(&mut self, _data: &Tokens, _starts: &[usize], _window: usize) -> Result<()> {

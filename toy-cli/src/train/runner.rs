@@ -129,7 +129,11 @@ impl Loop<'_, '_> {
     fn next_batch(&mut self, t: usize, done: u64, loss: f32) -> Result<(Batch, bool)> {
         if let Some(c) = self.chat {
             let (windows, new_epoch) = self.sampler.next_windows(c.train.len() as u64);
-            return Ok((c.train.batch(&windows), new_epoch));
+            let b = c.train.batch(&windows);
+            if self.opts.record_batches {
+                self.sink.record_chat(&b, t)?;
+            }
+            return Ok((b, new_epoch));
         }
         let before = self.sampler.state();
         let len = self.corpus.train.len();
@@ -311,7 +315,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let cfg = l.cfg;
     let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
     if l.opts.record_batches {
-        l.sink.record_batches(cfg.model.context, cfg.sequences_per_step(), l.start_step)?;
+        l.sink.record_batches(cfg.model.context, cfg.sequences_per_step(), l.start_step, l.chat.is_some())?;
     }
     let report = Report::new(l.opts, cfg.steps, l.start_step);
     let mut tally = Tally { done: l.start_step, last_loss: f32::NAN, last_val: None };

@@ -18,7 +18,7 @@ use toy::train::step::{capacity, Consts, EvalStep};
 use toy_stories as stories;
 
 /// ChatML without a default system turn.
-const CHATML: &str = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+pub(crate) const CHATML: &str = "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 /// SmolLM2-Instruct's template (a default system turn when there is none).
 const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
@@ -178,7 +178,7 @@ fn the_loss_ignores_masked_targets() {
 /// given `<|im_start|>` and `<|im_end|>` (control tokens, new rows in the
 /// token table and head), `<|im_end|>` as EOS, and `template` as its chat
 /// template (none when `None`): `name` in `dir`.
-fn chat_model(dir: &Path, template: Option<&str>, name: &str) {
+pub(crate) fn chat_model(dir: &Path, template: Option<&str>, name: &str) {
     if !dir.join("base").exists() {
         std::fs::write(dir.join("old.txt"), stories::generate_with(11, 60)).unwrap();
         let args = ["train", "--corpus", "old.txt", "--vocab-size", "300", "--steps", "20", "--out", "base", "--context", "256"];
@@ -221,13 +221,13 @@ fn chat_model(dir: &Path, template: Option<&str>, name: &str) {
 
 const QUICK: &[&str] = &["--threads", "1", "--log-every", "1000"];
 
-fn finetune(dir: &Path, model: &str, corpus: &str, out: &str, extra: &[&str]) -> std::process::Output {
+pub(crate) fn finetune(dir: &Path, model: &str, corpus: &str, out: &str, extra: &[&str]) -> std::process::Output {
     let args = ["train", "finetune", "--from", model, "--corpus", corpus, "--out", out];
     toy(dir, &[&args[..], QUICK, extra].concat())
 }
 
 /// `n` conversations with one answer format (a fixed persona), some with a system turn.
-fn persona(n: usize) -> String {
+pub(crate) fn persona(n: usize) -> String {
     let nouns = ["cat", "dog", "bird", "fish", "tree", "boat", "hat", "cup"];
     let mut out = String::new();
     for i in 0..n {
@@ -242,7 +242,7 @@ fn persona(n: usize) -> String {
     out
 }
 
-fn events(run: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn events(run: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run.join("events.jsonl")).unwrap().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
 }
 
@@ -374,7 +374,7 @@ fn bad_chat_data_is_refused_with_its_line() {
     fails(&o, "train", "finetune recipe");
     // Chat data given to from-scratch training: said to be chat data.
     let o = toy(t, &["train", "--preset", "smoke", "--corpus", "good.jsonl", "--out", "x", "--threads", "1"]);
-    fails(&o, "train", "good.jsonl:1: a chat record (messages, or prompt and completion), not text");
+    fails(&o, "train", "good.jsonl:1: a chat record (messages, conversations, or prompt and completion), not text");
     assert!(!t.join("x").exists());
     // What finetune trains on, as `toy debug chat-masks` shows it.
     let o = toy(t, &["debug", "chat-masks", "chat.gguf", "--corpus", "good.jsonl", "-n", "1"]);

@@ -4,6 +4,7 @@
 
 mod accum;
 mod chat;
+mod chat_data;
 mod cli_data;
 mod cli_errors;
 mod common;
