@@ -432,9 +432,22 @@ fn carried_keys(plan: &Plan<'_>) -> Result<Vec<(String, ggml_rs::gguf::Value)>> 
     Ok(BASE_KEYS.iter().filter_map(|&k| Some((k.to_string(), file.get(k)?.clone()))).collect())
 }
 
-/// The model's name in events and checkpoints (`general.name`): `toy-<arch>-<preset>`.
+/// The model's name in events and checkpoints (`general.name`):
+/// `toy-<arch>-<preset>`, or for the finetune recipe, whose shape is its
+/// base's, `<base name>-finetune` with the base's `general.name` (its file
+/// stem where it has none or cannot be read): `SmolLM2 135M Instruct-finetune`.
 pub fn model_name(cfg: &TrainConfig) -> String {
-    format!("toy-{}-{}", cfg.model.arch.name(), cfg.preset.name())
+    match (cfg.recipe, cfg.from.as_deref()) {
+        (crate::config::Recipe::Finetune, Some(from)) => {
+            let named = ggml_rs::gguf::GgufFile::open(from)
+                .ok()
+                .and_then(|f| f.get("general.name").and_then(|v| v.as_str().map(str::to_string)))
+                .filter(|n| !n.trim().is_empty());
+            let stem = || std::path::Path::new(from).file_stem().map_or("base".into(), |s| s.to_string_lossy().into_owned());
+            format!("{}-finetune", named.unwrap_or_else(stem))
+        }
+        _ => format!("toy-{}-{}", cfg.model.arch.name(), cfg.preset.name()),
+    }
 }
 
 /// One replica's tensors that outlive its graphs, in a context allocated on its device.

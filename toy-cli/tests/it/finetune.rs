@@ -66,6 +66,10 @@ fn finetune_starts_from_the_model_and_learns_the_new_corpus() {
     assert!(val[0].0 == 0 && last < first, "validation loss on the new corpus did not fall: {val:?}");
     let events = std::fs::read_to_string(t.join("ft/events.jsonl")).unwrap();
     assert!(events.contains("\"recipe\":\"finetune\""));
+    // Named after its base (general.name), not after a preset it does not have.
+    assert_eq!(b.get("general.name").and_then(|v| v.as_str()), Some("toy-llama-smoke"));
+    assert_eq!(s0.get("general.name").and_then(|v| v.as_str()), Some("toy-llama-smoke-finetune"));
+    assert!(events.contains("\"name\":\"toy-llama-smoke-finetune\""));
 }
 
 #[test]
