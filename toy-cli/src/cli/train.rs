@@ -307,8 +307,9 @@ flag_group! {
         /// Feed-forward width.
         #[arg(long = "d-ff", value_parser = count_usize)]
         pub d_ff: Option<usize>,
-        /// Vocabulary: of the BPE trained on the fly for raw text (default 1024), or of
-        /// toy's id files (default: the largest id + 1; larger ids are an error).
+        /// Vocabulary: of the BPE trained on the fly for raw text and for the
+        /// embedded corpus (default 1024, the embedded tokenizer's), or of toy's id
+        /// files (default: the largest id + 1; larger ids are an error).
         #[arg(long = "vocab-size", value_parser = count_usize)]
         pub vocab_size: Option<usize>,
         /// RMSNorm/LayerNorm epsilon.

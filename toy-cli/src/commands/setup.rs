@@ -151,13 +151,13 @@ pub fn run_dir(out: Option<&PathBuf>, arch: Arch, restart: bool) -> Result<RunDi
 /// files; `bpe_default` (a preset's vocabulary) sizes that BPE when `vocab` is
 /// not given, and nothing else (a prepared corpus or id file keeps its ids).
 pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, bpe_default: Option<usize>, text_field: &str) -> Result<Corpus> {
+    if vocab == Some(0) {
+        return Err(input("--vocab-size must be at least 1"));
+    }
     match path {
-        None => default_corpus(),
-        Some(p) if p.as_os_str() == "<embedded>" || p.as_os_str().is_empty() => default_corpus(),
+        None => embedded_corpus(vocab),
+        Some(p) if p.as_os_str() == "<embedded>" || p.as_os_str().is_empty() => embedded_corpus(vocab),
         Some(p) => {
-            if vocab == Some(0) {
-                return Err(input("--vocab-size must be at least 1"));
-            }
             let text = TextOptions {
                 bpe_vocab_size: vocab.or(bpe_default).unwrap_or(TextOptions::default().bpe_vocab_size),
                 text_field: text_field.to_string(),
@@ -178,6 +178,15 @@ pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, bpe_defau
             }
             Ok(c)
         }
+    }
+}
+
+/// The embedded corpus, with a BPE of `vocab` ids trained on its text when
+/// `--vocab-size` asks for other than its own 1024.
+fn embedded_corpus(vocab: Option<usize>) -> Result<Corpus> {
+    match vocab {
+        Some(v) => crate::data::embedded::corpus_with_vocab(v),
+        None => default_corpus(),
     }
 }
 

@@ -50,6 +50,17 @@ pub fn corpus() -> Result<Corpus> {
     Ok(embedded(tok, s))
 }
 
+/// The default corpus with a byte-level BPE of `vocab` ids trained on its
+/// text (`--vocab-size`), as a raw text corpus gets; its own tokenizer when
+/// `vocab` is [`VOCAB_SIZE`].
+pub fn corpus_with_vocab(vocab: usize) -> Result<Corpus> {
+    if vocab == VOCAB_SIZE {
+        return corpus();
+    }
+    let docs = split_documents(TEXT);
+    corpus_with(Tokenizer::train_bpe(docs.iter(), vocab)?)
+}
+
 /// The corpus of the embedded text's split `s`, tokenized with `tok`.
 fn embedded(tok: Tokenizer, s: Split) -> Corpus {
     Corpus {

@@ -326,6 +326,13 @@ fn embedded_corpus_is_generated_and_tokenized_by_this_project() {
     assert_eq!(c.vocab_size, embedded::VOCAB_SIZE);
     assert!(c.val.len() > 1000 && c.train.len() > 10 * c.val.len(), "{} / {}", c.train.len(), c.val.len());
     assert_eq!(c.tokenizer.unwrap().eot(), Some(0));
+    // --vocab-size on the embedded corpus trains a BPE of that size on its text
+    // (it used to be ignored), and is deterministic, so --resume finds the same ids.
+    let (a, b) = (embedded::corpus_with_vocab(500).unwrap(), embedded::corpus_with_vocab(500).unwrap());
+    assert_eq!(a.vocab_size, 500);
+    assert!(a.train.len() > c.train.len(), "fewer ids per token, more tokens");
+    assert!(a.train == b.train && a.val == b.val);
+    assert_eq!(embedded::corpus_with_vocab(embedded::VOCAB_SIZE).unwrap().train, c.train);
 }
 
 #[test]
