@@ -6,6 +6,19 @@ use crate::common::gradcheck::{grad_check, rand_param};
 use crate::common::*;
 use ggml_rs::{Context, DType};
 
+/// Softmax over keys `0..=i` of query `i` (head `hh`, sequence `bb`): the
+/// causal attention probabilities, in f64, for [`reference`] and [`reference_grads`].
+fn probs(q: &[f64], k: &[f64], dims: [usize; 5], scale: f64, hh: usize, i: usize, bb: usize) -> Vec<f64> {
+    let [dh, h, hkv, t, _] = dims;
+    let g = hh / (h / hkv);
+    let qi = |d| ((bb * t + i) * h + hh) * dh + d;
+    let ki = |d, j| ((bb * t + j) * hkv + g) * dh + d;
+    let s: Vec<f64> = (0..=i).map(|j| scale * (0..dh).map(|d| q[qi(d)] * k[ki(d, j)]).sum::<f64>()).collect();
+    let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+    s.iter().map(|x| (x - m).exp() / z).collect()
+}
+
 /// f64 causal attention over `[dh, h, t, b]` q and `[dh, hkv, t, b]` k, v.
 fn reference(q: &[f64], k: &[f64], v: &[f64], dims: [usize; 5], scale: f64) -> Vec<f64> {
     let [dh, h, hkv, t, b] = dims;
@@ -16,11 +29,9 @@ fn reference(q: &[f64], k: &[f64], v: &[f64], dims: [usize; 5], scale: f64) -> V
         for hh in 0..h {
             let g = hh / (h / hkv);
             for i in 0..t {
-                let s: Vec<f64> = (0..=i).map(|j| scale * (0..dh).map(|d| q[qi(d, hh, i, bb)] * k[ki(d, g, j, bb)]).sum::<f64>()).collect();
-                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                let p = probs(q, k, dims, scale, hh, i, bb);
                 for d in 0..dh {
-                    out[qi(d, hh, i, bb)] = (0..=i).map(|j| (s[j] - m).exp() / z * v[ki(d, g, j, bb)]).sum();
+                    out[qi(d, hh, i, bb)] = (0..=i).map(|j| p[j] * v[ki(d, g, j, bb)]).sum();
                 }
             }
         }
@@ -120,10 +131,7 @@ fn reference_grads(q: &[f64], k: &[f64], v: &[f64], r: &[f64], dims: [usize; 5],
         for hh in 0..h {
             let g = hh / (h / hkv);
             for i in 0..t {
-                let s: Vec<f64> = (0..=i).map(|j| scale * (0..dh).map(|d| q[qi(d, hh, i, bb)] * k[ki(d, g, j, bb)]).sum::<f64>()).collect();
-                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
-                let p: Vec<f64> = s.iter().map(|x| (x - m).exp() / z).collect();
+                let p = probs(q, k, dims, scale, hh, i, bb);
                 let dp: Vec<f64> = (0..=i).map(|j| (0..dh).map(|d| r[qi(d, hh, i, bb)] * v[ki(d, g, j, bb)]).sum()).collect();
                 let dsum: f64 = (0..=i).map(|j| p[j] * dp[j]).sum();
                 for j in 0..=i {
