@@ -138,7 +138,10 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     cfg.skip_nonfinite |= a.log.skip_nonfinite;
     super::resume::check_corpus(&mut cfg, dir, a.allow_corpus_change)?;
     cfg.validate()?;
-    let id = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
+    // The id the run started with (its checkpoints carry it), even in a
+    // renamed or copied folder; else the folder's name.
+    let id =
+        crate::run::started_as(dir).or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned())).unwrap_or_else(|| "run".into());
     let run = RunDir::create(id, dir.to_path_buf(), true)?;
     if !run.has_checkpoint() {
         drop(run);

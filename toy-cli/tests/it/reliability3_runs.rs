@@ -290,6 +290,13 @@ fn another_runs_checkpoint_pair_is_refused_a_renamed_run_resumes() {
     fails(&toy(t, &["train", "--resume", "a", "--steps", "3", "--threads", "1"]), "not by this run");
     std::fs::rename(t.join("b"), t.join("b2")).unwrap();
     ok(&toy(t, &["train", "--resume", "b2", "--steps", "3", "--threads", "1"]));
+    // ... and again: its new checkpoints keep the id it started with (a second
+    // resume was refused as "another run's"), as does a copied folder.
+    ok(&toy(t, &["train", "--resume", "b2", "--steps", "4", "--threads", "1"]));
+    let copy = std::process::Command::new("cp").args(["-r", "b2", "b3"]).current_dir(t).status().unwrap();
+    assert!(copy.success());
+    ok(&toy(t, &["train", "--resume", "b3", "--steps", "5", "--threads", "1"]));
+    ok(&toy(t, &["train", "--resume", "b3", "--steps", "6", "--threads", "1"]));
 }
 
 /// A corpus path that is not UTF-8 was recorded lossily in config.toml: the
