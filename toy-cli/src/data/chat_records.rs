@@ -172,7 +172,7 @@ fn for_lines(s: &Source, mut f: impl FnMut(usize, &str) -> Result<bool>) -> Resu
 
 /// A line as a JSON object.
 fn object(at: &str, line: &str) -> Result<Value> {
-    let v: Value = serde_json::from_str(line).map_err(|e| input(format!("{at}: not a JSON object ({e})")))?;
+    let v: Value = super::sources::json_record(at, line)?;
     if !v.is_object() {
         return Err(input(format!("{at}: not a JSON object")));
     }

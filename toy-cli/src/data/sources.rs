@@ -41,22 +41,37 @@ pub struct Source {
     pub bytes: u64,
 }
 
-/// The format of `path` from its name: `x.jsonl` / `x.ndjson` (and `.gz` of
-/// them) are JSON Lines, anything else text.
+/// The format of `path` from its name: `x.jsonl` / `x.ndjson` / `x.json`
+/// (and `.gz` of them) are JSON Lines, anything else text. (Datasets often
+/// name JSON Lines `.json`; a `.json` file that holds one JSON array is
+/// refused by [`json_record`] with the command that converts it.)
 pub fn format_of(path: &Path) -> (Format, bool) {
     let name = path.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
     let (stem, gzip) = match name.strip_suffix(".gz") {
         Some(s) => (s.to_string(), true),
         None => (name, false),
     };
-    let json = stem.ends_with(".jsonl") || stem.ends_with(".ndjson");
+    let json = [".jsonl", ".ndjson", ".json"].iter().any(|e| stem.ends_with(e));
     (if json { Format::JsonLines } else { Format::Text }, gzip)
 }
 
 fn is_input_file(p: &Path) -> bool {
     let name = p.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
     let stem = name.strip_suffix(".gz").unwrap_or(&name);
+    // Not `.json`: a folder's `.json` files are more often settings than data.
     !name.starts_with('.') && [".txt", ".text", ".md", ".jsonl", ".ndjson"].iter().any(|e| stem.ends_with(e))
+}
+
+/// One line of a JSON Lines file (`at` is its `file:line`) as a JSON value:
+/// an error names the line, and a file that is one JSON array (a `.json`
+/// dataset rather than JSON Lines) says how to convert it.
+pub fn json_record(at: &str, line: &str) -> crate::error::Result<serde_json::Value> {
+    if line.trim_start().starts_with('[') {
+        return Err(input(format!(
+            "{at}: a JSON array, not a record: toy reads JSON Lines, one object per line (convert with jq -c '.[]' FILE > FILE.jsonl)"
+        )));
+    }
+    serde_json::from_str(line).map_err(|e| input(format!("{at}: not a JSON object ({e})")))
 }
 
 /// A file's identity: its device and inode (None where there are none).
@@ -451,7 +466,7 @@ impl<'s> Documents<'s> {
                     }
                     let i = self.reader.as_ref().map(|r| r.1).unwrap_or(0);
                     let at = format!("{}:{}", self.sources[i].path.display(), self.line_no);
-                    let v: serde_json::Value = serde_json::from_str(&line).map_err(|e| input(format!("{at}: not a JSON object ({e})")))?;
+                    let v = json_record(&at, &line)?;
                     let (prompt, completion) = (v.get("prompt").is_some(), v.get("completion").is_some());
                     let conversation = v.get("messages").is_some() || v.get("conversations").is_some();
                     let text = v.get(&self.text_field).ok_or_else(|| match (conversation, prompt, completion) {
@@ -531,6 +546,13 @@ mod tests {
         let bad = file(d.path(), "z.jsonl", b"{\"text\": \"ok\"}\n{\"text\": 5}\n");
         let e = Documents::new(&[bad], "text").collect::<Result<Vec<_>>>().unwrap_err().to_string();
         assert!(e.contains("z.jsonl:2") && e.contains("not a string"), "{e}");
+        // Datasets name JSON Lines `.json` too; a `.json` array is refused with a way out.
+        let j = file(d.path(), "w.json", b"{\"text\": \"third\"}\n");
+        assert_eq!(j.format, Format::JsonLines);
+        assert_eq!(docs(&[j]), vec![(0, "third".into(), true)]);
+        let arr = file(d.path(), "v.json", b"[{\"text\": \"a\"},\n{\"text\": \"b\"}]\n");
+        let e = Documents::new(&[arr], "text").collect::<Result<Vec<_>>>().unwrap_err().to_string();
+        assert!(e.contains("v.json:1") && e.contains("JSON array") && e.contains("jq -c"), "{e}");
     }
 
     #[test]
