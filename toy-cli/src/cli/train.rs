@@ -399,14 +399,14 @@ flag_group! {
         /// Attention: reference (scores, masked softmax and product as separate
         /// ops, the [T, T] scores kept for the backward) or fused (one op that
         /// stores no [T, T] tensor: memory O(T) per row). Default: fused on the
-        /// CPU and CUDA, reference elsewhere; --resume keeps the run's.
+        /// CPU and CUDA, reference elsewhere (train: --resume keeps the run's).
         #[arg(long, value_enum)]
         pub attention: Option<Attention>,
         /// Step precision, PyTorch autocast's: bf16 (matrix products with bf16
         /// inputs and f32 accumulation, except those that only read the attention
         /// scores, which stay TF32; weights, gradients, optimizer state, norms,
         /// softmax and the loss in f32; CUDA only) or f32. Default: bf16 on CUDA,
-        /// f32 elsewhere; --resume keeps the run's.
+        /// f32 elsewhere (train: --resume keeps the run's).
         #[arg(long, value_enum)]
         pub dtype: Option<Dtype>,
     }
@@ -448,8 +448,10 @@ flag_group! {
     #[derive(Args, Debug, Default, Clone, serde::Deserialize)]
     #[serde(default)]
     pub struct FinetuneArgs {
-        /// finetune: the model to start from (a llama GGUF with a gpt2-style BPE
-        /// tokenizer; f32, f16 or bf16 tensors).
+        /// finetune: the model to start from: a llama or qwen2 GGUF with a
+        /// gpt2-style BPE tokenizer, in f32, f16, bf16 or a quantized type (q8_0,
+        /// q4_0, q4_1, q5_0, q5_1, q2_K..q6_K; LoRA keeps it so, full fine-tuning
+        /// dequantizes it).
         #[arg(long)]
         pub from: Option<PathBuf>,
         /// finetune: train low-rank adapters of this rank on the frozen base

@@ -40,7 +40,9 @@ fn finite_logits(logits: &[f32], position: usize, adapter: bool) -> Result<()> {
 
 /// What `toy generate` produced.
 pub struct Generated {
+    /// The prompt's ids, then the generated ones.
     pub ids: Vec<u32>,
+    /// Their text, or with `--chat` the reply alone (no template, no end of turn).
     pub text: Option<String>,
     pub n_prompt: usize,
 }
@@ -111,7 +113,16 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         let mut next = |ids: &[u32]| cache.next_logits(w, consts, &backends, ids);
         decode(&ck, &mut next, prompt.clone(), &how, &mut rng)
     })?;
-    let text = ck.tokenizer.as_ref().map(|t| t.decode(&ids)).transpose()?;
+    // A chat's text is the reply alone (as printed), without the rendered
+    // prompt or the end-of-turn token; otherwise the prompt and what follows.
+    let mut shown = &ids[..];
+    if args.chat.is_some() {
+        shown = &ids[prompt.len()..];
+        if let Some((_, reply)) = shown.split_last().filter(|(end, _)| stop.contains(end)) {
+            shown = reply;
+        }
+    }
+    let text = ck.tokenizer.as_ref().map(|t| t.decode(shown)).transpose()?;
     Ok(Generated { ids, text, n_prompt: prompt.len() })
 }
 

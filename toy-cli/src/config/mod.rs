@@ -15,7 +15,7 @@ pub use recipe::{Recipe, Sampling};
 pub enum Preset {
     /// toy 0.8.0's shape: d 64, 4 heads, d_ff 128, 2 layers, context 32, batch 1.
     Smoke,
-    /// d 128, 4 heads, d_ff 344, 4 layers, context 64, batch 8: the default; 200 steps in well under a minute on 2 cores.
+    /// d 128, 4 heads, d_ff 344, 4 layers, context 64, batch 8 (toy train's default): 200 steps in well under a minute on 2 cores.
     Tiny,
     /// d 256, 8 heads, d_ff 688, 6 layers, context 256, batch 32.
     Small,

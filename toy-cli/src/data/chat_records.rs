@@ -26,7 +26,8 @@ use std::path::Path;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum DataFormat {
-    /// Per file, from its first record (see the module documentation).
+    /// Per file, from its first record: "messages" or "conversations" (ShareGPT)
+    /// are conversations, "prompt" and "completion" a pair, anything else text.
     #[default]
     Auto,
     /// Every record is a document (its `--text-field`).

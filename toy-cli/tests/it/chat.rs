@@ -294,8 +294,12 @@ fn a_chat_finetune_learns_the_answers_and_keeps_the_template() {
     let o = toy(t, &["generate", "ft", "--chat", "What colour is the cat?", "-n", "12", "--threads", "1", "--json"]);
     ok(&o);
     let g: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // Its text is the reply alone, as printed: no rendered prompt, no end of turn;
+    // the ids hold the prompt too (n_prompt of them).
     let text = g["text"].as_str().unwrap();
-    assert!(text.starts_with("<|im_start|>user\nWhat colour is the cat?<|im_end|>\n<|im_start|>assistant\n"), "{g}");
+    assert!(!text.contains("<|im_start|>") && !text.contains("<|im_end|>") && !text.is_empty(), "{g}");
+    let (n, ids) = (g["n_prompt"].as_u64().unwrap() as usize, g["ids"].as_array().unwrap());
+    assert!(n > 8 && ids.len() > n, "{g}");
     // The --json summary says what happened to the conversations.
     let o = finetune(t, "chat.gguf", "chats.jsonl", "ft2", &["--steps", "1", "--context", "128", "--json"]);
     ok(&o);
