@@ -231,6 +231,7 @@ flag_group! {
     /// The training data.
     #[derive(Args, Debug, Default, Clone, serde::Deserialize)]
     #[serde(default)]
+    #[command(next_help_heading = "Data")]
     pub struct DataArgs {
         /// Corpus: a prepared folder (`toy prep`), toy's `.bin` / `.txt` id files,
         /// or raw UTF-8 text (a byte-level BPE of 1024 ids is trained on it).
@@ -259,6 +260,7 @@ flag_group! {
     /// The preset, the length of the run and its batches: what every recipe takes.
     #[derive(Args, Debug, Default, Clone, serde::Deserialize)]
     #[serde(default)]
+    #[command(next_help_heading = "Run and batch")]
     pub struct BatchArgs {
         /// Model and batch shape preset.
         #[arg(long, value_enum)]
@@ -288,6 +290,7 @@ flag_group! {
     /// The model's shape: finetune takes it from its base model instead.
     #[derive(Args, Debug, Default, Clone, serde::Deserialize)]
     #[serde(default)]
+    #[command(next_help_heading = "Model shape (from scratch, warm-start)")]
     pub struct ShapeArgs {
         /// Architecture.
         #[arg(long, value_enum)]
@@ -328,6 +331,7 @@ flag_group! {
     /// AdamW, its schedule, and which parameters it trains.
     #[derive(Args, Debug, Default, Clone, serde::Deserialize)]
     #[serde(default)]
+    #[command(next_help_heading = "Optimizer")]
     pub struct OptimArgs {
         /// Peak learning rate.
         #[arg(long)]
@@ -355,6 +359,7 @@ flag_group! {
     /// What a run reports and writes besides its final weights.
     #[derive(Args, Debug, Default, Clone, serde::Deserialize)]
     #[serde(default)]
+    #[command(next_help_heading = "Logging and checkpoints")]
     pub struct LogArgs {
         /// Validation loss every N steps.
         #[arg(long = "eval-every", value_parser = count_u64)]
@@ -384,6 +389,7 @@ flag_group! {
     /// Where and at what precision a step runs (`toy train`, `toy debug bench`).
     #[derive(Args, Debug, Default, Clone, serde::Deserialize)]
     #[serde(default)]
+    #[command(next_help_heading = "Device and precision")]
     pub struct DeviceArgs {
         /// Device: cpu, cuda, cuda:N, metal.
         #[arg(long)]
@@ -416,6 +422,7 @@ flag_group! {
     /// The warm-start recipe's donor and the projection lens.
     #[derive(Args, Debug, Default, Clone, serde::Deserialize)]
     #[serde(default)]
+    #[command(next_help_heading = "Warm-start")]
     pub struct WarmStartArgs {
         /// warm-start: the donor model (a llama-family GGUF; f32/f16/bf16/q8_0 embeddings).
         #[arg(long)]
@@ -447,6 +454,7 @@ flag_group! {
     /// The finetune recipe's base model and its LoRA adapters.
     #[derive(Args, Debug, Default, Clone, serde::Deserialize)]
     #[serde(default)]
+    #[command(next_help_heading = "Finetune and LoRA")]
     pub struct FinetuneArgs {
         /// finetune: the model to start from: a llama or qwen2 GGUF with a
         /// gpt2-style BPE tokenizer, in f32, f16, bf16 or a quantized type (q8_0,
