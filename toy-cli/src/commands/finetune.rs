@@ -3,7 +3,7 @@
 //! tokenized with the model's own tokenizer, or LoRA adapters on it;
 //! `--freeze` keeps parameters fixed by name.
 
-use super::setup::{dedup_targets, finish, model_corpus, note_oversized_step, record_corpus, resolve, run_dir, Start};
+use super::setup::{dedup_targets, finish, model_corpus, record_corpus, resolve, run_dir, Start};
 use crate::cli::TrainArgs;
 use crate::config::{Recipe, Sampling};
 use crate::data::chat_examples::ChatModel;
@@ -166,7 +166,6 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let lora = lora_config(a, base)?;
     cfg.model = finetune_model(&ck, &cfg, context, lora);
     cfg.validate()?;
-    note_oversized_step(&cfg, &corpus);
     cfg.recipe = Recipe::Finetune;
     cfg.from = Some(std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()).display().to_string());
     cfg.from_sha256 = Some(crate::formats::adapter::file_sha256(&path)?);

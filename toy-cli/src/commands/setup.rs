@@ -79,32 +79,6 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     Ok(c)
 }
 
-/// Say so when an optimizer step takes more sequences (`--batch` ×
-/// `--grad-accum`) than the training split of `corpus` holds at `cfg`'s
-/// context (windows of text, or conversations): every step then goes over the
-/// same data more than once, at the cost of as many passes. Allowed (a batch
-/// larger than the data is, in PyTorch too), but never silent.
-pub fn note_oversized_step(cfg: &TrainConfig, corpus: &Corpus) {
-    let t = cfg.model.context;
-    let (held, what) = match &corpus.chat {
-        Some(c) => (c.train.len(), "conversations".to_string()),
-        None => (corpus.train.len().saturating_sub(1) / t.max(1), format!("windows of {t} tokens")),
-    };
-    let wanted = cfg.batch.saturating_mul(cfg.grad_accum);
-    if wanted > held {
-        let how = if cfg.grad_accum > 1 {
-            format!("--batch {} × --grad-accum {}", cfg.batch, cfg.grad_accum)
-        } else {
-            format!("--batch {}", cfg.batch)
-        };
-        eprintln!(
-            "note: each optimizer step takes {wanted} sequences ({how}), more than the {held} {what} of the training split of {}: every step goes over them {:.1} times",
-            crate::output::shown(&corpus.source),
-            wanted as f64 / held.max(1) as f64
-        );
-    }
-}
-
 /// Refuse a run id (`TOY_RUN_ID`) that is not one plain path component: empty, `.`, `..`,
 /// with a separator or a control character, or starting with `-` (read as a
 /// flag by the tools the id is given to).

@@ -1,7 +1,7 @@
 //! `toy train`: resolve the configuration (preset < `toy.toml` < flags), read
 //! the corpus, create the run folder and run the recipe.
 
-use super::setup::{finish, load_training_corpus, note_oversized_step, record_corpus, resolve, run_dir, Start};
+use super::setup::{finish, load_training_corpus, record_corpus, resolve, run_dir, Start};
 use crate::cli::TrainArgs;
 use crate::config::{Preset, Recipe, TrainConfig};
 use crate::data::Corpus;
@@ -266,7 +266,6 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let mut a = a.clone();
     let donor = if recipe == Recipe::WarmStart { Some(super::warm_start::donor(&mut a, &corpus)?) } else { None };
     let mut cfg = resolve(&a, corpus.vocab_size)?;
-    note_oversized_step(&cfg, &corpus);
     record_corpus(&mut cfg, a.data.corpus.as_deref())?;
     if let Some(f) = &a.data.text_field {
         cfg.text_field = f.clone();

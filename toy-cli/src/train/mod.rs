@@ -233,11 +233,43 @@ fn run_start(s: &Start<'_, '_>) -> RunStart {
     }
 }
 
+/// A note when an optimizer step takes more sequences (`--batch` ×
+/// `--grad-accum`) than the training split of `corpus` holds at `cfg`'s
+/// context (windows of text, or conversations): every step then goes over the
+/// same data more than once, at the cost of as many passes. Allowed (a batch
+/// larger than the data is, in PyTorch too), but never silent; printed once
+/// the run has started, so that a run refused later says one line.
+fn oversized_step_note(cfg: &TrainConfig, corpus: &Corpus) -> Option<String> {
+    let t = cfg.model.context;
+    let (held, what) = match &corpus.chat {
+        Some(c) => (c.train.len(), "conversations".to_string()),
+        None => (corpus.train.len().saturating_sub(1) / t.max(1), format!("windows of {t} tokens")),
+    };
+    let wanted = cfg.batch.saturating_mul(cfg.grad_accum);
+    // held == 0: too little data for one window, which is refused.
+    if held == 0 || wanted <= held {
+        return None;
+    }
+    let how = if cfg.grad_accum > 1 {
+        format!("--batch {} × --grad-accum {}", cfg.batch, cfg.grad_accum)
+    } else {
+        format!("--batch {}", cfg.batch)
+    };
+    Some(format!(
+        "note: each optimizer step takes {wanted} sequences ({how}), more than the {held} {what} of the training split of {}: every step goes over them {:.1} times",
+        crate::output::shown(&corpus.source),
+        wanted as f64 / held as f64
+    ))
+}
+
 /// Begin `sink` and send `run_start` for a new run, `resume` for a resumed
 /// one, and `fallback` (with a warning) when graph nodes run on the CPU.
 fn log_start(sink: &mut dyn Sink, s: &Start<'_, '_>) -> Result<()> {
-    let Start { plan, cfg, device, train, memory, wctx, start_step, .. } = *s;
+    let Start { plan, cfg, corpus, device, train, memory, wctx, start_step, .. } = *s;
     sink.begin(train.graph(), plan.resume.is_some())?;
+    if let Some(note) = oversized_step_note(cfg, corpus) {
+        eprintln!("{note}");
+    }
     if plan.resume.is_none() {
         sink.send(Event::RunStart(Box::new(run_start(s))))?;
     } else {
