@@ -419,7 +419,9 @@ impl<'a> EvalStep<'a> {
     }
 }
 
-/// A forward-only graph producing logits (no loss), for sampling.
+/// A forward-only graph producing the logits (no loss) of a whole window at
+/// once: the reference that sampling's key/value cache ([`super::decoder`]) is
+/// tested against.
 pub struct Forward<'a> {
     tokens: Tensor<'a>,
     logits: Tensor<'a>,
