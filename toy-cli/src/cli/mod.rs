@@ -70,6 +70,22 @@ pub struct DevicesArgs {
     pub json: bool,
 }
 
+/// Where `toy generate` and `toy eval` run a model (defaults of their own:
+/// the CPU, f32 products at TF32 on CUDA; `toy train` has [`DeviceArgs`]).
+#[derive(Args, Debug, Clone)]
+pub struct RunOnArgs {
+    /// Device: cpu, cuda, cuda:N, metal.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// CPU threads (default: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);
+    /// no effect on the CPU.
+    #[arg(long = "matmul-precision", value_enum, default_value = "high")]
+    pub matmul_precision: crate::config::MatmulPrecision,
+}
+
 #[derive(Args, Debug, Clone)]
 #[command(allow_negative_numbers = true)]
 pub struct GenerateArgs {
@@ -114,16 +130,9 @@ pub struct GenerateArgs {
     /// Sampling seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Device: cpu, cuda, cuda:N, metal.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// CPU threads (default: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);
-    /// no effect on the CPU.
-    #[arg(long = "matmul-precision", value_enum, default_value = "high")]
-    pub matmul_precision: crate::config::MatmulPrecision,
+    /// Where the model runs.
+    #[command(flatten)]
+    pub on: RunOnArgs,
     /// Print JSON {text, ids} instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -159,16 +168,9 @@ pub struct EvalArgs {
     /// Evaluate at most this many windows.
     #[arg(long = "max-windows")]
     pub max_windows: Option<usize>,
-    /// Device: cpu, cuda, cuda:N, metal.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// CPU threads (default: all cores).
-    #[arg(long, default_value_t = 0)]
-    pub threads: usize,
-    /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);
-    /// no effect on the CPU.
-    #[arg(long = "matmul-precision", value_enum, default_value = "high")]
-    pub matmul_precision: crate::config::MatmulPrecision,
+    /// Where the model runs.
+    #[command(flatten)]
+    pub on: RunOnArgs,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

@@ -162,7 +162,7 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
         )));
     }
     let b = args.batch.clamp(1, starts.len());
-    let backends = backends_for(&args.device, args.threads, args.matmul_precision.ggml())?;
+    let backends = backends_for(&args.on.device, args.on.threads, args.on.matmul_precision.ggml())?;
     let loss = with_loaded(&ck, &backends[0], t, b, false, |w, consts| {
         let ctx = Context::new(capacity(ck.config.n_layers))?;
         let rctx = Context::new(capacity(ck.config.n_layers))?;
@@ -271,7 +271,7 @@ fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<Eval
     if let Some(&id) = batches.iter().flat_map(|bt| bt.tokens.iter().chain(&bt.targets)).find(|&&x| x >= 0 && x as usize >= vocab) {
         return Err(input(format!("{}: the tokenizer gives id {id}, outside the model's vocabulary of {vocab}", path.display())));
     }
-    let backends = backends_for(&args.device, args.threads, args.matmul_precision.ggml())?;
+    let backends = backends_for(&args.on.device, args.on.threads, args.on.matmul_precision.ggml())?;
     let (sum, scored) = with_loaded(ck, &backends[0], t, b, false, |w, consts| {
         let ctx = Context::new(capacity(ck.config.n_layers))?;
         let mut step = EvalStep::new(&ctx, w, consts, t, b, &backends)?;

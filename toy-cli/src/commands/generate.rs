@@ -102,7 +102,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         return Err(input("--temperature must be ≥ 0 and --top-p in (0, 1]"));
     }
     let t = ck.config.context.min(prompt.len().saturating_add(args.n)).max(1);
-    let backends = backends_for(&args.device, args.threads, args.matmul_precision.ggml())?;
+    let backends = backends_for(&args.on.device, args.on.threads, args.on.matmul_precision.ggml())?;
     let stream = !args.json && ck.tokenizer.is_some();
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let stop = if args.ignore_eot { Vec::new() } else { ck.tokenizer.as_ref().map(|t| t.end_of_generation(&ck.file)).unwrap_or_default() };

@@ -62,9 +62,8 @@ impl Decoder {
     fn run(&mut self, w: &Weights<'_>, consts: &Consts<'_>, backends: &[Backend], new: &[u32]) -> Result<Vec<f32>> {
         let ctx = Context::new(capacity(self.k.len()))?;
         let (logits, inputs, mut graph) = self.build(&ctx, w, consts, backends, new.len())?;
-        let n = if self.n_past == 0 { self.t } else { 1 };
         let mut ids: Vec<i32> = new.iter().map(|&x| x as i32).collect();
-        ids.resize(n, 0); // a window is right-padded; causal attention ignores the padding
+        ids.resize(inputs.tokens.ne()[0] as usize, 0); // a window is right-padded; causal attention ignores the padding
         inputs.tokens.write(&ids)?;
         if let Some((pos, kp, vp)) = inputs.past {
             pos.write(&[self.n_past as i32])?;
@@ -75,15 +74,9 @@ impl Decoder {
         let at = new.len() - 1;
         let vocab = logits.ne()[0] as usize;
         let all = logits.read::<f32>()?;
-        for (layer, (k, v)) in self.k.iter_mut().zip(self.v.iter_mut()).enumerate() {
-            for (store, name) in [(&mut *k, "cache_k"), (&mut *v, "cache_v")] {
-                let t = graph
-                    .nodes()
-                    .into_iter()
-                    .find(|t| t.name() == format!("{name}.{layer}"))
-                    .ok_or_else(|| runtime(format!("the decoding graph has no {name}.{layer}")))?;
-                store.extend_from_slice(&t.read::<f32>()?[..new.len() * self.row]);
-            }
+        for ((k, v), (kt, vt)) in self.k.iter_mut().zip(self.v.iter_mut()).zip(&inputs.fresh) {
+            k.extend_from_slice(&kt.read::<f32>()?[..new.len() * self.row]);
+            v.extend_from_slice(&vt.read::<f32>()?[..new.len() * self.row]);
         }
         self.n_past += new.len();
         Ok(all[at * vocab..(at + 1) * vocab].to_vec())
@@ -122,15 +115,22 @@ impl Decoder {
         let mut graph = Graph::new(ctx, capacity(self.k.len()))?;
         graph.expand(logits)?;
         graph.allocate(backends)?;
-        Ok((logits, Inputs { tokens, past }, graph))
+        // The layers' new keys and values, found once by name.
+        let mut named: std::collections::HashMap<String, Tensor<'a>> =
+            graph.nodes().into_iter().filter(|t| t.name().starts_with("cache_")).map(|t| (t.name(), t)).collect();
+        let mut take = |name: String| named.remove(&name).ok_or_else(|| runtime(format!("the decoding graph has no {name}")));
+        let fresh = (0..self.k.len()).map(|l| Ok((take(format!("cache_k.{l}"))?, take(format!("cache_v.{l}"))?))).collect::<Result<_>>()?;
+        Ok((logits, Inputs { tokens, past, fresh }, graph))
     }
 }
 
-/// The inputs of a decoding graph: token ids, and for one token its position
-/// and the cached keys and values.
+/// The inputs of a decoding graph (token ids, and for one token its position
+/// and the cached keys and values) and its key/value outputs.
 struct Inputs<'a> {
     tokens: Tensor<'a>,
     past: Option<(Tensor<'a>, Tensor<'a>, Tensor<'a>)>,
+    /// Outputs: each layer's keys and values of the tokens run (`cache_k.{l}`, `cache_v.{l}`).
+    fresh: Vec<(Tensor<'a>, Tensor<'a>)>,
 }
 
 #[cfg(test)]
