@@ -134,23 +134,22 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
         Some(l) => ck.with_lora(l)?,
         None => ck,
     };
+    match (args.batch, args.context) {
+        (0, _) => return Err(input("--batch must be at least 1")),
+        (_, Some(0)) => return Err(input("--context must be at least 1")),
+        (_, Some(c)) if c > ck.config.context => {
+            return Err(input(format!("--context {c} is longer than the model's context {}", ck.config.context)))
+        }
+        _ => {}
+    }
     if let Some(chat) = chat_corpus(&ck, args)? {
         return eval_chat(&ck, args, &chat);
     }
     let path = &args.corpus;
     let (ids, bytes) = corpus_ids(&ck, args)?;
-    if let Some(c) = args.context.filter(|&c| c > ck.config.context) {
-        return Err(input(format!("--context {c} is longer than the model's context {}", ck.config.context)));
-    }
-    if args.batch == 0 {
-        return Err(input("--batch must be at least 1"));
-    }
     // Default: the longest window the text fills (one window plus its shifted
     // target), capped by the model's context.
     let t = args.context.unwrap_or_else(|| ck.config.context.min(ids.len().saturating_sub(1)).max(1));
-    if t == 0 {
-        return Err(input("--context must be at least 1"));
-    }
     let starts = eval_starts(ids.len(), t, args.max_windows.unwrap_or(usize::MAX));
     if starts.is_empty() {
         let hint = if args.context.is_some() { " (try a smaller --context)" } else { "" };
@@ -240,16 +239,11 @@ fn chat_corpus(ck: &Checkpoint, args: &EvalArgs) -> Result<Option<ChatCorpus>> {
 /// over their trained tokens (the assistant's and its end of turn), the
 /// other targets masked. The default window is the longest conversation's,
 /// at most the model's context; longer ones are cut, and said so on stderr.
+/// `--batch` and `--context` are checked by [`run`].
 fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<EvalResult> {
     let path = &args.corpus;
-    if let Some(c) = args.context.filter(|&c| c > ck.config.context) {
-        return Err(input(format!("--context {c} is longer than the model's context {}", ck.config.context)));
-    }
-    match (args.batch, args.max_windows, args.context) {
-        (0, _, _) => return Err(input("--batch must be at least 1")),
-        (_, Some(0), _) => return Err(input("--max-windows must be at least 1")),
-        (_, _, Some(0)) => return Err(input("--context must be at least 1")),
-        _ => {}
+    if args.max_windows == Some(0) {
+        return Err(input("--max-windows must be at least 1"));
     }
     let longest = chat.train.iter().map(|e| e.ids.len()).max().unwrap_or(0);
     let t = args.context.unwrap_or_else(|| ck.config.context.min(longest.saturating_sub(1)).max(1));
