@@ -388,7 +388,8 @@ pub fn train_into(
         Start { plan, cfg, corpus, run, devices: &devices, device: &device, train: &train, memory: &memory, wctx, start_step, chat };
     log_start(sink, &start)?;
     let base_keys = carried_keys(plan)?;
-    let prov = |step| provenance(&run.id, cfg, &base_keys, step);
+    let name = model_name(cfg); // it may read the base's header: once, not per save
+    let prov = |step| provenance(&run.id, &name, cfg, &base_keys, step);
     if opts.save_initial && plan.resume.is_none() {
         sink.save_initial(weights, &prov(0))?;
     }
@@ -412,13 +413,13 @@ pub fn train_into(
     })
 }
 
-/// The metadata of step `step`'s checkpoint of run `run_id` (its `save_id`
-/// is the sink's to choose).
-fn provenance(run_id: &str, cfg: &TrainConfig, base_keys: &[(String, ggml_rs::gguf::Value)], step: u64) -> Provenance {
+/// The metadata of step `step`'s checkpoint of run `run_id`, named `name`
+/// ([`model_name`]; its `save_id` is the sink's to choose).
+fn provenance(run_id: &str, name: &str, cfg: &TrainConfig, base_keys: &[(String, ggml_rs::gguf::Value)], step: u64) -> Provenance {
     Provenance {
         run_id: run_id.to_string(),
         step,
-        name: model_name(cfg),
+        name: name.to_string(),
         lora_base: cfg.from.clone().unwrap_or_default(),
         lora_base_sha256: cfg.from_sha256.clone().unwrap_or_default(),
         base_keys: base_keys.to_vec(),
