@@ -306,6 +306,23 @@ stage_ncu_lora() {
   done
   gzip -f "$OUT"/ncu-*.csv
 }
+# quick-124m: toy alone, GPT-2 124M at bf16, vocabularies 50257 and 8192 (median ms, memory).
+stage_quick_124m() {
+  local v
+  for v in 50257 8192; do
+    timeout 150 $T debug bench --preset gpt2-124m --vocab $v --device cuda --steps 10 --warmup 3 --dtype bf16 > /tmp/b.json 2> /tmp/b.err || { echo "vocab $v failed"; tail -5 /tmp/b.err; continue; }
+    tee -a "$OUT/quick-124m.jsonl" < /tmp/b.json | python3 -c "import json,sys; d=json.load(sys.stdin); print('gpt2-124m vocab', d['vocab'], d['dtype'], 'median ms', round(d['median_ms'],2), 'device used MiB', d.get('device_used_bytes',0)>>20, 'fallbacks', len(d['cpu_fallbacks']), 'loss', round(d['last_loss'],4))"
+  done
+}
+# parity-bf16: the 200-step loss curves at bf16 (fused attention) against PyTorch autocast, llama and gpt2 small.
+stage_parity_bf16() {
+  local a
+  for a in llama gpt2; do
+    timeout 400 python3 scripts/parity/parity.py --toy $T --arch $a --preset small --steps 200 --matmul-precision high --dtype bf16 \
+      --corpus data/default-corpus.txt --device cuda --torch-device cuda --work /tmp/parity-$a-bf16 > "$OUT/parity-$a-small-bf16.txt" 2> "$OUT/parity-$a-small-bf16.err"
+    echo "== parity $a small 200 bf16 (rc=$?)"; grep -E "loss|FAIL|PASS" "$OUT/parity-$a-small-bf16.txt" | tail -4
+  done
+}
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do
