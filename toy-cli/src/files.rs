@@ -93,3 +93,18 @@ pub fn lock(dir: &Path, what: &str, doing: &str) -> Result<std::fs::File> {
         Err(fs4::TryLockError::Error(e)) => Err(input(format!("cannot lock {}: {e}", path.display()))),
     }
 }
+
+/// A checkpoint path: the file itself, or a run folder's `weights/latest`.
+pub fn resolve_model(p: &Path) -> Result<PathBuf> {
+    if p.is_dir() {
+        let latest = p.join("weights/latest");
+        if latest.exists() {
+            return Ok(latest);
+        }
+        return Err(input(format!("{} is a folder without weights/latest (not a run folder?)", p.display())));
+    }
+    if !p.exists() {
+        return Err(input(format!("{}: no such checkpoint or run folder", p.display())));
+    }
+    Ok(p.to_path_buf())
+}

@@ -55,7 +55,7 @@ pub struct ChatMasksArgs {
     #[arg(long)]
     pub corpus: PathBuf,
     /// Conversations to show, from the first.
-    #[arg(short = 'n', long = "n", default_value_t = 3)]
+    #[arg(short = 'n', long = "count", alias = "n", default_value_t = 3)]
     pub n: usize,
     /// Print one JSON object per conversation (its ids and which are trained).
     #[arg(long)]

@@ -108,8 +108,8 @@ pub struct GenerateArgs {
     /// With --chat: a system message before the user's.
     #[arg(long, requires = "chat")]
     pub system: Option<String>,
-    /// Tokens to generate.
-    #[arg(short = 'n', long = "n", default_value_t = 100)]
+    /// Tokens to generate (llama.cpp's -n, --n-predict).
+    #[arg(short = 'n', long = "n-predict", alias = "n", default_value_t = 100)]
     pub n: usize,
     /// Softmax temperature (0: greedy).
     #[arg(long, default_value_t = 0.8)]

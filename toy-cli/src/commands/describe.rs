@@ -1,8 +1,8 @@
 //! `toy describe`: what a GGUF file holds.
 
 use crate::cli::DescribeArgs;
-use crate::commands::generate::resolve_model;
 use crate::error::Result;
+use crate::files::resolve_model;
 use ggml_rs::gguf::{GgufFile, Value};
 use serde_json::json;
 

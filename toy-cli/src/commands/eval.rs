@@ -4,12 +4,12 @@
 //! assistant's — and on no other.
 
 use crate::cli::EvalArgs;
-use crate::commands::generate::resolve_model;
 use crate::data::chat_examples::{load_chat, ChatCorpus, ChatModel};
 use crate::data::chat_records::{read_chat, DataFormat};
 use crate::data::Tokenizer;
 use crate::data::{load_corpus_with, CorpusOptions, TextOptions};
 use crate::error::{input, runtime, Result};
+use crate::files::resolve_model;
 use crate::formats::checkpoint::{open_checkpoint, Checkpoint};
 use crate::train::backends_for;
 use crate::train::batches::{batch_at, eval_starts};

@@ -141,7 +141,8 @@ fn finetune_model(
 
 /// Run the finetune recipe for `a`.
 pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
-    let path = a.finetune.from.clone().ok_or_else(|| input("finetune needs --from MODEL.gguf"))?;
+    let from = a.finetune.from.clone().ok_or_else(|| input("finetune needs --from MODEL.gguf"))?;
+    let path = crate::files::resolve_model(&from)?; // a run folder: its weights/latest
     check_flags(a, &path)?;
     let (ck, tok) = open_base(&path)?;
     let base = &ck.config;

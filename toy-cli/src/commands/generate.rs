@@ -8,22 +8,6 @@ use crate::train::backends_for;
 use crate::train::decoder::Decoder;
 use crate::train::step::with_loaded;
 use rand::SeedableRng;
-use std::path::{Path, PathBuf};
-
-/// A checkpoint path: the file itself, or a run folder's `weights/latest`.
-pub fn resolve_model(p: &Path) -> Result<PathBuf> {
-    if p.is_dir() {
-        let latest = p.join("weights/latest");
-        if latest.exists() {
-            return Ok(latest);
-        }
-        return Err(input(format!("{} is a folder without weights/latest (not a run folder?)", p.display())));
-    }
-    if !p.exists() {
-        return Err(input(format!("{}: no such checkpoint or run folder", p.display())));
-    }
-    Ok(p.to_path_buf())
-}
 
 /// Refuse to sample from logits that are not all finite (the model, or its
 /// adapter, overflows): a token picked from them would be arbitrary.
@@ -64,7 +48,7 @@ fn chat_prompt(
 }
 
 pub fn run(args: &GenerateArgs) -> Result<Generated> {
-    let ck = open_checkpoint(&resolve_model(&args.model)?)?;
+    let ck = open_checkpoint(&crate::files::resolve_model(&args.model)?)?;
     let ck = match &args.lora {
         Some(l) => ck.with_lora(l)?,
         None => ck,

@@ -92,6 +92,9 @@ pub fn is_adapter(f: &GgufFile) -> bool {
 /// another base), unequal ranks, targets that differ between blocks, or values
 /// that are not f32 and finite.
 pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
+    // A LoRA run's folder: its weights/latest.
+    let resolved = if path.is_dir() { crate::files::resolve_model(path)? } else { path.to_path_buf() };
+    let path = resolved.as_path();
     let p = path.display();
     if !path.exists() {
         return Err(input(format!("--lora {p}: no such file")));

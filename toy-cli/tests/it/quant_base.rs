@@ -67,6 +67,8 @@ fn lora_over_a_quantized_base_equals_lora_over_its_dequantized_copy() {
     // The adapter applies over the quantized base as it trained; it learned.
     let tuned = eval_loss(t, &["q.gguf", "--lora", "lq/weights/latest"]);
     assert!(tuned < eval_loss(t, &["q.gguf"]), "{tuned}");
+    // A LoRA run's folder stands for its weights/latest.
+    assert_eq!(eval_loss(t, &["q.gguf", "--lora", "lq"]), tuned);
     assert!((tuned - eval_loss(t, &["d.gguf", "--lora", "ld/weights/latest"])).abs() < 1e-5);
     // Merged and written q8_0: close to the merged model.
     ok(&toy(t, &["export", "merge", "--base", "q.gguf", "--lora", "lq/weights/latest", "--type", "q8_0", "--out", "m8.gguf"]));
