@@ -126,7 +126,7 @@ fn overflow(ck: &Checkpoint, l: f32, place: &str) -> crate::error::Error {
 /// or a prepared folder of the model's vocabulary size): its loss on text
 /// tokenized any other way would mean nothing. Chat data is read as
 /// finetune reads it (`--data-format`) and scored on the assistant's tokens
-/// ([`eval_chat`]). A loss that is not finite is a failure
+/// (`eval_chat`). A loss that is not finite is a failure
 /// ([`Error::Runtime`](crate::error::Error::Runtime)), not a result.
 pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     let ck = open_checkpoint(&resolve_model(&args.model)?)?;

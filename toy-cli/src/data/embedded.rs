@@ -1,5 +1,5 @@
 //! The default corpus compiled into the binary, so `toy train` runs with no
-//! arguments: `data/default-corpus.txt` (written by [`super::stories`]) and
+//! arguments: `data/default-corpus.txt` (written by the `toy-stories` crate) and
 //! `data/tokenizer.json` (a byte-level BPE of 1024 ids that `toy prep` trained
 //! on it; see `scripts/gen-default-corpus.sh`).
 

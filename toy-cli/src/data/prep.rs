@@ -90,7 +90,7 @@ fn holds_files(out: &Path) -> bool {
 /// check that a file can be written there.
 ///
 /// # Errors
-/// [`Error::Input`](crate::error::Error::Input) for each of those, and for a
+/// [`Error::Input`] for each of those, and for a
 /// folder another process holds.
 pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
     let o = out.display();
@@ -465,10 +465,10 @@ fn train_tokenizer(sample: Vec<String>, sample_bytes: u64, n_docs: usize, opts: 
 /// `.gz`), tokenize them and write a prepared corpus into `out`.
 ///
 /// # Errors
-/// [`Error::Input`](crate::error::Error::Input) for a missing, malformed
+/// [`Error::Input`] for a missing, malformed
 /// (non-UTF-8, bad JSON, naming file and line) or empty input, bad options, or
 /// an output folder that is not empty (without `force`) or cannot be written;
-/// [`Error::Interrupted`](crate::error::Error::Interrupted) when `opts.stop` is
+/// [`Error::Interrupted`] when `opts.stop` is
 /// set. Either way nothing that looks like a prepared corpus is left behind.
 pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifest> {
     check_options(files, opts)?;

@@ -132,7 +132,7 @@ pub fn encode_document(tok: &Tokenizer, doc: &str, chunk: usize) -> Result<Vec<u
     Ok(ids)
 }
 
-/// `doc` cut at [`cut_points`] about `chunk` bytes apart: what the tokenizer
+/// `doc` cut at `cut_points` about `chunk` bytes apart: what the tokenizer
 /// (and the BPE trainer) is given of a long document.
 pub fn pieces(doc: &str, chunk: usize) -> impl Iterator<Item = &str> + Send {
     let cuts = if doc.len() <= chunk { Vec::new() } else { cut_points(doc, chunk, MAX_UNCUT_BYTES.max(chunk)) };

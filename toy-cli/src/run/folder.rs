@@ -122,7 +122,7 @@ impl Sink for RunFolder<'_> {
     }
 
     /// `weights/step_<N>.gguf` and its `.state.gguf` as one unit (see
-    /// [`Self::write_pair`]: a checkpoint never lacks its state, and a failure
+    /// `write_pair`: a checkpoint never lacks its state, and a failure
     /// leaves neither), then `weights/latest` moves, the `checkpoint` event,
     /// and pruning. A second signal does not cut it ([`crate::signals::critical`]).
     fn save(&mut self, s: &Snapshot<'_, '_>) -> Result<()> {
