@@ -8,8 +8,7 @@ use crate::formats::checkpoint::{open_checkpoint, write_model};
 use crate::formats::Provenance;
 use crate::run::batches::Recorded;
 use crate::train::backends_for;
-use crate::train::step::with_loaded;
-use crate::train::step::{capacity, GradStep};
+use crate::train::step::{capacity, with_loaded, GradStep, LoadFor};
 use ggml_rs::gguf::GgufWriter;
 use ggml_rs::Context;
 
@@ -234,7 +233,7 @@ fn dump(a: &DumpArgs, grads: bool) -> Result<()> {
         return Err(input(format!("windows of {t} tokens exceed the model's context {}", ck.config.context)));
     }
     let backends = backends_for(&a.device, 0, a.matmul_precision.ggml())?;
-    with_loaded(&ck, &backends[0], t, nb, true, |w, consts| {
+    with_loaded(&ck, &backends[0], t, nb, LoadFor::Gradients, |w, consts| {
         let cctx = Context::new(capacity(ck.config.n_layers) * 2)?;
         let mut gs = GradStep::new(&cctx, w, consts, t, nb, &backends)?;
         let loss = gs.compute(&b.tokens, &b.targets)?;

@@ -14,8 +14,7 @@ use crate::formats::checkpoint::{open_checkpoint, Checkpoint};
 use crate::train::backends_for;
 use crate::train::batches::{batch_at, eval_starts};
 use crate::train::chat_windows::{ChatRun, Fit};
-use crate::train::step::with_loaded;
-use crate::train::step::{capacity, EvalStep};
+use crate::train::step::{capacity, with_loaded, EvalStep, LoadFor};
 use ggml_rs::Context;
 
 /// Loss and perplexity.
@@ -162,7 +161,7 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     }
     let b = args.batch.clamp(1, starts.len());
     let backends = backends_for(&args.on.device, args.on.threads, args.on.matmul_precision.ggml())?;
-    let loss = with_loaded(&ck, &backends[0], t, b, false, |w, consts| {
+    let loss = with_loaded(&ck, &backends[0], t, b, LoadFor::Inference, |w, consts| {
         let ctx = Context::new(capacity(ck.config.n_layers))?;
         let rctx = Context::new(capacity(ck.config.n_layers))?;
         let mut full = EvalStep::new(&ctx, w, consts, t, b, &backends)?;
@@ -266,7 +265,7 @@ fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<Eval
         return Err(input(format!("{}: the tokenizer gives id {id}, outside the model's vocabulary of {vocab}", path.display())));
     }
     let backends = backends_for(&args.on.device, args.on.threads, args.on.matmul_precision.ggml())?;
-    let (sum, scored) = with_loaded(ck, &backends[0], t, b, false, |w, consts| {
+    let (sum, scored) = with_loaded(ck, &backends[0], t, b, LoadFor::Inference, |w, consts| {
         let ctx = Context::new(capacity(ck.config.n_layers))?;
         let mut step = EvalStep::new(&ctx, w, consts, t, b, &backends)?;
         let (mut sum, mut scored) = (0f64, 0usize);

@@ -6,7 +6,7 @@ use crate::formats::checkpoint::open_checkpoint;
 use crate::sample::{sample, Sampling};
 use crate::train::backends_for;
 use crate::train::decoder::Decoder;
-use crate::train::step::with_loaded;
+use crate::train::step::{with_loaded, LoadFor};
 use rand::SeedableRng;
 
 /// Refuse to sample from logits that are not all finite (the model, or its
@@ -91,7 +91,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let stop = if args.ignore_eot { Vec::new() } else { ck.tokenizer.as_ref().map(|t| t.end_of_generation(&ck.file)).unwrap_or_default() };
     let how = Decode { sampling: &sampling, stop: &stop, stream, chat: args.chat.is_some(), n: args.n };
-    let ids = with_loaded(&ck, &backends[0], t, 1, false, |w, consts| {
+    let ids = with_loaded(&ck, &backends[0], t, 1, LoadFor::Decode, |w, consts| {
         let c = &ck.config;
         let mut cache = Decoder::new(c.n_layers, c.d_head() * c.n_kv_heads, t);
         let mut next = |ids: &[u32]| cache.next_logits(w, consts, &backends, ids);

@@ -118,6 +118,11 @@ pub struct ModelConfig {
     /// (`token_embd.weight = "q8_0"` in SmolLM2's Q4_1 file).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub base_dtype_except: std::collections::BTreeMap<String, String>,
+    /// For graphs without a backward only, never saved: the matrices and
+    /// token table stay in `base_dtype`/`base_dtype_except` without LoRA too
+    /// (a quantized llama-family GGUF run by `toy generate` and `toy eval`).
+    #[serde(skip)]
+    pub stored_types: bool,
 }
 
 fn yes() -> bool {
@@ -147,6 +152,7 @@ impl ModelConfig {
             lora: None,
             base_dtype: None,
             base_dtype_except: Default::default(),
+            stored_types: false,
         }
     }
 

@@ -26,6 +26,8 @@ pub struct Block<'w> {
     tensors: Vec<Option<Tensor<'w>>>,
     /// The low-rank adapter of each of `table.blocks`, where LoRA targets it.
     lora: Vec<Option<Adapter<'w>>>,
+    /// Products read compact matrices in their stored type ([`Weights::multiply_in_stored_types`]).
+    native: bool,
 }
 
 fn missing(name: &str) -> ggml_rs::Error {
@@ -60,7 +62,7 @@ impl<'w> Block<'w> {
         let name = format!("{stem}.weight");
         let k = self.index(&name).ok_or_else(|| missing(&name))?;
         let w = self.tensors[k].ok_or_else(|| missing(&name))?;
-        let y = lora::linear(ctx, w, self.lora[k], scale, x)?;
+        let y = lora::linear(ctx, w, self.lora[k], scale, x, self.native)?;
         match self.get(&format!("{stem}.bias")) {
             Some(b) => ctx.add(y, b),
             None => Ok(y),
@@ -77,14 +79,17 @@ pub struct Weights<'w> {
     blocks: Vec<Block<'w>>,
     /// `table.last`'s tensors.
     last: Vec<Option<Tensor<'w>>>,
+    /// Products read compact matrices in their stored type ([`Weights::multiply_in_stored_types`]).
+    native: bool,
 }
 
-/// The type of a frozen LoRA base's matrices and tables: the base file's
+/// The type of a frozen LoRA base's matrices and tables (or, for inference,
+/// [`ModelConfig::stored_types`], any model's): the base file's
 /// ([`ModelConfig::base_dtype`], [`ModelConfig::base_dtype_except`]), else f32.
 /// Gains, biases and a lens stay f32.
 fn dtype(s: &Spec, cfg: &ModelConfig, name: &str) -> DType {
     let big = matches!(s.role, Role::Matrix | Role::Embedding) && s.folded_into.is_none();
-    if !big || cfg.lora.is_none() {
+    if !big || (cfg.lora.is_none() && !cfg.stored_types) {
         return DType::F32;
     }
     let kept = cfg.base_dtype_except.get(name).or(cfg.base_dtype.as_ref());
@@ -132,12 +137,24 @@ impl<'w> Weights<'w> {
                     }
                 }
                 let tensors = table.blocks.iter().map(|s| create(ctx, cfg, s, &format!("blk.{i}.{}", s.name))).collect::<Result<_>>()?;
-                Ok(Block { table, tensors, lora })
+                Ok(Block { table, tensors, lora, native: false })
             })
             .collect::<Result<Vec<_>>>()?;
         let first = table.first.iter().map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
         let last = table.last.iter().map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
-        Ok(Weights { cfg: cfg.clone(), table, first, blocks, last })
+        Ok(Weights { cfg: cfg.clone(), table, first, blocks, last, native: false })
+    }
+
+    /// Let the products read compact matrices (quantized, f16, bf16) in their
+    /// stored type: ggml's `mul_mat` of that type, as llama.cpp runs them (for
+    /// q4_1 the activations are rounded to q8_1), instead of a dequantized f32
+    /// copy per product. For graphs without a backward only: ggml has no
+    /// gradient through such a product.
+    pub fn multiply_in_stored_types(&mut self) {
+        self.native = true;
+        for b in &mut self.blocks {
+            b.native = true;
+        }
     }
 
     /// The model's configuration.
@@ -236,7 +253,8 @@ impl<'w> Weights<'w> {
     where
         'w: 'a,
     {
-        ctx.mul_mat(matrix(ctx, self.head()?)?, self.hidden(ctx, batch)?) // [vocab, T, B]
+        let head = if self.native { self.head()? } else { matrix(ctx, self.head()?)? };
+        ctx.mul_mat(head, self.hidden(ctx, batch)?) // [vocab, T, B]
     }
 
     /// The normalized last hidden states f32 `[d, T, B]` (what the head reads).

@@ -455,24 +455,58 @@ impl<'a> Forward<'a> {
     }
 }
 
+/// What [`with_loaded`] loads a checkpoint for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LoadFor {
+    /// Gradients: every weight that trains is marked as a parameter (all of a
+    /// model's, an adapter's alone over its frozen base).
+    Gradients,
+    /// Graphs without a backward over many tokens (`toy eval`): a
+    /// llama-family file's quantized, f16 or bf16 matrices stay in their
+    /// types in memory (where every type is one toy loads compact) and each
+    /// product dequantizes its matrix, as training does.
+    Inference,
+    /// Token-by-token decoding (`toy generate`): as `Inference`, and the
+    /// products read the matrices as stored ([`Weights::multiply_in_stored_types`]),
+    /// as llama.cpp runs them (faster when one token reads the whole model).
+    Decode,
+}
+
+/// The config to load `ck` with for `purpose`: without a backward, the file's
+/// compact types kept (see [`LoadFor::Inference`]).
+fn load_config(ck: &crate::formats::checkpoint::Checkpoint, purpose: LoadFor) -> crate::model::ModelConfig {
+    use crate::formats::checkpoint::{matrix_dtype, BASE_TYPES};
+    let mut cfg = ck.config.clone();
+    if purpose != LoadFor::Gradients && cfg.lora.is_none() && cfg.arch.takes_lora() {
+        let (most, except) = matrix_dtype(&ck.file);
+        let known = |t: &str| BASE_TYPES.iter().any(|d| d.name() == t);
+        if most.as_deref().is_some_and(known) && except.values().all(|t| known(t)) {
+            (cfg.base_dtype, cfg.base_dtype_except, cfg.stored_types) = (most, except, true);
+        }
+    }
+    cfg
+}
+
 /// Load `ck` onto `backend` with constants for up to `b_max` sequences of `t` tokens, and run
-/// `f` with the weights (scoped, since tensors borrow their context). With
-/// `params`, every weight that trains is marked as a parameter (for
-/// gradients): all of a model's, an adapter's alone over its frozen base.
+/// `f` with the weights (scoped, since tensors borrow their context), set up for `purpose`.
 pub fn with_loaded<R>(
     ck: &crate::formats::checkpoint::Checkpoint,
     backend: &Backend,
     t: usize,
     b_max: usize,
-    params: bool,
+    purpose: LoadFor,
     f: impl FnOnce(&Weights<'_>, &Consts<'_>) -> crate::error::Result<R>,
 ) -> crate::error::Result<R> {
     let wctx = Context::new(capacity(ck.config.n_layers))?;
-    let weights = Weights::new(&wctx, &ck.config)?;
-    if params {
-        for p in weights.params().into_iter().filter(|p| p.trainable) {
-            wctx.set_param(p.tensor)?;
+    let mut weights = Weights::new(&wctx, &load_config(ck, purpose))?;
+    match purpose {
+        LoadFor::Gradients => {
+            for p in weights.params().into_iter().filter(|p| p.trainable) {
+                wctx.set_param(p.tensor)?;
+            }
         }
+        LoadFor::Inference => {}
+        LoadFor::Decode => weights.multiply_in_stored_types(),
     }
     let consts = Consts::new(&wctx, t, b_max)?;
     wctx.allocate(backend).map_err(|e| crate::error::runtime(e.to_string()))?;

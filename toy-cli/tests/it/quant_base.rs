@@ -69,6 +69,11 @@ fn lora_over_a_quantized_base_equals_lora_over_its_dequantized_copy() {
     assert!(tuned < eval_loss(t, &["q.gguf"]), "{tuned}");
     // A LoRA run's folder stands for its weights/latest.
     assert_eq!(eval_loss(t, &["q.gguf", "--lora", "lq"]), tuned);
+    // Without an adapter, eval keeps the file's q4_1/q8_0 in memory and computes
+    // what the f32 copy gives; generate multiplies them as stored (llama.cpp's way).
+    let (q, d) = (eval_loss(t, &["q.gguf"]), eval_loss(t, &["d.gguf"]));
+    assert!((q - d).abs() <= 1e-6 * d.abs(), "{q} against {d}");
+    ok(&toy(t, &["generate", "q.gguf", "--prompt", "Once", "-n", "8", "--greedy", "--threads", "1"]));
     assert!((tuned - eval_loss(t, &["d.gguf", "--lora", "ld/weights/latest"])).abs() < 1e-5);
     // Merged and written q8_0: close to the merged model.
     ok(&toy(t, &["export", "merge", "--base", "q.gguf", "--lora", "lq/weights/latest", "--type", "q8_0", "--out", "m8.gguf"]));
