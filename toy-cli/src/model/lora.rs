@@ -86,8 +86,7 @@ pub fn linear<'a>(
     x: Tensor<'a>,
     native: bool,
 ) -> Result<Tensor<'a>> {
-    let w = if native { w } else { super::weights::matrix(ctx, w)? };
-    let y = ctx.mul_mat(w, x)?;
+    let y = ctx.mul_mat(super::weights::operand(ctx, w, native)?, x)?;
     match lora {
         None => Ok(y),
         // The scale on the rank-r product `A·x` `[r, …]`, not on `B·(A·x)`

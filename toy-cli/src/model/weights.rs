@@ -107,6 +107,16 @@ pub fn matrix<'a>(ctx: &'a Context, w: Tensor<'a>) -> Result<Tensor<'a>> {
     }
 }
 
+/// A weight as a product's operand: as stored when `native`
+/// ([`Weights::multiply_in_stored_types`]), else [`matrix`].
+pub fn operand<'a>(ctx: &'a Context, w: Tensor<'a>, native: bool) -> Result<Tensor<'a>> {
+    if native {
+        Ok(w)
+    } else {
+        matrix(ctx, w)
+    }
+}
+
 fn create<'w>(ctx: &'w Context, cfg: &ModelConfig, s: &Spec, name: &str) -> Result<Option<Tensor<'w>>> {
     if !(s.present)(cfg) {
         return Ok(None);
@@ -253,8 +263,8 @@ impl<'w> Weights<'w> {
     where
         'w: 'a,
     {
-        let head = if self.native { self.head()? } else { matrix(ctx, self.head()?)? };
-        ctx.mul_mat(head, self.hidden(ctx, batch)?) // [vocab, T, B]
+        ctx.mul_mat(operand(ctx, self.head()?, self.native)?, self.hidden(ctx, batch)?)
+        // [vocab, T, B]
     }
 
     /// The normalized last hidden states f32 `[d, T, B]` (what the head reads).

@@ -477,12 +477,11 @@ pub enum LoadFor {
 fn load_config(ck: &crate::formats::checkpoint::Checkpoint, purpose: LoadFor) -> crate::model::ModelConfig {
     use crate::formats::checkpoint::{matrix_dtype, BASE_TYPES};
     let mut cfg = ck.config.clone();
-    if purpose != LoadFor::Gradients && cfg.lora.is_none() && cfg.arch.takes_lora() {
-        let (most, except) = matrix_dtype(&ck.file);
-        let known = |t: &str| BASE_TYPES.iter().any(|d| d.name() == t);
-        if most.as_deref().is_some_and(known) && except.values().all(|t| known(t)) {
-            (cfg.base_dtype, cfg.base_dtype_except, cfg.stored_types) = (most, except, true);
-        }
+    // The llama family: gpt2's fused attn_qkv is split on load through f32.
+    let compact = ck.file.tensors().iter().all(|t| BASE_TYPES.contains(&t.dtype));
+    if purpose != LoadFor::Gradients && cfg.lora.is_none() && cfg.arch.takes_lora() && compact {
+        (cfg.base_dtype, cfg.base_dtype_except) = matrix_dtype(&ck.file);
+        cfg.stored_types = true;
     }
     cfg
 }
