@@ -301,3 +301,34 @@ fn matmul_precision_switch() {
         assert!(e_high > 1e-5, "high precision should use TF32 on CUDA (error {e_high:e})");
     }
 }
+
+#[test]
+fn mul_mat_plus_bias_row_at_each_precision() {
+    // `W·x + b` with b broadcast over the rows: on CUDA one cuBLASLt matmul with
+    // a bias epilogue (patch 0033) at High and Medium, the plain nodes at
+    // Highest. The bias is large against the tolerance, so a product that
+    // dropped it would fail. Shapes big enough that Medium runs in bf16.
+    let dev = cpu();
+    let (k, m, t, b) = (128i64, 256i64, 64i64, 4i64);
+    let mut r = rng(3800);
+    let w = uniform(&mut r, (k * m) as usize, -1.0, 1.0);
+    let x = uniform(&mut r, (k * t * b) as usize, -1.0, 1.0);
+    let bias = uniform(&mut r, m as usize, 1.0, 2.0);
+    let (wn, xn) = ([k as usize, m as usize, 1, 1], [k as usize, t as usize, b as usize, 1]);
+    let (prod, on) = rf::mul_mat(&f64s(&w), wn, &f64s(&x), xn);
+    let want = rf::binary(&prod, on, &f64s(&bias), [m as usize, 1, 1, 1], |p, q| p + q);
+    let wa: Vec<f64> = w.iter().map(|v| v.abs() as f64).collect();
+    let xa: Vec<f64> = x.iter().map(|v| v.abs() as f64).collect();
+    let scale = rf::binary(&rf::mul_mat(&wa, wn, &xa, xn).0, on, &f64s(&bias), [m as usize, 1, 1, 1], |p, q| p + q.abs());
+    for (p, tol) in [(MatmulPrecision::Highest, 1e-6), (MatmulPrecision::High, 2e-3), (MatmulPrecision::Medium, 1e-2)] {
+        dev.set_matmul_precision(p);
+        let ctx = Context::new(16).unwrap();
+        let tw = leaf(&ctx, &dev, &[k, m], &w);
+        let tx = leaf(&ctx, &dev, &[k, t, b], &x);
+        let tb = leaf(&ctx, &dev, &[m], &bias);
+        let y = ctx.add(ctx.mul_mat(tw, tx).unwrap(), tb).unwrap();
+        let got = eval_on(&dev, &ctx, &[y]);
+        check_sums(&format!("mul_mat + bias row at {p:?} on {}", dev.name()), &got[0], &want, &scale, tol);
+    }
+    dev.set_matmul_precision(MatmulPrecision::High);
+}
