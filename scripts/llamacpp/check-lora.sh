@@ -17,6 +17,12 @@
 #     the adapter, which names its base), against TOL on the top-5 relative
 #     difference (default 2e-2): a quantized base, which llama.cpp multiplies
 #     with activations rounded to 8 bits and toy with the dequantized matrix.
+#   STORED=1 (with TOY_SIDE=adapter): toy multiplies the quantized base as
+#     stored (debug dump-logits --stored-types: q4_1 by activations rounded to
+#     q8_1, as llama.cpp and toy generate do) instead of dequantizing it. On a
+#     quantized base the logits are sensitive at the 1e-2 level to any change
+#     of arithmetic: llama.cpp against itself with flash attention on and off
+#     moves SmolLM2 Q4_1's top-5 by 5.2e-2 (bench/results.md).
 #   GREEDY=N: also compare the greedy continuations of N tokens after the
 #     window's first 32 ids (toy generate --greedy against lora_greedy.cpp).
 # Builds libllama (CPU) once from the llama.cpp source that cargo fetched for
@@ -37,11 +43,12 @@ tol="${TOL:-1e-3}"
 if [ "$adapter" = - ]; then
   "$toy" debug dump-logits "$base" --batches "$batches" --out "$work/toy.gguf" > /dev/null
 elif [ "$side" = adapter ]; then
-  "$toy" debug dump-logits "$adapter" --batches "$batches" --out "$work/toy.gguf" > /dev/null
+  stored=(); [ -n "${STORED:-}" ] && stored=(--stored-types)
+  "$toy" debug dump-logits "$adapter" "${stored[@]}" --batches "$batches" --out "$work/toy.gguf" > /dev/null
   tol="${TOL:-2e-2}"
   # The base alone on both sides too: what the adapter changes, compared apart
   # from how each side multiplies the quantized base.
-  "$toy" debug dump-logits "$base" --batches "$batches" --out "$work/toy-base.gguf" > /dev/null
+  "$toy" debug dump-logits "$base" "${stored[@]}" --batches "$batches" --out "$work/toy-base.gguf" > /dev/null
 else
   "$toy" export merge --base "$base" --lora "$adapter" --out "$work/merged.gguf" > /dev/null
   "$toy" debug dump-logits "$work/merged.gguf" --batches "$batches" --out "$work/toy.gguf" > /dev/null

@@ -112,4 +112,9 @@ pub struct DumpArgs {
     /// f32 matrix products on CUDA: highest (f32) or high (TF32).
     #[arg(long = "matmul-precision", value_enum, default_value = "high")]
     pub matmul_precision: crate::config::MatmulPrecision,
+    /// dump-logits only: multiply a quantized (or f16/bf16) base's matrices as
+    /// stored, as `toy generate` and llama.cpp do (q4_1 by activations rounded
+    /// to q8_1, ...), instead of dequantizing each for its product as training does.
+    #[arg(long)]
+    pub stored_types: bool,
 }

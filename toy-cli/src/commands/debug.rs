@@ -8,7 +8,7 @@ use crate::formats::checkpoint::{open_checkpoint, write_model};
 use crate::formats::Provenance;
 use crate::run::batches::Recorded;
 use crate::train::backends_for;
-use crate::train::step::{capacity, with_loaded, GradStep, LoadFor};
+use crate::train::step::{capacity, with_loaded, EvalStep, GradStep, LoadFor};
 use ggml_rs::gguf::GgufWriter;
 use ggml_rs::Context;
 
@@ -233,6 +233,17 @@ fn dump(a: &DumpArgs, grads: bool) -> Result<()> {
         return Err(input(format!("windows of {t} tokens exceed the model's context {}", ck.config.context)));
     }
     let backends = backends_for(&a.device, 0, a.matmul_precision.ggml())?;
+    if a.stored_types {
+        if grads {
+            return Err(input("--stored-types is for dump-logits (gradients train in the dequantized arithmetic)"));
+        }
+        return with_loaded(&ck, &backends[0], t, nb, LoadFor::Decode, |w, consts| {
+            let cctx = Context::new(capacity(ck.config.n_layers))?;
+            let mut step = EvalStep::new(&cctx, w, consts, t, nb, &backends)?;
+            let loss = step.loss(&b.tokens, &b.targets)?;
+            write_logits(a, loss, step.logits())
+        });
+    }
     with_loaded(&ck, &backends[0], t, nb, LoadFor::Gradients, |w, consts| {
         let cctx = Context::new(capacity(ck.config.n_layers) * 2)?;
         let mut gs = GradStep::new(&cctx, w, consts, t, nb, &backends)?;
@@ -273,15 +284,21 @@ fn dump(a: &DumpArgs, grads: bool) -> Result<()> {
             }
             crate::say!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }))?;
         } else {
-            let mut g = GgufWriter::new();
-            g.set("toy.loss", loss)?;
-            if gs.logits().read::<f32>()?.iter().any(|x| !x.is_finite()) {
-                return Err(runtime(format!("the logits are not finite; not writing {}", a.out.display())));
-            }
-            g.add_tensor("logits", gs.logits())?;
-            g.write(&a.out)?;
-            crate::say!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }))?;
+            write_logits(a, loss, gs.logits())?;
         }
         Ok(())
     })
+}
+
+/// Write `toy.loss` and the logits `[V, T·B]` of a dump as GGUF (refusing
+/// non-finite logits), and print the summary line.
+fn write_logits(a: &DumpArgs, loss: f32, logits: ggml_rs::Tensor<'_>) -> Result<()> {
+    if !loss.is_finite() || logits.read::<f32>()?.iter().any(|x| !x.is_finite()) {
+        return Err(runtime(format!("the loss or logits are not finite; not writing {}", a.out.display())));
+    }
+    let mut g = GgufWriter::new();
+    g.set("toy.loss", loss)?;
+    g.add_tensor("logits", logits)?;
+    g.write(&a.out)?;
+    crate::say!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }))
 }

@@ -31,7 +31,7 @@ fn q4_1_mix(name: &str) -> DType {
 
 fn lora(dir: &Path, from: &str, out: &str) {
     let mut a = vec!["train", "finetune", "--from", from, "--lora-rank", "4", "--lr", "0.01", "--corpus", "new.txt"];
-    a.extend_from_slice(&["--steps", "6", "--eval-every", "3", "--out", out]);
+    a.extend_from_slice(&["--steps", "6", "--eval-every", "3", "--record-batches", "--out", out]);
     a.extend_from_slice(QUICK);
     ok(&toy(dir, &a));
 }
@@ -79,6 +79,23 @@ fn lora_over_a_quantized_base_equals_lora_over_its_dequantized_copy() {
     ok(&toy(t, &["export", "merge", "--base", "q.gguf", "--lora", "lq/weights/latest", "--type", "q8_0", "--out", "m8.gguf"]));
     assert_eq!(GgufFile::open(t.join("m8.gguf")).unwrap().tensor("blk.0.attn_q.weight").unwrap().dtype, DType::Q8_0);
     assert!((eval_loss(t, &["m8.gguf"]) - tuned).abs() < 2e-2);
+    // dump-logits --stored-types multiplies the base as stored (q4_1 by q8_1
+    // activations, as llama.cpp and generate do): close to, not equal to, the
+    // dequantized arithmetic. Gradients have no such mode.
+    let dump = |extra: &[&str], out: &str| {
+        let mut a = vec!["debug", "dump-logits", "lq/weights/latest", "--batches", "lq/batches.bin", "--out", out];
+        a.extend_from_slice(extra);
+        ok(&toy(t, &a));
+        let f = GgufFile::open(t.join(out)).unwrap();
+        f.tensor_f32("logits").unwrap()
+    };
+    let (deq, stored) = (dump(&[], "deq.gguf"), dump(&["--stored-types"], "stored.gguf"));
+    let top = deq.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let diff = deq.iter().zip(&stored).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(diff > 0.0 && diff < 5e-2 * top, "max |d| {diff} of max |logit| {top}");
+    let o = toy(t, &["debug", "dump-grads", "lq/weights/latest", "--batches", "lq/batches.bin", "--out", "g.gguf", "--stored-types"]);
+    fails(&o, "debug", "--stored-types is for dump-logits");
+    assert!(!t.join("g.gguf").exists());
 }
 
 #[test]
