@@ -332,3 +332,47 @@ fn mul_mat_plus_bias_row_at_each_precision() {
     }
     dev.set_matmul_precision(MatmulPrecision::High);
 }
+
+#[test]
+fn weight_gradient_larger_than_a_chunk() {
+    // A weight over a folded batch whose output gradient [m, p] is over 32 MiB:
+    // with the mul_mat formulation its transposed copy is taken in row chunks
+    // (patch 0035: five of 840 rows) and the chunks' products are
+    // concatenated. Both gradients against the OUT_PROD formulation's (no
+    // copies, no chunks), and spot values against f64 sums.
+    let (n, m, t, b) = (4i64, 4200i64, 1024i64, 2i64);
+    let mut r = rng(3900);
+    let w = uniform(&mut r, (n * m) as usize, -1.0, 1.0);
+    let x = uniform(&mut r, (n * t * b) as usize, -1.0, 1.0);
+    let rv = uniform(&mut r, (m * t * b) as usize, -1.0, 1.0);
+    let dev = cpu();
+    let grads = |mode: MulMatGrad| -> Vec<Vec<f32>> {
+        let ctx = Context::new(4096).unwrap();
+        let tw = leaf(&ctx, &dev, &[n, m], &w);
+        let tx = leaf(&ctx, &dev, &[n, t, b], &x);
+        let tr = leaf(&ctx, &dev, &[m, t, b], &rv);
+        ctx.set_param(tw).unwrap();
+        ctx.set_param(tx).unwrap();
+        let loss = ctx.sum(ctx.mul(ctx.mul_mat(tw, tx).unwrap(), tr).unwrap()).unwrap().set_output();
+        let mut g = Graph::with_grads(&ctx, 4096).unwrap();
+        g.set_mul_mat_grad(mode);
+        g.expand(loss).unwrap();
+        g.build_backward(loss).unwrap();
+        let gs: Vec<_> = [tw, tx].iter().map(|&p| g.grad(p).unwrap().set_output()).collect();
+        g.allocate(&backends(&dev)).unwrap();
+        g.compute().unwrap();
+        gs.iter().map(|t| t.read::<f32>().unwrap()).collect()
+    };
+    let (chunked, plain) = (grads(MulMatGrad::MulMat), grads(MulMatGrad::OutProd));
+    for (k, (a, b)) in chunked.iter().zip(&plain).enumerate() {
+        let e = a.iter().zip(b).fold(0f32, |e, (p, q)| e.max((p - q).abs() / (q.abs() + 1.0)));
+        // f32 sums of 2048 (dW) or 4200 (dx) products, added in different orders.
+        assert!(e < 2e-4, "gradient {k}: chunked and out_prod differ by {e:e}");
+    }
+    // dW[i, j] = sum over the 2048 tokens of x[i, tok] r[j, tok], at a row of each chunk.
+    for (i, j) in [(0usize, 0usize), (3, 839), (2, 840), (1, 4199)] {
+        let want: f64 = (0..(t * b) as usize).map(|c| x[c * n as usize + i] as f64 * rv[c * m as usize + j] as f64).sum();
+        let got = chunked[0][j * n as usize + i] as f64;
+        assert!((got - want).abs() < 1e-4 * (want.abs() + 1.0), "dW[{i}, {j}] = {got}, f64 {want}");
+    }
+}
