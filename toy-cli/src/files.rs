@@ -108,3 +108,34 @@ pub fn resolve_model(p: &Path) -> Result<PathBuf> {
     }
     Ok(p.to_path_buf())
 }
+
+/// Refuse an output path `out` that would replace one of `inputs`, a folder, a
+/// link, a run's resume state or anything but a regular file, or whose folder
+/// is missing or unwritable: bad input, found before the work (`what` names
+/// what would be written there).
+pub fn check_out(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
+    let o = out.display();
+    if let Ok(meta) = std::fs::symlink_metadata(out) {
+        if !meta.is_file() {
+            return Err(input(format!("--out {o}: exists and is not a regular file (a folder or a link?)")));
+        }
+        let same = |p: &Path| std::fs::canonicalize(p).ok() == std::fs::canonicalize(out).ok();
+        if inputs.iter().any(|p| same(p)) {
+            return Err(input(format!("--out {o} is one of the inputs; write {what} elsewhere")));
+        }
+        if out.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".state.gguf")) {
+            return Err(input(format!("--out {o}: a run's resume state; write {what} elsewhere")));
+        }
+    }
+    if out.as_os_str().to_string_lossy().ends_with('/') {
+        return Err(input(format!("--out {o}: give a file name, not a folder")));
+    }
+    let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(input(format!("--out {o}: no folder {}", dir.display())));
+    }
+    let probe = dir.join(format!(".toy-out-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"").map_err(|e| input(format!("--out {o}: cannot write into {}: {e}", dir.display())))?;
+    let _ = std::fs::remove_file(probe);
+    Ok(())
+}

@@ -225,9 +225,11 @@ pub fn run(args: &DebugArgs) -> Result<()> {
 /// `toy debug dump-grads` (`grads`) or `dump-logits`: the loss and every
 /// parameter's gradient, or the logits, for one recorded batch, as GGUF.
 fn dump(a: &DumpArgs, grads: bool) -> Result<()> {
+    crate::files::check_out(&a.out, &[&a.model, &a.batches], "the dump")?;
     let ck = open_checkpoint(&a.model)?;
     let rec = Recorded::open(&a.batches)?;
     let b = rec.batch(a.step)?;
+    check_ids(a, &b.tokens, &b.targets, ck.config.vocab)?;
     let (t, nb) = (rec.layout.window - 1, rec.layout.batch);
     if t > ck.config.context && ck.config.arch == crate::model::Arch::Gpt2 {
         return Err(input(format!("windows of {t} tokens exceed the model's context {}", ck.config.context)));
@@ -288,6 +290,23 @@ fn dump(a: &DumpArgs, grads: bool) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// Refuse recorded ids the model cannot read: tokens outside `[0, vocab)`,
+/// targets outside `[-1, vocab)` (−1: not trained).
+fn check_ids(a: &DumpArgs, tokens: &[i32], targets: &[i32], vocab: usize) -> Result<()> {
+    let bad = |ids: &[i32], lo: i32| ids.iter().position(|&x| x < lo || x as i64 >= vocab as i64);
+    for (what, ids, lo) in [("token", tokens, 0), ("target", targets, -1)] {
+        if let Some(i) = bad(ids, lo) {
+            return Err(input(format!(
+                "{}: step {}: {what} id {} at position {i} is outside the model's vocabulary of {vocab}",
+                a.batches.display(),
+                a.step,
+                ids[i]
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Write `toy.loss` and the logits `[V, T·B]` of a dump as GGUF (refusing

@@ -107,42 +107,12 @@ fn broken(values: &[f32], what: &str, name: &str) -> Result<()> {
     }
 }
 
-/// Refuse an `--out` that would replace an input, a folder, a link or anything
-/// but a regular file.
-fn check_out(m: &MergeArgs) -> Result<()> {
-    let o = m.out.display();
-    if let Ok(meta) = std::fs::symlink_metadata(&m.out) {
-        if !meta.is_file() {
-            return Err(input(format!("--out {o}: exists and is not a regular file (a folder or a link?)")));
-        }
-        let same = |p: &std::path::Path| std::fs::canonicalize(p).ok() == std::fs::canonicalize(&m.out).ok();
-        if same(&m.base) || same(&m.lora) {
-            return Err(input(format!("--out {o} is one of the inputs; write the merged model elsewhere")));
-        }
-        if m.out.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".state.gguf")) {
-            return Err(input(format!("--out {o}: a run's resume state; write the merged model elsewhere")));
-        }
-    }
-    if m.out.as_os_str().to_string_lossy().ends_with('/') {
-        return Err(input(format!("--out {o}: give a file name, not a folder")));
-    }
-    let dir = m.out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    if !dir.is_dir() {
-        return Err(input(format!("--out {o}: no folder {}", dir.display())));
-    }
-    // An unwritable place is bad input, found before the work (as train and prep do).
-    let probe = dir.join(format!(".toy-merge-probe-{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(|e| input(format!("--out {o}: cannot write into {}: {e}", dir.display())))?;
-    let _ = std::fs::remove_file(probe);
-    Ok(())
-}
-
 /// Keys of a run's checkpoint that say which run and save it is: a merged
 /// model is neither, so they are not copied.
 const RUN_KEYS: [&str; 3] = ["toy.run_id", "toy.save_id", "toy.step"];
 
 fn merge(m: &MergeArgs) -> Result<PathBuf> {
-    check_out(m)?;
+    crate::files::check_out(&m.out, &[&m.base, &m.lora], "the merged model")?;
     let base = open_checkpoint(&m.base).map_err(|e| input(format!("--base {e}")))?;
     if base.adapter.is_some() {
         return Err(input(format!("--base {}: a LoRA adapter, not a model", m.base.display())));

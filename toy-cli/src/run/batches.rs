@@ -122,9 +122,15 @@ pub struct Recorded {
 }
 
 impl Recorded {
-    /// Read `batches.bin` and the `batches.json` beside it.
+    /// Read `batches.bin` and the `batches.json` beside it (`bin` may be the
+    /// run folder that holds them).
     pub fn open(bin: &std::path::Path) -> crate::error::Result<Recorded> {
         use crate::error::input;
+        let bin = if bin.is_dir() { bin.join("batches.bin") } else { bin.to_path_buf() };
+        if !bin.is_file() {
+            return Err(input(format!("{}: no such file (a run's batches.bin, from --record-batches)", bin.display())));
+        }
+        let bin = bin.as_path();
         let json = bin.with_file_name("batches.json");
         let layout: Layout = serde_json::from_str(&std::fs::read_to_string(&json).map_err(|e| input(format!("{}: {e}", json.display())))?)
             .map_err(|e| input(format!("{}: {e}", json.display())))?;

@@ -365,6 +365,22 @@ fn hostile_inputs_of_the_adversarial_pass() {
     std::fs::write(t.join("batches.bin"), [0u8; 64]).unwrap();
     let o = run(toy(t).args(["debug", "dump-logits", "r/weights/step_2.gguf", "--batches", "batches.bin", "--out", "d.gguf"]));
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    // A recorded id the model cannot read, and outputs that are not a new file,
+    // are refused before any work; a run folder stands for its batches.bin.
+    ok(&run(&mut train(t, "rb", &["--preset", "smoke", "--steps", "1", "--record-batches"])));
+    let mut ids = std::fs::read(t.join("rb/batches.bin")).unwrap();
+    ids[8..12].copy_from_slice(&999_999u32.to_le_bytes());
+    std::fs::create_dir(t.join("bad")).unwrap();
+    std::fs::write(t.join("bad/batches.bin"), ids).unwrap();
+    std::fs::copy(t.join("rb/batches.json"), t.join("bad/batches.json")).unwrap();
+    let dump =
+        |batches: &str, out: &str| run(toy(t).args(["debug", "dump-logits", "rb/weights/step_1.gguf", "--batches", batches, "--out", out]));
+    fails(&dump("bad/batches.bin", "d1.gguf"), "outside the model's vocabulary");
+    fails(&dump("rb", "nodir/d.gguf"), "no folder nodir");
+    fails(&dump("rb", "rb/weights/step_1.gguf"), "one of the inputs");
+    fails(&dump("nope.bin", "d2.gguf"), "nope.bin: no such file");
+    assert!(!t.join("d1.gguf").exists() && !t.join("d2.gguf").exists());
+    ok(&dump("rb", "d3.gguf"));
 }
 
 #[test]
