@@ -95,7 +95,7 @@ pub struct BenchArgs {
 #[derive(Args, Debug)]
 #[command(allow_negative_numbers = true)]
 pub struct DumpArgs {
-    /// Checkpoint (e.g. a run's weights/step_0.gguf).
+    /// Checkpoint (e.g. a run's weights/step_0.gguf), or a run folder (its weights/latest).
     pub model: PathBuf,
     /// A run's batches.bin (from `toy train --record-batches`).
     #[arg(long)]
@@ -109,6 +109,9 @@ pub struct DumpArgs {
     /// Device.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// CPU threads (0: all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
     /// f32 matrix products on CUDA: highest (f32) or high (TF32).
     #[arg(long = "matmul-precision", value_enum, default_value = "high")]
     pub matmul_precision: crate::config::MatmulPrecision,

@@ -225,8 +225,9 @@ pub fn run(args: &DebugArgs) -> Result<()> {
 /// `toy debug dump-grads` (`grads`) or `dump-logits`: the loss and every
 /// parameter's gradient, or the logits, for one recorded batch, as GGUF.
 fn dump(a: &DumpArgs, grads: bool) -> Result<()> {
-    crate::files::check_out(&a.out, &[&a.model, &a.batches], "the dump")?;
-    let ck = open_checkpoint(&a.model)?;
+    let model = crate::files::resolve_model(&a.model)?;
+    crate::files::check_out(&a.out, &[&model, &a.batches], "the dump")?;
+    let ck = open_checkpoint(&model)?;
     let rec = Recorded::open(&a.batches)?;
     let b = rec.batch(a.step)?;
     check_ids(a, &b.tokens, &b.targets, ck.config.vocab)?;
@@ -234,7 +235,7 @@ fn dump(a: &DumpArgs, grads: bool) -> Result<()> {
     if t > ck.config.context && ck.config.arch == crate::model::Arch::Gpt2 {
         return Err(input(format!("windows of {t} tokens exceed the model's context {}", ck.config.context)));
     }
-    let backends = backends_for(&a.device, 0, a.matmul_precision.ggml())?;
+    let backends = backends_for(&a.device, a.threads, a.matmul_precision.ggml())?;
     if a.stored_types {
         if grads {
             return Err(input("--stored-types is for dump-logits (gradients train in the dequantized arithmetic)"));

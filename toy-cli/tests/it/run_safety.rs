@@ -381,6 +381,10 @@ fn hostile_inputs_of_the_adversarial_pass() {
     fails(&dump("nope.bin", "d2.gguf"), "nope.bin: no such file");
     assert!(!t.join("d1.gguf").exists() && !t.join("d2.gguf").exists());
     ok(&dump("rb", "d3.gguf"));
+    // The model may be a run folder too (its weights/latest), and threads are set as elsewhere.
+    let o = run(toy(t).args(["debug", "dump-logits", "rb", "--batches", "rb", "--out", "d4.gguf", "--threads", "1"]));
+    ok(&o);
+    assert_eq!(std::fs::read(t.join("d3.gguf")).unwrap(), std::fs::read(t.join("d4.gguf")).unwrap());
 }
 
 #[test]
