@@ -93,7 +93,8 @@ pub fn is_adapter(f: &GgufFile) -> bool {
 /// that are not f32 and finite.
 pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
     // A LoRA run's folder: its weights/latest.
-    let resolved = if path.is_dir() { crate::files::resolve_model(path)? } else { path.to_path_buf() };
+    let resolved =
+        if path.is_dir() { crate::files::resolve_model(path).map_err(|e| input(format!("--lora {e}")))? } else { path.to_path_buf() };
     let path = resolved.as_path();
     let p = path.display();
     if !path.exists() {
@@ -102,9 +103,9 @@ pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
     if !path.is_file() {
         return Err(input(format!("--lora {p}: not a regular file")));
     }
-    let file = GgufFile::open(path)?;
+    let file = GgufFile::open(path).map_err(|e| input(format!("--lora {e}")))?;
     if !is_adapter(&file) || file.get_str("adapter.type").ok() != Some("lora") {
-        return Err(input(format!("--lora {p}: not a LoRA adapter (general.type \"adapter\", adapter.type \"lora\")")));
+        return Err(input(format!("--lora {p}: not a LoRA adapter (one has general.type \"adapter\" and adapter.type \"lora\")")));
     }
     let arch = base.arch.name();
     match file.get_str("general.architecture") {
