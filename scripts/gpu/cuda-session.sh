@@ -177,16 +177,19 @@ stage_tests_ce() {
 stage_ce_parity() {
   python3 scripts/parity/cross_entropy.py --bin "$C"/examples/cross_entropy --device cuda | tee "$OUT/ce-parity.txt"
 }
+# One `toy debug bench` at a 124M preset: bench_124m PRESET VOCAB FILE [debug bench flags...];
+# its JSON line appended to $OUT/FILE, a summary printed.
+bench_124m() {
+  local preset=$1 v=$2 file=$3; shift 3
+  timeout 150 $T debug bench --preset $preset --vocab $v --device cuda --steps 10 --warmup 3 "$@" > /tmp/b.json 2> /tmp/b.err || { echo "$preset $v $* failed"; tail -5 /tmp/b.err; return; }
+  tee -a "$OUT/$file" < /tmp/b.json | python3 -c "import json,sys; d=json.load(sys.stdin); print('$preset', 'vocab', d['vocab'], d['dtype'], d['matmul_precision'], 'median ms', round(d['median_ms'],2), 'buffers MiB', d['device_buffers_bytes']>>20, 'device used MiB', d.get('device_used_bytes',0)>>20, 'fallbacks', len(d['cpu_fallbacks']), 'loss', round(d['last_loss'],4))"
+}
 # toy alone at GPT-2 124M and llama-124m: bf16 and TF32, and vocabulary 8192 against 50257.
 stage_bench_124m_toy() {
-  local p a v d
-  for p in "gpt2-124m gpt2" "llama-124m llama"; do
-    set -- $p
+  local p v d
+  for p in gpt2-124m llama-124m; do
     for d in "--dtype bf16" "--dtype f32 --matmul-precision high"; do
-      for v in 50257 8192; do
-        timeout 150 $T debug bench --preset $1 --vocab $v --device cuda --steps 10 --warmup 3 $d > /tmp/b.json 2> /tmp/b.err || { echo "$1 $v $d failed"; tail -5 /tmp/b.err; continue; }
-        tee -a "$OUT/bench-124m-toy.jsonl" < /tmp/b.json | python3 -c "import json,sys; d=json.load(sys.stdin); print('$1', 'vocab', d['vocab'], d['dtype'], d['matmul_precision'], 'median ms', round(d['median_ms'],2), 'buffers MiB', d['device_buffers_bytes']>>20, 'fallbacks', len(d['cpu_fallbacks']), 'loss', round(d['last_loss'],3))"
-      done
+      for v in 50257 8192; do bench_124m $p $v bench-124m-toy.jsonl $d; done
     done
   done
 }
@@ -227,11 +230,7 @@ stage_bench_bf16() {
 # Parity at f32 on CUDA, and the 200-step loss curve at bf16 against PyTorch autocast.
 stage_parity_124m() {
   parity "llama small 100 highest" "gpt2 small 100 highest"
-  for a in llama gpt2; do
-    timeout 400 python3 scripts/parity/parity.py --toy $T --arch $a --preset small --steps 200 --matmul-precision high --dtype bf16 \
-      --corpus data/default-corpus.txt --device cuda --torch-device cuda --work /tmp/parity-$a-bf16 > "$OUT/parity-$a-small-bf16.txt" 2> "$OUT/parity-$a-small-bf16.err"
-    echo "== parity $a small 200 bf16 (rc=$?)"; grep -E "loss|FAIL" "$OUT/parity-$a-small-bf16.txt" | head -5
-  done
+  stage_parity_bf16
 }
 # --- fused attention on CUDA (issue 21, patch 0021) ---
 # The ggml-rs attention tests on CUDA, and the op against PyTorch's SDPA there.
@@ -309,10 +308,7 @@ stage_ncu_lora() {
 # quick-124m: toy alone, GPT-2 124M at bf16, vocabularies 50257 and 8192 (median ms, memory).
 stage_quick_124m() {
   local v
-  for v in 50257 8192; do
-    timeout 150 $T debug bench --preset gpt2-124m --vocab $v --device cuda --steps 10 --warmup 3 --dtype bf16 > /tmp/b.json 2> /tmp/b.err || { echo "vocab $v failed"; tail -5 /tmp/b.err; continue; }
-    tee -a "$OUT/quick-124m.jsonl" < /tmp/b.json | python3 -c "import json,sys; d=json.load(sys.stdin); print('gpt2-124m vocab', d['vocab'], d['dtype'], 'median ms', round(d['median_ms'],2), 'device used MiB', d.get('device_used_bytes',0)>>20, 'fallbacks', len(d['cpu_fallbacks']), 'loss', round(d['last_loss'],4))"
-  done
+  for v in 50257 8192; do bench_124m gpt2-124m $v quick-124m.jsonl --dtype bf16; done
 }
 # parity-bf16: the 200-step loss curves at bf16 (fused attention) against PyTorch autocast, llama and gpt2 small.
 stage_parity_bf16() {
