@@ -945,6 +945,12 @@ unsafe extern "C" {
     pub fn ggml_rms_norm_inplace(ctx: *mut ggml_context, a: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
+    pub fn ggml_rms_norm_gain(ctx: *mut ggml_context, a: *mut ggml_tensor, g: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
+}
+unsafe extern "C" {
+    pub fn ggml_norm_gain_bias(ctx: *mut ggml_context, a: *mut ggml_tensor, g: *mut ggml_tensor, b: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
+}
+unsafe extern "C" {
     pub fn ggml_group_norm(ctx: *mut ggml_context, a: *mut ggml_tensor, n_groups: ::std::os::raw::c_int, eps: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {

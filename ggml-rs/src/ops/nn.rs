@@ -110,6 +110,40 @@ impl Context {
         self.op("rms_norm", |ctx| unsafe { sys::ggml_rms_norm(ctx, a.raw(), eps) })
     }
 
+    /// RMSNorm over `ne0` with a gain, `g ⊙ x / √(mean(x²) + eps)`, as one node
+    /// (`ggml_rms_norm_gain`, our patch 0036): `a` f32 `[d, …]` with contiguous
+    /// rows, `g` f32 `[d]`. The same values as [`Context::rms_norm`] then
+    /// [`Context::mul`], but a backward graph keeps only `a` and the result: the
+    /// gain's gradient recomputes the norm instead of keeping `[d, …]` more.
+    ///
+    /// # Errors
+    /// [`Error::Op`] for another type, strided rows, a `g` of another shape, or
+    /// an `eps` that is negative or not finite.
+    pub fn rms_norm_gain<'a>(&'a self, a: Tensor<'a>, g: Tensor<'a>, eps: f32) -> Result<Tensor<'a>> {
+        check_norm("rms_norm_gain", &a, eps)?;
+        need_dtype("rms_norm_gain", &g, &[DType::F32])?;
+        check_affine("rms_norm_gain", "gain", &a, &g)?;
+        // SAFETY: checked.
+        self.op("rms_norm_gain", |ctx| unsafe { sys::ggml_rms_norm_gain(ctx, a.raw(), g.raw(), eps) })
+    }
+
+    /// LayerNorm over `ne0` with gain and bias, `g ⊙ (x − mean) / √(var + eps) + b`
+    /// (Ba et al. 2016), as one node (`ggml_norm_gain_bias`, our patch 0036): `a`
+    /// f32 `[d, …]` with contiguous rows, `g` and `b` f32 `[d]`. The same values
+    /// as [`Context::norm`], [`Context::mul`] and [`Context::add`], but a backward
+    /// graph keeps only `a` and the result (the gain's gradient recomputes the norm).
+    ///
+    /// # Errors
+    /// [`Error::Op`] for another type, strided rows, a `g` or `b` of another
+    /// shape, or an `eps` that is negative or not finite.
+    pub fn norm_gain_bias<'a>(&'a self, a: Tensor<'a>, g: Tensor<'a>, b: Tensor<'a>, eps: f32) -> Result<Tensor<'a>> {
+        check_norm("norm_gain_bias", &a, eps)?;
+        check_affine("norm_gain_bias", "gain", &a, &g)?;
+        check_affine("norm_gain_bias", "bias", &a, &b)?;
+        // SAFETY: checked.
+        self.op("norm_gain_bias", |ctx| unsafe { sys::ggml_norm_gain_bias(ctx, a.raw(), g.raw(), b.raw(), eps) })
+    }
+
     /// LayerNorm over `ne0` without gain or bias: `(x − mean) / √(var + eps)` (Ba et
     /// al. 2016; `ggml_norm`). f32 with contiguous rows. Its backward comes from
     /// our ggml patch (`patches/`).
@@ -329,6 +363,15 @@ impl Context {
         // SAFETY: checked.
         self.op("cross_entropy_loss_ids", |ctx| unsafe { sys::ggml_cross_entropy_loss_ids(ctx, logits.raw(), targets.raw(), n_classes) })
     }
+}
+
+/// A norm's gain or bias: f32, contiguous, `[ne0 of a]`.
+fn check_affine(op: &'static str, what: &str, a: &Tensor<'_>, g: &Tensor<'_>) -> Result<()> {
+    need_dtype(op, g, &[DType::F32])?;
+    if g.ne() != [a.ne()[0], 1, 1, 1] || !g.is_contiguous() {
+        return Err(Error::op(op, format!("{what} {} must be contiguous [{}] for {}", shape_str(g), a.ne()[0], shape_str(a))));
+    }
+    Ok(())
 }
 
 fn check_norm(op: &'static str, a: &Tensor<'_>, eps: f32) -> Result<()> {

@@ -177,6 +177,49 @@ fn rms_norm() {
 }
 
 #[test]
+fn rms_norm_gain() {
+    // One node (patch 0036) whose backward recomputes the norm for the gain's
+    // gradient: both gradients against finite differences of g ⊙ rms_norm(x).
+    // (Rows of 1, where the gradient is eps-sized and cancels, are in `rms_norm`.)
+    for (seed, n0) in [(0u64, 0usize), (1, 0), (2, 4099)] {
+        let mut r = rng(550 + seed);
+        let n0 = if n0 == 0 { r.random_range(2..=40) } else { n0 } as i64;
+        let rows = r.random_range(1..=4i64);
+        let x = rand_param(&mut r, &[n0, rows], -2.0, 2.0);
+        let g = rand_param(&mut r, &[n0], -1.5, 1.5);
+        let eps = 1e-5f32;
+        grad_check(&format!("rms_norm_gain [{n0}, {rows}]"), seed, &[x, g], &|ctx, x| ctx.rms_norm_gain(x[0], x[1], eps).unwrap(), &|xs| {
+            let n = rf::rows(&xs[0], n0 as usize, |r| rf::rms_norm_row(r, eps as f64));
+            n.iter().enumerate().map(|(i, v)| v * xs[1][i % n0 as usize]).collect()
+        });
+    }
+}
+
+#[test]
+fn norm_gain_bias() {
+    // LayerNorm with gain and bias as one node (patch 0036): the three gradients
+    // against finite differences of g ⊙ norm(x) + b.
+    for (seed, n0) in [(0u64, 0usize), (1, 4099)] {
+        let mut r = rng(650 + seed);
+        let n0 = if n0 == 0 { r.random_range(2..=40) } else { n0 } as i64;
+        let rows = r.random_range(1..=3i64);
+        let x: Vec<f32> = uniform(&mut r, (n0 * rows) as usize, -2.0, 2.0).into_iter().map(|v| v + 0.7).collect();
+        let (g, b) = (rand_param(&mut r, &[n0], -1.5, 1.5), rand_param(&mut r, &[n0], -1.0, 1.0));
+        let eps = 1e-5f32;
+        grad_check(
+            &format!("norm_gain_bias [{n0}, {rows}]"),
+            seed,
+            &[param(&[n0, rows], x), g, b],
+            &|ctx, x| ctx.norm_gain_bias(x[0], x[1], x[2], eps).unwrap(),
+            &|xs| {
+                let n = rf::rows(&xs[0], n0 as usize, |r| rf::norm_row(r, eps as f64));
+                n.iter().enumerate().map(|(i, v)| v * xs[1][i % n0 as usize] + xs[2][i % n0 as usize]).collect()
+            },
+        );
+    }
+}
+
+#[test]
 fn norm_layernorm_patched_backward() {
     // Rows of 1 (the output and gradient are identically 0), 4099 and random.
     for (seed, n0) in [(0u64, 1usize), (1, 4099), (2, 0), (3, 0)] {

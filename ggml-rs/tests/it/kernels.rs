@@ -376,3 +376,49 @@ fn weight_gradient_larger_than_a_chunk() {
         assert!((got - want).abs() < 1e-4 * (want.abs() + 1.0), "dW[{i}, {j}] = {got}, f64 {want}");
     }
 }
+
+#[test]
+fn norms_with_gain_are_the_nodes_they_replace() {
+    // Patch 0036's nodes against the nodes they replace (rms_norm then mul;
+    // norm then mul then add), forward and every gradient, on the test device:
+    // the same arithmetic, so equal to rounding (bit for bit on the CPU). Rows
+    // of 256, 576 (SmolLM2), 768 (GPT-2) and 4099.
+    let dev = cpu();
+    for (seed, (d, rows)) in [(256i64, 9i64), (576, 33), (768, 17), (4099, 3)].into_iter().enumerate() {
+        let mut r = rng(4000 + seed as u64);
+        let x = uniform(&mut r, (d * rows) as usize, -2.0, 2.0);
+        let (g, b) = (uniform(&mut r, d as usize, -1.5, 1.5), uniform(&mut r, d as usize, -1.0, 1.0));
+        let up = uniform(&mut r, (d * rows) as usize, -1.0, 1.0);
+        for layer_norm in [false, true] {
+            let run = |fused: bool| -> Vec<Vec<f32>> {
+                let ctx = Context::new(256).unwrap();
+                let (tx, tg, tb) = (leaf(&ctx, &dev, &[d, rows], &x), leaf(&ctx, &dev, &[d], &g), leaf(&ctx, &dev, &[d], &b));
+                let tu = leaf(&ctx, &dev, &[d, rows], &up);
+                for p in [tx, tg, tb] {
+                    ctx.set_param(p).unwrap();
+                }
+                let y = match (layer_norm, fused) {
+                    (false, true) => ctx.rms_norm_gain(tx, tg, 1e-5).unwrap(),
+                    (false, false) => ctx.mul(ctx.rms_norm(tx, 1e-5).unwrap(), tg).unwrap(),
+                    (true, true) => ctx.norm_gain_bias(tx, tg, tb, 1e-5).unwrap(),
+                    (true, false) => ctx.add(ctx.mul(ctx.norm(tx, 1e-5).unwrap(), tg).unwrap(), tb).unwrap(),
+                };
+                let y = y.set_output();
+                // b takes part in the RMSNorm case too, so that every parameter has a gradient.
+                let loss = ctx.add(ctx.sum(ctx.mul(y, tu).unwrap()).unwrap(), ctx.sum(tb).unwrap()).unwrap().set_output();
+                let mut gr = Graph::with_grads(&ctx, 256).unwrap();
+                gr.expand(loss).unwrap();
+                gr.build_backward(loss).unwrap();
+                let gs: Vec<_> = [tx, tg, tb].iter().map(|&p| gr.grad(p).unwrap().set_output()).collect();
+                gr.allocate(&backends(&dev)).unwrap();
+                gr.compute().unwrap();
+                std::iter::once(y).chain(gs).map(|t| t.read::<f32>().unwrap()).collect()
+            };
+            let (a, want) = (run(true), run(false));
+            for (k, what) in ["y", "dx", "dg", "db"].iter().enumerate() {
+                let e = a[k].iter().zip(&want[k]).fold(0f32, |e, (p, q)| e.max((p - q).abs() / (q.abs() + 1.0)));
+                assert!(e <= 1e-6, "layer_norm {layer_norm} [{d}, {rows}] {what}: {e:e} from the separate nodes");
+            }
+        }
+    }
+}
