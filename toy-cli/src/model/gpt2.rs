@@ -53,9 +53,10 @@ pub fn head<'w>(w: &Weights<'w>) -> Result<Tensor<'w>> {
     w.tensor("token_embd.weight")
 }
 
-/// `γ ⊙ norm(x) + β` over `ne0` (Ba et al. 2016), gain and bias `[d]`.
+/// `γ ⊙ norm(x) + β` over `ne0` (Ba et al. 2016), gain and bias `[d]`, as one
+/// node whose backward recomputes `norm(x)` (patch 0036).
 fn layer_norm<'a>(ctx: &'a Context, x: Tensor<'a>, gain: Tensor<'a>, bias: Tensor<'a>, eps: f32) -> Result<Tensor<'a>> {
-    ctx.add(ctx.mul(ctx.norm(x, eps)?, gain)?, bias)
+    ctx.norm_gain_bias(x, gain, bias, eps)
 }
 
 /// The last hidden states `[d, T, B]`, normalized, before the head.
