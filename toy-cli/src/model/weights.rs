@@ -55,6 +55,10 @@ impl<'w> Block<'w> {
     /// `W·x`, plus `scale·B·(A·x)` where an adapter targets `W`, plus `b` where
     /// the table has `{stem}.bias`: `[in, ...] → [out, ...]`, with `W` the
     /// matrix `{stem}.weight` `[in, out]`.
+    ///
+    /// A contiguous `x` `[in, T, B]` is multiplied as `[in, T·B]`: one product
+    /// instead of B (on CUDA a batched GEMM and its pointer-array kernel per
+    /// product), the same dot products.
     pub fn linear<'a>(&self, ctx: &'a Context, stem: &str, scale: f32, x: Tensor<'a>) -> Result<Tensor<'a>>
     where
         'w: 'a,
@@ -62,10 +66,18 @@ impl<'w> Block<'w> {
         let name = format!("{stem}.weight");
         let k = self.index(&name).ok_or_else(|| missing(&name))?;
         let w = self.tensors[k].ok_or_else(|| missing(&name))?;
-        let y = lora::linear(ctx, w, self.lora[k], scale, x, self.native)?;
-        match self.get(&format!("{stem}.bias")) {
-            Some(b) => ctx.add(y, b),
-            None => Ok(y),
+        let ne = x.ne();
+        let fold = ne[2] * ne[3] > 1 && x.is_contiguous();
+        let x2 = if fold { ctx.reshape(x, &[ne[0], ne[1] * ne[2] * ne[3]])? } else { x }; // [in, T·B]
+        let y = lora::linear(ctx, w, self.lora[k], scale, x2, self.native)?;
+        let y = match self.get(&format!("{stem}.bias")) {
+            Some(b) => ctx.add(y, b)?,
+            None => y,
+        };
+        if fold {
+            ctx.reshape(y, &[y.ne()[0], ne[1], ne[2], ne[3]]) // [out, T, B]
+        } else {
+            Ok(y)
         }
     }
 }
