@@ -93,11 +93,17 @@ fn time_steps(
     Ok(out)
 }
 
-/// The middle value of `v` (0 when empty).
+/// The median of `v`: the middle value, or the mean of the two middle values
+/// for an even count (as Python's `statistics.median`, which the benchmark
+/// scripts use for the anchors); 0 when empty.
 fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
-    s.get(s.len() / 2).copied().unwrap_or(0.0)
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
 }
 
 /// `toy debug bench`: time training steps on random tokens and print one JSON object.
@@ -321,4 +327,14 @@ fn write_logits(a: &DumpArgs, loss: f32, logits: ggml_rs::Tensor<'_>) -> Result<
     g.add_tensor("logits", logits)?;
     g.write(&a.out)?;
     crate::say!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(super::median(&[]), 0.0);
+        assert_eq!(super::median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(super::median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
 }
