@@ -201,6 +201,15 @@ stage_ncu_124m() {
   python3 scripts/gpu/ncu_top.py "$OUT/ncu-gpt2-124m-$dt.csv" --top 15 | tee "$OUT/ncu-gpt2-124m-$dt.md"
   gzip -f "$OUT"/ncu-*.csv
 }
+# ncu top-15 of one SmolLM2-135M-shape step at context NCU_CONTEXT (default 2048), bf16, fused attention.
+stage_ncu_smollm() {
+  local c=${NCU_CONTEXT:-2048}
+  GGML_CUDA_DISABLE_GRAPHS=1 timeout ${NCU_TIMEOUT:-240} ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-count ${NCU_LAUNCHES:-12000} \
+    $T debug bench --preset smollm2-135m --context $c --device cuda --steps 1 --warmup 0 --attention fused > "$OUT/ncu-smollm-$c.csv" 2> "$OUT/ncu-smollm-$c.err"
+  echo "== ncu smollm2-135m ctx $c (rc=$?)"
+  python3 scripts/gpu/ncu_top.py "$OUT/ncu-smollm-$c.csv" --top 20 | tee "$OUT/ncu-smollm-$c.md"
+  gzip -f "$OUT"/ncu-*.csv
+}
 # llm.c's train_gpt2cu from the carried anchor ($C/anchors), with the CUDA 13 fix of its notes.
 LLMC=/tmp/llmc/train_gpt2cu
 stage_llmc_build() {
@@ -282,7 +291,7 @@ module_out() { xz -T0 -6 -c "$C/libggml-cuda.so" | split -b 15M - "$OUT/libggml-
 # and PyTorch full fine-tuning, context 512, batch 8.
 stage_lora_table() {
   python3 scripts/bench/lora.py --toy $T --device cuda --context 512 --batch 8 --steps 10 --warmup 3 \
-    --torch eager-sdpa,compile-sdpa --full-torch --work /tmp/lora-bench > "$OUT/lora-table.txt" 2> "$OUT/lora-table.err"
+    --torch ${LORA_TORCH-eager-sdpa,compile-sdpa} --full-torch --work /tmp/lora-bench > "$OUT/lora-table.txt" 2> "$OUT/lora-table.err"
   echo "rc=$?"; cat "$OUT/lora-table.txt"; tail -5 "$OUT/lora-table.err"
 }
 # Kernel times of LoRA (rank 16, Q4_1 base) against full fine-tuning at
@@ -298,8 +307,10 @@ stage_ncu_lora() {
     local extra=(--from $w/smol-f16.gguf)
     [ $side = lora ] && extra=(--from $w/smol-q4_1.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down)
     rm -rf /tmp/ncu-$side
-    GGML_CUDA_DISABLE_GRAPHS=1 timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv $T train finetune "${extra[@]}" \
-      --context 512 --batch 8 --steps 2 --eval-every 0 --device cuda --out /tmp/ncu-$side > "$OUT/ncu-$side.csv" 2> "$OUT/ncu-$side.err"
+    # One step; at most NCU_LAUNCHES kernels profiled (ncu then runs the rest unprofiled).
+    GGML_CUDA_DISABLE_GRAPHS=1 timeout ${NCU_TIMEOUT:-240} ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+      --launch-count ${NCU_LAUNCHES:-12000} $T train finetune "${extra[@]}" \
+      --context 512 --batch 8 --steps 1 --eval-every 0 --device cuda --out /tmp/ncu-$side > "$OUT/ncu-$side.csv" 2> "$OUT/ncu-$side.err"
     echo "== ncu $side (rc=$?)"
     python3 scripts/gpu/ncu_top.py "$OUT/ncu-$side.csv" --top 15 | tee "$OUT/ncu-$side.md"
   done
@@ -309,6 +320,11 @@ stage_ncu_lora() {
 stage_quick_124m() {
   local v
   for v in 50257 8192; do bench_124m gpt2-124m $v quick-124m.jsonl --dtype bf16; done
+}
+# smollm-toy: toy alone at SmolLM2-135M's shape (batch 8, bf16, fused attention) for CONTEXTS.
+stage_smollm_toy() {
+  local ctx
+  for ctx in ${CONTEXTS:-1024 2048}; do bench_124m smollm2-135m 49152 smollm-toy.jsonl --context $ctx --attention fused; done
 }
 # parity-bf16: the 200-step loss curves at bf16 (fused attention) against PyTorch autocast, llama and gpt2 small.
 stage_parity_bf16() {
