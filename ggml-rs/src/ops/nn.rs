@@ -121,7 +121,6 @@ impl Context {
     /// an `eps` that is negative or not finite.
     pub fn rms_norm_gain<'a>(&'a self, a: Tensor<'a>, g: Tensor<'a>, eps: f32) -> Result<Tensor<'a>> {
         check_norm("rms_norm_gain", &a, eps)?;
-        need_dtype("rms_norm_gain", &g, &[DType::F32])?;
         check_affine("rms_norm_gain", "gain", &a, &g)?;
         // SAFETY: checked.
         self.op("rms_norm_gain", |ctx| unsafe { sys::ggml_rms_norm_gain(ctx, a.raw(), g.raw(), eps) })

@@ -77,9 +77,9 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
     }
     let mut h = ctx.reshape(h, &[d, t, b])?; // [d, T, B]
     for (layer, blk) in w.blocks().iter().enumerate() {
-        let a = ctx.rms_norm_gain(h, blk.tensor("attn_norm.weight")?, eps)?; // [d, T, B]
-                                                                             // RoPE over [dh, heads, T·B] with per-token positions: its backward then
-                                                                             // receives a contiguous gradient (through the reshape), which CUDA needs.
+        let a = ctx.rms_norm_gain(h, blk.tensor("attn_norm.weight")?, eps)?;
+        // RoPE over [dh, heads, T·B] with per-token positions: its backward then
+        // receives a contiguous gradient (through the reshape), which CUDA needs.
         let (hq, hkv) = (c.n_heads as i64, c.n_kv_heads as i64);
         let lin = |stem: &str, x| blk.linear(ctx, stem, s, x);
         let q = rope(ctx, ctx.reshape(lin("attn_q", a)?, &[dh, hq, t * b])?, x.pos, mode, c.rope_base)?;
