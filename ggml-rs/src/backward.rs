@@ -124,9 +124,7 @@ fn check_strided_grads(nodes: &[Tensor<'_>], needs: &HashSet<*mut sys::ggml_tens
         let ok = match s.op() {
             sys::GGML_OP_RESHAPE => true,
             sys::GGML_OP_NONE => only_use && s.is_param(),
-            sys::GGML_OP_MUL_MAT | sys::GGML_OP_ROPE => only_use && rows_kept,
-            // not with a gain (`rms_norm_gain`): its backward multiplies the gradient first
-            sys::GGML_OP_RMS_NORM => only_use && rows_kept && s.srcs().len() == 1,
+            sys::GGML_OP_MUL_MAT | sys::GGML_OP_ROPE | sys::GGML_OP_RMS_NORM => only_use && rows_kept,
             _ => false,
         };
         if !ok {

@@ -112,6 +112,14 @@ fn bad_shapes_name_the_op() {
     op_err(ctx.cross_entropy_loss(f32s(&ctx, &[10, 4]), ctx.new_tensor(DType::I32, &[10, 4]).unwrap()), "cross_entropy_loss");
     op_err(ctx.swiglu_split(f32s(&ctx, &[6, 2]), f32s(&ctx, &[6, 3])), "swiglu_split");
     op_err(ctx.rms_norm(x, -1.0), "rms_norm");
+    let (h, gain) = (f32s(&ctx, &[6, 2]), f32s(&ctx, &[6]));
+    op_err(ctx.rms_norm_gain(h, f32s(&ctx, &[5]), 1e-5), "rms_norm_gain"); // gain of another width
+    op_err(ctx.rms_norm_gain(h, f32s(&ctx, &[6, 2]), 1e-5), "rms_norm_gain"); // a gain per row
+    op_err(ctx.rms_norm_gain(h, ctx.new_tensor(DType::F16, &[6]).unwrap(), 1e-5), "rms_norm_gain");
+    op_err(ctx.rms_norm_gain(ctx.transpose(h).unwrap(), f32s(&ctx, &[2]), 1e-5), "rms_norm_gain");
+    op_err(ctx.rms_norm_gain(h, gain, f32::INFINITY), "rms_norm_gain");
+    op_err(ctx.norm_gain_bias(h, gain, f32s(&ctx, &[3]), 1e-5), "norm_gain_bias"); // bias of another width
+    op_err(ctx.norm_gain_bias(h, gain, gain, -1.0), "norm_gain_bias");
     op_err(ctx.norm(x, f32::NAN), "norm");
     op_err(ctx.norm(ctx.new_tensor(DType::F16, &[4]).unwrap(), 1e-5), "norm");
     op_err(ctx.scale(ctx.transpose(a).unwrap(), 2.0), "scale");

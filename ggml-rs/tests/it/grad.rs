@@ -396,6 +396,18 @@ fn layout_ops() {
     grad_check("permute of rms_norm", 6, &[x()], &|ctx, x| ctx.permute(ctx.rms_norm(x[0], 1e-5).unwrap(), [0, 2, 1, 3]).unwrap(), &|xs| {
         rf::permute(&rf::rows(&xs[0], 3, |r| rf::rms_norm_row(r, 1e-5f32 as f64)), n4, [0, 2, 1, 3]).0
     });
+    let gain = || param(&[3], vec![0.5, -1.25, 2.0]);
+    grad_check(
+        "permute of rms_norm_gain",
+        16,
+        &[x(), gain()],
+        &|ctx, x| ctx.permute(ctx.rms_norm_gain(x[0], x[1], 1e-5).unwrap(), [0, 2, 1, 3]).unwrap(),
+        &|xs| {
+            let n = rf::rows(&xs[0], 3, |r| rf::rms_norm_row(r, 1e-5f32 as f64));
+            let y: Vec<f64> = n.iter().enumerate().map(|(i, v)| v * xs[1][i % 3]).collect();
+            rf::permute(&y, n4, [0, 2, 1, 3]).0
+        },
+    );
     grad_check(
         "transpose of a reshaped softmax",
         7,
