@@ -87,6 +87,19 @@ pub struct BenchArgs {
     /// Override the preset's context.
     #[arg(long)]
     pub context: Option<usize>,
+    /// Time fine-tuning steps of this model (a GGUF, or a run folder's
+    /// weights/latest) as `toy train finetune --from` runs them: its shape,
+    /// vocabulary and weights; the preset gives only the batch and the context
+    /// (at most the model's).
+    #[arg(long, conflicts_with_all = ["arch", "vocab"])]
+    pub from: Option<PathBuf>,
+    /// With --from: LoRA adapters of this rank (alpha = rank) on its frozen base,
+    /// kept in its own type, as `toy train finetune --lora-rank`.
+    #[arg(long = "lora-rank", requires = "from", value_parser = super::count_usize)]
+    pub lora_rank: Option<usize>,
+    /// With --lora-rank: the matrices that get adapters (default: the architecture's).
+    #[arg(long = "lora-targets", requires = "lora_rank", value_delimiter = ',')]
+    pub lora_targets: Option<Vec<String>>,
     /// Device, threads and precision, as `toy train` takes them.
     #[command(flatten)]
     pub device: super::DeviceArgs,

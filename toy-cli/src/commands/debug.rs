@@ -56,6 +56,37 @@ fn bench_config(a: &BenchArgs, device: &str) -> Result<crate::config::TrainConfi
     Ok(cfg)
 }
 
+/// With `--from`: the model `a.from` names, and `cfg` made its fine-tuning run
+/// (its shape and weights, LoRA under `--lora-rank`, the context capped by the
+/// model's), as `toy train finetune` makes it.
+fn bench_base(a: &BenchArgs, cfg: &mut crate::config::TrainConfig) -> Result<Option<crate::formats::checkpoint::Checkpoint>> {
+    let Some(from) = &a.from else { return Ok(None) };
+    let path = crate::files::resolve_model(from)?;
+    let ck = open_checkpoint(&path)?;
+    let base = &ck.config;
+    let context = match a.context {
+        Some(t) if t > base.context => {
+            return Err(input(format!("--context {t}: the model at {} takes 1 to {} tokens", path.display(), base.context)))
+        }
+        Some(t) => t,
+        None => cfg.model.context.min(base.context),
+    };
+    let lora = a.lora_rank.map(|rank| crate::model::lora::LoraConfig {
+        rank,
+        alpha: rank as f32,
+        targets: crate::commands::setup::dedup_targets(
+            &a.lora_targets.clone().unwrap_or_else(|| base.arch.table().default_lora_targets().into_iter().map(String::from).collect()),
+        ),
+    });
+    if lora.is_some() && !base.arch.takes_lora() {
+        return Err(input(format!("--lora-rank: {} models take no LoRA adapters", base.arch.name())));
+    }
+    cfg.model = crate::commands::finetune::finetune_model(&ck, cfg, context, lora);
+    cfg.recipe = crate::config::Recipe::Finetune;
+    cfg.validate()?;
+    Ok(Some(ck))
+}
+
 /// What `debug bench` measured: the timed steps' and their all-reduces'
 /// milliseconds, and the last step's loss.
 struct Timings {
@@ -109,7 +140,7 @@ fn median(v: &[f64]) -> f64 {
 /// `toy debug bench`: time training steps on random tokens and print one JSON object.
 fn bench(a: &BenchArgs) -> Result<()> {
     use crate::train::step::OptSettings;
-    use crate::train::{build_trainer, devices, Plan, ReplicaState};
+    use crate::train::{build_trainer, devices, Init, Plan, ReplicaState};
     use ggml_rs::optim::AdamWConfig;
     if a.steps == 0 {
         return Err(input("--steps must be at least 1"));
@@ -118,7 +149,12 @@ fn bench(a: &BenchArgs) -> Result<()> {
         return Err(input(format!("--warmup {} + --steps {} is too large", a.warmup, a.steps)));
     };
     let dev = BenchDevice::of(&a.device);
-    let cfg = bench_config(a, &dev.name)?;
+    let mut cfg = bench_config(a, &dev.name)?;
+    let base = bench_base(a, &mut cfg)?;
+    let plan = match &base {
+        Some(ck) => Plan { init: Init::Model(ck), recipe: cfg.recipe, ..Plan::from_scratch() },
+        None => Plan::from_scratch(),
+    };
     let (t, b) = (cfg.model.context, cfg.batch);
     let devs = devices::parse(&dev.name)?;
     let n = devs.len();
@@ -132,7 +168,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
     let cctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers) * 2)).collect::<ggml_rs::Result<Vec<_>>>()?;
     let mut states = Vec::with_capacity(n);
     for (wctx, bk) in wctxs.iter().zip(&backends) {
-        states.push(ReplicaState::new(wctx, &cfg, &Plan::from_scratch(), &bk[0], n > 1)?);
+        states.push(ReplicaState::new(wctx, &cfg, &plan, &bk[0], n > 1)?);
     }
     let opt = OptSettings {
         adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay },
@@ -149,6 +185,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         "{}",
         serde_json::json!({
             "format": "toy/bench-v1", "preset": a.preset.name(), "arch": cfg.model.arch.name(), "device": backends[0][0].name(),
+            "from": a.from, "lora_rank": a.lora_rank, "n_trainable": states[0].n_trainable(),
             "devices": devs, "allreduce": step.allreduce_kind().name(), "allreduce_ms_median": median(&times.allreduce_ms),
             "matmul_precision": dev.precision.name(), "dtype": dev.dtype.name(), "attention": cfg.attention.name(),
             "batch": b, "context": t, "vocab": cfg.model.vocab, "n_params": cfg.model.n_params(),

@@ -118,7 +118,7 @@ fn lora_config(a: &TrainArgs, base: &crate::model::ModelConfig) -> Result<Option
 /// The model a finetune run of `a` trains: the base `ck` at `context` tokens,
 /// with `lora` adapters on its matrices kept in their own type, else every
 /// weight in f32; `cfg` resolved from `a` gives `--freeze`.
-fn finetune_model(
+pub(crate) fn finetune_model(
     ck: &Checkpoint,
     cfg: &crate::config::TrainConfig,
     context: usize,

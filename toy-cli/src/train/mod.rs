@@ -493,6 +493,11 @@ pub(crate) struct ReplicaState<'w> {
 }
 
 impl<'w> ReplicaState<'w> {
+    /// Elements of the parameters the step trains (all of them, or a LoRA run's adapters).
+    pub(crate) fn n_trainable(&self) -> u64 {
+        self.weights.params().iter().filter(|p| p.trainable).map(|p| p.tensor.nelements() as u64).sum()
+    }
+
     /// Create, allocate on `device` and initialise (random from the seed, then
     /// the donor's table) the tensors of one replica.
     pub(crate) fn new(wctx: &'w Context, cfg: &TrainConfig, plan: &Plan<'_>, device: &Backend, split: bool) -> Result<ReplicaState<'w>> {

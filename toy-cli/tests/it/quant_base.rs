@@ -141,3 +141,35 @@ fn a_type_toy_cannot_dequantize_everywhere_is_named() {
     fails(&o, "train", "tensor blk.0.ffn_up.weight is iq4_nl; toy fine-tunes models of types f32, f16, bf16, q8_0");
     assert!(!t.join("x").exists());
 }
+
+#[test]
+fn debug_bench_times_lora_over_a_quantized_base() {
+    // `debug bench --from --lora-rank` builds the step `train finetune` runs:
+    // the base's shape and weights, q4_1 kept, only the adapters trained.
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    base(t);
+    rewrite_gguf(&t.join("base/weights/latest"), &t.join("q.gguf"), q4_1_mix);
+    let bench = |extra: &[&str]| {
+        let mut a = vec!["debug", "bench", "--from", "q.gguf", "--batch", "2", "--steps", "1", "--warmup", "0", "--threads", "1"];
+        a.extend_from_slice(extra);
+        toy(t, &a)
+    };
+    let o = bench(&["--lora-rank", "4", "--lora-targets", "attn_q,ffn_down"]);
+    ok(&o);
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (n, trained) = (d["n_params"].as_u64().unwrap(), d["n_trainable"].as_u64().unwrap());
+    // smoke: d 64, 2 layers; rank-4 adapters on attn_q [64, 64] and ffn_down [128, 64].
+    assert_eq!(trained, 2 * 4 * ((64 + 64) + (128 + 64)), "{d}");
+    assert!(n > trained && d["lora_rank"] == 4 && d["vocab"] == 300 && d["context"] == 32, "{d}");
+    assert!(d["last_loss"].as_f64().unwrap().is_finite() && d["cpu_fallbacks"].as_array().unwrap().is_empty(), "{d}");
+    // Full fine-tuning of the same file trains every weight (dequantized, with a note).
+    let o = bench(&[]);
+    ok(&o);
+    let d: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(d["n_trainable"], d["n_params"], "{d}");
+    // What the model cannot take is refused with one line.
+    fails(&bench(&["--context", "33"]), "debug", "takes 1 to 32 tokens");
+    fails(&bench(&["--lora-rank", "4", "--lora-targets", "attn_qkv"]), "debug", "--lora-targets");
+    fails(&toy(t, &["debug", "bench", "--lora-rank", "4"]), "debug", "--from");
+}
