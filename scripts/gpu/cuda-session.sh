@@ -295,8 +295,8 @@ stage_lora_table() {
   echo "rc=$?"; cat "$OUT/lora-table.txt"; tail -5 "$OUT/lora-table.err"
 }
 # Kernel times of LoRA (rank 16, Q4_1 base) against full fine-tuning at
-# SmolLM2-135M's shape, context 512, batch 8: two steps and the two validation
-# passes of each run (scripts/bench/lora.py's random base files).
+# SmolLM2-135M's shape, context 512, batch 8: one step of each, from `toy debug
+# bench --from` (no validation passes; scripts/bench/lora.py's random base files).
 stage_ncu_lora() {
   local w=/tmp/lora-bench
   if [ ! -f $w/smol-q4_1.gguf ]; then
@@ -306,11 +306,8 @@ stage_ncu_lora() {
   for side in lora full; do
     local extra=(--from $w/smol-f16.gguf)
     [ $side = lora ] && extra=(--from $w/smol-q4_1.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down)
-    rm -rf /tmp/ncu-$side
-    # One step; at most NCU_LAUNCHES kernels profiled (ncu then runs the rest unprofiled).
     GGML_CUDA_DISABLE_GRAPHS=1 timeout ${NCU_TIMEOUT:-240} ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-      --launch-count ${NCU_LAUNCHES:-12000} $T train finetune "${extra[@]}" \
-      --context 512 --batch 8 --steps 1 --eval-every 0 --device cuda --out /tmp/ncu-$side > "$OUT/ncu-$side.csv" 2> "$OUT/ncu-$side.err"
+      $T debug bench "${extra[@]}" --context 512 --batch 8 --steps 1 --warmup 0 --device cuda > "$OUT/ncu-$side.csv" 2> "$OUT/ncu-$side.err"
     echo "== ncu $side (rc=$?)"
     python3 scripts/gpu/ncu_top.py "$OUT/ncu-$side.csv" --top 15 | tee "$OUT/ncu-$side.md"
   done
