@@ -87,8 +87,8 @@ pub struct BenchArgs {
     /// Override the preset's context.
     #[arg(long)]
     pub context: Option<usize>,
-    /// Time fine-tuning steps of this model (a GGUF, or a run folder's
-    /// weights/latest) as `toy train finetune --from` runs them: its shape,
+    /// Time fine-tuning steps of this model (a llama or qwen2 GGUF, or a run
+    /// folder's weights/latest) as `toy train finetune --from` runs them: its shape,
     /// vocabulary and weights; the preset gives only the batch and the context
     /// (at most the model's).
     #[arg(long, conflicts_with_all = ["arch", "vocab"])]

@@ -62,7 +62,8 @@ fn bench_config(a: &BenchArgs, device: &str) -> Result<crate::config::TrainConfi
 fn bench_base(a: &BenchArgs, cfg: &mut crate::config::TrainConfig) -> Result<Option<crate::formats::checkpoint::Checkpoint>> {
     let Some(from) = &a.from else { return Ok(None) };
     let path = crate::files::resolve_model(from)?;
-    let ck = open_checkpoint(&path)?;
+    // What finetune takes: llama and qwen2 models (not an adapter), of the types it reads.
+    let (ck, _) = crate::commands::finetune::open_base(&path)?;
     let base = &ck.config;
     let context = match a.context {
         Some(t) if t > base.context => {
@@ -78,9 +79,6 @@ fn bench_base(a: &BenchArgs, cfg: &mut crate::config::TrainConfig) -> Result<Opt
             &a.lora_targets.clone().unwrap_or_else(|| base.arch.table().default_lora_targets().into_iter().map(String::from).collect()),
         ),
     });
-    if lora.is_some() && !base.arch.takes_lora() {
-        return Err(input(format!("--lora-rank: {} models take no LoRA adapters", base.arch.name())));
-    }
     cfg.model = crate::commands::finetune::finetune_model(&ck, cfg, context, lora);
     cfg.recipe = crate::config::Recipe::Finetune;
     cfg.validate()?;

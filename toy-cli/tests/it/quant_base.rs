@@ -172,4 +172,13 @@ fn debug_bench_times_lora_over_a_quantized_base() {
     fails(&bench(&["--context", "33"]), "debug", "takes 1 to 32 tokens");
     fails(&bench(&["--lora-rank", "4", "--lora-targets", "attn_qkv"]), "debug", "--lora-targets");
     fails(&toy(t, &["debug", "bench", "--lora-rank", "4"]), "debug", "--from");
+    // What finetune refuses, bench refuses: an adapter (the LoRA run's), a gpt2 model.
+    let mut a = vec!["train", "finetune", "--from", "q.gguf", "--lora-rank", "4", "--corpus", "new.txt", "--steps", "1", "--out", "lq"];
+    a.extend_from_slice(QUICK);
+    ok(&toy(t, &a));
+    fails(&toy(t, &["debug", "bench", "--from", "lq", "--lora-rank", "4", "--threads", "1"]), "debug", "a LoRA adapter, not a model");
+    let mut a = vec!["train", "--arch", "gpt2", "--corpus", "new.txt", "--vocab-size", "300", "--steps", "1", "--out", "g"];
+    a.extend_from_slice(QUICK);
+    ok(&toy(t, &a));
+    fails(&toy(t, &["debug", "bench", "--from", "g", "--context", "16", "--threads", "1"]), "debug", "takes llama and qwen2");
 }
