@@ -54,16 +54,22 @@ stage_tests() {
   done
 }
 
+# ncu_step NAME TOP ARGS...: kernel times of one `toy debug bench ARGS --device cuda
+# --steps 1 --warmup 0` under ncu (at most NCU_LAUNCHES kernels, NCU_TIMEOUT s):
+# $OUT/ncu-NAME.{csv,err,md}, the top TOP kernels printed.
+ncu_step() {
+  local name=$1 top=$2; shift 2
+  GGML_CUDA_DISABLE_GRAPHS=1 timeout ${NCU_TIMEOUT:-300} ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    --launch-count ${NCU_LAUNCHES:-12000} $T debug bench "$@" --device cuda --steps 1 --warmup 0 > "$OUT/ncu-$name.csv" 2> "$OUT/ncu-$name.err"
+  echo "== ncu $name $* (rc=$?)"
+  python3 scripts/gpu/ncu_top.py "$OUT/ncu-$name.csv" --top $top | tee "$OUT/ncu-$name.md"
+}
+
 # ncu [EXTRA...]: kernel times of one llama and one gpt2 small step (EXTRA: more
 # `toy debug bench` flags, e.g. --matmul-precision highest; NCU_TAG names the files).
 stage_ncu() {
   local tag=${NCU_TAG:-}
-  for arch in llama gpt2; do
-    GGML_CUDA_DISABLE_GRAPHS=1 timeout 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-      $T debug bench --preset small --arch $arch --device cuda --steps 1 --warmup 0 "$@" > "$OUT/ncu-$arch-small$tag.csv" 2> "$OUT/ncu-$arch-small$tag.err"
-    echo "== ncu $arch small $* (rc=$?)"
-    python3 scripts/gpu/ncu_top.py "$OUT/ncu-$arch-small$tag.csv" --top 15 | tee "$OUT/ncu-$arch-small$tag.md"
-  done
+  for arch in llama gpt2; do ncu_step $arch-small$tag 15 --preset small --arch $arch "$@"; done
   gzip -f "$OUT"/ncu-*.csv
 }
 stage_ncu_highest() { NCU_TAG=-highest stage_ncu --matmul-precision highest; }
@@ -177,9 +183,9 @@ stage_tests_ce() {
 stage_ce_parity() {
   python3 scripts/parity/cross_entropy.py --bin "$C"/examples/cross_entropy --device cuda | tee "$OUT/ce-parity.txt"
 }
-# One `toy debug bench` at a 124M preset: bench_124m PRESET VOCAB FILE [debug bench flags...];
+# One `toy debug bench` on CUDA (10 steps after 3): bench_toy PRESET VOCAB FILE [debug bench flags...];
 # its JSON line appended to $OUT/FILE, a summary printed.
-bench_124m() {
+bench_toy() {
   local preset=$1 v=$2 file=$3; shift 3
   timeout 150 $T debug bench --preset $preset --vocab $v --device cuda --steps 10 --warmup 3 "$@" > /tmp/b.json 2> /tmp/b.err || { echo "$preset $v $* failed"; tail -5 /tmp/b.err; return; }
   tee -a "$OUT/$file" < /tmp/b.json | python3 -c "import json,sys; d=json.load(sys.stdin); print('$preset', 'vocab', d['vocab'], d['dtype'], d['matmul_precision'], 'median ms', round(d['median_ms'],2), 'buffers MiB', d['device_buffers_bytes']>>20, 'device used MiB', d.get('device_used_bytes',0)>>20, 'fallbacks', len(d['cpu_fallbacks']), 'loss', round(d['last_loss'],4))"
@@ -189,25 +195,20 @@ stage_bench_124m_toy() {
   local p v d
   for p in gpt2-124m llama-124m; do
     for d in "--dtype bf16" "--dtype f32 --matmul-precision high"; do
-      for v in 50257 8192; do bench_124m $p $v bench-124m-toy.jsonl $d; done
+      for v in 50257 8192; do bench_toy $p $v bench-124m-toy.jsonl $d; done
     done
   done
 }
 # ncu top-15 of one GPT-2 124M step (NCU_DTYPE: bf16 or f32).
 stage_ncu_124m() {
   local dt=${NCU_DTYPE:-bf16}
-  GGML_CUDA_DISABLE_GRAPHS=1 timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv     $T debug bench --preset gpt2-124m --device cuda --steps 1 --warmup 0 --dtype $dt > "$OUT/ncu-gpt2-124m-$dt.csv" 2> "$OUT/ncu-gpt2-124m-$dt.err"
-  echo "== ncu gpt2-124m $dt (rc=$?)"
-  python3 scripts/gpu/ncu_top.py "$OUT/ncu-gpt2-124m-$dt.csv" --top 15 | tee "$OUT/ncu-gpt2-124m-$dt.md"
+  ncu_step gpt2-124m-$dt 15 --preset gpt2-124m --dtype $dt
   gzip -f "$OUT"/ncu-*.csv
 }
 # ncu top-15 of one SmolLM2-135M-shape step at context NCU_CONTEXT (default 2048), bf16, fused attention.
 stage_ncu_smollm() {
   local c=${NCU_CONTEXT:-2048}
-  GGML_CUDA_DISABLE_GRAPHS=1 timeout ${NCU_TIMEOUT:-240} ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-count ${NCU_LAUNCHES:-12000} \
-    $T debug bench --preset smollm2-135m --context $c --device cuda --steps 1 --warmup 0 --attention fused > "$OUT/ncu-smollm-$c.csv" 2> "$OUT/ncu-smollm-$c.err"
-  echo "== ncu smollm2-135m ctx $c (rc=$?)"
-  python3 scripts/gpu/ncu_top.py "$OUT/ncu-smollm-$c.csv" --top 20 | tee "$OUT/ncu-smollm-$c.md"
+  ncu_step smollm-$c 20 --preset smollm2-135m --context $c --attention fused
   gzip -f "$OUT"/ncu-*.csv
 }
 # llm.c's train_gpt2cu from the carried anchor ($C/anchors), with the CUDA 13 fix of its notes.
@@ -269,9 +270,7 @@ stage_smollm_table() {
   done
 }
 stage_ncu_124m_fused() {
-  GGML_CUDA_DISABLE_GRAPHS=1 timeout 300 ncu --clock-control none --metrics gpu__time_duration.sum --csv $T debug bench --preset gpt2-124m --device cuda --steps 1 --warmup 0 --attention fused > "$OUT/ncu-gpt2-124m-fused.csv" 2> "$OUT/ncu-gpt2-124m-fused.err"
-  echo "== ncu gpt2-124m bf16 fused (rc=$?)"
-  python3 scripts/gpu/ncu_top.py "$OUT/ncu-gpt2-124m-fused.csv" --top 10 | tee "$OUT/ncu-gpt2-124m-fused.md"
+  ncu_step gpt2-124m-fused 10 --preset gpt2-124m --attention fused
   gzip -f "$OUT"/ncu-*.csv
 }
 # The parity harness with the fused attention on CUDA (f32, full precision).
@@ -306,22 +305,19 @@ stage_ncu_lora() {
   for side in lora full; do
     local extra=(--from $w/smol-f16.gguf)
     [ $side = lora ] && extra=(--from $w/smol-q4_1.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down)
-    GGML_CUDA_DISABLE_GRAPHS=1 timeout ${NCU_TIMEOUT:-240} ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-      $T debug bench "${extra[@]}" --context 512 --batch 8 --steps 1 --warmup 0 --device cuda > "$OUT/ncu-$side.csv" 2> "$OUT/ncu-$side.err"
-    echo "== ncu $side (rc=$?)"
-    python3 scripts/gpu/ncu_top.py "$OUT/ncu-$side.csv" --top 15 | tee "$OUT/ncu-$side.md"
+    ncu_step $side 15 "${extra[@]}" --context 512 --batch 8
   done
   gzip -f "$OUT"/ncu-*.csv
 }
 # quick-124m: toy alone, GPT-2 124M at bf16, vocabularies 50257 and 8192 (median ms, memory).
 stage_quick_124m() {
   local v
-  for v in 50257 8192; do bench_124m gpt2-124m $v quick-124m.jsonl --dtype bf16; done
+  for v in 50257 8192; do bench_toy gpt2-124m $v quick-124m.jsonl --dtype bf16; done
 }
 # smollm-toy: toy alone at SmolLM2-135M's shape (batch 8, bf16, fused attention) for CONTEXTS.
 stage_smollm_toy() {
   local ctx
-  for ctx in ${CONTEXTS:-1024 2048}; do bench_124m smollm2-135m 49152 smollm-toy.jsonl --context $ctx --attention fused; done
+  for ctx in ${CONTEXTS:-1024 2048}; do bench_toy smollm2-135m 49152 smollm-toy.jsonl --context $ctx --attention fused; done
 }
 # parity-bf16: the 200-step loss curves at bf16 (fused attention) against PyTorch autocast, llama and gpt2 small.
 stage_parity_bf16() {

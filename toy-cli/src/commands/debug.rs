@@ -60,26 +60,16 @@ fn bench_config(a: &BenchArgs, device: &str) -> Result<crate::config::TrainConfi
 /// (its shape and weights, LoRA under `--lora-rank`, the context capped by the
 /// model's), as `toy train finetune` makes it.
 fn bench_base(a: &BenchArgs, cfg: &mut crate::config::TrainConfig) -> Result<Option<crate::formats::checkpoint::Checkpoint>> {
+    use crate::commands::finetune;
     let Some(from) = &a.from else { return Ok(None) };
     let path = crate::files::resolve_model(from)?;
     // What finetune takes: llama and qwen2 models (not an adapter), of the types it reads.
-    let (ck, _) = crate::commands::finetune::open_base(&path)?;
+    let (ck, _) = finetune::open_base(&path)?;
     let base = &ck.config;
-    let context = match a.context {
-        Some(t) if t > base.context => {
-            return Err(input(format!("--context {t}: the model at {} takes 1 to {} tokens", path.display(), base.context)))
-        }
-        Some(t) => t,
-        None => cfg.model.context.min(base.context),
-    };
-    let lora = a.lora_rank.map(|rank| crate::model::lora::LoraConfig {
-        rank,
-        alpha: rank as f32,
-        targets: crate::commands::setup::dedup_targets(
-            &a.lora_targets.clone().unwrap_or_else(|| base.arch.table().default_lora_targets().into_iter().map(String::from).collect()),
-        ),
-    });
-    cfg.model = crate::commands::finetune::finetune_model(&ck, cfg, context, lora);
+    let context = a.context.unwrap_or(cfg.model.context.min(base.context));
+    finetune::check_context(context, base, &path)?;
+    let lora = a.lora_rank.map(|rank| finetune::lora_on(base, rank, None, a.lora_targets.as_deref()));
+    cfg.model = finetune::finetune_model(&ck, cfg, context, lora);
     cfg.recipe = crate::config::Recipe::Finetune;
     cfg.validate()?;
     Ok(Some(ck))

@@ -99,13 +99,7 @@ fn check_flags(a: &TrainArgs, path: &Path) -> Result<()> {
 fn lora_config(a: &TrainArgs, base: &crate::model::ModelConfig) -> Result<Option<LoraConfig>> {
     let f = &a.finetune;
     let lora = match (f.lora_rank, f.lora_alpha.is_some() || f.lora_targets.is_some()) {
-        (Some(rank), _) => Some(LoraConfig {
-            rank,
-            alpha: f.lora_alpha.unwrap_or(rank as f32),
-            targets: dedup_targets(
-                &f.lora_targets.clone().unwrap_or_else(|| base.arch.table().default_lora_targets().into_iter().map(String::from).collect()),
-            ),
-        }),
+        (Some(rank), _) => Some(lora_on(base, rank, f.lora_alpha, f.lora_targets.as_deref())),
         (None, true) => return Err(input("--lora-alpha and --lora-targets need --lora-rank")),
         (None, false) => None,
     };
@@ -113,6 +107,21 @@ fn lora_config(a: &TrainArgs, base: &crate::model::ModelConfig) -> Result<Option
         return Err(input("--freeze applies to full fine-tuning; with --lora-rank the base is frozen already"));
     }
     Ok(lora)
+}
+
+/// Adapters of `rank` on `base` (`--lora-rank`): alpha the rank unless given,
+/// `targets` (deduplicated) else the architecture's default ones.
+pub(crate) fn lora_on(base: &crate::model::ModelConfig, rank: usize, alpha: Option<f32>, targets: Option<&[String]>) -> LoraConfig {
+    let default = || base.arch.table().default_lora_targets().into_iter().map(String::from).collect::<Vec<_>>();
+    LoraConfig { rank, alpha: alpha.unwrap_or(rank as f32), targets: targets.map_or_else(default, dedup_targets) }
+}
+
+/// Refuse a `context` the base at `path` cannot take (0, or above its own).
+pub(crate) fn check_context(context: usize, base: &crate::model::ModelConfig, path: &Path) -> Result<()> {
+    if context == 0 || context > base.context {
+        return Err(input(format!("--context {context}: the model at {} takes 1 to {} tokens", path.display(), base.context)));
+    }
+    Ok(())
 }
 
 /// The model a finetune run of `a` trains: the base `ck` at `context` tokens,
@@ -161,9 +170,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
         Some(_) => cfg.model.context.min(base.context),
         None => base.context.min(FINETUNE_CONTEXT),
     });
-    if context == 0 || context > base.context {
-        return Err(input(format!("--context {context}: the model at {} takes 1 to {} tokens", path.display(), base.context)));
-    }
+    check_context(context, base, &path)?;
     let lora = lora_config(a, base)?;
     cfg.model = finetune_model(&ck, &cfg, context, lora);
     cfg.validate()?;
