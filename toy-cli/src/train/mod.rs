@@ -11,6 +11,7 @@ pub mod devices;
 pub mod events;
 pub mod memory;
 pub mod parallel;
+mod provenance;
 mod runner;
 pub mod schedule;
 pub mod step;
@@ -18,8 +19,7 @@ pub mod step;
 use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::Corpus;
 use crate::error::{input, Result};
-use crate::formats::checkpoint::BASE_KEYS;
-use crate::formats::{state, Provenance};
+use crate::formats::state;
 use crate::model::{init::init_weights, Weights};
 use crate::run::events::{now_rfc3339, SCHEMA};
 use crate::run::folder::RunFolder;
@@ -31,6 +31,8 @@ use ggml_rs::comm::{AllReduceKind, Comm};
 use ggml_rs::optim::{AdamWConfig, AdamWState};
 use ggml_rs::{Backend, Context};
 use parallel::{DataParallel, Replica, Trainer};
+pub use provenance::model_name;
+use provenance::{carried_keys, provenance};
 use runner::Validation;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicI32;
@@ -413,20 +415,6 @@ pub fn train_into(
     })
 }
 
-/// The metadata of step `step`'s checkpoint of run `run_id`, named `name`
-/// ([`model_name`]; its `save_id` is the sink's to choose).
-fn provenance(run_id: &str, name: &str, cfg: &TrainConfig, base_keys: &[(String, ggml_rs::gguf::Value)], step: u64) -> Provenance {
-    Provenance {
-        run_id: run_id.to_string(),
-        step,
-        name: name.to_string(),
-        lora_base: cfg.from.clone().unwrap_or_default(),
-        lora_base_sha256: cfg.from_sha256.clone().unwrap_or_default(),
-        base_keys: base_keys.to_vec(),
-        ..Provenance::default()
-    }
-}
-
 /// The order of a run's windows, a step's micro-batches drawn as one batch of
 /// them all would be: a chat corpus's conversation windows are walked in a
 /// fresh random order every epoch, text as `plan` says.
@@ -447,40 +435,6 @@ fn eval_step<'a>(ctx: &'a Context, st: &ReplicaState<'a>, t: usize, b: usize, ba
     }
     let step = EvalStep::new(ctx, &st.weights, &st.consts, t, b, backends);
     Ok(Some(step.map_err(|e| crate::error::building("the validation step", e))?))
-}
-
-/// The keys a finetuned model keeps from its base (its chat template and
-/// special-token ids, see [`BASE_KEYS`]): from the base of `plan`, or from
-/// the checkpoint it resumes (which kept them). None for other runs.
-fn carried_keys(plan: &Plan<'_>) -> Result<Vec<(String, ggml_rs::gguf::Value)>> {
-    let opened;
-    let file = match (&plan.init, &plan.resume) {
-        (Init::Model(ck), _) => &ck.file,
-        (_, Some(p)) if plan.recipe == Recipe::Finetune => {
-            opened = ggml_rs::gguf::GgufFile::open(p)?;
-            &opened
-        }
-        _ => return Ok(Vec::new()),
-    };
-    Ok(BASE_KEYS.iter().filter_map(|&k| Some((k.to_string(), file.get(k)?.clone()))).collect())
-}
-
-/// The model's name in events and checkpoints (`general.name`):
-/// `toy-<arch>-<preset>`, or for the finetune recipe, whose shape is its
-/// base's, `<base name>-finetune` with the base's `general.name` (its file
-/// stem where it has none or cannot be read): `SmolLM2 135M Instruct-finetune`.
-pub fn model_name(cfg: &TrainConfig) -> String {
-    match (cfg.recipe, cfg.from.as_deref()) {
-        (crate::config::Recipe::Finetune, Some(from)) => {
-            let named = ggml_rs::gguf::GgufFile::open(from)
-                .ok()
-                .and_then(|f| f.get("general.name").and_then(|v| v.as_str().map(str::to_string)))
-                .filter(|n| !n.trim().is_empty());
-            let stem = || std::path::Path::new(from).file_stem().map_or("base".into(), |s| s.to_string_lossy().into_owned());
-            format!("{}-finetune", named.unwrap_or_else(stem))
-        }
-        _ => format!("toy-{}-{}", cfg.model.arch.name(), cfg.preset.name()),
-    }
 }
 
 /// One replica's tensors that outlive its graphs, in a context allocated on its device.
