@@ -212,8 +212,11 @@ impl Report {
 
 /// What the loop has done so far.
 struct Tally {
-    /// The last step done (its update applied).
+    /// The last step done (its update applied, or skipped as non-finite).
     done: u64,
+    /// Steps of this run whose update was applied.
+    applied: u64,
+    /// The loss of the last applied step.
     last_loss: f32,
     last_val: Option<f32>,
 }
@@ -244,7 +247,8 @@ impl Loop<'_, '_> {
         if st.skipped && self.opts.skip_nonfinite {
             let skip = events::Skip { step, loss: st.loss, grad_norm: st.grad_norm, reason: "non-finite" };
             self.sink.send(Event::Skip(skip))?;
-            report.say(format!("step {step}: skipped (loss {}, gradient norm {:?} not finite)", st.loss, st.grad_norm));
+            let norm = st.grad_norm.map_or_else(|| "not computed".to_string(), |g| g.to_string());
+            report.say(format!("step {step}: skipped (loss {}, gradient norm {norm}: not finite)", st.loss));
             return Ok(None);
         }
         // Split graphs skip a non-finite update; without --skip-nonfinite that ends the run too.
@@ -270,6 +274,16 @@ impl Loop<'_, '_> {
             None => "no checkpoint was written".to_string(),
         };
         Err(runtime(format!("{e}; {kept}")))
+    }
+
+    /// The error ending a run whose every step, up to `step`, was skipped as
+    /// non-finite: it trained nothing, so it saves nothing.
+    fn all_skipped(&mut self, step: u64) -> Error {
+        let _ = self.end(End::Errored, step, f32::NAN, 1);
+        let n = step - self.start_step;
+        runtime(format!(
+            "all {n} steps of this run were skipped as non-finite (--skip-nonfinite), so it trained nothing and saved no checkpoint (try a lower --lr)"
+        ))
     }
 
     /// `run_end` (and so `loss.svg`) and the outcome of a loop that ran for `wall` seconds.
@@ -318,26 +332,37 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         l.sink.record_batches(cfg.model.context, cfg.sequences_per_step(), l.start_step, l.chat.is_some())?;
     }
     let report = Report::new(l.opts, cfg.steps, l.start_step);
-    let mut tally = Tally { done: l.start_step, last_loss: f32::NAN, last_val: None };
+    let mut tally = Tally { done: l.start_step, applied: 0, last_loss: f32::NAN, last_val: None };
     if l.start_step == 0 {
         l.eval_at(0, f32::NAN, &mut tally, &report)?;
     }
     let start = std::time::Instant::now();
     let mut reason = End::Completed;
     for step in l.start_step + 1..=cfg.steps {
-        let Some(st) = l.train_step(step, sched.at(step), &tally, &report)? else { continue };
-        (tally.done, tally.last_loss) = (step, st.loss);
-        report.progress(step, st.loss, ((step - l.start_step) * cfg.tokens_per_step()) as f64 / start.elapsed().as_secs_f64().max(1e-9));
-        if cfg.log_every > 0 && (step % cfg.log_every == 0 || step == cfg.steps) {
-            report.say(format!("step {step}: loss={}", st.loss));
+        // A skipped step still counts: its checkpoint holds the weights as they were.
+        let st = l.train_step(step, sched.at(step), &tally, &report)?;
+        tally.done = step;
+        if let Some(st) = &st {
+            (tally.applied, tally.last_loss) = (tally.applied + 1, st.loss);
+            report.progress(
+                step,
+                st.loss,
+                ((step - l.start_step) * cfg.tokens_per_step()) as f64 / start.elapsed().as_secs_f64().max(1e-9),
+            );
+            if cfg.log_every > 0 && (step % cfg.log_every == 0 || step == cfg.steps) {
+                report.say(format!("step {step}: loss={}", st.loss));
+            }
         }
         let stop = l.opts.stop.as_ref().map(|f| f.load(Ordering::SeqCst)).unwrap_or(0);
         let last = step == cfg.steps || stop != 0;
-        if (cfg.eval_every > 0 && step % cfg.eval_every == 0) || last {
-            l.eval_at(step, st.loss, &mut tally, &report)?;
+        if last && tally.applied == 0 && stop == 0 {
+            return Err(l.all_skipped(step));
+        }
+        if (st.is_some() && cfg.eval_every > 0 && step % cfg.eval_every == 0) || last {
+            l.eval_at(step, tally.last_loss, &mut tally, &report)?;
         }
         if (cfg.save_every > 0 && step % cfg.save_every == 0) || last {
-            l.save_or_end(step, st.loss)?;
+            l.save_or_end(step, tally.last_loss)?;
         }
         if stop != 0 {
             reason = End::Interrupted;

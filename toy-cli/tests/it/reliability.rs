@@ -139,6 +139,17 @@ fn a_non_finite_step_stops_without_a_checkpoint() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(count(&run2, "skip") > 0);
     assert_eq!(last_event(&run2)["reason"], "completed");
+    // A skipped last step still ends with the run's final checkpoint.
+    assert_eq!(std::fs::read_link(latest(&run2)).unwrap(), PathBuf::from("step_30.gguf"));
+
+    // Resumed from those weights, every step is skipped: nothing trained, so
+    // the run fails and its earlier checkpoint is left as it was.
+    let out = toy().args(["train", "--resume"]).arg(&run2).args(["--steps", "33"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.starts_with("toy train: ") && err.contains("all 3 steps") && !err.contains("Some("), "{err}");
+    assert_eq!(std::fs::read_link(latest(&run2)).unwrap(), PathBuf::from("step_30.gguf"));
+    assert_eq!(last_event(&run2)["reason"], "errored");
 }
 
 #[test]
