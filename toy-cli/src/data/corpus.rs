@@ -292,6 +292,15 @@ fn parse_id_lines(text: &str, path: &Path) -> Result<Option<Vec<IdLine>>> {
                 if numeric(word) && text.split_ascii_whitespace().all(numeric) {
                     return Err(input(format!("{at}: {word} is not a token id (an id file holds whole numbers)")));
                 }
+                // Nine words in ten ids: an id file with a typo, not text to train a BPE on.
+                let (n, ids) = text
+                    .split_ascii_whitespace()
+                    .fold((0usize, 0usize), |(n, k), w| (n + 1, k + usize::from(w.bytes().all(|b| b.is_ascii_digit()))));
+                if n >= 10 && ids * 10 >= n * 9 {
+                    return Err(input(format!(
+                        "{at}: {word:?} is not a token id, though {ids} of the file's {n} words are (an id file holds whole numbers; to train on it as text, give it another extension, e.g. .md)"
+                    )));
+                }
                 return Ok(None);
             }
             if word.starts_with('-') {
@@ -328,6 +337,11 @@ mod tests {
         assert_eq!(l, vec![(1, vec![(1, 1), (2, 3), (3, 5)]), (3, vec![(4, 2), (5, 5)])]);
         assert!(parse_id_lines("1 2 three\n", p).unwrap().is_none());
         assert!(parse_id_lines("Once upon a time\n", p).unwrap().is_none());
+        // Ids with one typo: refused where it is, not read as text.
+        let e = parse_id_lines("1 2 3 4 5\n6 7x 8 9 10 11\n", p).unwrap_err().to_string();
+        assert!(e.contains("x.txt:2:3") && e.contains("\"7x\"") && e.contains("10 of the file's 11"), "{e}");
+        // Text with numbers in it is text.
+        assert!(parse_id_lines("In 1999 there were 3 cats and 12 dogs.\n", p).unwrap().is_none());
         let e = parse_id_lines("1 2\n3 -4\n", p).unwrap_err().to_string();
         assert!(e.contains("x.txt:2:3") && e.contains("negative"), "{e}");
     }
