@@ -69,6 +69,8 @@ pub fn read_toml(dir: &Path) -> Result<Option<TrainArgs>> {
     }
     let f: File = toml::from_str(&text).map_err(|e| {
         let (span, message) = refused_key(&text).map_or((e.span(), e.message().to_string()), |(s, m)| (Some(s), m));
+        // toml's messages run over lines ("invalid table header\nexpected ..."): one line here.
+        let message = message.trim().replace('\n', "; ");
         input(format!("{}: {message}", where_in(&path, &text, span)))
     })?;
     let mut t = f.train;

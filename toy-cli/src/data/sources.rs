@@ -471,7 +471,8 @@ impl<'s> Documents<'s> {
                     let conversation = v.get("messages").is_some() || v.get("conversations").is_some();
                     let text = v.get(&self.text_field).ok_or_else(|| match (conversation, prompt, completion) {
                         (true, _, _) | (_, true, true) => input(format!(
-                            "{at}: a chat record (messages, conversations, or prompt and completion), not text: chat data trains with toy train finetune --from MODEL.gguf, whose chat template renders it"
+                            "{at}: a chat record (messages, conversations, or prompt and completion), not text with a field {:?}: chat data trains with toy train finetune --from MODEL.gguf and --data-format auto or chat, whose chat template renders it",
+                            self.text_field
                         )),
                         (_, true, false) | (_, false, true) => {
                             input(format!("{at}: a prompt-completion record needs both \"prompt\" and \"completion\""))

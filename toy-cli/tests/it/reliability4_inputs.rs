@@ -22,11 +22,12 @@ fn train(dir: &Path, extra: &[&str]) -> Output {
 }
 
 /// One line on stderr containing `needle`, exit 2, no panic.
-fn fails(o: &Output, needle: &str) {
+fn fails(o: &Output, needle: &str) -> String {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err:?}");
     assert!(err.contains(needle) && !err.contains("panicked"), "{err:?} lacks {needle:?}");
+    err.into_owned()
 }
 
 fn ok(o: &Output) -> String {
@@ -137,6 +138,11 @@ fn toy_toml_not_a_regular_file_refused() {
     assert!(Command::new("mkfifo").arg(d.path().join("toy.toml")).status().unwrap().success());
     fails(&train(d.path(), &[]), "toy.toml");
     assert!(!d.path().join("run").exists());
+    // A syntax error is one line too (toml's message has two).
+    std::fs::remove_file(d.path().join("toy.toml")).unwrap();
+    std::fs::write(d.path().join("toy.toml"), "[train\nsteps = 3\n").unwrap();
+    let err = fails(&train(d.path(), &[]), "invalid table header");
+    assert!(!err.contains("\\n"), "{err:?}");
 }
 
 /// Class: an entry of a corpus folder with an input file's name (`*.txt`)
