@@ -49,7 +49,7 @@ stage_info() {
 stage_tests() {
   for t in "$C"/tests/*; do
     echo "== $(basename "$t")"
-    TOY_TEST_DEVICE=cuda timeout 300 "$t" --test-threads 4 > "$OUT/test-$(basename "$t").log" 2>&1
+    TOY_TEST_DEVICE=cuda timeout ${TEST_TIMEOUT:-300} "$t" --test-threads 4 > "$OUT/test-$(basename "$t").log" 2>&1
     echo "rc=$?"; grep -E "^test result|FAILED|panicked" "$OUT/test-$(basename "$t").log" | head -20
   done
 }
@@ -328,6 +328,39 @@ stage_parity_bf16() {
     echo "== parity $a small 200 bf16 (rc=$?)"; grep -E "loss|FAIL|PASS" "$OUT/parity-$a-small-bf16.txt" | tail -4
   done
 }
+# A/B of a patch that an environment variable turns off: each case of AB_CASES
+# (indices into the list below, default all) with the patch on, then with
+# AB_ENV=1; $OUT/ab-AB_ENV.jsonl. Cases: SmolLM2's shape at contexts 2048 and
+# 1024, GPT-2 124M (bf16 and TF32), LoRA rank 16 over a Q4_1 base and full
+# fine-tuning of its f16 copy (context 512, batch 8).
+ab_cases() {
+  local w=/tmp/lora-bench on i
+  if [ ! -f $w/smol-q4_1.gguf ]; then
+    mkdir -p $w && python3 scripts/bench/make-smollm-shape.py $w/smol-f16.gguf > /dev/null
+    python3 scripts/bench/typed-copy.py $w/smol-f16.gguf $w/smol-q4_1.gguf q4_1 --embd q8_0
+  fi
+  local cases=(
+    "--preset smollm2-135m --vocab 49152 --context 2048 --attention fused"
+    "--preset smollm2-135m --vocab 49152 --context 1024 --attention fused"
+    "--preset gpt2-124m --vocab 50257 --dtype bf16"
+    "--preset gpt2-124m --vocab 50257 --dtype f32 --matmul-precision high"
+    "--from $w/smol-q4_1.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down --context 512 --batch 8"
+    "--from $w/smol-f16.gguf --context 512 --batch 8"
+  )
+  for i in ${AB_CASES:-0 1 2 3 4 5}; do
+    local c=${cases[$i]}
+    for on in 1 0; do
+      if [ $on = 0 ]; then export "$AB_ENV"=1; else unset "$AB_ENV"; fi
+      timeout 150 $T debug bench $c --device cuda --steps ${AB_STEPS:-10} --warmup 3 > /tmp/b.json 2> /tmp/b.err || { echo "$c on=$on failed: $(tail -2 /tmp/b.err)"; continue; }
+      CASE="$c" ON=$on python3 -c "import json,os; d=json.load(open('/tmp/b.json')); d['patch_on']=int(os.environ['ON']); d['case']=os.environ['CASE']; print(json.dumps(d))" >> "$OUT/ab-$AB_ENV.jsonl"
+      CASE="$c" ON=$on python3 -c "import json,os; d=json.load(open('/tmp/b.json')); print('on=' + os.environ['ON'], os.environ['CASE'][:60], d['dtype'], 'median ms', round(d['median_ms'],2), 'device used MiB', (d.get('device_used_bytes') or 0)>>20, 'fallbacks', len(d['cpu_fallbacks']), 'loss', round(d['last_loss'],5))"
+    done
+  done
+  unset "$AB_ENV"
+}
+# Patch 0037 (fused product epilogues) and patch 0038 (RMSNorm rows, float4 SWIGLU), on and off.
+stage_epilogue_ab() { AB_ENV=TOY_CUDA_NO_EPILOGUE ab_cases; }
+stage_rows_ab() { AB_ENV=TOY_CUDA_NO_0038 ab_cases; }
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do
@@ -335,6 +368,9 @@ for s in "$@"; do
   "stage_${s//-/_}"
 done 2>&1 | tee -a "$OUT/session.log"
 # At most 8 files come back from a call: everything in one archive.
-(cd "$OUT" && tar czf /tmp/results.tgz --exclude=results.tgz . && rm -rf ./* && mv /tmp/results.tgz .)
+# Earlier calls' archives and the module's parts stay as they are.
+keep=(! -name 'results*.tgz' ! -name 'libggml-cuda.so.xz.part-*')
+(cd "$OUT" && tar czf /tmp/results.tgz --exclude='results*.tgz' --exclude='libggml-cuda.so.xz.part-*' . &&
+  find . -mindepth 1 -maxdepth 1 "${keep[@]}" -exec rm -rf {} + && mv /tmp/results.tgz "results-$(date +%H%M%S).tgz")
 if [ -n "${MODULE_OUT:-}" ]; then module_out; fi
 

@@ -334,6 +334,109 @@ fn mul_mat_plus_bias_row_at_each_precision() {
 }
 
 #[test]
+fn products_scaled_or_summed_at_each_precision() {
+    // A product whose one use is a SCALE or an ADD of a tensor of its shape,
+    // maybe through a RESHAPE: on CUDA one GEMM with alpha = the scale or beta
+    // = 1 over the addend (patch 0037) at High and Medium, the plain nodes at
+    // Highest. mul_mat (forward residual sums, LoRA's scale) and out_prod (the
+    // backward's gradient sums), with the addend a leaf (a copy first) and a
+    // node (summed in place), on either side of the ADD.
+    let dev = cpu();
+    let (k, m, n) = (96i64, 160i64, 192i64);
+    let mut r = rng(3900);
+    let w = uniform(&mut r, (k * m) as usize, -1.0, 1.0);
+    let x = uniform(&mut r, (k * n) as usize, -1.0, 1.0);
+    let a = uniform(&mut r, (m * k) as usize, -1.0, 1.0); // out_prod's [m, k]
+    let b = uniform(&mut r, (n * k) as usize, -1.0, 1.0); // out_prod's [n, k]
+    let c = uniform(&mut r, (m * n) as usize, 1.0, 2.0);
+    let (wn, xn) = ([k as usize, m as usize, 1, 1], [k as usize, n as usize, 1, 1]);
+    let (mm, _) = rf::mul_mat(&f64s(&w), wn, &f64s(&x), xn);
+    let abs = |v: &[f32]| -> Vec<f64> { v.iter().map(|x| x.abs() as f64).collect() };
+    let (mm_abs, _) = rf::mul_mat(&abs(&w), wn, &abs(&x), xn);
+    // out_prod(a, b) [m, n]: Σ_k a[i, k]·b[j, k].
+    let outer = |a: &[f64], b: &[f64]| -> Vec<f64> {
+        let (m, n, k) = (m as usize, n as usize, k as usize);
+        (0..m * n).map(|e| (0..k).map(|q| a[q * m + e % m] * b[q * n + e / m]).sum()).collect()
+    };
+    let (op, op_abs) = (outer(&f64s(&a), &f64s(&b)), outer(&abs(&a), &abs(&b)));
+    let plus_c = |v: &[f64]| -> Vec<f64> { v.iter().zip(&c).map(|(p, q)| p + *q as f64).collect() };
+    let times = |v: &[f64], s: f64| -> Vec<f64> { v.iter().map(|p| p * s).collect() };
+    let wants = [plus_c(&mm), plus_c(&mm), times(&mm, 0.37), plus_c(&op), plus_c(&op), times(&op, -1.5)];
+    let scales = [plus_c(&mm_abs), plus_c(&mm_abs), mm_abs.clone(), plus_c(&op_abs), plus_c(&op_abs), times(&op_abs, 1.5)];
+    for (p, tol) in [(MatmulPrecision::Highest, 1e-6), (MatmulPrecision::High, 2e-3), (MatmulPrecision::Medium, 1e-2)] {
+        dev.set_matmul_precision(p);
+        let ctx = Context::new(64).unwrap();
+        let (tw, tx) = (leaf(&ctx, &dev, &[k, m], &w), leaf(&ctx, &dev, &[k, n], &x));
+        let (ta, tb) = (leaf(&ctx, &dev, &[m, k], &a), leaf(&ctx, &dev, &[n, k], &b));
+        let tc = leaf(&ctx, &dev, &[m, n], &c);
+        let node_c = || ctx.scale(tc, 1.0).unwrap(); // a node the sum may overwrite
+        let op_2d = || ctx.out_prod(ta, tb).unwrap();
+        let op_3d = || ctx.reshape(ctx.out_prod(ta, tb).unwrap(), &[m, n / 2, 2]).unwrap();
+        let outs = [
+            ctx.add(node_c(), ctx.mul_mat(tw, tx).unwrap()).unwrap(),
+            ctx.add(ctx.mul_mat(tw, tx).unwrap(), tc).unwrap(),
+            ctx.scale(ctx.mul_mat(tw, tx).unwrap(), 0.37).unwrap(),
+            ctx.add(tc, op_2d()).unwrap(),
+            ctx.add(ctx.reshape(node_c(), &[m, n / 2, 2]).unwrap(), op_3d()).unwrap(),
+            ctx.scale(op_3d(), -1.5).unwrap(),
+        ];
+        let got = eval_on(&dev, &ctx, &outs);
+        for (i, g) in got.iter().enumerate() {
+            check_sums(&format!("product {i} scaled or summed at {p:?} on {}", dev.name()), g, &wants[i], &scales[i], tol);
+        }
+    }
+    dev.set_matmul_precision(MatmulPrecision::High);
+}
+
+#[test]
+fn rms_norm_rows_and_swiglu_against_f64() {
+    // Rows of 64-1024 values whose width is a multiple of 4 take patch 0038's
+    // warp-per-row kernel on CUDA (with and without a gain, rows read through a
+    // stride wider than the row); 6 and 1028 take ggml's. SWIGLU of two whole
+    // tensors takes its float4 kernel, of views with gaps ggml's.
+    let dev = cpu();
+    let eps = 1e-5f32;
+    for (n0, rows) in [(64i64, 37i64), (576, 33), (1024, 9), (1028, 5), (6, 11)] {
+        let mut r = rng(4000 + n0 as u64);
+        let wide = n0 + 4; // rows of x inside a wider tensor
+        let xs = uniform(&mut r, (wide * rows) as usize, -2.0, 2.0);
+        let g = uniform(&mut r, n0 as usize, 0.5, 1.5);
+        let x: Vec<f64> = (0..rows as usize).flat_map(|i| f64s(&xs[i * wide as usize..i * wide as usize + n0 as usize])).collect();
+        let normed = rf::rows(&x, n0 as usize, |row| rf::rms_norm_row(row, eps as f64));
+        let gained: Vec<f64> = normed.iter().enumerate().map(|(i, v)| v * g[i % n0 as usize] as f64).collect();
+        let ctx = Context::new(32).unwrap();
+        let tw = leaf(&ctx, &dev, &[wide, rows], &xs);
+        let tg = leaf(&ctx, &dev, &[n0], &g);
+        let tx = ctx.view(tw, &[n0, rows], &[4 * wide as usize], 0).unwrap();
+        let tc = ctx.cont(tx).unwrap();
+        // A factor of the norm's own shape (the backward's norm times the gradient).
+        let m = uniform(&mut r, (n0 * rows) as usize, -1.0, 1.0);
+        let times_m: Vec<f64> = normed.iter().zip(&m).map(|(v, &f)| v * f as f64).collect();
+        let tm = leaf(&ctx, &dev, &[n0, rows], &m);
+        let outs = [
+            ctx.rms_norm(tx, eps).unwrap(),
+            ctx.rms_norm(tc, eps).unwrap(),
+            ctx.rms_norm_gain(tc, tg, eps).unwrap(),
+            ctx.mul(ctx.rms_norm(tx, eps).unwrap(), tm).unwrap(),
+        ];
+        let got = eval_on(&dev, &ctx, &outs);
+        for (k, want) in [&normed, &normed, &gained, &times_m].into_iter().enumerate() {
+            check(&format!("rms_norm {k} of rows of {n0} on {}", dev.name()), &got[k], want, 1e-5);
+        }
+    }
+    for ne in [[64i64, 37], [6, 5]] {
+        let mut r = rng(4100 + ne[0] as u64);
+        let n = (ne[0] * ne[1]) as usize;
+        let (a, b) = (uniform(&mut r, n, -4.0, 4.0), uniform(&mut r, n, -1.0, 1.0));
+        let want: Vec<f64> = a.iter().zip(&b).map(|(&x, &y)| (x as f64 / (1.0 + (-(x as f64)).exp())) * y as f64).collect();
+        let ctx = Context::new(16).unwrap();
+        let (ta, tb) = (leaf(&ctx, &dev, &ne, &a), leaf(&ctx, &dev, &ne, &b));
+        let got = eval_on(&dev, &ctx, &[ctx.swiglu_split(ta, tb).unwrap()]);
+        check(&format!("swiglu_split {ne:?} on {}", dev.name()), &got[0], &want, 1e-5);
+    }
+}
+
+#[test]
 fn weight_gradient_larger_than_a_chunk() {
     // A weight over a folded batch whose output gradient [m, p] is over 32 MiB:
     // with the mul_mat formulation its transposed copy is taken in row chunks
