@@ -342,6 +342,13 @@ fn swiglu_split() {
             xs[0].iter().zip(&xs[1]).map(|(&a, &b)| rf::silu(a) * b).collect()
         });
     }
+    // Rows of a multiple of 4: patch 0038's float4 kernels on CUDA, the
+    // backward's fused silu(a)·dy included.
+    let mut r = rng(1110);
+    let (a, b) = (rand_param(&mut r, &[8, 3, 2], -4.0, 4.0), rand_param(&mut r, &[8, 3, 2], -2.0, 2.0));
+    grad_check("swiglu_split [8, 3, 2]", 2, &[a, b], &|ctx, x| ctx.swiglu_split(x[0], x[1]).unwrap(), &|xs| {
+        xs[0].iter().zip(&xs[1]).map(|(&a, &b)| rf::silu(a) * b).collect()
+    });
 }
 
 #[test]
