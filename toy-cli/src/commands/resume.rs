@@ -10,7 +10,7 @@ use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::chat_examples::ChatModel;
 use crate::data::Corpus;
 use crate::error::{input, Result};
-use crate::formats::checkpoint::open_checkpoint;
+use crate::formats::checkpoint::open_checkpoint_on;
 use crate::run::identity::{corpus_id, embedded_id};
 use std::path::{Path, PathBuf};
 
@@ -48,7 +48,8 @@ pub fn check_corpus(cfg: &mut TrainConfig, dir: &Path, allow: bool) -> Result<()
 /// never trained again on resume), and a prepared folder must carry it.
 pub fn corpus(cfg: &TrainConfig, ck: &Path) -> Result<Corpus> {
     let path = Path::new(&cfg.corpus);
-    let opened = open_checkpoint(ck)?;
+    // A LoRA run's adapter on the base the run has now (--from may have moved it).
+    let opened = open_checkpoint_on(ck, cfg.from.as_deref().map(Path::new).filter(|_| cfg.model.lora.is_some()))?;
     match &opened.tokenizer {
         Some(tok) => {
             // A LoRA run's checkpoint opens on its base file: the template and ids are the base's.
@@ -176,6 +177,37 @@ pub fn run_args(cfg: &TrainConfig) -> TrainArgs {
         },
         ..Default::default()
     }
+}
+
+/// `a` with a `--from` that names the finetune run's base at a new path (the
+/// same bytes: its SHA-256 is the one the run recorded) taken into `cfg`, so
+/// that the run goes on from the moved file and records it in its next
+/// checkpoints; `a` as it is otherwise.
+///
+/// # Errors
+/// [`crate::error::Error::Input`] when that file's SHA-256 differs from the run's.
+pub fn moved_base(a: &TrainArgs, cfg: &mut TrainConfig, dir: &Path) -> Result<TrainArgs> {
+    let mut a = a.clone();
+    let (Some(new), Some(old), Some(sha)) = (a.finetune.from.as_ref(), cfg.from.as_ref(), cfg.from_sha256.as_ref()) else {
+        return Ok(a);
+    };
+    let new = std::fs::canonicalize(new).unwrap_or_else(|_| new.clone());
+    if new == Path::new(old) {
+        return Ok(a);
+    }
+    if !new.is_file() {
+        return Err(input(format!("--resume {}: --from {}: no such file", dir.display(), new.display())));
+    }
+    if crate::formats::adapter::file_sha256(&new)? != *sha {
+        return Err(input(format!(
+            "--resume {}: --from {} is not the run's base {old}: its SHA-256 differs from the one the run recorded",
+            dir.display(),
+            new.display()
+        )));
+    }
+    cfg.from = Some(new.display().to_string());
+    a.finetune.from = Some(new);
+    Ok(a)
 }
 
 /// The flags that start the run configured by `cfg` (read from `dir`'s

@@ -119,6 +119,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     })?;
     let mut cfg: TrainConfig =
         toml::from_str(&text).map_err(|e| input(format!("{}: {}", dir.join("config.toml").display(), e.message())))?;
+    let a = &super::resume::moved_base(a, &mut cfg, dir)?;
     let conflicts = super::resume::conflicts(a, &cfg);
     if !conflicts.is_empty() {
         return Err(input(format!(

@@ -263,6 +263,13 @@ pub fn check_shapes_of(table: &Table, file: &GgufFile, c: &ModelConfig, what: &s
 /// [`Error::Input`](crate::error::Error::Input) naming the file when it is not
 /// a GGUF file or not a llama/qwen2/gpt2 model this program can run.
 pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
+    open_checkpoint_on(path, None)
+}
+
+/// [`open_checkpoint`], with a LoRA adapter applied to `base` instead of the
+/// base it names (a LoRA run resumed with its base at a new path, which
+/// `--resume` has checked by its SHA-256). A model file ignores `base`.
+pub fn open_checkpoint_on(path: &Path, base: Option<&Path>) -> Result<Checkpoint> {
     if !path.exists() {
         return Err(input(format!("{}: no such checkpoint file", path.display())));
     }
@@ -273,12 +280,17 @@ pub fn open_checkpoint(path: &Path) -> Result<Checkpoint> {
     if super::adapter::is_adapter(&file) {
         // A LoRA run's checkpoint: the adapter, on the base it names (relative to
         // the adapter's folder), which must be a model, not another adapter.
-        let base = file.get_str("toy.lora.base").map_err(|_| {
+        let recorded = file.get_str("toy.lora.base").map_err(|_| {
             input(format!("{}: a LoRA adapter without toy.lora.base; give the base model and --lora {}", path.display(), path.display()))
         })?;
-        let base = path.parent().unwrap_or(Path::new(".")).join(base);
+        let named = path.parent().unwrap_or(Path::new(".")).join(recorded);
         let step = file.get_u64("toy.step").unwrap_or(0);
-        let base = open_model(&base).map_err(|e| input(format!("{}: its base model: {e}", path.display())))?;
+        let moved = if named.exists() {
+            String::new()
+        } else {
+            " (moved? give it with --from to toy train --resume, or give the base model and --lora)".into()
+        };
+        let base = open_model(base.unwrap_or(&named)).map_err(|e| input(format!("{}: its base model: {e}{moved}", path.display())))?;
         let mut ck = base.with_lora(path)?;
         ck.step = step;
         return Ok(ck);

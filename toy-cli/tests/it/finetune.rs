@@ -180,9 +180,20 @@ fn a_resumed_lora_run_gives_the_same_curve() {
     let args = ["--lora-rank", "2", "--lr", "0.01", "--min-lr", "0.01", "--warmup-steps", "0"];
     ok(&finetune(t, "a", &[&args[..], &["--steps", "8"]].concat()));
     ok(&finetune(t, "b", &[&args[..], &["--steps", "4"]].concat()));
-    ok(&toy(t, &["train", "--resume", "b", "--steps", "8", "--threads", "1"]));
+    // The base moves before the resume: the run names the new path with --from,
+    // which must be the same bytes; a changed copy is refused.
+    std::fs::copy(t.join("base/weights/latest"), t.join("moved.gguf")).unwrap();
+    let mut changed = std::fs::read(t.join("moved.gguf")).unwrap();
+    changed.push(0);
+    std::fs::write(t.join("changed.gguf"), changed).unwrap();
+    std::fs::rename(t.join("base"), t.join("gone")).unwrap();
+    fails(&toy(t, &["train", "--resume", "b", "--steps", "8", "--threads", "1"]), "moved?");
+    fails(&toy(t, &["train", "--resume", "b", "--steps", "8", "--from", "changed.gguf"]), "SHA-256");
+    ok(&toy(t, &["train", "--resume", "b", "--steps", "8", "--threads", "1", "--from", "moved.gguf"]));
     assert_eq!(losses(&t.join("a"), "step", "loss"), losses(&t.join("b"), "step", "loss"));
     fails(&toy(t, &["train", "--resume", "b", "--steps", "9", "--lora-rank", "3"]), "--lora-rank");
+    // The run now records the new path: it resumes without --from.
+    ok(&toy(t, &["train", "--resume", "b", "--steps", "9", "--threads", "1"]));
 }
 
 #[test]
