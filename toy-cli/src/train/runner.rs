@@ -356,6 +356,9 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         let stop = l.opts.stop.as_ref().map(|f| f.load(Ordering::SeqCst)).unwrap_or(0);
         let last = step == cfg.steps || stop != 0;
         if last && tally.applied == 0 && stop == 0 {
+            if let Some(pb) = &report.bar {
+                pb.finish_and_clear();
+            }
             return Err(l.all_skipped(step));
         }
         if (st.is_some() && cfg.eval_every > 0 && step % cfg.eval_every == 0) || last {
