@@ -196,7 +196,8 @@ pub fn moved_base(a: &TrainArgs, cfg: &mut TrainConfig, dir: &Path) -> Result<Tr
         return Ok(a);
     }
     if !new.is_file() {
-        return Err(input(format!("--resume {}: --from {}: no such file", dir.display(), new.display())));
+        let what = if new.exists() { "not a regular file" } else { "no such file" };
+        return Err(input(format!("--resume {}: --from {}: {what}", dir.display(), new.display())));
     }
     if crate::formats::adapter::file_sha256(&new)? != *sha {
         return Err(input(format!(

@@ -185,7 +185,8 @@ fn run_options(a: &TrainArgs, stop: &Arc<AtomicI32>) -> RunOptions {
 /// Run `toy train` with `args`.
 pub fn run(args: &TrainArgs) -> Result<Outcome> {
     let cwd = std::env::current_dir().map_err(|e| input(format!("no current folder: {e}")))?;
-    let a = merged(args, read_toml(&cwd)?);
+    // A resumed run takes everything from its own config.toml: toy.toml is not read.
+    let a = if args.resume.is_some() { args.clone() } else { merged(args, read_toml(&cwd)?) };
     if args.resume.is_none() {
         let corpus: Vec<PathBuf> =
             a.data.corpus.iter().filter(|p| !p.as_os_str().is_empty() && p.as_os_str() != "<embedded>").cloned().collect();

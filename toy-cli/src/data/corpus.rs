@@ -190,7 +190,15 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
                     }
                     v
                 }
-                None => lines.iter().flat_map(|(_, l)| l.iter().map(|&(id, _)| id as usize + 1)).max().unwrap_or(1),
+                None => {
+                    let all = lines.iter().flat_map(|(n, l)| l.iter().map(move |&(id, col)| (id as usize + 1, *n, col)));
+                    let (v, line, col) = all.max_by_key(|x| x.0).unwrap_or((1, 0, 0));
+                    // Larger than any tokenizer's: more likely a typo than a vocabulary.
+                    if v > BIG_VOCAB {
+                        eprintln!("note: {p}:{line}:{col}: id {} makes the vocabulary {v} (the largest id + 1); give --vocab-size if it is a typo", v - 1);
+                    }
+                    v
+                }
             };
             return Ok(corpus(split_lines(lines, opts.val_fraction), vocab, None));
         }
@@ -261,6 +269,9 @@ fn check_vocab(ids: &[u32], given: Option<usize>, what: impl Fn(usize) -> String
         None => Ok(ids.iter().max().map(|&m| m as usize + 1).unwrap_or(1)),
     }
 }
+
+/// Vocabularies above this (Gemma's is 256,000) are noted when read off an id file.
+const BIG_VOCAB: usize = 262_144;
 
 /// A parsed id line: its 1-based number and its ids with their 1-based columns.
 type IdLine = (usize, Vec<(u32, usize)>);

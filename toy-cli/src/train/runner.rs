@@ -254,8 +254,9 @@ impl Loop<'_, '_> {
         // Split graphs skip a non-finite update; without --skip-nonfinite that ends the run too.
         if st.skipped || !st.loss.is_finite() || st.grad_norm.is_some_and(|g| !g.is_finite()) {
             self.end(End::Errored, step, st.loss, 1)?;
+            let norm = st.grad_norm.map_or_else(String::new, |g| format!(", gradient norm {g}"));
             return Err(runtime(format!(
-                "the loss or gradient became non-finite (loss {}) at step {step}; stopped without writing a checkpoint of these weights (try a lower --lr, or --skip-nonfinite)",
+                "the loss or gradient became non-finite (loss {}{norm}) at step {step}; stopped without writing a checkpoint of these weights (try a lower --lr, or --skip-nonfinite)",
                 st.loss
             )));
         }
@@ -330,6 +331,13 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
     if l.opts.record_batches {
         l.sink.record_batches(cfg.model.context, cfg.sequences_per_step(), l.start_step, l.chat.is_some())?;
+    }
+    if matches!(l.validation, Validation::Stream(s) if s.is_empty()) && !l.corpus.val.is_empty() {
+        eprintln!(
+            "note: the validation split ({} tokens) is shorter than one window of {} and its next token: no validation loss (a larger corpus or a smaller --context gives one)",
+            l.corpus.val.len(),
+            cfg.model.context
+        );
     }
     let report = Report::new(l.opts, cfg.steps, l.start_step);
     let mut tally = Tally { done: l.start_step, applied: 0, last_loss: f32::NAN, last_val: None };

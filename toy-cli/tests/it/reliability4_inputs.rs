@@ -143,6 +143,12 @@ fn toy_toml_not_a_regular_file_refused() {
     std::fs::write(d.path().join("toy.toml"), "[train\nsteps = 3\n").unwrap();
     let err = fails(&train(d.path(), &[]), "invalid table header");
     assert!(!err.contains("\\n"), "{err:?}");
+    // A resumed run takes everything from its config.toml: a broken toy.toml
+    // beside it does not stop it.
+    std::fs::rename(d.path().join("toy.toml"), d.path().join("broken")).unwrap();
+    ok(&train(d.path(), &[]));
+    std::fs::rename(d.path().join("broken"), d.path().join("toy.toml")).unwrap();
+    ok(&toy(d.path()).args(["train", "--resume", "run", "--steps", "3", "--threads", "1"]).output().unwrap());
 }
 
 /// Class: an entry of a corpus folder with an input file's name (`*.txt`)
@@ -162,4 +168,27 @@ fn corpus_folder_fifo_or_dangling_link_refused() {
     std::os::unix::fs::symlink("gone.txt", c.join("l.txt")).unwrap();
     fails(&prep(d.path(), "c", "P", &[]), "l.txt");
     assert!(!d.path().join("P").exists());
+}
+
+/// Class: what a run cannot do as asked is said, not skipped silently: a
+/// validation split shorter than one window, and an id file whose largest id
+/// makes a vocabulary larger than any tokenizer's (a typo, most likely).
+#[test]
+fn short_validation_and_huge_ids_are_noted() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("s.txt"), "the cat sat on the mat. ".repeat(20)).unwrap();
+    let err = ok(&train(d.path(), &["--corpus", "s.txt", "--vocab-size", "260"]));
+    assert!(err.contains("note: the validation split"), "{err}");
+    let ids: String = (0..300).map(|i| format!("{} ", i % 7)).collect::<String>() + "\n300000\n";
+    std::fs::write(d.path().join("ids.txt"), ids).unwrap();
+    let o = toy(d.path())
+        .args(["train", "--corpus", "ids.txt", "--vocab-size", "9"])
+        .args(["--preset", "smoke", "--steps", "1", "--out", "x"])
+        .output()
+        .unwrap();
+    fails(&o, "outside the vocabulary of 9");
+    let o =
+        toy(d.path()).args(["train", "--corpus", "ids.txt"]).args(["--preset", "smoke", "--steps", "1", "--out", "y"]).output().unwrap();
+    let err = ok(&o);
+    assert!(err.contains("ids.txt:2:1: id 300000 makes the vocabulary 300001"), "{err}");
 }
