@@ -82,8 +82,9 @@ fn dispatch(command: &Command) -> toy::error::Result<()> {
                 say!("{}", serde_json::to_string(&m).unwrap_or_default())
             } else {
                 say!(
-                    "prepared {} documents: {} train + {} validation tokens, vocabulary {} → {}",
+                    "prepared {} document{}: {} train + {} validation tokens, vocabulary {} → {}",
                     m.n_documents,
+                    if m.n_documents == 1 { "" } else { "s" },
                     m.train_tokens,
                     m.val_tokens,
                     m.vocab_size,
