@@ -32,13 +32,22 @@ pub struct RunFolder<'r> {
     val: Vec<(u64, f32)>,
     /// `batches.bin`, when recording.
     recorder: Option<Recorder>,
+    /// A resumed run's `config.toml`, written with its first checkpoint: a
+    /// resume that saves nothing leaves the run's configuration as it was.
+    config_pending: bool,
 }
 
 impl<'r> RunFolder<'r> {
+    /// `config.toml`: the run's configuration, written whole (temp file, rename).
+    fn write_config(&self) -> Result<()> {
+        let config_toml = toml::to_string(self.cfg).map_err(|e| runtime(e.to_string()))?;
+        write_atomic(&self.run.path.join("config.toml"), config_toml.as_bytes())
+    }
+
     /// The sink of a run of `cfg` into `run`, whose checkpoints carry
     /// `tokenizer`; nothing is written before [`Sink::begin`].
     pub fn new(run: &'r RunDir, cfg: &'r TrainConfig, tokenizer: Option<&'r Tokenizer>, keep: usize) -> RunFolder<'r> {
-        RunFolder { run, cfg, tokenizer, keep, log: None, train: Vec::new(), val: Vec::new(), recorder: None }
+        RunFolder { run, cfg, tokenizer, keep, log: None, train: Vec::new(), val: Vec::new(), recorder: None, config_pending: false }
     }
 
     /// `loss.svg`, from the whole event log (so a resumed run plots all of it),
@@ -90,14 +99,15 @@ impl<'r> RunFolder<'r> {
 }
 
 impl Sink for RunFolder<'_> {
-    /// Open `events.jsonl` (appending), write `config.toml` (on resume too:
-    /// the resume flags taken hold for the next resume) and, for a new run,
-    /// `flow.json`.
+    /// Open `events.jsonl` (appending), write `config.toml` and `flow.json`
+    /// for a new run; a resumed run writes `config.toml` (the resume flags
+    /// taken hold for the next resume) with its first checkpoint.
     fn begin(&mut self, graph: &Graph<'_>, resumed: bool) -> Result<()> {
         self.log = Some(EventLog::open(&self.run.path.join("events.jsonl"))?);
-        let config_toml = toml::to_string(self.cfg).map_err(|e| runtime(e.to_string()))?;
-        write_atomic(&self.run.path.join("config.toml"), config_toml.as_bytes())?;
-        if !resumed {
+        if resumed {
+            self.config_pending = true;
+        } else {
+            self.write_config()?;
             flow::write_flow(&self.run.path, graph)?;
         }
         Ok(())
@@ -130,6 +140,10 @@ impl Sink for RunFolder<'_> {
         let step = s.progress.step;
         let path = self.run.checkpoint_path(step);
         let save_id = format!("{:016x}", rand::random::<u64>());
+        if self.config_pending {
+            self.write_config()?;
+            self.config_pending = false;
+        }
         self.write_pair(s, &path, &save_id)?;
         if let Ok(d) = std::fs::File::open(self.run.path.join("weights")) {
             let _ = d.sync_all();

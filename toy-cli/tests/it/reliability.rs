@@ -150,6 +150,11 @@ fn a_non_finite_step_stops_without_a_checkpoint() {
     assert!(err.starts_with("toy train: ") && err.contains("all 3 steps") && !err.contains("Some("), "{err}");
     assert_eq!(std::fs::read_link(latest(&run2)).unwrap(), PathBuf::from("step_30.gguf"));
     assert_eq!(last_event(&run2)["reason"], "errored");
+    // A resume that saved nothing left the run's configuration as it was.
+    let config = std::fs::read_to_string(run2.join("config.toml")).unwrap();
+    assert!(config.lines().any(|l| l == "steps = 30"), "{config}");
+    let out = toy().args(["train", "--resume"]).arg(&run2).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("completed 30 of 30"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]
