@@ -296,12 +296,16 @@ stage_lora_table() {
 # Kernel times of LoRA (rank 16, Q4_1 base) against full fine-tuning at
 # SmolLM2-135M's shape, context 512, batch 8: one step of each, from `toy debug
 # bench --from` (no validation passes; scripts/bench/lora.py's random base files).
+# The random SmolLM2-shape bases of the LoRA stages: $LORA_BENCH/smol-f16.gguf and its Q4_1 copy.
+LORA_BENCH=/tmp/lora-bench
+lora_bases() {
+  [ -f $LORA_BENCH/smol-q4_1.gguf ] && return
+  mkdir -p $LORA_BENCH && python3 scripts/bench/make-smollm-shape.py $LORA_BENCH/smol-f16.gguf > /dev/null
+  python3 scripts/bench/typed-copy.py $LORA_BENCH/smol-f16.gguf $LORA_BENCH/smol-q4_1.gguf q4_1 --embd q8_0
+}
 stage_ncu_lora() {
-  local w=/tmp/lora-bench
-  if [ ! -f $w/smol-q4_1.gguf ]; then
-    mkdir -p $w && python3 scripts/bench/make-smollm-shape.py $w/smol-f16.gguf > /dev/null
-    python3 scripts/bench/typed-copy.py $w/smol-f16.gguf $w/smol-q4_1.gguf q4_1 --embd q8_0
-  fi
+  local w=$LORA_BENCH
+  lora_bases
   for side in lora full; do
     local extra=(--from $w/smol-f16.gguf)
     [ $side = lora ] && extra=(--from $w/smol-q4_1.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down)
@@ -334,11 +338,8 @@ stage_parity_bf16() {
 # 1024, GPT-2 124M (bf16 and TF32), LoRA rank 16 over a Q4_1 base and full
 # fine-tuning of its f16 copy (context 512, batch 8).
 ab_cases() {
-  local w=/tmp/lora-bench on i
-  if [ ! -f $w/smol-q4_1.gguf ]; then
-    mkdir -p $w && python3 scripts/bench/make-smollm-shape.py $w/smol-f16.gguf > /dev/null
-    python3 scripts/bench/typed-copy.py $w/smol-f16.gguf $w/smol-q4_1.gguf q4_1 --embd q8_0
-  fi
+  local w=$LORA_BENCH on i
+  lora_bases
   local cases=(
     "--preset smollm2-135m --vocab 49152 --context 2048 --attention fused"
     "--preset smollm2-135m --vocab 49152 --context 1024 --attention fused"

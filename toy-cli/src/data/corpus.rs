@@ -298,15 +298,17 @@ fn parse_id_lines(text: &str, path: &Path) -> Result<Option<Vec<IdLine>>> {
             let digits = word.strip_prefix('-').unwrap_or(word);
             let at = format!("{}:{}:{}", path.display(), n + 1, line[..start].chars().count() + 1);
             if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                // Numbers only, some not whole: a broken id file, not text.
+                // One pass over the words: how many there are, how many are ids, and
+                // whether all are numbers.
                 let numeric = |w: &str| w.parse::<f64>().is_ok() && w.bytes().any(|b| b.is_ascii_digit());
-                if numeric(word) && text.split_ascii_whitespace().all(numeric) {
+                let (n, ids, all_numeric) = text.split_ascii_whitespace().fold((0usize, 0usize, true), |(n, k, all), w| {
+                    (n + 1, k + usize::from(w.bytes().all(|b| b.is_ascii_digit())), all && numeric(w))
+                });
+                // Numbers only, some not whole: a broken id file, not text.
+                if numeric(word) && all_numeric {
                     return Err(input(format!("{at}: {word} is not a token id (an id file holds whole numbers)")));
                 }
                 // Nine words in ten ids: an id file with a typo, not text to train a BPE on.
-                let (n, ids) = text
-                    .split_ascii_whitespace()
-                    .fold((0usize, 0usize), |(n, k), w| (n + 1, k + usize::from(w.bytes().all(|b| b.is_ascii_digit()))));
                 if n >= 10 && ids * 10 >= n * 9 {
                     return Err(input(format!(
                         "{at}: {word:?} is not a token id, though {ids} of the file's {n} words are (an id file holds whole numbers; to train on it as text, give it another extension, e.g. .md)"
