@@ -362,6 +362,8 @@ ab_cases() {
 # Patch 0037 (fused product epilogues) and patch 0038 (RMSNorm rows, float4 SWIGLU), on and off.
 stage_epilogue_ab() { AB_ENV=TOY_CUDA_NO_EPILOGUE ab_cases; }
 stage_rows_ab() { AB_ENV=TOY_CUDA_NO_0038 ab_cases; }
+# Patch 0039 (AdamW and the gradient norm over lists of parameters), on and off.
+stage_lists_ab() { AB_ENV=TOY_CUDA_NO_0039 ab_cases; }
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do

@@ -11,4 +11,5 @@ mod grad;
 mod kernels;
 mod ops;
 mod optim;
+mod optim_many;
 mod quant;
