@@ -329,6 +329,12 @@ impl Loop<'_, '_> {
 pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let cfg = l.cfg;
     let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
+    if cfg.warmup_steps > cfg.steps && l.start_step == 0 {
+        eprintln!(
+            "note: --warmup-steps {} is more than --steps {}: the learning rate rises for the whole run and reaches --lr {} only at its last step",
+            cfg.warmup_steps, cfg.steps, cfg.lr
+        );
+    }
     if l.opts.record_batches {
         l.sink.record_batches(cfg.model.context, cfg.sequences_per_step(), l.start_step, l.chat.is_some())?;
     }

@@ -171,14 +171,23 @@ fn corpus_folder_fifo_or_dangling_link_refused() {
 }
 
 /// Class: what a run cannot do as asked is said, not skipped silently: a
-/// validation split shorter than one window, and an id file whose largest id
-/// makes a vocabulary larger than any tokenizer's (a typo, most likely).
+/// validation split shorter than one window, a warm-up longer than the run,
+/// and an id file whose largest id makes a vocabulary larger than any
+/// tokenizer's (a typo, most likely).
 #[test]
 fn short_validation_and_huge_ids_are_noted() {
     let d = tempfile::tempdir().unwrap();
     std::fs::write(d.path().join("s.txt"), "the cat sat on the mat. ".repeat(20)).unwrap();
     let err = ok(&train(d.path(), &["--corpus", "s.txt", "--vocab-size", "260"]));
     assert!(err.contains("note: the validation split"), "{err}");
+    // A warm-up longer than the run is followed as asked (as PyTorch's schedulers do), with a note.
+    let o = toy(d.path())
+        .args(["train", "--corpus", "s.txt", "--vocab-size", "260", "--preset", "smoke"])
+        .args(["--steps", "3", "--warmup-steps", "5", "--out", "w"])
+        .output()
+        .unwrap();
+    let err = ok(&o);
+    assert!(err.contains("note: --warmup-steps 5 is more than --steps 3"), "{err}");
     let ids: String = (0..300).map(|i| format!("{} ", i % 7)).collect::<String>() + "\n300000\n";
     std::fs::write(d.path().join("ids.txt"), ids).unwrap();
     let o = toy(d.path())
