@@ -121,7 +121,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
         return Err(input(format!("--base {}: {}", m.base.display(), crate::model::lora::ARCHS)));
     }
     let ad = open_adapter(&m.lora, &base.config)?;
-    crate::formats::adapter::check_base(&ad, &m.lora, &m.base)?;
+    crate::formats::adapter::check_base(&ad, &m.lora, &m.base, false)?;
     let scale = ad.config.scale();
     let f = &base.file;
     let target = m.dtype.dtype();

@@ -61,20 +61,35 @@ pub fn file_sha256(path: &Path) -> Result<String> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Refuse applying the adapter `a` (at `adapter`) to the base file `base` when
-/// the adapter records another base (`toy.lora.base_sha256`).
-pub fn check_base(a: &AdapterFile, adapter: &Path, base: &Path) -> Result<()> {
+/// Check the base file `base` against the one the adapter `a` (at `adapter`)
+/// records (`toy.lora.base_sha256`). Another file is refused when `strict`
+/// (the base a run or an adapter names itself: it changed since) and noted
+/// otherwise: a base the user names may be another quantization of the same
+/// model, which is how adapters trained over a quantized base are used
+/// (llama.cpp applies an adapter to any base of the right shapes).
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input): `strict` and another file, or
+/// `base` unreadable.
+pub fn check_base(a: &AdapterFile, adapter: &Path, base: &Path, strict: bool) -> Result<()> {
     let Ok(want) = a.file.get_str("toy.lora.base_sha256") else { return Ok(()) };
     let have = file_sha256(base)?;
-    if have != want {
+    if have == want {
+        return Ok(());
+    }
+    let (want, have) = (&want[..want.len().min(12)], &have[..12]);
+    if strict {
         return Err(input(format!(
-            "--lora {}: trained on a base with sha256 {}…, but {} is {}… (another model of the same shape?)",
+            "--lora {}: trained on a base with sha256 {want}…, but {} is {have}… (another model of the same shape?)",
             adapter.display(),
-            &want[..want.len().min(12)],
             base.display(),
-            &have[..12]
         )));
     }
+    eprintln!(
+        "note: --lora {} was trained on a base with sha256 {want}…; {} is {have}…: fine for another quantization of the same model, meaningless for another model of the same shape",
+        adapter.display(),
+        base.display()
+    );
     Ok(())
 }
 

@@ -291,7 +291,7 @@ pub fn open_checkpoint_on(path: &Path, base: Option<&Path>) -> Result<Checkpoint
             " (moved? give it with --from to toy train --resume, or give the base model and --lora)".into()
         };
         let base = open_model(base.unwrap_or(&named)).map_err(|e| input(format!("{}: its base model: {e}{moved}", path.display())))?;
-        let mut ck = base.with_lora(path)?;
+        let mut ck = base.with_adapter(path, true)?;
         ck.step = step;
         return Ok(ck);
     }
@@ -375,13 +375,21 @@ impl std::fmt::Debug for Checkpoint {
 }
 
 impl Checkpoint {
-    /// Apply the LoRA adapter at `path` (checked against this model) on top.
+    /// Apply the LoRA adapter at `path` (checked against this model) on top: a
+    /// base the user names, so a base other than the adapter's own is noted,
+    /// not refused ([`super::adapter::check_base`]).
     ///
     /// # Errors
     /// [`Error::Input`](crate::error::Error::Input): a second adapter, a base
     /// whose architecture takes no adapters (gpt2), or what
     /// [`super::adapter::open_adapter`] refuses.
-    pub fn with_lora(mut self, path: &Path) -> Result<Checkpoint> {
+    pub fn with_lora(self, path: &Path) -> Result<Checkpoint> {
+        self.with_adapter(path, false)
+    }
+
+    /// [`with_lora`](Self::with_lora), refusing a base file other than the one
+    /// the adapter records when `strict` (the base an adapter names itself).
+    fn with_adapter(mut self, path: &Path, strict: bool) -> Result<Checkpoint> {
         if self.adapter.is_some() {
             return Err(input(format!("--lora {}: the model already carries an adapter", path.display())));
         }
@@ -389,7 +397,7 @@ impl Checkpoint {
             return Err(input(format!("--lora {}: {}", path.display(), crate::model::lora::ARCHS)));
         }
         let a = super::adapter::open_adapter(path, &self.config)?;
-        super::adapter::check_base(&a, path, self.file.path())?;
+        super::adapter::check_base(&a, path, self.file.path(), strict)?;
         self.config.lora = Some(a.config.clone());
         (self.config.base_dtype, self.config.base_dtype_except) = matrix_dtype(&self.file);
         self.adapter = Some(a);

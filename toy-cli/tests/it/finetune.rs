@@ -265,6 +265,11 @@ fn adapters_keep_to_their_base_and_merge_never_overwrites_inputs() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("another model of the same shape"), "{}", String::from_utf8_lossy(&o.stderr));
     fails(&toy(t, &["train", "--resume", "lo", "--steps", "4", "--threads", "1"]), "another model of the same shape");
+    // Named by the user, another base file is noted, not refused (another
+    // quantization of the same model is how a QLoRA adapter is used).
+    let o = toy(t, &["eval", "b.gguf", "--lora", "lo/weights/latest", "--corpus", "old.txt"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && err.contains("note: --lora lo/weights/latest was trained on a base with sha256"), "{err}");
 }
 
 #[test]
