@@ -80,7 +80,7 @@ pub fn check_base(a: &AdapterFile, adapter: &Path, base: &Path, strict: bool) ->
     let (want, have) = (&want[..want.len().min(12)], &have[..12]);
     if strict {
         return Err(input(format!(
-            "--lora {}: trained on a base with sha256 {want}…, but {} is {have}… (another model of the same shape?)",
+            "{}: its base {} is not the file it was trained on (sha256 {have}…, not {want}…): another model of the same shape?",
             adapter.display(),
             base.display(),
         )));
