@@ -5,7 +5,7 @@ use super::setup::{finish, load_training_corpus, record_corpus, resolve, run_dir
 use crate::cli::TrainArgs;
 use crate::config::{Preset, Recipe, TrainConfig};
 use crate::data::Corpus;
-use crate::error::{input, Result};
+use crate::error::{input, Error, Result};
 use crate::run::RunDir;
 use crate::train::{train, Init, Outcome, Plan, RunOptions};
 use std::io::IsTerminal;
@@ -186,7 +186,9 @@ fn run_options(a: &TrainArgs, stop: &Arc<AtomicI32>) -> RunOptions {
 pub fn run(args: &TrainArgs) -> Result<Outcome> {
     let cwd = std::env::current_dir().map_err(|e| input(format!("no current folder: {e}")))?;
     // A resumed run takes everything from its own config.toml: toy.toml is not read.
-    let a = if args.resume.is_some() { args.clone() } else { merged(args, read_toml(&cwd)?) };
+    let toml = if args.resume.is_some() { None } else { read_toml(&cwd)? };
+    let from_toml = toml.as_ref().map_or_else(Vec::new, |t| set_in_toml(args, t));
+    let a = merged(args, toml);
     if args.resume.is_none() {
         let corpus: Vec<PathBuf> =
             a.data.corpus.iter().filter(|p| !p.as_os_str().is_empty() && p.as_os_str() != "<embedded>").cloned().collect();
@@ -223,7 +225,24 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         }
         return Ok(out);
     }
-    start(&a, &run_options(&a, &stop), Start { cli_preset: args.batch.preset, restart: false })
+    start(&a, &run_options(&a, &stop), Start { cli_preset: args.batch.preset, restart: false }).map_err(|e| toml_origin(e, &from_toml))
+}
+
+/// The flags that `toy.toml` (`file`) sets and the command line (`args`) does not.
+fn set_in_toml(args: &TrainArgs, file: &TrainArgs) -> Vec<String> {
+    let given: Vec<String> = args.flags().into_iter().filter(|f| f.given).map(|f| f.flag).collect();
+    file.flags().into_iter().filter(|f| f.given && !given.contains(&f.flag)).map(|f| f.flag).collect()
+}
+
+/// An input error about a flag whose value came from `toy.toml` says so (its
+/// message names the flag, as for one given on the command line).
+fn toml_origin(e: Error, from_toml: &[String]) -> Error {
+    match e {
+        Error::Input(m) if from_toml.iter().any(|f| m.strip_prefix(f.as_str()).is_some_and(|r| r.starts_with([' ', ':', '=']))) => {
+            Error::Input(format!("{m} (set in toy.toml)"))
+        }
+        e => e,
+    }
 }
 
 /// Start a new run for `a` (toy.toml merged), or start again a run that saved nothing.

@@ -149,6 +149,13 @@ fn toy_toml_not_a_regular_file_refused() {
     ok(&train(d.path(), &[]));
     std::fs::rename(d.path().join("broken"), d.path().join("toy.toml")).unwrap();
     ok(&toy(d.path()).args(["train", "--resume", "run", "--steps", "3", "--threads", "1"]).output().unwrap());
+    // A bad value from toy.toml is named as a flag, and said to come from toy.toml;
+    // the same value on the command line is not.
+    std::fs::write(d.path().join("toy.toml"), "[train]\nbatch = 0\n").unwrap();
+    let o = toy(d.path()).args(["train", "--preset", "smoke", "--steps", "1", "--out", "t1"]).output().unwrap();
+    fails(&o, "--batch must be at least 1 (set in toy.toml)");
+    let o = toy(d.path()).args(["train", "--preset", "smoke", "--steps", "1", "--batch", "0", "--out", "t2"]).output().unwrap();
+    assert!(!fails(&o, "--batch must be at least 1").contains("toy.toml"));
 }
 
 /// Class: an entry of a corpus folder with an input file's name (`*.txt`)
