@@ -26,7 +26,11 @@ fn size(i: usize) -> usize {
 }
 
 fn wd(i: usize) -> f64 {
-    if i % 2 == 0 { 0.1f32 as f64 } else { 0.0 }
+    if i % 2 == 0 {
+        0.1f32 as f64
+    } else {
+        0.0
+    }
 }
 
 /// Max |got − want| / max |want|.
