@@ -77,8 +77,8 @@ pub struct RunOnArgs {
     /// Device: cpu, cuda, cuda:N, metal.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// CPU threads (default: all cores).
-    #[arg(long, default_value_t = 0)]
+    /// CPU threads (default: all cores; 0 too).
+    #[arg(long, default_value_t = 0, hide_default_value = true)]
     pub threads: usize,
     /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);
     /// no effect on the CPU.

@@ -361,7 +361,7 @@ flag_group! {
     #[serde(default)]
     #[command(next_help_heading = "Logging and checkpoints")]
     pub struct LogArgs {
-        /// Validation loss every N steps.
+        /// Validation loss every N steps (0: only at the end).
         #[arg(long = "eval-every", value_parser = count_u64)]
         pub eval_every: Option<u64>,
         /// Checkpoint every N steps (0: only at the end).

@@ -82,8 +82,11 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     } else {
         Sampling { temperature: args.temperature, top_k: args.top_k, top_p: args.top_p }
     };
-    if !(sampling.temperature >= 0.0 && sampling.temperature.is_finite() && sampling.top_p > 0.0 && sampling.top_p <= 1.0) {
-        return Err(input("--temperature must be ≥ 0 and --top-p in (0, 1]"));
+    if !(sampling.temperature >= 0.0 && sampling.temperature.is_finite()) {
+        return Err(input(format!("--temperature {} must be finite and ≥ 0 (0: greedy)", sampling.temperature)));
+    }
+    if !(sampling.top_p > 0.0 && sampling.top_p <= 1.0) {
+        return Err(input(format!("--top-p {} must be in (0, 1]", sampling.top_p)));
     }
     let t = ck.config.context.min(prompt.len().saturating_add(args.n)).max(1);
     let backends = backends_for(&args.on.device, args.on.threads, args.on.matmul_precision.ggml())?;

@@ -437,20 +437,7 @@ impl TrainConfig {
         }
         self.validate_batch()?;
         self.dtype.check_device(&self.device)?;
-        if !(self.lr > 0.0 && self.lr.is_finite() && self.min_lr >= 0.0 && self.min_lr <= self.lr) {
-            return Err(input("--lr must be positive and --min-lr between 0 and --lr"));
-        }
-        let (b1, b2) = self.betas;
-        let finite_nonneg = |x: f32| x.is_finite() && x >= 0.0;
-        let valid = (0.0..1.0).contains(&b1)
-            && (0.0..1.0).contains(&b2)
-            && self.eps > 0.0
-            && self.eps.is_finite()
-            && finite_nonneg(self.weight_decay)
-            && finite_nonneg(self.grad_clip);
-        if !valid {
-            return Err(input("betas must be in [0, 1), eps positive, weight decay and grad clip finite and non-negative"));
-        }
+        self.validate_optim()?;
         // Weights, gradients and two AdamW moments, f32: refuse what cannot fit
         // before anything is created.
         let bytes = 16.0 * self.model.n_params() as f64;
@@ -462,6 +449,28 @@ impl TrainConfig {
                     total as f64 / (1u64 << 30) as f64
                 )));
             }
+        }
+        Ok(())
+    }
+
+    /// The learning rates and AdamW's settings, each refused by its own flag's name.
+    fn validate_optim(&self) -> Result<()> {
+        if !(self.lr > 0.0 && self.lr.is_finite()) {
+            return Err(input(format!("--lr {} must be positive and finite", self.lr)));
+        }
+        if !(self.min_lr >= 0.0 && self.min_lr <= self.lr) {
+            return Err(input(format!("--min-lr {} must be between 0 and --lr {}", self.min_lr, self.lr)));
+        }
+        let finite_nonneg = |x: f32| x.is_finite() && x >= 0.0;
+        if !finite_nonneg(self.weight_decay) {
+            return Err(input(format!("--weight-decay {} must be finite and non-negative", self.weight_decay)));
+        }
+        if !finite_nonneg(self.grad_clip) {
+            return Err(input(format!("--grad-clip {} must be finite and non-negative (0: no clipping)", self.grad_clip)));
+        }
+        let (b1, b2) = self.betas;
+        if !((0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2) && self.eps > 0.0 && self.eps.is_finite()) {
+            return Err(input(format!("AdamW betas {:?} must be in [0, 1) and eps {} positive", self.betas, self.eps)));
         }
         Ok(())
     }

@@ -54,6 +54,8 @@ pub struct RunOptions {
     pub keep: usize,
     /// Skip steps whose loss or gradients are not finite instead of stopping.
     pub skip_nonfinite: bool,
+    /// `--warmup-steps` was given (a warm-up longer than the run is then noted).
+    pub warmup_given: bool,
     /// Set to a signal number (SIGINT, SIGTERM) to stop after the current step.
     pub stop: Option<Arc<AtomicI32>>,
 }
@@ -244,9 +246,11 @@ fn run_start(s: &Start<'_, '_>) -> RunStart {
 fn oversized_step_note(cfg: &TrainConfig, corpus: &Corpus) -> Option<String> {
     let t = cfg.model.context;
     let (held, what) = match &corpus.chat {
-        Some(c) => (c.train.len(), "conversations".to_string()),
-        None => (corpus.train.len().saturating_sub(1) / t.max(1), format!("windows of {t} tokens")),
+        Some(c) => (c.train.len(), "conversation".to_string()),
+        None => (corpus.train.len().saturating_sub(1) / t.max(1), format!("window of {t} tokens")),
     };
+    // "the 1 window of 32 tokens", "the 3 windows of 32 tokens"
+    let what = if held == 1 { what } else { what.replacen("conversation", "conversations", 1).replacen("window ", "windows ", 1) };
     let wanted = cfg.batch.saturating_mul(cfg.grad_accum);
     // held == 0: too little data for one window, which is refused.
     if held == 0 || wanted <= held {

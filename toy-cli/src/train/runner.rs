@@ -329,9 +329,9 @@ impl Loop<'_, '_> {
 pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let cfg = l.cfg;
     let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
-    if cfg.warmup_steps > cfg.steps && l.start_step == 0 {
+    if l.opts.warmup_given && cfg.warmup_steps > cfg.steps && l.start_step == 0 {
         eprintln!(
-            "note: --warmup-steps {} is more than --steps {}: the learning rate rises for the whole run and reaches --lr {} only at its last step",
+            "note: --warmup-steps {} is more than --steps {}: the learning rate rises for the whole run and reaches --lr {:e} only at its last step",
             cfg.warmup_steps, cfg.steps, cfg.lr
         );
     }

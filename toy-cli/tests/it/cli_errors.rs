@@ -31,7 +31,9 @@ fn flags_and_paths() {
     fails(&train(t, &["--context", "100000", "--out", "a"]), "train", "--context 100000");
     fails(&train(t, &["--heads", "3", "--out", "a"]), "train", "divisible");
     fails(&train(t, &["--device", "cuda", "--out", "a"]), "train", "no cuda device or backend found");
-    fails(&train(t, &["--resume", "nowhere"]), "train", "nowhere");
+    fails(&train(t, &["--resume", "nowhere"]), "train", "--resume nowhere: no such run folder");
+    std::fs::create_dir(t.join("empty")).unwrap();
+    fails(&train(t, &["--resume", "empty"]), "train", "an empty folder, not a run folder");
     std::fs::write(t.join("file"), "x").unwrap();
     fails(&train(t, &["--steps", "1", "--out", "file/run"]), "train", "file/run");
     fails(&train(t, &["--steps", "1", "--out", "file"]), "train", "is a file");
@@ -39,8 +41,11 @@ fn flags_and_paths() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.code() == Some(2) && err.starts_with("toy: unrecognized subcommand") && err.contains("`toy --help`"), "{err}");
     fails(&toy(t, &["eval", "r"]), "eval", "--corpus <CORPUS>");
-    fails(&train(t, &["--grad-clip", "nan", "--out", "a"]), "train", "grad clip");
-    fails(&train(t, &["--weight-decay", "inf", "--out", "a"]), "train", "weight decay");
+    // Each optimizer setting is refused by its own flag's name.
+    fails(&train(t, &["--grad-clip", "nan", "--out", "a"]), "train", "--grad-clip NaN");
+    fails(&train(t, &["--grad-clip", "-1", "--out", "a"]), "train", "--grad-clip -1");
+    fails(&train(t, &["--weight-decay", "inf", "--out", "a"]), "train", "--weight-decay inf");
+    fails(&train(t, &["--min-lr", "1", "--out", "a"]), "train", "--min-lr 1 must be between 0 and --lr");
     // Counts that config.toml (signed 64-bit) cannot hold, and those past u64.
     for flag in ["--seed", "--steps", "--save-every", "--eval-every", "--log-every", "--warmup-steps"] {
         fails(&toy(t, &["train", "--preset", "smoke", flag, "9223372036854775808", "--out", "a"]), "train", flag);
@@ -66,7 +71,8 @@ fn generate_and_eval_refuse_bad_checkpoints() {
         fails(&toy(t, &["generate", f, "-n", "1"]), "generate", f);
         fails(&toy(t, &["eval", f, "--corpus", "r/config.toml"]), "eval", f);
     }
-    fails(&toy(t, &["generate", "r", "--temperature=-1"]), "generate", "temperature");
+    fails(&toy(t, &["generate", "r", "--temperature=-1"]), "generate", "--temperature -1");
+    fails(&toy(t, &["generate", "r", "--top-p", "1.5"]), "generate", "--top-p 1.5 must be in (0, 1]");
     fails(&toy(t, &["generate", "r", "--chat", "hi"]), "generate", "no chat template");
     fails(&toy(t, &["eval", "r", "--corpus", "missing.txt"]), "eval", "missing.txt");
     fails(&toy(t, &["eval", "r", "--corpus", "r/config.toml", "--batch", "0"]), "eval", "--batch");

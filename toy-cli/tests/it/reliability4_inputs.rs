@@ -187,6 +187,8 @@ fn short_validation_and_huge_ids_are_noted() {
     std::fs::write(d.path().join("s.txt"), "the cat sat on the mat. ".repeat(20)).unwrap();
     let err = ok(&train(d.path(), &["--corpus", "s.txt", "--vocab-size", "260"]));
     assert!(err.contains("note: the validation split"), "{err}");
+    // The default warm-up (20 steps) over a 2-step run is not noted: only one asked for.
+    assert!(!err.contains("--warmup-steps"), "{err}");
     // A warm-up longer than the run is followed as asked (as PyTorch's schedulers do), with a note.
     let o = toy(d.path())
         .args(["train", "--corpus", "s.txt", "--vocab-size", "260", "--preset", "smoke"])
@@ -194,7 +196,7 @@ fn short_validation_and_huge_ids_are_noted() {
         .output()
         .unwrap();
     let err = ok(&o);
-    assert!(err.contains("note: --warmup-steps 5 is more than --steps 3"), "{err}");
+    assert!(err.contains("note: --warmup-steps 5 is more than --steps 3") && err.contains("--lr 1e-3"), "{err}");
     let ids: String = (0..300).map(|i| format!("{} ", i % 7)).collect::<String>() + "\n300000\n";
     std::fs::write(d.path().join("ids.txt"), ids).unwrap();
     let o = toy(d.path())
