@@ -60,8 +60,8 @@ command -v "${CXX:-c++}" >/dev/null 2>&1 || install_pkg g++ "" "a C++ compiler (
 need_component fmt rustfmt
 need_component clippy clippy
 
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo fmt --all -- --check || { say "formatting differs from rustfmt's (above): run \`cargo fmt --all\`"; exit 1; }
+cargo clippy --workspace --all-targets --locked -- -D warnings || { say "clippy found warnings (above)"; exit 1; }
 cargo test --workspace --locked "$@"
 if have_libclang; then
   cargo test -p toy-ggml-sys --features generate-bindings --locked bindings_current
