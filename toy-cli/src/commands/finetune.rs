@@ -151,7 +151,7 @@ pub(crate) fn finetune_model(
 /// Run the finetune recipe for `a`.
 pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let from = a.finetune.from.clone().ok_or_else(|| input("finetune needs --from MODEL.gguf"))?;
-    let path = crate::files::resolve_model(&from)?; // a run folder: its weights/latest
+    let path = crate::files::resolve_model(&from).map_err(|e| input(format!("--from {e}")))?; // a run folder: its weights/latest
     check_flags(a, &path)?;
     let (ck, tok) = open_base(&path)?;
     let base = &ck.config;
