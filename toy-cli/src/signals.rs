@@ -9,11 +9,13 @@
 //! (`toy train | head -1`) does not kill a run: its lines are dropped
 //! ([`outln!`](crate::outln)) and training goes on.
 
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 static CRITICAL: AtomicUsize = AtomicUsize::new(0);
 static COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Inside [`interruptible`]: a first signal ends that work, with nothing to save.
+static PREPARING: AtomicBool = AtomicBool::new(false);
 
 /// Write `msg` to stderr from a signal handler (`write(2)` is async-signal-safe).
 fn say(msg: &str) {
@@ -34,6 +36,7 @@ pub fn install(stop: Arc<AtomicI32>) {
             signal_hook::low_level::register(sig, move || {
                 flag.store(sig, Ordering::SeqCst);
                 match COUNT.fetch_add(1, Ordering::SeqCst) {
+                    0 if PREPARING.load(Ordering::SeqCst) => say("\ntoy train: stopping (no step has run: nothing to save)\n"),
                     0 => say("\ntoy train: stopping after this step to save a checkpoint (twice more to quit without saving)\n"),
                     1 => say("\ntoy train: still stopping; saving the checkpoint first (once more to quit without saving)\n"),
                     _ if CRITICAL.load(Ordering::SeqCst) == 0 => signal_hook::low_level::exit(128 + sig),
@@ -86,6 +89,18 @@ pub fn interruptible<T: Send + 'static>(
     f: impl FnOnce() -> crate::error::Result<T> + Send + 'static,
 ) -> crate::error::Result<T> {
     let Some(stop) = stop else { return f() };
+    PREPARING.store(true, Ordering::SeqCst);
+    let r = wait_for(stop, what, f);
+    PREPARING.store(false, Ordering::SeqCst);
+    r
+}
+
+/// [`interruptible`]'s thread and wait.
+fn wait_for<T: Send + 'static>(
+    stop: &AtomicI32,
+    what: &str,
+    f: impl FnOnce() -> crate::error::Result<T> + Send + 'static,
+) -> crate::error::Result<T> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(f());
