@@ -157,7 +157,8 @@ fn for_lines(s: &Source, mut f: impl FnMut(usize, &str) -> Result<bool>) -> Resu
     };
     for (i, line) in r.split(b'\n').enumerate() {
         let at = || format!("{}:{}", s.path.display(), i + 1);
-        let bytes = line.map_err(|e| input(format!("cannot read {}: {e}", at())))?;
+        let gz = if s.gzip { " (a .gz name: not gzip data, or cut short?)" } else { "" };
+        let bytes = line.map_err(|e| input(format!("cannot read {}: {e}{gz}", at())))?;
         let text = String::from_utf8(bytes)
             .map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at column {})", at(), e.utf8_error().valid_up_to() + 1)))?;
         let text = text.strip_prefix('\u{feff}').unwrap_or(&text);

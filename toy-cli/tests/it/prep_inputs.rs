@@ -81,10 +81,15 @@ fn malformed_records_name_file_and_line() {
         assert!(err.starts_with("toy prep: ") && err.contains(want) && err.trim().lines().count() == 1, "{name}: {err}");
         assert!(!t.join("out").exists(), "{name}: an output folder was left behind");
     }
-    std::fs::write(t.join("bad.txt.gz"), b"not gzip at all").unwrap();
-    let o = toy(t, &["prep", "bad.txt.gz", "--out", "out"]);
-    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(!t.join("out").exists());
+    // A .gz name on what is not gzip data (or is cut short, shorter than a header).
+    for (name, body) in [("bad.txt.gz", &b"not gzip at all"[..]), ("short.txt.gz", &b"abcde"[..])] {
+        std::fs::write(t.join(name), body).unwrap();
+        let o = toy(t, &["prep", name, "--out", "out"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("not gzip data, or cut short") && err.trim().lines().count() == 1, "{err}");
+        assert!(!t.join("out").exists());
+    }
 }
 
 #[test]
