@@ -356,7 +356,8 @@ impl<'s> Documents<'s> {
         let mut buf = std::mem::take(&mut self.carry);
         let limit = if text { PIECE_BYTES as u64 } else { u64::MAX };
         let gz = if self.sources[*i].gzip { " (a .gz name: not gzip data, or cut short?)" } else { "" };
-        let n = r.by_ref().take(limit).read_until(b'\n', &mut buf).map_err(|e| input(format!("cannot read {}: {e}{gz}", path.display())))?;
+        let n =
+            r.by_ref().take(limit).read_until(b'\n', &mut buf).map_err(|e| input(format!("cannot read {}: {e}{gz}", path.display())))?;
         if buf.is_empty() {
             return Ok(None);
         }
