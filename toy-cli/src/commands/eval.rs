@@ -36,13 +36,19 @@ pub struct EvalResult {
     pub chat: Option<Fit>,
 }
 
-/// UTF-8 bytes of the documents of a raw text file (separator lines excluded),
+/// UTF-8 bytes of the documents of a raw text file, gzipped or not (separator lines excluded),
 /// or `None` for id files and prepared folders.
 fn text_bytes(path: &std::path::Path) -> Option<usize> {
     if !path.is_file() || path.extension().is_some_and(|e| e == "bin") {
         return None;
     }
-    let text = std::fs::read_to_string(path).ok()?;
+    let text = if path.to_string_lossy().ends_with(".gz") {
+        let mut t = String::new();
+        std::io::Read::read_to_string(&mut flate2::read::MultiGzDecoder::new(std::fs::File::open(path).ok()?), &mut t).ok()?;
+        t
+    } else {
+        std::fs::read_to_string(path).ok()?
+    };
     if text.lines().filter(|l| !l.trim().is_empty()).all(|l| l.split_whitespace().all(|w| w.parse::<u32>().is_ok())) {
         return None;
     }
