@@ -16,6 +16,7 @@ use crate::train::batches::{batch_at, eval_starts};
 use crate::train::chat_windows::{ChatRun, Fit};
 use crate::train::step::{capacity, with_loaded, EvalStep, LoadFor};
 use ggml_rs::Context;
+use std::io::Read;
 
 /// Loss and perplexity.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,13 +43,9 @@ fn text_bytes(path: &std::path::Path) -> Option<usize> {
     if !path.is_file() || path.extension().is_some_and(|e| e == "bin") {
         return None;
     }
-    let text = if path.to_string_lossy().ends_with(".gz") {
-        let mut t = String::new();
-        std::io::Read::read_to_string(&mut flate2::read::MultiGzDecoder::new(std::fs::File::open(path).ok()?), &mut t).ok()?;
-        t
-    } else {
-        std::fs::read_to_string(path).ok()?
-    };
+    let (_, gzip) = crate::data::sources::format_of(path);
+    let mut text = String::new();
+    crate::data::sources::decoded(std::fs::File::open(path).ok()?, gzip).read_to_string(&mut text).ok()?;
     if text.lines().filter(|l| !l.trim().is_empty()).all(|l| l.split_whitespace().all(|w| w.parse::<u32>().is_ok())) {
         return None;
     }

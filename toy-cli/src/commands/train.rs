@@ -110,13 +110,13 @@ enum Resumed {
 /// [`RESUME_FLAGS`](super::resume::RESUME_FLAGS) may change;
 /// any other flag that contradicts the run is refused, naming it.
 fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
-    let empty = std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
     let text = std::fs::read_to_string(dir.join("config.toml")).map_err(|e| {
+        let empty = || std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
         if !dir.exists() {
             input(format!("--resume {}: no such run folder", dir.display()))
         } else if !dir.is_dir() {
             input(format!("--resume {}: not a folder (give the run's folder)", dir.display()))
-        } else if empty {
+        } else if empty() {
             input(format!("--resume {}: an empty folder, not a run folder", dir.display()))
         } else if crate::run::is_skeleton(dir) {
             input(format!("--resume {}: the run was stopped before it started (no config.toml); start it again with --out", dir.display()))

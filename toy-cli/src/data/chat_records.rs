@@ -16,10 +16,10 @@
 //! chat records, `text` reads every record as text.
 
 use super::chat::Message;
-use super::sources::{discover, Format, Source};
+use super::sources::{decoded, discover, gzip_hint, Format, Source};
 use crate::error::{input, Result};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
+use std::io::BufRead;
 use std::path::Path;
 
 /// How the records of a JSON Lines corpus are read (`--data-format`).
@@ -150,15 +150,10 @@ pub fn read_chat(path: &Path, format: DataFormat) -> Result<Option<(RecordKind, 
 /// empty lines skipped, calling `f` on each until it says stop.
 fn for_lines(s: &Source, mut f: impl FnMut(usize, &str) -> Result<bool>) -> Result<()> {
     let file = std::fs::File::open(&s.path).map_err(|e| input(format!("cannot read {}: {e}", s.path.display())))?;
-    let r: Box<dyn BufRead> = if s.gzip {
-        Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(BufReader::new(file))))
-    } else {
-        Box::new(BufReader::new(file))
-    };
+    let r = decoded(file, s.gzip);
     for (i, line) in r.split(b'\n').enumerate() {
         let at = || format!("{}:{}", s.path.display(), i + 1);
-        let gz = if s.gzip { " (a .gz name: not gzip data, or cut short?)" } else { "" };
-        let bytes = line.map_err(|e| input(format!("cannot read {}: {e}{gz}", at())))?;
+        let bytes = line.map_err(|e| input(format!("cannot read {}: {e}{}", at(), gzip_hint(s.gzip))))?;
         let text = String::from_utf8(bytes)
             .map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at column {})", at(), e.utf8_error().valid_up_to() + 1)))?;
         let text = text.strip_prefix('\u{feff}').unwrap_or(&text);

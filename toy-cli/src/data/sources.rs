@@ -55,6 +55,25 @@ pub fn format_of(path: &Path) -> (Format, bool) {
     (if json { Format::JsonLines } else { Format::Text }, gzip)
 }
 
+/// `r` read as text: through gzip's decoder when `gzip` (a `.gz` name, see
+/// [`format_of`]), buffered either way.
+pub fn decoded<R: Read + 'static>(r: R, gzip: bool) -> Box<dyn BufRead> {
+    if gzip {
+        Box::new(BufReader::with_capacity(1 << 16, flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 16, r))))
+    } else {
+        Box::new(BufReader::with_capacity(1 << 16, r))
+    }
+}
+
+/// What a read error in a file of a `.gz` name adds (`gzip`), or nothing.
+pub fn gzip_hint(gzip: bool) -> &'static str {
+    if gzip {
+        " (a .gz name: not gzip data, or cut short?)"
+    } else {
+        ""
+    }
+}
+
 fn is_input_file(p: &Path) -> bool {
     let name = p.file_name().map(|n| n.to_string_lossy().to_lowercase()).unwrap_or_default();
     let stem = name.strip_suffix(".gz").unwrap_or(&name);
@@ -323,11 +342,7 @@ impl<'s> Documents<'s> {
         let cell = std::rc::Rc::new(std::cell::RefCell::new(None));
         let tap = Tap { inner: file, hasher: Sha256::new(), bytes: 0, counter: self.bytes_read.clone() };
         let raw = Reporting { tap, out: cell.clone() };
-        let r: Box<dyn BufRead> = if s.gzip {
-            Box::new(BufReader::with_capacity(1 << 16, flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 16, raw))))
-        } else {
-            Box::new(BufReader::with_capacity(1 << 16, raw))
-        };
+        let r = decoded(raw, s.gzip);
         self.reader = Some((r, i));
         self.tap = Some(cell);
         self.line_no = 0;
@@ -355,9 +370,12 @@ impl<'s> Documents<'s> {
         let text = self.sources[*i].format == Format::Text;
         let mut buf = std::mem::take(&mut self.carry);
         let limit = if text { PIECE_BYTES as u64 } else { u64::MAX };
-        let gz = if self.sources[*i].gzip { " (a .gz name: not gzip data, or cut short?)" } else { "" };
-        let n =
-            r.by_ref().take(limit).read_until(b'\n', &mut buf).map_err(|e| input(format!("cannot read {}: {e}{gz}", path.display())))?;
+        let gzip = self.sources[*i].gzip;
+        let n = r
+            .by_ref()
+            .take(limit)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| input(format!("cannot read {}: {e}{}", path.display(), gzip_hint(gzip))))?;
         if buf.is_empty() {
             return Ok(None);
         }

@@ -245,12 +245,9 @@ fn run_start(s: &Start<'_, '_>) -> RunStart {
 /// the run has started, so that a run refused later says one line.
 fn oversized_step_note(cfg: &TrainConfig, corpus: &Corpus) -> Option<String> {
     let t = cfg.model.context;
-    let (held, what) = match &corpus.chat {
-        Some(c) => (c.train.len(), "conversation".to_string()),
-        None => (corpus.train.len().saturating_sub(1) / t.max(1), format!("window of {t} tokens")),
-    };
-    // "the 1 window of 32 tokens", "the 3 windows of 32 tokens"
-    let what = if held == 1 { what } else { what.replacen("conversation", "conversations", 1).replacen("window ", "windows ", 1) };
+    let held = corpus.chat.as_ref().map_or(corpus.train.len().saturating_sub(1) / t.max(1), |c| c.train.len());
+    let s = if held == 1 { "" } else { "s" };
+    let what = if corpus.chat.is_some() { format!("conversation{s}") } else { format!("window{s} of {t} tokens") };
     let wanted = cfg.batch.saturating_mul(cfg.grad_accum);
     // held == 0: too little data for one window, which is refused.
     if held == 0 || wanted <= held {
