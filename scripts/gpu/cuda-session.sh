@@ -336,7 +336,7 @@ stage_parity_bf16() {
 # (indices into the list below, default all) with the patch on, then with
 # AB_ENV=1; $OUT/ab-AB_ENV.jsonl. Cases: SmolLM2's shape at contexts 2048 and
 # 1024, GPT-2 124M (bf16 and TF32), LoRA rank 16 over a Q4_1 base and full
-# fine-tuning of its f16 copy (context 512, batch 8).
+# fine-tuning of its f16 copy (context 512, batch 8), LoRA over that f16 copy.
 ab_cases() {
   local w=$LORA_BENCH on i
   lora_bases
@@ -347,8 +347,9 @@ ab_cases() {
     "--preset gpt2-124m --vocab 50257 --dtype f32 --matmul-precision high"
     "--from $w/smol-q4_1.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down --context 512 --batch 8"
     "--from $w/smol-f16.gguf --context 512 --batch 8"
+    "--from $w/smol-f16.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down --context 512 --batch 8"
   )
-  for i in ${AB_CASES:-0 1 2 3 4 5}; do
+  for i in ${AB_CASES:-0 1 2 3 4 5 6}; do
     local c=${cases[$i]}
     for on in 1 0; do
       if [ $on = 0 ]; then export "$AB_ENV"=1; else unset "$AB_ENV"; fi
@@ -364,6 +365,9 @@ stage_epilogue_ab() { AB_ENV=TOY_CUDA_NO_EPILOGUE ab_cases; }
 stage_rows_ab() { AB_ENV=TOY_CUDA_NO_0038 ab_cases; }
 # Patch 0039 (AdamW and the gradient norm over lists of parameters), on and off.
 stage_lists_ab() { AB_ENV=TOY_CUDA_NO_0039 ab_cases; }
+# Patch 0040: all of it off (frozen weights cast to f32, no small bf16 products), then
+# only the cast (toy's side) off.
+stage_bf16_cast_ab() { AB_ENV=TOY_CUDA_NO_0040 ab_cases; AB_ENV=TOY_NO_0040_CAST ab_cases; }
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do

@@ -84,13 +84,14 @@ impl Context {
     }
 
     /// Outer product summed over `ne1` (`ggml_out_prod`): `a` `[m, k, …]`, `b`
-    /// `[n, k, …]` → `[m, n, …]`; what `mul_mat`'s backward uses.
+    /// `[n, k, …]` → `[m, n, …]`; what `mul_mat`'s backward uses. `a` f32, or bf16
+    /// (a frozen weight cast for a bf16 product, toy-rs patch 0040); `b` f32.
     pub fn out_prod<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
         let (an, bn) = (a.ne(), b.ne());
         if an[1] != bn[1] || bn[2] % an[2] != 0 || bn[3] % an[3] != 0 {
             return Err(Error::op("out_prod", format!("cannot form the outer product of {} and {}", shape_str(&a), shape_str(&b))));
         }
-        need_dtype("out_prod", &a, &[DType::F32])?;
+        need_dtype("out_prod", &a, &[DType::F32, DType::BF16])?;
         if a.nb()[0] != a.dtype().type_size() {
             return Err(Error::op(
                 "out_prod",

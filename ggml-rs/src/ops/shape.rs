@@ -146,19 +146,23 @@ impl Context {
     }
 
     /// `a` converted to `dtype`, same shape (`ggml_cast`, a `GGML_OP_CPY` node):
-    /// between f32, f16 and bf16, or from a quantized type to f32 (dequantized,
-    /// as [`DType::to_f32`] does; `a` must then be contiguous).
+    /// between f32, f16 and bf16, or from a quantized type to f32 or bf16
+    /// (dequantized, as [`DType::to_f32`] does, then rounded to nearest for
+    /// bf16; `a` must then be contiguous).
     ///
     /// A frozen weight kept compact (quantized, f16, bf16) enters a product as
-    /// `mul_mat(cast(w, F32), x)`: the backward (toy-rs patch 0023) casts `w`
-    /// again for the gradient of `x`, so the forward's f32 copy is freed after
-    /// the product instead of living until the backward.
+    /// `mul_mat(cast(w, F32), x)`, or `cast(w, BF16)` for a bf16 product (toy-rs
+    /// patch 0040: CUDA's `mul_mat` and `out_prod` read a bf16 first operand as
+    /// it is): the backward (toy-rs patch 0023) casts `w` again for the gradient
+    /// of `x`, so the forward's copy is freed after the product instead of
+    /// living until the backward.
     ///
     /// # Errors
     /// [`Error::Op`] for another pair of types, or a non-contiguous quantized `a`.
     pub fn cast<'a>(&'a self, a: Tensor<'a>, dtype: DType) -> Result<Tensor<'a>> {
         let float = |t: DType| matches!(t, DType::F32 | DType::F16 | DType::BF16);
-        let ok = (float(a.dtype()) && float(dtype)) || (a.dtype().is_quantized() && a.dtype().can_dequantize() && dtype == DType::F32);
+        let ok = (float(a.dtype()) && float(dtype))
+            || (a.dtype().is_quantized() && a.dtype().can_dequantize() && matches!(dtype, DType::F32 | DType::BF16));
         if !ok {
             return Err(Error::op("cast", format!("cannot convert {} to {dtype}", a.dtype())));
         }

@@ -12,4 +12,5 @@ mod kernels;
 mod ops;
 mod optim;
 mod optim_many;
+mod products;
 mod quant;

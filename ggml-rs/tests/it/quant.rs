@@ -133,3 +133,69 @@ fn the_forward_copy_of_a_frozen_weight_is_not_kept_for_the_backward() {
     g.compute().unwrap();
     assert!(loss.scalar().unwrap().is_finite());
 }
+
+/// `x` rounded to the nearest bf16 (ties to even), as an f32.
+fn bf16_round(x: f32) -> f32 {
+    let b = x.to_bits();
+    f32::from_bits((b + 0x7fff + ((b >> 16) & 1)) & 0xffff_0000)
+}
+
+/// `y = W·x` with `W` kept as `dtype` and cast to bf16 for the product (patch
+/// 0040: one pass from the stored type; CUDA's `mul_mat` and `out_prod` read
+/// the bf16 operand as it is), against the f32 product on the dequantized
+/// copy rounded to bf16. `x` and the incoming gradient hold bf16 values, so
+/// every product is exact and only the order of the f32 sums differs: the
+/// cast equals the rounded copy bit for bit, outputs and the gradient of `x`
+/// agree to 1e-5, with both ways of differentiating products, on the test
+/// device and with no op on the CPU.
+#[test]
+fn a_frozen_weight_cast_to_bf16_differentiates_as_its_rounded_copy() {
+    use ggml_rs::{Context, Graph, MulMatGrad};
+    let dev = cpu();
+    let mut r = rng(7400);
+    let (n, m, p) = (256i64, 24i64, 7i64);
+    for dtype in [DType::Q8_0, DType::Q4_1, DType::Q5_0, DType::Q4K, DType::Q6K, DType::F16, DType::BF16] {
+        let w = uniform(&mut r, (n * m) as usize, -1.0, 1.0);
+        let raw = dtype.quantize(&w, n as usize).unwrap();
+        let wb: Vec<f32> = dtype.to_f32(&raw, w.len()).unwrap().into_iter().map(bf16_round).collect();
+        let x: Vec<f32> = uniform(&mut r, (n * p) as usize, -1.0, 1.0).into_iter().map(bf16_round).collect();
+        let rv: Vec<f32> = uniform(&mut r, (m * p) as usize, -1.0, 1.0).into_iter().map(bf16_round).collect();
+        for mode in [MulMatGrad::MulMat, MulMatGrad::OutProd] {
+            let ctx = Context::new(1024).unwrap();
+            let wq_t = ctx.new_tensor(dtype, &[n, m]).unwrap();
+            let wb_t = ctx.new_tensor(DType::F32, &[n, m]).unwrap();
+            let (x1, x2) = (ctx.new_tensor(DType::F32, &[n, p]).unwrap(), ctx.new_tensor(DType::F32, &[n, p]).unwrap());
+            let rt = ctx.new_tensor(DType::F32, &[m, p]).unwrap();
+            ctx.set_param(x1).unwrap();
+            ctx.set_param(x2).unwrap();
+            ctx.allocate(&dev).unwrap();
+            wq_t.write_bytes(&raw).unwrap();
+            wb_t.write(&wb).unwrap();
+            for t in [x1, x2] {
+                t.write(&x).unwrap();
+            }
+            rt.write(&rv).unwrap();
+            let cast = if dtype == DType::BF16 { wq_t } else { ctx.cast(wq_t, DType::BF16).unwrap() };
+            let seen = ctx.scale(ctx.cast(cast, DType::F32).unwrap(), 1.0).unwrap().set_output();
+            let y1 = ctx.mul_mat(cast, x1).unwrap().set_output();
+            let y2 = ctx.mul_mat(wb_t, x2).unwrap().set_output();
+            let l1 = ctx.sum(ctx.mul(y1, rt).unwrap()).unwrap();
+            let loss = ctx.add(l1, ctx.sum(ctx.mul(y2, rt).unwrap()).unwrap()).unwrap().set_output();
+            let mut g = Graph::with_grads(&ctx, 1024).unwrap();
+            g.set_mul_mat_grad(mode);
+            g.expand(seen).unwrap();
+            g.expand(loss).unwrap();
+            g.build_backward(loss).unwrap();
+            let (g1, g2) = (g.grad(x1).unwrap().set_output(), g.grad(x2).unwrap().set_output());
+            g.allocate(&backends(&dev)).unwrap();
+            g.compute().unwrap();
+            assert_eq!(seen.read_f32().unwrap(), wb, "{dtype}: the cast is the dequantized value rounded to bf16");
+            let close = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0.0f32, f32::max);
+            let (e_y, e_g) =
+                (close(&y1.read_f32().unwrap(), &y2.read_f32().unwrap()), close(&g1.read_f32().unwrap(), &g2.read_f32().unwrap()));
+            assert!(e_y <= 1e-5, "{dtype} {mode:?}: forward {e_y:e}");
+            assert!(e_g <= 1e-5, "{dtype} {mode:?}: gradient of x {e_g:e}");
+            assert!(g.cpu_fallbacks().is_empty(), "{dtype} {mode:?}: {:?}", g.cpu_fallbacks());
+        }
+    }
+}

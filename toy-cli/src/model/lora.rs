@@ -75,18 +75,18 @@ pub fn new_adapter<'w>(ctx: &'w Context, block: usize, target: &str, n_in: usize
 }
 
 /// `W·x`, plus `B·(scale·(A·x))` when `lora` is set. A `W` kept in a frozen
-/// base's type (quantized, f16, bf16) is dequantized for the product
-/// ([`super::weights::matrix`]), as QLoRA does (Dettmers et al. 2023), unless
-/// `native` (a graph without a backward), where `mul_mat` reads it as stored.
+/// base's type (quantized, f16, bf16) is dequantized for the product, as
+/// QLoRA does (Dettmers et al. 2023), to f32 or bf16, or read as stored in
+/// a graph without a backward, as `how` says ([`super::weights::operand`]).
 pub fn linear<'a>(
     ctx: &'a Context,
     w: Tensor<'a>,
     lora: Option<Adapter<'a>>,
     scale: f32,
     x: Tensor<'a>,
-    native: bool,
+    how: super::weights::Compact,
 ) -> Result<Tensor<'a>> {
-    let y = ctx.mul_mat(super::weights::operand(ctx, w, native)?, x)?;
+    let y = ctx.mul_mat(super::weights::operand(ctx, w, how)?, x)?;
     match lora {
         None => Ok(y),
         // The scale on the rank-r product `A·x` `[r, …]`, not on `B·(A·x)`

@@ -26,8 +26,8 @@ pub struct Block<'w> {
     tensors: Vec<Option<Tensor<'w>>>,
     /// The low-rank adapter of each of `table.blocks`, where LoRA targets it.
     lora: Vec<Option<Adapter<'w>>>,
-    /// Products read compact matrices in their stored type ([`Weights::multiply_in_stored_types`]).
-    native: bool,
+    /// How products read compact matrices ([`Compact`]).
+    compact: Compact,
 }
 
 fn missing(name: &str) -> ggml_rs::Error {
@@ -69,7 +69,7 @@ impl<'w> Block<'w> {
         let ne = x.ne();
         let fold = ne[2] * ne[3] > 1 && x.is_contiguous();
         let x2 = if fold { ctx.reshape(x, &[ne[0], ne[1] * ne[2] * ne[3]])? } else { x }; // [in, T·B]
-        let y = lora::linear(ctx, w, self.lora[k], scale, x2, self.native)?;
+        let y = lora::linear(ctx, w, self.lora[k], scale, x2, self.compact)?;
         let y = match self.get(&format!("{stem}.bias")) {
             Some(b) => ctx.add(y, b)?,
             None => y,
@@ -91,8 +91,8 @@ pub struct Weights<'w> {
     blocks: Vec<Block<'w>>,
     /// `table.last`'s tensors.
     last: Vec<Option<Tensor<'w>>>,
-    /// Products read compact matrices in their stored type ([`Weights::multiply_in_stored_types`]).
-    native: bool,
+    /// How products read compact matrices ([`Compact`]).
+    compact: Compact,
 }
 
 /// The type of a frozen LoRA base's matrices and tables (or, for inference,
@@ -108,24 +108,37 @@ fn dtype(s: &Spec, cfg: &ModelConfig, name: &str) -> DType {
     kept.and_then(|t| DType::from_name(t)).unwrap_or(DType::F32)
 }
 
+/// How a product reads a matrix kept in a compact type (a frozen LoRA base's
+/// quantized, f16 or bf16 matrices; an f32 matrix is always read as it is).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Compact {
+    /// Dequantized (or widened) to f32 for the time of the product: the
+    /// f32 arithmetic of the dequantized model, as on the CPU.
+    #[default]
+    F32,
+    /// As stored: ggml's `mul_mat` of that type, as llama.cpp runs it (for
+    /// q4_1 the activations are rounded to q8_1). Graphs without a backward.
+    Stored,
+    /// Converted to bf16 for a bf16 product (`--dtype bf16` on CUDA): one
+    /// pass from the stored type (toy-rs patch 0040), where [`Compact::F32`]
+    /// wrote f32 that the product then converted to bf16 itself. The same
+    /// values: the dequantized f32 rounded to nearest bf16 either way.
+    Bf16,
+}
+
 /// A weight as a product's f32 operand: `w` itself when f32, else `w`
 /// dequantized (or widened from f16/bf16) for the time of the product
 /// ([`Context::cast`]; the backward casts again rather than keep the copy).
 pub fn matrix<'a>(ctx: &'a Context, w: Tensor<'a>) -> Result<Tensor<'a>> {
-    if w.dtype() == DType::F32 {
-        Ok(w)
-    } else {
-        ctx.cast(w, DType::F32)
-    }
+    operand(ctx, w, Compact::F32)
 }
 
-/// A weight as a product's operand: as stored when `native`
-/// ([`Weights::multiply_in_stored_types`]), else [`matrix`].
-pub fn operand<'a>(ctx: &'a Context, w: Tensor<'a>, native: bool) -> Result<Tensor<'a>> {
-    if native {
-        Ok(w)
-    } else {
-        matrix(ctx, w)
+/// A weight as a product's operand, read as `how` says when it is not f32.
+pub fn operand<'a>(ctx: &'a Context, w: Tensor<'a>, how: Compact) -> Result<Tensor<'a>> {
+    match (w.dtype(), how) {
+        (DType::F32, _) | (_, Compact::Stored) | (DType::BF16, Compact::Bf16) => Ok(w),
+        (_, Compact::F32) => ctx.cast(w, DType::F32),
+        (_, Compact::Bf16) => ctx.cast(w, DType::BF16),
     }
 }
 
@@ -159,12 +172,12 @@ impl<'w> Weights<'w> {
                     }
                 }
                 let tensors = table.blocks.iter().map(|s| create(ctx, cfg, s, &format!("blk.{i}.{}", s.name))).collect::<Result<_>>()?;
-                Ok(Block { table, tensors, lora, native: false })
+                Ok(Block { table, tensors, lora, compact: Compact::F32 })
             })
             .collect::<Result<Vec<_>>>()?;
         let first = table.first.iter().map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
         let last = table.last.iter().map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
-        Ok(Weights { cfg: cfg.clone(), table, first, blocks, last, native: false })
+        Ok(Weights { cfg: cfg.clone(), table, first, blocks, last, compact: Compact::F32 })
     }
 
     /// Let the products read compact matrices (quantized, f16, bf16) in their
@@ -173,10 +186,21 @@ impl<'w> Weights<'w> {
     /// copy per product. For graphs without a backward only: ggml has no
     /// gradient through such a product.
     pub fn multiply_in_stored_types(&mut self) {
-        self.native = true;
+        self.set_compact(Compact::Stored);
+    }
+
+    /// How the products read the matrices kept in a compact type ([`Compact`];
+    /// [`Compact::F32`] unless set).
+    pub fn set_compact(&mut self, how: Compact) {
+        self.compact = how;
         for b in &mut self.blocks {
-            b.native = true;
+            b.compact = how;
         }
+    }
+
+    /// `w` (one of these weights) as a product's operand, as [`Weights::set_compact`] says.
+    pub fn operand<'a>(&self, ctx: &'a Context, w: Tensor<'a>) -> Result<Tensor<'a>> {
+        operand(ctx, w, self.compact)
     }
 
     /// The model's configuration.
@@ -275,7 +299,7 @@ impl<'w> Weights<'w> {
     where
         'w: 'a,
     {
-        ctx.mul_mat(operand(ctx, self.head()?, self.native)?, self.hidden(ctx, batch)?)
+        ctx.mul_mat(operand(ctx, self.head()?, self.compact)?, self.hidden(ctx, batch)?)
         // [vocab, T, B]
     }
 

@@ -456,7 +456,12 @@ impl<'w> ReplicaState<'w> {
     /// Create, allocate on `device` and initialise (random from the seed, then
     /// the donor's table) the tensors of one replica.
     pub(crate) fn new(wctx: &'w Context, cfg: &TrainConfig, plan: &Plan<'_>, device: &Backend, split: bool) -> Result<ReplicaState<'w>> {
-        let weights = Weights::new(wctx, &cfg.model)?;
+        let mut weights = Weights::new(wctx, &cfg.model)?;
+        // bf16 products read a frozen base's compact matrices converted once to bf16
+        // (TOY_NO_0040_CAST: to f32 as on the CPU, for A/B runs of patch 0040)
+        if cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os("TOY_NO_0040_CAST").is_none() {
+            weights.set_compact(crate::model::weights::Compact::Bf16);
+        }
         let trainable: Vec<_> = weights.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
         for &p in &trainable {
             wctx.set_param(p)?;

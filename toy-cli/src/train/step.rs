@@ -76,7 +76,7 @@ fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b
     let head = w.head()?; // [d, V]
     let pad_head = pad_head && head.dtype() == DType::F32; // a frozen base's head (LoRA) is read as it is
     let vp = if pad_head { (v + HEAD_ROWS_MULTIPLE - 1) / HEAD_ROWS_MULTIPLE * HEAD_ROWS_MULTIPLE } else { v };
-    let head = if vp > v { ctx.pad(head, [0, vp - v, 0, 0])? } else { crate::model::weights::matrix(ctx, head)? }; // [d, Vp]
+    let head = if vp > v { ctx.pad(head, [0, vp - v, 0, 0])? } else { w.operand(ctx, head)? }; // [d, Vp]
     let logits = ctx.mul_mat(head, h)?.set_name("logits")?; // [Vp, T·B]
     let loss = ctx.cross_entropy_loss_ids_ext(logits, targets, v)?.set_name("loss")?.set_output(); // [1]
     Ok(LossGraph { tokens, targets, logits, loss })

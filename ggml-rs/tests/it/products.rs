@@ -1,0 +1,67 @@
+//! Products under bf16 inputs (`MatmulPrecision::Medium`, toy-rs patches 0018,
+//! 0027 and 0040) against the same graph under f32 products.
+
+use crate::common::*;
+use ggml_rs::{Context, DType, Graph, MatmulPrecision, MulMatGrad};
+
+/// Loss and gradients of `x`, `A` and `B` of one LoRA-shaped layer
+/// `y = W·x + B·(s·(A·x))` on `dev` at `precision`: `W` `[k, m]` frozen as
+/// q8_0 and cast to bf16, `A` `[k, r]`, `B` `[r, m]`, `x` `[k, n]`.
+fn lora_layer(dev: &ggml_rs::Backend, precision: MatmulPrecision, seed: u64) -> Vec<Vec<f32>> {
+    let (k, m, n, r) = (256i64, 512i64, 512i64, 16i64);
+    let mut g = rng(seed);
+    let w = DType::Q8_0.quantize(&uniform(&mut g, (k * m) as usize, -0.1, 0.1), k as usize).unwrap();
+    let (a, b) = (uniform(&mut g, (k * r) as usize, -0.1, 0.1), uniform(&mut g, (r * m) as usize, -0.1, 0.1));
+    let (x, rv) = (uniform(&mut g, (k * n) as usize, -1.0, 1.0), uniform(&mut g, (m * n) as usize, -1.0, 1.0));
+    dev.set_matmul_precision(precision);
+    let ctx = Context::new(1024).unwrap();
+    let wt = ctx.new_tensor(DType::Q8_0, &[k, m]).unwrap();
+    let (at, bt, xt) = (
+        ctx.new_tensor(DType::F32, &[k, r]).unwrap(),
+        ctx.new_tensor(DType::F32, &[r, m]).unwrap(),
+        ctx.new_tensor(DType::F32, &[k, n]).unwrap(),
+    );
+    let rt = ctx.new_tensor(DType::F32, &[m, n]).unwrap();
+    for t in [at, bt, xt] {
+        ctx.set_param(t).unwrap();
+    }
+    ctx.allocate(dev).unwrap();
+    wt.write_bytes(&w).unwrap();
+    at.write(&a).unwrap();
+    bt.write(&b).unwrap();
+    xt.write(&x).unwrap();
+    rt.write(&rv).unwrap();
+    let base = ctx.mul_mat(ctx.cast(wt, DType::BF16).unwrap(), xt).unwrap();
+    let low = ctx.mul_mat(bt, ctx.scale(ctx.mul_mat(at, xt).unwrap(), 0.5).unwrap()).unwrap();
+    let y = ctx.add(base, low).unwrap();
+    let loss = ctx.sum(ctx.mul(y, rt).unwrap()).unwrap().set_output();
+    let mut graph = Graph::with_grads(&ctx, 1024).unwrap();
+    graph.set_mul_mat_grad(MulMatGrad::for_backend(dev));
+    graph.expand(loss).unwrap();
+    graph.build_backward(loss).unwrap();
+    let grads: Vec<_> = [xt, at, bt].iter().map(|&t| graph.grad(t).unwrap().set_output()).collect();
+    graph.allocate(&backends(dev)).unwrap();
+    graph.compute().unwrap();
+    assert!(graph.cpu_fallbacks().is_empty(), "{:?}", graph.cpu_fallbacks());
+    let mut out = vec![loss.read_f32().unwrap()];
+    out.extend(grads.iter().map(|t| t.read_f32().unwrap()));
+    out
+}
+
+/// Under bf16 products the layer's base product converts `x` and the output
+/// gradient to bf16, and on CUDA the adapters' small products read those
+/// copies (patch 0040) instead of running TF32 on the f32 values: the loss
+/// and the gradients of `x`, `A` and `B` stay within bf16's precision of the
+/// f32 products (max |Δ| ≤ 2e-2 of the largest value; the CPU keeps f32).
+#[test]
+fn a_lora_layer_under_bf16_products_agrees_with_f32_products() {
+    let dev = cpu();
+    let f32s = lora_layer(&dev, MatmulPrecision::Highest, 7500);
+    let bf16s = lora_layer(&dev, MatmulPrecision::Medium, 7500);
+    for (what, (got, want)) in ["loss", "grad x", "grad A", "grad B"].iter().zip(bf16s.iter().zip(&f32s)) {
+        let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let err = got.iter().zip(want).fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
+        println!("{what}: max |Δ| {err:.2e} of max |value| {scale:.3}");
+        assert!(scale > 0.0 && err <= 2e-2, "{what}: {err:e}");
+    }
+}
