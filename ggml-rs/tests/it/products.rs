@@ -65,3 +65,65 @@ fn a_lora_layer_under_bf16_products_agrees_with_f32_products() {
         assert!(scale > 0.0 && err <= 2e-2, "{what}: {err:e}");
     }
 }
+
+/// Loss and gradients of `x`, `W`, `b` and `h` of `y = h + reshape(W·x + b)`,
+/// GPT-2's residual sum after a biased product, on `dev` at `precision`.
+fn biased_residual(dev: &ggml_rs::Backend, precision: MatmulPrecision, seed: u64) -> Vec<Vec<f32>> {
+    let (k, m, t, bsz) = (256i64, 384i64, 64i64, 4i64);
+    let mut g = rng(seed);
+    let vals = |g: &mut rand::rngs::StdRng, n: i64, a: f32| uniform(g, n as usize, -a, a);
+    let (w, b, x, h, rv) = (
+        vals(&mut g, k * m, 0.1),
+        vals(&mut g, m, 0.5),
+        vals(&mut g, k * t * bsz, 1.0),
+        vals(&mut g, m * t * bsz, 1.0),
+        vals(&mut g, m * t * bsz, 1.0),
+    );
+    dev.set_matmul_precision(precision);
+    let ctx = Context::new(1024).unwrap();
+    let wt = ctx.new_tensor(DType::F32, &[k, m]).unwrap();
+    let bt = ctx.new_tensor(DType::F32, &[m]).unwrap();
+    let xt = ctx.new_tensor(DType::F32, &[k, t * bsz]).unwrap();
+    let ht = ctx.new_tensor(DType::F32, &[m, t, bsz]).unwrap();
+    let rt = ctx.new_tensor(DType::F32, &[m, t, bsz]).unwrap();
+    for p in [wt, bt, xt, ht] {
+        ctx.set_param(p).unwrap();
+    }
+    ctx.allocate(dev).unwrap();
+    for (p, v) in [(wt, &w), (bt, &b), (xt, &x), (ht, &h), (rt, &rv)] {
+        p.write(v).unwrap();
+    }
+    let lin = ctx.reshape(ctx.add(ctx.mul_mat(wt, xt).unwrap(), bt).unwrap(), &[m, t, bsz]).unwrap();
+    let y = ctx.add(ht, lin).unwrap();
+    let loss = ctx.sum(ctx.mul(ctx.mul(y, y).unwrap(), rt).unwrap()).unwrap().set_output();
+    let mut graph = Graph::with_grads(&ctx, 1024).unwrap();
+    graph.set_mul_mat_grad(MulMatGrad::for_backend(dev));
+    graph.expand(loss).unwrap();
+    graph.build_backward(loss).unwrap();
+    let grads: Vec<_> = [xt, wt, bt, ht].iter().map(|&p| graph.grad(p).unwrap().set_output()).collect();
+    graph.allocate(&backends(dev)).unwrap();
+    graph.compute().unwrap();
+    assert!(graph.cpu_fallbacks().is_empty(), "{:?}", graph.cpu_fallbacks());
+    let mut out = vec![loss.read_f32().unwrap()];
+    out.extend(grads.iter().map(|p| p.read_f32().unwrap()));
+    out
+}
+
+/// A biased product and the residual sum after it, which CUDA runs as one
+/// matmul with a bias epilogue over the residual under TF32 and bf16 products
+/// (patch 0041): loss and gradients within bf16's precision of the f32
+/// products (the CPU keeps f32).
+#[test]
+fn a_biased_product_and_its_residual_sum_agree_with_f32_products() {
+    let dev = cpu();
+    let f32s = biased_residual(&dev, MatmulPrecision::Highest, 7600);
+    for p in [MatmulPrecision::High, MatmulPrecision::Medium] {
+        let got = biased_residual(&dev, p, 7600);
+        for (what, (got, want)) in ["loss", "grad x", "grad W", "grad b", "grad h"].iter().zip(got.iter().zip(&f32s)) {
+            let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let err = got.iter().zip(want).fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
+            println!("{p:?} {what}: max |Δ| {err:.2e} of max |value| {scale:.3}");
+            assert!(scale > 0.0 && err <= 2e-2, "{p:?} {what}: {err:e}");
+        }
+    }
+}

@@ -88,11 +88,11 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
         let k = ctx.reshape(k, &[dh, hkv, t, b])?;
         let v = ctx.reshape(lin("attn_v", a)?, &[dh, hkv, t, b])?;
         let att = causal_attention(ctx, q, k, v, &x, layer)?; // [H·dh, T, B]
-        h = ctx.add(h, lin("attn_output", att)?)?;
+        h = blk.linear_onto(ctx, "attn_output", s, att, Some(h))?; // h + W_o·att (+ LoRA)
 
         let m = ctx.rms_norm_gain(h, blk.tensor("ffn_norm.weight")?, eps)?;
         let g = ctx.swiglu_split(lin("ffn_gate", m)?, lin("ffn_up", m)?)?; // [d_ff, T, B]
-        h = ctx.add(h, lin("ffn_down", g)?)?;
+        h = blk.linear_onto(ctx, "ffn_down", s, g, Some(h))?;
     }
     ctx.rms_norm_gain(h, w.tensor("output_norm.weight")?, eps) // [d, T, B]
 }

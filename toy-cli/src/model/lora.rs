@@ -74,7 +74,8 @@ pub fn new_adapter<'w>(ctx: &'w Context, block: usize, target: &str, n_in: usize
     Ok(Adapter { a, b })
 }
 
-/// `W·x`, plus `B·(scale·(A·x))` when `lora` is set. A `W` kept in a frozen
+/// `W·x` (plus `r`, added first, when given), plus `B·(scale·(A·x))` when
+/// `lora` is set. A `W` kept in a frozen
 /// base's type (quantized, f16, bf16) is dequantized for the product, as
 /// QLoRA does (Dettmers et al. 2023), to f32 or bf16, or read as stored in
 /// a graph without a backward, as `how` says ([`super::weights::operand`]).
@@ -84,9 +85,14 @@ pub fn linear<'a>(
     lora: Option<Adapter<'a>>,
     scale: f32,
     x: Tensor<'a>,
+    r: Option<Tensor<'a>>,
     how: super::weights::Compact,
 ) -> Result<Tensor<'a>> {
     let y = ctx.mul_mat(super::weights::operand(ctx, w, how)?, x)?;
+    let y = match r {
+        Some(r) => ctx.add(y, r)?,
+        None => y,
+    };
     match lora {
         None => Ok(y),
         // The scale on the rank-r product `A·x` `[r, …]`, not on `B·(A·x)`

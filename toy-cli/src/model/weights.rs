@@ -63,13 +63,30 @@ impl<'w> Block<'w> {
     where
         'w: 'a,
     {
+        self.linear_onto(ctx, stem, scale, x, None)
+    }
+
+    /// `r + linear(x)` for a residual stream `r` `[out, T, B]`: as
+    /// [`Block::linear`], with `r` added to `W·x` before the adapter's term, so
+    /// that on CUDA both sums run as GEMM epilogues (patch 0037), where
+    /// `r + (W·x + B·A·x)` left one separate pass over `[out, T·B]`.
+    pub fn linear_onto<'a>(&self, ctx: &'a Context, stem: &str, scale: f32, x: Tensor<'a>, r: Option<Tensor<'a>>) -> Result<Tensor<'a>>
+    where
+        'w: 'a,
+    {
         let name = format!("{stem}.weight");
         let k = self.index(&name).ok_or_else(|| missing(&name))?;
         let w = self.tensors[k].ok_or_else(|| missing(&name))?;
         let ne = x.ne();
         let fold = ne[2] * ne[3] > 1 && x.is_contiguous();
         let x2 = if fold { ctx.reshape(x, &[ne[0], ne[1] * ne[2] * ne[3]])? } else { x }; // [in, T·B]
-        let y = lora::linear(ctx, w, self.lora[k], scale, x2, self.compact)?;
+        let r2 = match r {
+            Some(r) if fold && r.is_contiguous() => Some(ctx.reshape(r, &[r.ne()[0], ne[1] * ne[2] * ne[3]])?), // [out, T·B]
+            Some(r) if !fold => Some(r),
+            Some(r) => return ctx.add(r, self.linear_onto(ctx, stem, scale, x, None)?),
+            None => None,
+        };
+        let y = lora::linear(ctx, w, self.lora[k], scale, x2, r2, self.compact)?;
         let y = match self.get(&format!("{stem}.bias")) {
             Some(b) => ctx.add(y, b)?,
             None => y,
