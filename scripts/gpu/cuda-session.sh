@@ -368,8 +368,6 @@ stage_lists_ab() { AB_ENV=TOY_CUDA_NO_0039 ab_cases; }
 # Patch 0040: all of it off (frozen weights cast to f32, no small bf16 products), then
 # only the cast (toy's side) off.
 stage_bf16_cast_ab() { AB_ENV=TOY_CUDA_NO_0040 ab_cases; AB_ENV=TOY_NO_0040_CAST ab_cases; }
-# Patch 0041 (bias and residual in one matmul), on and off: GPT-2 124M by default.
-stage_bias_residual_ab() { AB_ENV=TOY_CUDA_NO_0041 AB_CASES=${AB_CASES_0041:-2 3} ab_cases; }
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do

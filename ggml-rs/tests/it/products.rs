@@ -72,13 +72,9 @@ fn biased_residual(dev: &ggml_rs::Backend, precision: MatmulPrecision, seed: u64
     let (k, m, t, bsz) = (256i64, 384i64, 64i64, 4i64);
     let mut g = rng(seed);
     let vals = |g: &mut rand::rngs::StdRng, n: i64, a: f32| uniform(g, n as usize, -a, a);
-    let (w, b, x, h, rv) = (
-        vals(&mut g, k * m, 0.1),
-        vals(&mut g, m, 0.5),
-        vals(&mut g, k * t * bsz, 1.0),
-        vals(&mut g, m * t * bsz, 1.0),
-        vals(&mut g, m * t * bsz, 1.0),
-    );
+    let (w, b, x, h) = (vals(&mut g, k * m, 0.1), vals(&mut g, m, 0.5), vals(&mut g, k * t * bsz, 1.0), vals(&mut g, m * t * bsz, 1.0));
+    // Positive weights of y²: a loss without cancellation, whose relative error is the products'.
+    let rv = uniform(&mut g, (m * t * bsz) as usize, 0.0, 1.0);
     dev.set_matmul_precision(precision);
     let ctx = Context::new(1024).unwrap();
     let wt = ctx.new_tensor(DType::F32, &[k, m]).unwrap();
@@ -109,10 +105,10 @@ fn biased_residual(dev: &ggml_rs::Backend, precision: MatmulPrecision, seed: u64
     out
 }
 
-/// A biased product and the residual sum after it, which CUDA runs as one
-/// matmul with a bias epilogue over the residual under TF32 and bf16 products
-/// (patch 0041): loss and gradients within bf16's precision of the f32
-/// products (the CPU keeps f32).
+/// A biased product and the residual sum after it, whose product and bias
+/// CUDA runs as one cuBLASLt matmul under TF32 and bf16 products (patch
+/// 0033; the f32 products are cuBLAS's): loss and gradients within bf16's
+/// precision of the f32 products (the CPU keeps f32).
 #[test]
 fn a_biased_product_and_its_residual_sum_agree_with_f32_products() {
     let dev = cpu();

@@ -138,6 +138,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
     };
     let dev = BenchDevice::of(&a.device);
     let mut cfg = bench_config(a, &dev.name)?;
+    cfg.dtype = dev.dtype; // what the run would record (and what casts a frozen base's weights)
     let base = bench_base(a, &mut cfg)?;
     let plan = match &base {
         Some(ck) => Plan { init: Init::Model(ck), recipe: cfg.recipe, ..Plan::from_scratch() },
