@@ -368,6 +368,7 @@ stage_lists_ab() { AB_ENV=TOY_CUDA_NO_0039 ab_cases; }
 # Patch 0040: all of it off (frozen weights cast to f32, no small bf16 products), then
 # only the cast (toy's side) off.
 stage_bf16_cast_ab() { AB_ENV=TOY_CUDA_NO_0040 ab_cases; AB_ENV=TOY_NO_0040_CAST ab_cases; }
+stage_cast_ab() { AB_ENV=TOY_NO_0040_CAST ab_cases; }
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do
