@@ -96,3 +96,52 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
     }
     ctx.rms_norm_gain(h, w.tensor("output_norm.weight")?, eps) // [d, T, B]
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::model::{lora::LoraConfig, Arch, ModelConfig, Weights};
+    use crate::train::step::{capacity, Consts, Forward};
+    use ggml_rs::{sys, Backend, Context};
+
+    /// Every sum of a product (the residual stream's, a LoRA adapter's) comes
+    /// right after the product in the graph, maybe through a reshape of it:
+    /// what CUDA needs to run the sum as the product's GEMM epilogue (patch
+    /// 0037). A node in between (a reshape of the other addend) made each a
+    /// pass of its own over `[d, T·B]`.
+    #[test]
+    fn sums_of_products_follow_their_products() {
+        for lora in [false, true] {
+            let mut c = ModelConfig::new(Arch::Llama, 61, 32, 2, 4, 48, 8);
+            c.n_kv_heads = 2;
+            if lora {
+                let targets = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"];
+                c.lora = Some(LoraConfig { rank: 4, alpha: 8.0, targets: targets.iter().map(|s| s.to_string()).collect() });
+            }
+            let backend = Backend::cpu().unwrap();
+            let wctx = Context::new(capacity(c.n_layers)).unwrap();
+            let w = Weights::new(&wctx, &c).unwrap();
+            let consts = Consts::new(&wctx, c.context, 1).unwrap();
+            wctx.allocate(&backend).unwrap();
+            let fctx = Context::new(capacity(c.n_layers)).unwrap();
+            let fwd = Forward::new(&fctx, &w, &consts, c.context, &[backend]).unwrap();
+            let nodes = fwd.graph().nodes();
+            let product = |t: &ggml_rs::Tensor<'_>| {
+                let s = if t.op() == sys::GGML_OP_RESHAPE { t.srcs()[0] } else { *t };
+                s.op() == sys::GGML_OP_MUL_MAT
+            };
+            let mut sums = 0;
+            for (i, n) in nodes.iter().enumerate().filter(|(_, n)| n.op() == sys::GGML_OP_ADD) {
+                let srcs = n.srcs();
+                if !srcs.iter().any(product) {
+                    continue;
+                }
+                sums += 1;
+                // (W·x + r) + B·(s·A·x): the adapter's product is the one right before
+                let follows = srcs.iter().any(|s| product(s) && nodes[i - 1] == *s);
+                assert!(follows, "lora {lora}: {} follows none of its products", n.name());
+            }
+            // Two residual sums per layer, and with LoRA one adapter sum per adapted matrix.
+            assert_eq!(sums, 2 * c.n_layers + if lora { 7 * c.n_layers } else { 0 }, "lora {lora}");
+        }
+    }
+}

@@ -89,8 +89,11 @@ pub fn linear<'a>(
     how: super::weights::Compact,
 ) -> Result<Tensor<'a>> {
     let y = ctx.mul_mat(super::weights::operand(ctx, w, how)?, x)?;
+    // `r` first: the graph then runs the product right before this sum, which
+    // CUDA folds into the product's GEMM (patch 0037) where a node between them
+    // (the reshape of `r`) kept it a pass of its own.
     let y = match r {
-        Some(r) => ctx.add(y, r)?,
+        Some(r) => ctx.add(r, y)?,
         None => y,
     };
     match lora {
