@@ -169,10 +169,19 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
 /// the table's type and shape, the file's keys and `--donor-width` agree.
 fn open_table(o: &DonorOptions<'_>) -> Result<(GgufFile, usize, usize)> {
     let p = o.path.display();
-    if !o.path.is_file() {
+    // A run folder: its weights/latest, as --from and --lora take one.
+    let path = if o.path.is_dir() {
+        crate::files::resolve_model(o.path).map_err(|e| input(format!("--donor {e}")))?
+    } else {
+        o.path.to_path_buf()
+    };
+    if !path.exists() {
         return Err(input(format!("--donor {p}: no such file")));
     }
-    let f = GgufFile::open(o.path).map_err(|e| input(format!("--donor {e}")))?;
+    if !path.is_file() {
+        return Err(input(format!("--donor {p}: not a regular file")));
+    }
+    let f = GgufFile::open(&path).map_err(|e| input(format!("--donor {e}")))?;
     let info = f
         .tensor("token_embd.weight")
         .ok_or_else(|| input(format!("--donor {p}: no token_embd.weight tensor (not a llama-family model?)")))?;

@@ -23,7 +23,14 @@ fn command_name(c: &Command) -> &'static str {
 /// The subcommand named on the command line, if any (global flags may come first).
 fn named_command() -> Option<String> {
     let cli = <Cli as clap::CommandFactory>::command();
-    std::env::args().skip(1).find(|a| cli.find_subcommand(a).is_some())
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let i = args.iter().position(|a| cli.find_subcommand(a).is_some())?;
+    let sub = cli.find_subcommand(&args[i])?;
+    // And its own subcommand (`debug bench`, `export merge`), whose help is the one to see.
+    match args[i + 1..].iter().find(|a| !a.starts_with('-')).and_then(|a| sub.find_subcommand(a)) {
+        Some(inner) => Some(format!("{} {}", args[i], inner.get_name())),
+        None => Some(args[i].clone()),
+    }
 }
 
 /// Run the command and write its result on stdout.
@@ -122,11 +129,13 @@ fn main() -> ExitCode {
                 text.lines().map(str::trim).take_while(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("tip:")).collect();
             let msg = msg.join(" ");
             let msg = msg.trim_start_matches("error: ");
-            let prefix = match named_command() {
-                Some(cmd) => format!("toy {cmd}"),
-                None => "toy".to_string(),
+            // `toy debug: ... (see `toy debug bench --help`)`: the prefix of the command's
+            // other errors, the help of the subcommand given.
+            let (prefix, help) = match named_command() {
+                Some(cmd) => (format!("toy {}", cmd.split(' ').next().unwrap_or(&cmd)), format!("toy {cmd}")),
+                None => ("toy".to_string(), "toy".to_string()),
             };
-            eprintln!("{prefix}: {} (see `{prefix} --help`)", one_line(if msg.is_empty() { "bad arguments" } else { msg }));
+            eprintln!("{prefix}: {} (see `{help} --help`)", one_line(if msg.is_empty() { "bad arguments" } else { msg }));
             return ExitCode::from(2);
         }
     };

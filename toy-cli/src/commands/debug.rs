@@ -39,7 +39,11 @@ impl BenchDevice {
 /// preset's, else `--arch`, else llama) and vocabulary, with the overrides.
 fn bench_config(a: &BenchArgs, device: &str) -> Result<crate::config::TrainConfig> {
     let arch = a.preset.resolve_arch(a.arch)?;
-    let mut cfg = crate::config::TrainConfig::from_preset(a.preset, arch, a.vocab.or(a.preset.vocab()).unwrap_or(4096));
+    let vocab = a.vocab.or(a.preset.vocab()).unwrap_or(4096);
+    if vocab < 2 {
+        return Err(input(format!("--vocab {vocab}: a model needs at least 2 token ids")));
+    }
+    let mut cfg = crate::config::TrainConfig::from_preset(a.preset, arch, vocab);
     cfg.attention = a.device.attention.unwrap_or_else(|| crate::model::attention::Attention::default_for(device));
     if let Some(b) = a.batch {
         cfg.batch = b;

@@ -112,8 +112,11 @@ fn broken(values: &[f32], what: &str, name: &str) -> Result<()> {
 const RUN_KEYS: [&str; 3] = ["toy.run_id", "toy.save_id", "toy.step"];
 
 fn merge(m: &MergeArgs) -> Result<PathBuf> {
-    crate::files::check_out(&m.out, &[&m.base, &m.lora], "the merged model")?;
-    let base = open_checkpoint(&m.base).map_err(|e| input(format!("--base {e}")))?;
+    // A run folder as --base: its weights/latest, as generate, eval and finetune take it.
+    let base_path =
+        if m.base.is_dir() { crate::files::resolve_model(&m.base).map_err(|e| input(format!("--base {e}")))? } else { m.base.clone() };
+    crate::files::check_out(&m.out, &[&base_path, &m.lora], "the merged model")?;
+    let base = open_checkpoint(&base_path).map_err(|e| input(format!("--base {e}")))?;
     if base.adapter.is_some() {
         return Err(input(format!("--base {}: a LoRA adapter, not a model", m.base.display())));
     }
@@ -121,7 +124,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
         return Err(input(format!("--base {}: {}", m.base.display(), crate::model::lora::ARCHS)));
     }
     let ad = open_adapter(&m.lora, &base.config)?;
-    crate::formats::adapter::check_base(&ad, &m.lora, &m.base, false)?;
+    crate::formats::adapter::check_base(&ad, &m.lora, &base_path, false)?;
     let scale = ad.config.scale();
     let f = &base.file;
     let target = m.dtype.dtype();

@@ -48,6 +48,9 @@ fn chat_prompt(
 }
 
 pub fn run(args: &GenerateArgs) -> Result<Generated> {
+    if args.system.is_some() && args.chat.is_none() {
+        return Err(input("--system goes with --chat (a system message before the user's, through the chat template)"));
+    }
     let ck = open_checkpoint(&crate::files::resolve_model(&args.model)?)?;
     let ck = match &args.lora {
         Some(l) => ck.with_lora(l)?,
@@ -100,14 +103,12 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         let mut next = |ids: &[u32]| cache.next_logits(w, consts, &backends, ids);
         decode(&ck, &mut next, prompt.clone(), &how, &mut rng)
     })?;
-    // A chat's text is the reply alone (as printed), without the rendered
-    // prompt or the end-of-turn token; otherwise the prompt and what follows.
-    let mut shown = &ids[..];
-    if args.chat.is_some() {
-        shown = &ids[prompt.len()..];
-        if let Some((_, reply)) = shown.split_last().filter(|(end, _)| stop.contains(end)) {
-            shown = reply;
-        }
+    // The text, as printed: a chat's reply alone, without the rendered
+    // prompt; otherwise the prompt and what follows; never the end token
+    // (`ids` keeps it).
+    let mut shown = if args.chat.is_some() { &ids[prompt.len()..] } else { &ids[..] };
+    if let Some((_, kept)) = shown.split_last().filter(|(end, _)| ids.len() > prompt.len() && stop.contains(end)) {
+        shown = kept;
     }
     let text = ck.tokenizer.as_ref().map(|t| t.decode(shown)).transpose()?;
     Ok(Generated { ids, text, n_prompt: prompt.len() })
@@ -119,8 +120,8 @@ struct Decode<'a> {
     stop: &'a [u32],
     /// Print as tokens come (text, not --json).
     stream: bool,
-    /// A chat: print the reply alone, without its end-of-turn token (as
-    /// llama.cpp's chat does); else the prompt too, and the end token.
+    /// A chat: print the reply alone; else the prompt too. The end token
+    /// is never printed (llama.cpp prints no end-of-generation token).
     chat: bool,
     /// Tokens to generate at most.
     n: usize,
@@ -146,7 +147,7 @@ fn decode(
         let next = sample(&logits, how.sampling, rng) as u32;
         ids.push(next);
         let end = how.stop.contains(&next);
-        if how.chat && end {
+        if end {
             if how.stream {
                 crate::say!("{}", say(&ids[printed..ids.len() - 1])?)?;
             }
@@ -159,9 +160,6 @@ fn decode(
                 crate::output::write(format_args!("{piece}"))?;
                 printed = ids.len();
             }
-        }
-        if end {
-            break;
         }
     }
     if how.stream {

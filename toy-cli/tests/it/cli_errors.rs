@@ -32,6 +32,10 @@ fn flags_and_paths() {
     fails(&train(t, &["--heads", "3", "--out", "a"]), "train", "divisible");
     fails(&train(t, &["--device", "cuda", "--out", "a"]), "train", "no cuda device or backend found");
     fails(&train(t, &["--resume", "nowhere"]), "train", "--resume nowhere: no such run folder");
+    // A flag clap refuses points to the help of the subcommand given, under the command's prefix.
+    fails(&toy(t, &["debug", "bench", "--vocab", "x"]), "debug", "(see `toy debug bench --help`)");
+    fails(&toy(t, &["export", "merge", "--type", "q9"]), "export", "(see `toy export merge --help`)");
+    fails(&toy(t, &["debug", "bench", "--preset", "tiny", "--vocab", "1"]), "debug", "at least 2 token ids");
     std::fs::create_dir(t.join("empty")).unwrap();
     fails(&train(t, &["--resume", "empty"]), "train", "an empty folder, not a run folder");
     std::fs::write(t.join("file"), "x").unwrap();
@@ -118,6 +122,10 @@ fn warm_start_checks_donors_and_writes_a_plain_llama() {
     let events = std::fs::read_to_string(t.join("w/events.jsonl")).unwrap();
     assert!(events.contains("\"recipe\":\"warm-start\"") && events.contains("\"kind\":\"epoch\""), "no epoch event");
 
+    // A run folder as --donor: its weights/latest; a folder that is not one is named as such.
+    ok(&train(t, &["warm-start", "--donor", "donor", "--steps", "1", "--out", "w2"]));
+    std::fs::create_dir(t.join("plain")).unwrap();
+    fails(&train(t, &["warm-start", "--donor", "plain", "--steps", "1", "--out", "x"]), "train", "a folder without weights/latest");
     fails(&train(t, &["warm-start", "--steps", "1", "--out", "x"]), "train", "--donor");
     fails(&train(t, &["warm-start", "--donor", "donor/config.toml", "--steps", "1", "--out", "x"]), "train", "bad magic");
     fails(

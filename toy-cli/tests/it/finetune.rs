@@ -149,6 +149,12 @@ fn lora_trains_adapters_only_and_merges_into_the_same_model() {
     assert!((eval_loss(t, &["base", "--lora", "lo/weights/latest"]) - tuned).abs() < 1e-6);
     ok(&toy(t, &["export", "merge", "--base", "base/weights/latest", "--lora", "lo/weights/latest", "--out", "merged.gguf"]));
     assert!((eval_loss(t, &["merged.gguf"]) - tuned).abs() < 1e-5);
+    // Run folders as --base and --lora, as generate and eval take them: the same file.
+    ok(&toy(t, &["export", "merge", "--base", "base", "--lora", "lo", "--out", "merged2.gguf"]));
+    let (m1, m2) = (GgufFile::open(t.join("merged.gguf")).unwrap(), GgufFile::open(t.join("merged2.gguf")).unwrap());
+    for name in ["blk.0.attn_q.weight", "blk.1.ffn_down.weight"] {
+        assert!(m1.tensor_f32(name).unwrap() == m2.tensor_f32(name).unwrap(), "{name} differs between the two merges");
+    }
     let m = GgufFile::open(t.join("merged.gguf")).unwrap();
     let b = GgufFile::open(t.join("base/weights/latest")).unwrap();
     assert_eq!(m.tensor_f32("blk.0.attn_k.weight").unwrap(), b.tensor_f32("blk.0.attn_k.weight").unwrap(), "an unadapted matrix changed");

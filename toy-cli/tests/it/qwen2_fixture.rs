@@ -60,6 +60,34 @@ fn the_fixture_generates_and_chats() {
     ok(&toy(tmp.path(), &["generate", &m, "--chat", "Say hello.", "-n", "4", "--seed", "1", "--threads", "1"]));
 }
 
+/// A generation that samples the end-of-generation token (the fixture's
+/// eos, `<|im_end|>`, id 318) stops there and prints no text for it, as
+/// llama.cpp does; `--json` keeps the id. `--system` without `--chat` is
+/// refused.
+#[test]
+fn generation_stops_at_the_end_token_without_printing_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = fixture().display().to_string();
+    // At temperature 50 the draw is nearly uniform; seed 3 reaches id 318 after a few tokens.
+    let args = ["generate", &m, "--prompt", "Once", "-n", "400", "--temperature", "50", "--seed", "3", "--threads", "1"];
+    let o = toy(tmp.path(), &[&args[..], &["--json"]].concat());
+    ok(&o);
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ids = j["ids"].as_array().unwrap();
+    assert!(ids.len() < 400 && ids.last().unwrap() == 318, "ended at the eos: {ids:?}");
+    assert!(!j["text"].as_str().unwrap().contains("<|im_end|>"), "{}", j["text"]);
+    let printed = toy(tmp.path(), &args);
+    ok(&printed);
+    let out = String::from_utf8_lossy(&printed.stdout);
+    assert!(out.starts_with("Once") && !out.contains("<|im_end|>"), "{out}");
+    assert_eq!(out.trim_end_matches('\n'), j["text"].as_str().unwrap(), "printed as --json's text");
+    crate::common::process::fails(
+        &toy(tmp.path(), &["generate", &m, "--system", "hi", "--prompt", "x"]),
+        "generate",
+        "--system goes with --chat",
+    );
+}
+
 #[test]
 fn the_fixture_finetunes_fully_and_its_checkpoint_stays_qwen2() {
     let tmp = tempfile::tempdir().unwrap();
