@@ -64,7 +64,7 @@ pub struct ChatMasksArgs {
 
 #[derive(Args, Debug)]
 #[command(allow_negative_numbers = true)]
-#[command(mut_arg("device", |a| a.default_value("cpu")), mut_arg("threads", |a| a.default_value("0")))]
+#[command(mut_arg("device", |a| a.default_value("cpu")), mut_arg("threads", |a| a.default_value("0").hide_default_value(true)))]
 pub struct BenchArgs {
     /// Model and batch shape.
     #[arg(long, value_enum, default_value = "small")]

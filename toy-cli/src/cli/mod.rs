@@ -40,7 +40,8 @@ pub enum Command {
     New(NewArgs),
     /// Write models in other forms (`toy export merge`: a base with a LoRA adapter folded in).
     Export(ExportArgs),
-    /// Dumps for the PyTorch parity harness.
+    /// Tools for the harnesses: gradient and logit dumps for the PyTorch parity
+    /// checks, step timing (bench), tokenizer ids, chat masks.
     #[command(hide = true)]
     Debug(DebugArgs),
 }

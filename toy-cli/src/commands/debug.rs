@@ -154,7 +154,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
     if b % n != 0 {
         return Err(input(format!("--batch {b} does not divide evenly over the {n} devices of --device {}", dev.name)));
     }
-    dev.dtype.check_device(&dev.name)?;
+    dev.dtype.check_device(&dev.name, "--dtype")?;
     let backends = devices::backends(&devs, dev.threads, dev.dtype.precision(dev.precision))?;
     let memory = crate::train::memory::DeviceMemory::start(&backends[0][0]);
     let wctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers))).collect::<ggml_rs::Result<Vec<_>>>()?;

@@ -164,6 +164,11 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
         return Ok(Resumed::Restart(Box::new(super::resume::restart_args(a, &cfg, dir)?)));
     }
     let ck = run.latest().ok_or_else(|| input(format!("--resume {}: no checkpoint (weights/latest) to resume from", dir.display())))?;
+    // Refused before the note below: a run that already did its --steps.
+    let done = ggml_rs::gguf::GgufFile::open(&ck).ok().and_then(|f| f.get_u64("toy.step").ok());
+    if let Some(done) = done.filter(|&d| d >= cfg.steps as u64) {
+        return Err(input(format!("the run already completed {done} of {} steps; give a larger --steps to continue", cfg.steps)));
+    }
     let corpus = super::resume::corpus(&cfg, &ck)?;
     if !a.json {
         crate::outln!(

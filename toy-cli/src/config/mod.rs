@@ -203,12 +203,12 @@ impl Dtype {
         }
     }
 
-    /// Refuse bf16 on a device without the bf16 products (`flag` names the
-    /// option in the message).
-    pub fn check_device(self, device: &str) -> Result<()> {
+    /// Refuse bf16 on a device without the bf16 products; `from` says where
+    /// the dtype came from (`--dtype`, or also toy.toml and a run's config.toml).
+    pub fn check_device(self, device: &str, from: &str) -> Result<()> {
         if self == Dtype::Bf16 && Dtype::default_for(device) != Dtype::Bf16 {
             return Err(input(format!(
-                "dtype bf16 (from --dtype, toy.toml or the run's config.toml) needs CUDA devices, not --device {device}: ggml has no faster bf16 matrix product there; use --dtype f32"
+                "dtype bf16 (from {from}) needs CUDA devices, not --device {device}: ggml has no faster bf16 matrix product there; use --dtype f32"
             )));
         }
         Ok(())
@@ -436,7 +436,7 @@ impl TrainConfig {
             }
         }
         self.validate_batch()?;
-        self.dtype.check_device(&self.device)?;
+        self.dtype.check_device(&self.device, "--dtype, toy.toml or the run's config.toml")?;
         self.validate_optim()?;
         // Weights, gradients and two AdamW moments, f32: refuse what cannot fit
         // before anything is created.
@@ -539,9 +539,9 @@ mod tests {
         assert_eq!(Dtype::default_for("cuda:0,cpu"), Dtype::F32);
         assert_eq!(Dtype::default_for("cpu"), Dtype::F32);
         assert_eq!(Dtype::default_for("metal"), Dtype::F32);
-        assert!(Dtype::Bf16.check_device("cpu").is_err());
-        assert!(Dtype::Bf16.check_device("cuda:0").is_ok());
-        assert!(Dtype::F32.check_device("cpu").is_ok());
+        assert!(Dtype::Bf16.check_device("cpu", "--dtype").is_err());
+        assert!(Dtype::Bf16.check_device("cuda:0", "--dtype").is_ok());
+        assert!(Dtype::F32.check_device("cpu", "--dtype").is_ok());
         assert_eq!(Dtype::Bf16.precision(MatmulPrecision::Highest), ggml_rs::MatmulPrecision::Medium);
         assert_eq!(Dtype::F32.precision(MatmulPrecision::Highest), ggml_rs::MatmulPrecision::Highest);
     }

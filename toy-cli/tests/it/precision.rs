@@ -21,6 +21,12 @@ fn dtype_is_recorded_and_bf16_needs_cuda() {
     );
     assert!(!t.join("a").exists(), "a refused run leaves no folder");
     fails(&toy(t, &[&quick[..], &["--dtype", "f16", "--out", "a"]].concat()), "train", "f16");
+    // debug bench reads no toml: its message names --dtype alone.
+    fails(
+        &toy(t, &["debug", "bench", "--preset", "smoke", "--steps", "1", "--dtype", "bf16"]),
+        "debug",
+        "dtype bf16 (from --dtype) needs CUDA",
+    );
 
     let o = toy(t, &[&quick[..], &["--out", "r"]].concat());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

@@ -126,7 +126,9 @@ fn resume_keeps_every_option_of_the_run() {
     let recorded = std::fs::metadata(t.join("r/batches.bin")).unwrap().len();
     assert_eq!(recorded, 12 * 33 * 4, "batches.bin must hold every step");
     // The last resume's --steps and --keep are the run's now.
-    fails(&resume(t, "r", &[]), "already completed 12 of 12 steps");
+    let done = resume(t, "r", &[]);
+    fails(&done, "already completed 12 of 12 steps");
+    assert!(done.stdout.is_empty(), "refused before the resuming note: {}", String::from_utf8_lossy(&done.stdout));
     let config = std::fs::read_to_string(t.join("r/config.toml")).unwrap();
     assert!(config.contains("keep = 3") && config.contains("steps = 12"), "{config}");
     // A run that did not record cannot start recording half-way.
