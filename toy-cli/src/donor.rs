@@ -169,12 +169,7 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
 /// the table's type and shape, the file's keys and `--donor-width` agree.
 fn open_table(o: &DonorOptions<'_>) -> Result<(GgufFile, usize, usize)> {
     let p = o.path.display();
-    // A run folder: its weights/latest, as --from and --lora take one.
-    let path = if o.path.is_dir() {
-        crate::files::resolve_model(o.path).map_err(|e| input(format!("--donor {e}")))?
-    } else {
-        o.path.to_path_buf()
-    };
+    let path = crate::files::file_or_run(o.path, "--donor")?;
     if !path.exists() {
         return Err(input(format!("--donor {p}: no such file")));
     }

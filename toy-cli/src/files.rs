@@ -109,6 +109,16 @@ pub fn resolve_model(p: &Path) -> Result<PathBuf> {
     Ok(p.to_path_buf())
 }
 
+/// The file a path flag names: `p` itself, or a run folder's `weights/latest`
+/// ([`resolve_model`], its error prefixed with `flag`).
+pub fn file_or_run(p: &Path, flag: &str) -> Result<PathBuf> {
+    if p.is_dir() {
+        resolve_model(p).map_err(|e| input(format!("{flag} {e}")))
+    } else {
+        Ok(p.to_path_buf())
+    }
+}
+
 /// Refuse an output path `out` that would replace one of `inputs`, a folder, a
 /// link, a run's resume state or anything but a regular file, or whose folder
 /// is missing or unwritable: bad input, found before the work (`what` names

@@ -48,14 +48,74 @@ fn refuses_what_ggml_would_assert_on() {
     assert_eq!(DType::Q8_0.quantize(&x, 32).unwrap().len(), 3 * 34);
 }
 
+/// What [`frozen_against_reference`] computes: `y = W·x` and the gradient of
+/// `x` through the frozen weight cast for its product (`y`, `gx`), the same
+/// through the reference f32 copy (`y_ref`, `gx_ref`), and the cast's values.
+struct FrozenProducts {
+    y: Vec<f32>,
+    y_ref: Vec<f32>,
+    gx: Vec<f32>,
+    gx_ref: Vec<f32>,
+    cast: Vec<f32>,
+}
+
+/// `W` `[n, m]` stored as `dtype` (`raw`) and cast to `to` for its product
+/// (as stored when `dtype` is `to`), and its reference copy `reference` (f32),
+/// each multiplying `x` `[n, p]`; the loss `Σ y ⊙ r` for both, differentiated
+/// with `mode` on the test device, with no op on the CPU.
+#[allow(clippy::too_many_arguments)]
+fn frozen_against_reference(
+    dtype: DType,
+    raw: &[u8],
+    reference: &[f32],
+    to: DType,
+    x: &[f32],
+    rv: &[f32],
+    (n, m, p): (i64, i64, i64),
+    mode: ggml_rs::MulMatGrad,
+) -> FrozenProducts {
+    use ggml_rs::{Context, Graph};
+    let dev = cpu();
+    let ctx = Context::new(1024).unwrap();
+    let wq_t = ctx.new_tensor(dtype, &[n, m]).unwrap();
+    let wr_t = ctx.new_tensor(DType::F32, &[n, m]).unwrap();
+    let (x1, x2) = (ctx.new_tensor(DType::F32, &[n, p]).unwrap(), ctx.new_tensor(DType::F32, &[n, p]).unwrap());
+    let rt = ctx.new_tensor(DType::F32, &[m, p]).unwrap();
+    ctx.set_param(x1).unwrap();
+    ctx.set_param(x2).unwrap();
+    ctx.allocate(&dev).unwrap();
+    wq_t.write_bytes(raw).unwrap();
+    wr_t.write(reference).unwrap();
+    for t in [x1, x2] {
+        t.write(x).unwrap();
+    }
+    rt.write(rv).unwrap();
+    let cast = if dtype == to { wq_t } else { ctx.cast(wq_t, to).unwrap() };
+    let seen = ctx.scale(if to == DType::F32 { cast } else { ctx.cast(cast, DType::F32).unwrap() }, 1.0).unwrap().set_output();
+    let y1 = ctx.mul_mat(cast, x1).unwrap().set_output();
+    let y2 = ctx.mul_mat(wr_t, x2).unwrap().set_output();
+    let l1 = ctx.sum(ctx.mul(y1, rt).unwrap()).unwrap();
+    let loss = ctx.add(l1, ctx.sum(ctx.mul(y2, rt).unwrap()).unwrap()).unwrap().set_output();
+    let mut g = Graph::with_grads(&ctx, 1024).unwrap();
+    g.set_mul_mat_grad(mode);
+    g.expand(seen).unwrap();
+    g.expand(loss).unwrap();
+    g.build_backward(loss).unwrap();
+    let (g1, g2) = (g.grad(x1).unwrap().set_output(), g.grad(x2).unwrap().set_output());
+    g.allocate(&backends(&dev)).unwrap();
+    g.compute().unwrap();
+    assert!(g.cpu_fallbacks().is_empty(), "{dtype} {mode:?}: {:?}", g.cpu_fallbacks());
+    let read = |t: ggml_rs::Tensor<'_>| t.read_f32().unwrap();
+    FrozenProducts { y: read(y1), y_ref: read(y2), gx: read(g1), gx_ref: read(g2), cast: read(seen) }
+}
+
 /// `y = W·x` with `W` kept as `dtype` and cast to f32 for the product
 /// (`Context::cast`), against the same product on the dequantized f32 copy:
 /// outputs and the gradient of `x` agree exactly, with both ways of
 /// differentiating products, on the test device.
 #[test]
 fn a_frozen_compact_weight_differentiates_as_its_dequantized_copy() {
-    use ggml_rs::{Context, Graph, MulMatGrad};
-    let dev = cpu();
+    use ggml_rs::MulMatGrad;
     let mut r = rng(7200);
     let (n, m, p) = (256i64, 12i64, 5i64);
     for dtype in [DType::Q8_0, DType::Q4_1, DType::Q5_0, DType::Q4K, DType::Q6K, DType::F16, DType::BF16] {
@@ -65,34 +125,9 @@ fn a_frozen_compact_weight_differentiates_as_its_dequantized_copy() {
         let x = uniform(&mut r, (n * p) as usize, -1.0, 1.0);
         let rv = uniform(&mut r, (m * p) as usize, -1.0, 1.0);
         for mode in [MulMatGrad::MulMat, MulMatGrad::OutProd] {
-            let ctx = Context::new(1024).unwrap();
-            let wq_t = ctx.new_tensor(dtype, &[n, m]).unwrap();
-            let wd_t = ctx.new_tensor(DType::F32, &[n, m]).unwrap();
-            let (x1, x2) = (ctx.new_tensor(DType::F32, &[n, p]).unwrap(), ctx.new_tensor(DType::F32, &[n, p]).unwrap());
-            let rt = ctx.new_tensor(DType::F32, &[m, p]).unwrap();
-            ctx.set_param(x1).unwrap();
-            ctx.set_param(x2).unwrap();
-            ctx.allocate(&dev).unwrap();
-            wq_t.write_bytes(&raw).unwrap();
-            wd_t.write(&wd).unwrap();
-            for t in [x1, x2] {
-                t.write(&x).unwrap();
-            }
-            rt.write(&rv).unwrap();
-            let y1 = ctx.mul_mat(ctx.cast(wq_t, DType::F32).unwrap(), x1).unwrap().set_output();
-            let y2 = ctx.mul_mat(wd_t, x2).unwrap().set_output();
-            let l1 = ctx.sum(ctx.mul(y1, rt).unwrap()).unwrap();
-            let loss = ctx.add(l1, ctx.sum(ctx.mul(y2, rt).unwrap()).unwrap()).unwrap().set_output();
-            let mut g = Graph::with_grads(&ctx, 1024).unwrap();
-            g.set_mul_mat_grad(mode);
-            g.expand(loss).unwrap();
-            g.build_backward(loss).unwrap();
-            let (g1, g2) = (g.grad(x1).unwrap().set_output(), g.grad(x2).unwrap().set_output());
-            g.allocate(&backends(&dev)).unwrap();
-            g.compute().unwrap();
-            assert_eq!(y1.read_f32().unwrap(), y2.read_f32().unwrap(), "{dtype} {mode:?}: forward");
-            assert_eq!(g1.read_f32().unwrap(), g2.read_f32().unwrap(), "{dtype} {mode:?}: gradient of x");
-            assert!(g.cpu_fallbacks().is_empty(), "{dtype} {mode:?}: {:?}", g.cpu_fallbacks());
+            let o = frozen_against_reference(dtype, &raw, &wd, DType::F32, &x, &rv, (n, m, p), mode);
+            assert_eq!(o.y, o.y_ref, "{dtype} {mode:?}: forward");
+            assert_eq!(o.gx, o.gx_ref, "{dtype} {mode:?}: gradient of x");
         }
     }
 }
@@ -150,8 +185,7 @@ fn bf16_round(x: f32) -> f32 {
 /// device and with no op on the CPU.
 #[test]
 fn a_frozen_weight_cast_to_bf16_differentiates_as_its_rounded_copy() {
-    use ggml_rs::{Context, Graph, MulMatGrad};
-    let dev = cpu();
+    use ggml_rs::MulMatGrad;
     let mut r = rng(7400);
     let (n, m, p) = (256i64, 24i64, 7i64);
     for dtype in [DType::Q8_0, DType::Q4_1, DType::Q5_0, DType::Q4K, DType::Q6K, DType::F16, DType::BF16] {
@@ -161,41 +195,12 @@ fn a_frozen_weight_cast_to_bf16_differentiates_as_its_rounded_copy() {
         let x: Vec<f32> = uniform(&mut r, (n * p) as usize, -1.0, 1.0).into_iter().map(bf16_round).collect();
         let rv: Vec<f32> = uniform(&mut r, (m * p) as usize, -1.0, 1.0).into_iter().map(bf16_round).collect();
         for mode in [MulMatGrad::MulMat, MulMatGrad::OutProd] {
-            let ctx = Context::new(1024).unwrap();
-            let wq_t = ctx.new_tensor(dtype, &[n, m]).unwrap();
-            let wb_t = ctx.new_tensor(DType::F32, &[n, m]).unwrap();
-            let (x1, x2) = (ctx.new_tensor(DType::F32, &[n, p]).unwrap(), ctx.new_tensor(DType::F32, &[n, p]).unwrap());
-            let rt = ctx.new_tensor(DType::F32, &[m, p]).unwrap();
-            ctx.set_param(x1).unwrap();
-            ctx.set_param(x2).unwrap();
-            ctx.allocate(&dev).unwrap();
-            wq_t.write_bytes(&raw).unwrap();
-            wb_t.write(&wb).unwrap();
-            for t in [x1, x2] {
-                t.write(&x).unwrap();
-            }
-            rt.write(&rv).unwrap();
-            let cast = if dtype == DType::BF16 { wq_t } else { ctx.cast(wq_t, DType::BF16).unwrap() };
-            let seen = ctx.scale(ctx.cast(cast, DType::F32).unwrap(), 1.0).unwrap().set_output();
-            let y1 = ctx.mul_mat(cast, x1).unwrap().set_output();
-            let y2 = ctx.mul_mat(wb_t, x2).unwrap().set_output();
-            let l1 = ctx.sum(ctx.mul(y1, rt).unwrap()).unwrap();
-            let loss = ctx.add(l1, ctx.sum(ctx.mul(y2, rt).unwrap()).unwrap()).unwrap().set_output();
-            let mut g = Graph::with_grads(&ctx, 1024).unwrap();
-            g.set_mul_mat_grad(mode);
-            g.expand(seen).unwrap();
-            g.expand(loss).unwrap();
-            g.build_backward(loss).unwrap();
-            let (g1, g2) = (g.grad(x1).unwrap().set_output(), g.grad(x2).unwrap().set_output());
-            g.allocate(&backends(&dev)).unwrap();
-            g.compute().unwrap();
-            assert_eq!(seen.read_f32().unwrap(), wb, "{dtype}: the cast is the dequantized value rounded to bf16");
+            let o = frozen_against_reference(dtype, &raw, &wb, DType::BF16, &x, &rv, (n, m, p), mode);
+            assert_eq!(o.cast, wb, "{dtype}: the cast is the dequantized value rounded to bf16");
             let close = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs() / b.abs().max(1.0)).fold(0.0f32, f32::max);
-            let (e_y, e_g) =
-                (close(&y1.read_f32().unwrap(), &y2.read_f32().unwrap()), close(&g1.read_f32().unwrap(), &g2.read_f32().unwrap()));
+            let (e_y, e_g) = (close(&o.y, &o.y_ref), close(&o.gx, &o.gx_ref));
             assert!(e_y <= 1e-5, "{dtype} {mode:?}: forward {e_y:e}");
             assert!(e_g <= 1e-5, "{dtype} {mode:?}: gradient of x {e_g:e}");
-            assert!(g.cpu_fallbacks().is_empty(), "{dtype} {mode:?}: {:?}", g.cpu_fallbacks());
         }
     }
 }

@@ -112,9 +112,7 @@ fn broken(values: &[f32], what: &str, name: &str) -> Result<()> {
 const RUN_KEYS: [&str; 3] = ["toy.run_id", "toy.save_id", "toy.step"];
 
 fn merge(m: &MergeArgs) -> Result<PathBuf> {
-    // A run folder as --base: its weights/latest, as generate, eval and finetune take it.
-    let base_path =
-        if m.base.is_dir() { crate::files::resolve_model(&m.base).map_err(|e| input(format!("--base {e}")))? } else { m.base.clone() };
+    let base_path = crate::files::file_or_run(&m.base, "--base")?;
     crate::files::check_out(&m.out, &[&base_path, &m.lora], "the merged model")?;
     let base = open_checkpoint(&base_path).map_err(|e| input(format!("--base {e}")))?;
     if base.adapter.is_some() {

@@ -164,9 +164,10 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
         return Ok(Resumed::Restart(Box::new(super::resume::restart_args(a, &cfg, dir)?)));
     }
     let ck = run.latest().ok_or_else(|| input(format!("--resume {}: no checkpoint (weights/latest) to resume from", dir.display())))?;
-    // Refused before the note below: a run that already did its --steps.
-    let done = ggml_rs::gguf::GgufFile::open(&ck).ok().and_then(|f| f.get_u64("toy.step").ok());
-    if let Some(done) = done.filter(|&d| d >= cfg.steps as u64) {
+    // Checked before the note below: the checkpoint and its resume state belong
+    // together (the training loop relies on it), and the run has steps left.
+    let done = crate::formats::state::check_pair(&ck, crate::run::started_as(dir).as_deref())?;
+    if done >= cfg.steps {
         return Err(input(format!("the run already completed {done} of {} steps; give a larger --steps to continue", cfg.steps)));
     }
     let corpus = super::resume::corpus(&cfg, &ck)?;

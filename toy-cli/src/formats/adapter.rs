@@ -107,9 +107,7 @@ pub fn is_adapter(f: &GgufFile) -> bool {
 /// another base), unequal ranks, targets that differ between blocks, or values
 /// that are not f32 and finite.
 pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
-    // A LoRA run's folder: its weights/latest.
-    let resolved =
-        if path.is_dir() { crate::files::resolve_model(path).map_err(|e| input(format!("--lora {e}")))? } else { path.to_path_buf() };
+    let resolved = crate::files::file_or_run(path, "--lora")?; // a LoRA run's folder: its weights/latest
     let path = resolved.as_path();
     let p = path.display();
     if !path.exists() {

@@ -114,10 +114,12 @@ pub fn load(path: &Path, w: &Weights<'_>, moments: &AdamWState<'_>) -> Result<Pr
 /// the run; and the checkpoint must be one of run `run_id`'s own, when known
 /// (a pair copied in from another run is refused).
 ///
+/// Returns the step both hold.
+///
 /// # Errors
 /// [`Error::Input`](crate::error::Error::Input) naming both files and the key
 /// that differs.
-pub fn check_pair(checkpoint: &Path, run_id: Option<&str>) -> Result<()> {
+pub fn check_pair(checkpoint: &Path, run_id: Option<&str>) -> Result<u64> {
     let sp = state_path(checkpoint);
     if !sp.is_file() {
         return Err(input(format!("{}: no resume state beside the checkpoint", sp.display())));
@@ -152,5 +154,5 @@ pub fn check_pair(checkpoint: &Path, run_id: Option<&str>) -> Result<()> {
     if s_id != c_id {
         return Err(differs("save id", s_id, c_id));
     }
-    Ok(())
+    Ok(s_step)
 }

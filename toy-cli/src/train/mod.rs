@@ -118,7 +118,8 @@ pub struct Plan<'p> {
     pub init: Init<'p>,
     /// Random windows, or the corpus in order (with per-epoch shuffling or not).
     pub sampling: Sampling,
-    /// Continue from this checkpoint's resume state.
+    /// Continue from this checkpoint's resume state, paired with it and with
+    /// steps left (its maker checks both: [`crate::formats::state::check_pair`]).
     pub resume: Option<PathBuf>,
 }
 
@@ -305,15 +306,13 @@ fn log_start(sink: &mut dyn Sink, s: &Start<'_, '_>) -> Result<()> {
 /// the sampler; the step and AdamW count to continue from (0, 0 for a new run).
 fn restore(
     plan: &Plan<'_>,
-    cfg: &TrainConfig,
     corpus: &Corpus,
-    run: &RunDir,
     states: &[ReplicaState<'_>],
     sampler: &mut Sampler,
     chat: Option<&ChatRun>,
 ) -> Result<(u64, u64)> {
+    // The pair and the steps left were checked where the plan was made (`toy train --resume`).
     let Some(ck) = &plan.resume else { return Ok((0, 0)) };
-    state::check_pair(ck, crate::run::started_as(&run.path).as_deref())?;
     let mut p = None;
     for st in states {
         p = Some(state::load(&state::state_path(ck), &st.weights, &st.moments)?);
@@ -324,9 +323,6 @@ fn restore(
         None => sampler.restore(&p.sampler, corpus.train.len()),
     };
     restored.map_err(|e| input(format!("{}: {e}", ck.display())))?;
-    if p.step >= cfg.steps {
-        return Err(input(format!("the run already completed {} of {} steps; give a larger --steps to continue", p.step, cfg.steps)));
-    }
     Ok((p.step, p.opt_t))
 }
 
@@ -372,7 +368,7 @@ pub fn train_into(
         states.push(ReplicaState::new(wctx, cfg, plan, &bk[0], split)?);
     }
     let mut sampler = sampler(plan, cfg, chat.is_some());
-    let (start_step, opt_t) = restore(plan, cfg, corpus, run, &states, &mut sampler, chat.as_ref())?;
+    let (start_step, opt_t) = restore(plan, corpus, &states, &mut sampler, chat.as_ref())?;
 
     let opt = OptSettings {
         adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay },
