@@ -146,6 +146,19 @@ fn check_strided_grads(nodes: &[Tensor<'_>], needs: &HashSet<*mut sys::ggml_tens
     Ok(())
 }
 
+/// Whether `t` is `cast(x, BF16)` of an f32 `x`, maybe through reshapes (as
+/// ggml's `toy_is_bf16_cast`, patch 0042).
+fn is_bf16_cast(t: &Tensor<'_>) -> bool {
+    let mut t = *t;
+    while t.op() == sys::GGML_OP_RESHAPE {
+        match t.srcs().first() {
+            Some(&s) => t = s,
+            None => return false,
+        }
+    }
+    t.op() == sys::GGML_OP_CPY && t.dtype() == crate::DType::BF16 && t.srcs().first().is_some_and(|s| s.dtype() == crate::DType::F32)
+}
+
 fn unary(n: &Tensor<'_>) -> sys::ggml_unary_op {
     // SAFETY: only called for UNARY nodes.
     unsafe { sys::ggml_get_unary_op(n.raw()) }
@@ -166,7 +179,11 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
         return Err(fail(n, "in-place ops cannot be differentiated"));
     }
     for (s, &need) in srcs.iter().zip(src_needs) {
-        if need && !matches!(s.dtype(), crate::DType::F32 | crate::DType::F16) {
+        // bf16 logits (patch 0041): the loss's bf16 gradient goes to their product's OUT_PRODs
+        let bf16_logits = op == sys::GGML_OP_CROSS_ENTROPY_LOSS_IDS && s.dtype() == crate::DType::BF16 && s.op() == sys::GGML_OP_MUL_MAT;
+        // a product's input cast to bf16, maybe reshaped (patch 0042): its gradient is f32
+        let bf16_input = matches!(op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_RESHAPE) && is_bf16_cast(s);
+        if need && !bf16_logits && !bf16_input && !matches!(s.dtype(), crate::DType::F32 | crate::DType::F16) {
             return Err(fail(n, "gradients flow only through f32/f16 operands"));
         }
     }

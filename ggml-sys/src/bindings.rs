@@ -834,6 +834,9 @@ unsafe extern "C" {
     pub fn ggml_mul_mat_set_grad(a: *mut ggml_tensor, grad: ggml_mul_mat_grad);
 }
 unsafe extern "C" {
+    pub fn ggml_mul_mat_bf16(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+}
+unsafe extern "C" {
     pub fn ggml_gelu_back(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {

@@ -316,7 +316,7 @@ stage_ncu_lora() {
 # quick-124m: toy alone, GPT-2 124M at bf16, vocabularies 50257 and 8192 (median ms, memory).
 stage_quick_124m() {
   local v
-  for v in 50257 8192; do bench_toy gpt2-124m $v quick-124m.jsonl --dtype bf16; done
+  for v in ${QUICK_VOCABS:-50257 8192}; do bench_toy gpt2-124m $v quick-124m.jsonl --dtype bf16; done
 }
 # smollm-toy: toy alone at SmolLM2-135M's shape (batch 8, bf16, fused attention) for CONTEXTS.
 stage_smollm_toy() {
@@ -369,6 +369,10 @@ stage_lists_ab() { AB_ENV=TOY_CUDA_NO_0039 ab_cases; }
 # only the cast (toy's side) off.
 stage_bf16_cast_ab() { AB_ENV=TOY_CUDA_NO_0040 ab_cases; AB_ENV=TOY_NO_0040_CAST ab_cases; }
 stage_cast_ab() { AB_ENV=TOY_NO_0040_CAST ab_cases; }
+# Patch 0041: the training head's logits in bf16, then in f32 (GPT-2 124M, SmolLM2 at 2048, LoRA over Q4_1 by default).
+stage_logits_ab() { AB_CASES=${AB_CASES:-2 0 4} AB_ENV=TOY_F32_LOGITS ab_cases; }
+# Patch 0042: the products' inputs (norm, GELU, SwiGLU outputs) stored in bf16, then in f32.
+stage_inputs_ab() { AB_CASES=${AB_CASES:-2 0 4} AB_ENV=TOY_F32_INPUTS ab_cases; }
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do

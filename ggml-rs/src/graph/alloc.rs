@@ -33,6 +33,7 @@ impl Graph<'_> {
         mark_inputs_and_outputs(&nodes, &leafs);
         let index_checks = index_checks(&nodes);
         self.check_preallocated(&nodes, backends)?;
+        check_runnable(&nodes, backends)?;
         let (owned, external): (Vec<RawTensor>, Vec<RawTensor>) =
             nodes.iter().chain(leafs.iter()).copied().partition(|&t| unsafe { (*t).data.is_null() });
         let sched = new_scheduler(backends, (nodes.len() + leafs.len()).max(self.size) + 64)?;
@@ -122,6 +123,33 @@ impl Graph<'_> {
         }
         Ok(())
     }
+}
+
+/// Refuse a node that no backend of the list can run (a bf16 product on the
+/// CPU alone, say): ggml's scheduler would abort on it.
+fn check_runnable(nodes: &[RawTensor], backends: &[Backend]) -> Result<()> {
+    for &n in nodes {
+        // SAFETY: live nodes and backends.
+        unsafe {
+            let node = &*n;
+            if node.op == sys::GGML_OP_NONE || ggml_op_is_view(node.op) {
+                continue;
+            }
+            if !backends.iter().any(|b| sys::ggml_backend_supports_op(b.raw(), n)) {
+                let name = CStr::from_ptr(node.name.as_ptr()).to_string_lossy();
+                let op = CStr::from_ptr(sys::ggml_op_desc(n)).to_string_lossy();
+                let ty = CStr::from_ptr(sys::ggml_type_name(node.type_)).to_string_lossy();
+                let names: Vec<String> = backends.iter().map(|b| b.name()).collect();
+                return Err(Error::Backend(format!("{name} ({op}, {ty}) runs on none of {}", names.join(", "))));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether ggml's scheduler treats `op` as a view (nothing runs).
+fn ggml_op_is_view(op: sys::ggml_op) -> bool {
+    matches!(op, sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE | sys::GGML_OP_PERMUTE | sys::GGML_OP_TRANSPOSE)
 }
 
 /// The scheduler takes at most 16 backends, the CPU last.

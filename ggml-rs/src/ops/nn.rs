@@ -56,7 +56,10 @@ impl Context {
     /// Matrix product contracting over `ne0` (`ggml_mul_mat`): `a` is `[k, m, …]`,
     /// `b` is `[k, n, …]`, the result is f32 `[m, n, …]`, i.e. `bᵀ·a`-shaped: with
     /// `a` a weight stored as `rows × cols = out × in`, `mul_mat(a, x)` is `W·x`.
-    /// Dimensions 2 and 3 of `a` broadcast over `b`'s (each must divide). `b` must be f32.
+    /// Dimensions 2 and 3 of `a` broadcast over `b`'s (each must divide). `b` must be f32,
+    /// or bf16 (an activation stored for bf16 products, toy-rs patch 0042: CUDA reads it as
+    /// it is, the CPU widens it; a bf16 `b` made by [`cast`](Self::cast) of an f32 tensor
+    /// passes its f32 gradient back through the cast).
     /// Both operands may be permuted views (as in attention) but their rows must be
     /// contiguous (`nb[0]` is the element size): the CPU kernel asserts it.
     pub fn mul_mat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
@@ -75,12 +78,38 @@ impl Context {
                 ));
             }
         }
-        need_dtype("mul_mat", &b, &[DType::F32])?;
+        need_dtype("mul_mat", &b, &[DType::F32, DType::BF16])?;
         if !a.dtype().can_dequantize() {
             return Err(Error::op("mul_mat", format!("unsupported weight type {}", a.dtype())));
         }
         // SAFETY: checked.
         self.op("mul_mat", |ctx| unsafe { sys::ggml_mul_mat(ctx, a.raw(), b.raw()) })
+    }
+
+    /// [`mul_mat`](Self::mul_mat) with a bf16 result (toy-rs patch 0041,
+    /// `ggml_mul_mat_bf16`): bf16 products summed in f32 and rounded once, what
+    /// PyTorch's autocast `linear` writes, e.g. a head's `[V, N]` logits in half
+    /// the memory. `a` `[k, m]` f32 or bf16, `b` `[k, n]` f32, both contiguous
+    /// matrices; the result is bf16 `[m, n]` and its gradient is bf16 too.
+    /// CUDA only: a graph holding it refuses to allocate on the CPU.
+    ///
+    /// # Errors
+    /// [`Error::Op`] on other types, shapes or layouts.
+    pub fn mul_mat_bf16<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
+        need_dtype("mul_mat_bf16", &a, &[DType::F32, DType::BF16])?;
+        need_dtype("mul_mat_bf16", &b, &[DType::F32])?;
+        let (an, bn) = (a.ne(), b.ne());
+        if an[0] != bn[0] || an[2..] != [1, 1] || bn[2..] != [1, 1] {
+            return Err(Error::op(
+                "mul_mat_bf16",
+                format!("cannot multiply {} by {}: two matrices of equal ne0", shape_str(&a), shape_str(&b)),
+            ));
+        }
+        for t in [&a, &b] {
+            need_contiguous("mul_mat_bf16", t)?;
+        }
+        // SAFETY: checked.
+        self.op("mul_mat_bf16", |ctx| unsafe { sys::ggml_mul_mat_bf16(ctx, a.raw(), b.raw()) })
     }
 
     /// Outer product summed over `ne1` (`ggml_out_prod`): `a` `[m, k, …]`, `b`
@@ -324,8 +353,9 @@ impl Context {
     /// `(softmax − onehot)·dloss/N` in one pass (in place over the logits when
     /// nothing else reads them).
     ///
-    /// `logits`: contiguous f32 `[n_vocab, rows, ...]`; `targets`: contiguous i32
-    /// with one element per row. The result is a one-element f32 tensor.
+    /// `logits`: contiguous f32 `[n_vocab, rows, ...]`, or bf16 on CUDA (patch
+    /// 0041: read into f32, the gradient bf16); `targets`: contiguous i32 with
+    /// one element per row. The result is a one-element f32 tensor.
     ///
     /// # Errors
     /// [`Error::Op`] on other types, a non-contiguous input, or a count of
@@ -348,7 +378,7 @@ impl Context {
         if n_classes <= 0 || n_classes > logits.ne()[0] {
             return Err(Error::op("cross_entropy_loss_ids", format!("{n_classes} classes for logits {}", shape_str(&logits))));
         }
-        need_dtype("cross_entropy_loss_ids", &logits, &[DType::F32])?;
+        need_dtype("cross_entropy_loss_ids", &logits, &[DType::F32, DType::BF16])?;
         need_dtype("cross_entropy_loss_ids", &targets, &[DType::I32])?;
         for t in [&logits, &targets] {
             need_contiguous("cross_entropy_loss_ids", t)?;

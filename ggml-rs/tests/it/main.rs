@@ -3,6 +3,7 @@
 //! also linked once. Each module is one subject.
 
 mod attention;
+mod bf16_logits;
 mod common;
 mod cross_entropy;
 mod errors;

@@ -70,12 +70,12 @@ pub fn hidden<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>) -> Result<Ten
     for (layer, blk) in w.blocks().iter().enumerate() {
         let norm = |stem: &str, x| layer_norm(ctx, x, blk.tensor(&format!("{stem}.weight"))?, blk.tensor(&format!("{stem}.bias"))?, eps);
         let lin = |stem: &str, x| blk.linear(ctx, stem, 1.0, x); // W·x + b
-        let a = norm("attn_norm", h)?;
+        let a = blk.product_input(ctx, norm("attn_norm", h)?)?; // [d, T, B], bf16 under autocast
         let split = |stem: &str| -> Result<Tensor<'a>> { ctx.reshape(lin(stem, a)?, &[dh, heads, t, b]) };
         let att = causal_attention(ctx, split("attn_q")?, split("attn_k")?, split("attn_v")?, &x, layer)?; // [d, T, B]
         h = ctx.add(h, lin("attn_output", att)?)?;
-        let m = norm("ffn_norm", h)?;
-        let u = ctx.gelu(lin("ffn_up", m)?)?; // [d_ff, T, B]
+        let m = blk.product_input(ctx, norm("ffn_norm", h)?)?;
+        let u = blk.product_input(ctx, ctx.gelu(lin("ffn_up", m)?)?)?; // [d_ff, T, B]
         h = ctx.add(h, lin("ffn_down", u)?)?;
     }
     layer_norm(ctx, h, w.tensor("output_norm.weight")?, w.tensor("output_norm.bias")?, eps)

@@ -77,9 +77,9 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
     }
     let mut h = ctx.reshape(h, &[d, t, b])?; // [d, T, B]
     for (layer, blk) in w.blocks().iter().enumerate() {
-        let a = ctx.rms_norm_gain(h, blk.tensor("attn_norm.weight")?, eps)?;
-        // RoPE over [dh, heads, T·B] with per-token positions: its backward then
-        // receives a contiguous gradient (through the reshape), which CUDA needs.
+        let a = blk.product_input(ctx, ctx.rms_norm_gain(h, blk.tensor("attn_norm.weight")?, eps)?)?; // [d, T, B]
+                                                                                                      // RoPE over [dh, heads, T·B] with per-token positions: its backward then
+                                                                                                      // receives a contiguous gradient (through the reshape), which CUDA needs.
         let (hq, hkv) = (c.n_heads as i64, c.n_kv_heads as i64);
         let lin = |stem: &str, x| blk.linear(ctx, stem, s, x);
         let q = rope(ctx, ctx.reshape(lin("attn_q", a)?, &[dh, hq, t * b])?, x.pos, mode, c.rope_base)?;
@@ -90,8 +90,8 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
         let att = causal_attention(ctx, q, k, v, &x, layer)?; // [H·dh, T, B]
         h = blk.linear_onto(ctx, "attn_output", s, att, Some(h))?; // h + W_o·att (+ LoRA)
 
-        let m = ctx.rms_norm_gain(h, blk.tensor("ffn_norm.weight")?, eps)?;
-        let g = ctx.swiglu_split(lin("ffn_gate", m)?, lin("ffn_up", m)?)?; // [d_ff, T, B]
+        let m = blk.product_input(ctx, ctx.rms_norm_gain(h, blk.tensor("ffn_norm.weight")?, eps)?)?;
+        let g = blk.product_input(ctx, ctx.swiglu_split(lin("ffn_gate", m)?, lin("ffn_up", m)?)?)?; // [d_ff, T, B]
         h = blk.linear_onto(ctx, "ffn_down", s, g, Some(h))?;
     }
     ctx.rms_norm_gain(h, w.tensor("output_norm.weight")?, eps) // [d, T, B]

@@ -237,3 +237,6 @@ pub struct Batch<'a> {
 pub fn short_f32<S: serde::Serializer>(x: &f32, s: S) -> std::result::Result<S::Ok, S::Error> {
     s.serialize_f64(x.to_string().parse::<f64>().unwrap_or(*x as f64))
 }
+
+#[cfg(test)]
+mod autocast_tests;

@@ -28,6 +28,8 @@ pub struct Block<'w> {
     lora: Vec<Option<Adapter<'w>>>,
     /// How products read compact matrices ([`Compact`]).
     compact: Compact,
+    /// Whether [`Block::product_input`] stores its tensor in bf16.
+    bf16_inputs: bool,
 }
 
 fn missing(name: &str) -> ggml_rs::Error {
@@ -50,6 +52,19 @@ impl<'w> Block<'w> {
     /// [`ggml_rs::Error::Tensor`] when the model does not have it.
     pub fn tensor(&self, name: &str) -> Result<Tensor<'w>> {
         self.get(name).ok_or_else(|| missing(name))
+    }
+
+    /// `x` `[in, T, B]` as the input of this block's products: itself, or cast
+    /// to bf16 when [`Weights::set_bf16_inputs`] is on. A product then reads the
+    /// bf16 copy as it is, forward and backward, and the f32 `x` dies after the
+    /// cast where nothing else reads it (a norm's or GELU's output): what
+    /// autocast saves for a linear's backward, at half the bytes.
+    pub fn product_input<'a>(&self, ctx: &'a Context, x: Tensor<'a>) -> Result<Tensor<'a>> {
+        if self.bf16_inputs {
+            ctx.cast(x, ggml_rs::DType::BF16)
+        } else {
+            Ok(x)
+        }
     }
 
     /// `W·x`, plus `scale·B·(A·x)` where an adapter targets `W`, plus `b` where
@@ -110,6 +125,8 @@ pub struct Weights<'w> {
     last: Vec<Option<Tensor<'w>>>,
     /// How products read compact matrices ([`Compact`]).
     compact: Compact,
+    /// Whether a training graph's head writes bf16 logits ([`Weights::set_bf16_logits`]).
+    bf16_logits: bool,
 }
 
 /// The type of a frozen LoRA base's matrices and tables (or, for inference,
@@ -189,12 +206,12 @@ impl<'w> Weights<'w> {
                     }
                 }
                 let tensors = table.blocks.iter().map(|s| create(ctx, cfg, s, &format!("blk.{i}.{}", s.name))).collect::<Result<_>>()?;
-                Ok(Block { table, tensors, lora, compact: Compact::F32 })
+                Ok(Block { table, tensors, lora, compact: Compact::F32, bf16_inputs: false })
             })
             .collect::<Result<Vec<_>>>()?;
         let first = table.first.iter().map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
         let last = table.last.iter().map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
-        Ok(Weights { cfg: cfg.clone(), table, first, blocks, last, compact: Compact::F32 })
+        Ok(Weights { cfg: cfg.clone(), table, first, blocks, last, compact: Compact::F32, bf16_logits: false })
     }
 
     /// Let the products read compact matrices (quantized, f16, bf16) in their
@@ -204,6 +221,28 @@ impl<'w> Weights<'w> {
     /// gradient through such a product.
     pub fn multiply_in_stored_types(&mut self) {
         self.set_compact(Compact::Stored);
+    }
+
+    /// Let a training graph's head write its `[V, T·B]` logits in bf16 (toy-rs
+    /// patch 0041, CUDA only), as autocast does: the loss reads them into f32
+    /// and their gradient is bf16, in their memory. Half the bytes of the
+    /// largest tensor of a step at real vocabularies (3.3 GB f32 at GPT-2 124M).
+    pub fn set_bf16_logits(&mut self, on: bool) {
+        self.bf16_logits = on;
+    }
+
+    /// Let the blocks store the inputs of their products (norm, GELU and
+    /// SwiGLU outputs) in bf16 ([`Block::product_input`]; toy-rs patch 0042,
+    /// for bf16 products on CUDA).
+    pub fn set_bf16_inputs(&mut self, on: bool) {
+        for b in &mut self.blocks {
+            b.bf16_inputs = on;
+        }
+    }
+
+    /// Whether [`set_bf16_logits`](Self::set_bf16_logits) is on.
+    pub fn bf16_logits(&self) -> bool {
+        self.bf16_logits
     }
 
     /// How the products read the matrices kept in a compact type ([`Compact`];

@@ -458,6 +458,10 @@ impl<'w> ReplicaState<'w> {
         if cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os("TOY_NO_0040_CAST").is_none() {
             weights.set_compact(crate::model::weights::Compact::Bf16);
         }
+        // and the head writes bf16 logits (TOY_F32_LOGITS: f32, for A/B runs of patch 0041)
+        weights.set_bf16_logits(cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os("TOY_F32_LOGITS").is_none());
+        // and the blocks keep their products' inputs in bf16 (TOY_F32_INPUTS: f32, for A/B runs of patch 0042)
+        weights.set_bf16_inputs(cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os("TOY_F32_INPUTS").is_none());
         let trainable: Vec<_> = weights.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
         for &p in &trainable {
             wctx.set_param(p)?;
