@@ -39,13 +39,18 @@ pub struct EvalResult {
 
 /// UTF-8 bytes of the documents of a raw text file, gzipped or not (separator lines excluded),
 /// or `None` for id files and prepared folders.
-fn text_bytes(path: &std::path::Path) -> Option<usize> {
+fn text_bytes(path: &std::path::Path, text_field: &str) -> Option<usize> {
     if !path.is_file() || path.extension().is_some_and(|e| e == "bin") {
         return None;
     }
-    let (_, gzip) = crate::data::sources::format_of(path);
+    let (format, gzip) = crate::data::sources::format_of(path);
     let mut text = String::new();
     crate::data::sources::decoded(std::fs::File::open(path).ok()?, gzip).read_to_string(&mut text).ok()?;
+    if format == crate::data::sources::Format::JsonLines {
+        // The records' texts (and a separator each), not the JSON around them.
+        let field = |l: &str| serde_json::from_str::<serde_json::Value>(l).ok()?.get(text_field)?.as_str().map(|t| t.len() + 1);
+        return text.lines().filter(|l| !l.trim().is_empty()).map(field).sum();
+    }
     if text.lines().filter(|l| !l.trim().is_empty()).all(|l| l.split_whitespace().all(|w| w.parse::<u32>().is_ok())) {
         return None;
     }
@@ -91,7 +96,7 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
     if args.max_windows == Some(0) {
         return Err(input("--max-windows must be at least 1"));
     }
-    let bytes = c.tokenizer.as_ref().and(text_bytes(path));
+    let bytes = c.tokenizer.as_ref().and(text_bytes(path, &text.text_field));
     // The whole corpus (a prepared folder's splits one after the other).
     let ids: crate::data::Tokens = if c.val.is_empty() { c.train } else { [c.train.to_vec()?, c.val.to_vec()?].concat().into() };
     for at in (0..ids.len()).step_by(1 << 20) {

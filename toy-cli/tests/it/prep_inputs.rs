@@ -63,14 +63,17 @@ fn jsonl_folders_and_gzip_give_the_ids_of_plain_text() {
         let o = toy(t, &[&["train", "--preset", "smoke", "--steps", "2", "--corpus", c, "--out", &out, "--json"], field].concat());
         assert!(o.status.success(), "toy train --corpus {c}: {}", String::from_utf8_lossy(&o.stderr));
     }
-    // `toy eval` gives a gzipped text the same figures, bits per byte included.
-    let eval = |c: &str| {
-        let o = toy(t, &["eval", "r-folder", "--corpus", c, "--context", "32", "--json", "--threads", "1"]);
+    // `toy eval` gives a gzipped text and the same documents as JSON Lines the same
+    // figures, bits per byte included (over the records' texts, not their JSON).
+    let eval = |c: &str, extra: &[&str]| {
+        let o = toy(t, &[&["eval", "r-folder", "--corpus", c, "--context", "32", "--json", "--threads", "1"], extra].concat());
         assert!(o.status.success(), "toy eval --corpus {c}: {}", String::from_utf8_lossy(&o.stderr));
         serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
     };
-    let (plain, gz) = (eval("plain.txt"), eval("plain.txt.gz"));
+    let (plain, gz) = (eval("plain.txt", &[]), eval("plain.txt.gz", &[]));
     assert!(plain["bits_per_byte"].as_f64().is_some() && plain == gz, "{plain} vs {gz}");
+    let jsonl = eval("docs.jsonl", &["--text-field", "body"]);
+    assert_eq!((&jsonl["bytes"], &jsonl["bits_per_byte"]), (&plain["bytes"], &plain["bits_per_byte"]), "{jsonl} vs {plain}");
 }
 
 #[test]
