@@ -124,8 +124,10 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
             input(format!("--resume {}: no config.toml ({e}); is it a run folder?", dir.display()))
         }
     })?;
-    let mut cfg: TrainConfig =
-        toml::from_str(&text).map_err(|e| input(format!("{}: {}", dir.join("config.toml").display(), e.message())))?;
+    let mut cfg: TrainConfig = toml::from_str(&text).map_err(|e| {
+        let message = e.message().trim().replace('\n', "; ");
+        input(format!("{}: {message}", where_in(&dir.join("config.toml"), &text, e.span())))
+    })?;
     let a = &super::resume::moved_base(a, &mut cfg, dir)?;
     let conflicts = super::resume::conflicts(a, &cfg);
     if !conflicts.is_empty() {

@@ -222,6 +222,11 @@ fn a_run_config_with_an_unknown_key_is_refused() {
     fails(&resume(t, "r", &["--steps", "2"]), "lerning_rate");
     std::fs::write(t.join("r/config.toml"), config.replace("[model]\n", "[model]\nd_modle = 3\n")).unwrap();
     fails(&resume(t, "r", &["--steps", "2"]), "d_modle");
+    // A bad value is refused with its line, as toy.toml's are.
+    let line = config.lines().position(|l| l.starts_with("lr = ")).unwrap() + 1;
+    let bad: String = config.lines().map(|l| if l.starts_with("lr = ") { "lr = \"fast\"\n".into() } else { format!("{l}\n") }).collect();
+    std::fs::write(t.join("r/config.toml"), bad).unwrap();
+    fails(&resume(t, "r", &["--steps", "2"]), &format!("config.toml line {line} (`lr = \"fast\"`)"));
     std::fs::write(t.join("r/config.toml"), &config).unwrap();
     ok(&resume(t, "r", &["--steps", "2"]));
 }
