@@ -78,10 +78,10 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
     let mut h = ctx.reshape(h, &[d, t, b])?; // [d, T, B]
     for (layer, blk) in w.blocks().iter().enumerate() {
         let a = blk.product_input(ctx, ctx.rms_norm_gain(h, blk.tensor("attn_norm.weight")?, eps)?)?; // [d, T, B]
-                                                                                                      // RoPE over [dh, heads, T·B] with per-token positions: its backward then
-                                                                                                      // receives a contiguous gradient (through the reshape), which CUDA needs.
         let (hq, hkv) = (c.n_heads as i64, c.n_kv_heads as i64);
         let lin = |stem: &str, x| blk.linear(ctx, stem, s, x);
+        // RoPE over [dh, heads, T·B] with per-token positions: its backward then
+        // receives a contiguous gradient (through the reshape), which CUDA needs.
         let q = rope(ctx, ctx.reshape(lin("attn_q", a)?, &[dh, hq, t * b])?, x.pos, mode, c.rope_base)?;
         let k = rope(ctx, ctx.reshape(lin("attn_k", a)?, &[dh, hkv, t * b])?, x.pos, mode, c.rope_base)?;
         let q = ctx.reshape(q, &[dh, hq, t, b])?; // [dh, H, T, B]

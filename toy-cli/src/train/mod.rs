@@ -453,15 +453,16 @@ impl<'w> ReplicaState<'w> {
     /// the donor's table) the tensors of one replica.
     pub(crate) fn new(wctx: &'w Context, cfg: &TrainConfig, plan: &Plan<'_>, device: &Backend, split: bool) -> Result<ReplicaState<'w>> {
         let mut weights = Weights::new(wctx, &cfg.model)?;
-        // bf16 products read a frozen base's compact matrices converted once to bf16
-        // (TOY_NO_0040_CAST: to f32 as on the CPU, for A/B runs of patch 0040)
-        if cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os("TOY_NO_0040_CAST").is_none() {
+        // Under bf16 (autocast), each off by its variable for A/B runs: a frozen base's compact
+        // matrices are cast once to bf16 (TOY_NO_0040_CAST: to f32, as on the CPU; patch 0040),
+        // the head writes bf16 logits (TOY_F32_LOGITS; patch 0041) and the blocks keep their
+        // products' inputs in bf16 (TOY_F32_INPUTS; patch 0042).
+        let autocast = |off: &str| cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os(off).is_none();
+        if autocast("TOY_NO_0040_CAST") {
             weights.set_compact(crate::model::weights::Compact::Bf16);
         }
-        // and the head writes bf16 logits (TOY_F32_LOGITS: f32, for A/B runs of patch 0041)
-        weights.set_bf16_logits(cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os("TOY_F32_LOGITS").is_none());
-        // and the blocks keep their products' inputs in bf16 (TOY_F32_INPUTS: f32, for A/B runs of patch 0042)
-        weights.set_bf16_inputs(cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os("TOY_F32_INPUTS").is_none());
+        weights.set_bf16_logits(autocast("TOY_F32_LOGITS"));
+        weights.set_bf16_inputs(autocast("TOY_F32_INPUTS"));
         let trainable: Vec<_> = weights.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
         for &p in &trainable {
             wctx.set_param(p)?;

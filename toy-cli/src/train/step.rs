@@ -62,12 +62,12 @@ struct LossGraph<'a> {
 /// kernels, 10× slower at GPT-2 124M.
 pub const HEAD_ROWS_MULTIPLE: i64 = 128;
 
-/// The loss of a batch of `b` sequences of `t` tokens. With `pad_head` (a
-/// training graph) and an f32 head, the head runs on `[d, Vp]`, its rows
-/// zero-padded to [`HEAD_ROWS_MULTIPLE`], and the loss ignores the padding
-/// columns (the logits are then `[Vp, T·B]`); with `pad_head` and
-/// [`Weights::bf16_logits`] the logits are bf16.
-fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b: usize, pad_head: bool) -> Result<LossGraph<'a>> {
+/// The loss of a batch of `b` sequences of `t` tokens. In a `training` graph
+/// an f32 head runs on `[d, Vp]`, its rows zero-padded to
+/// [`HEAD_ROWS_MULTIPLE`], and the loss ignores the padding columns (the
+/// logits are then `[Vp, T·B]`); with [`Weights::bf16_logits`] the logits
+/// are bf16.
+fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b: usize, training: bool) -> Result<LossGraph<'a>> {
     let v = w.config().vocab as i64;
     let n = (t * b) as i64;
     let tokens = ctx.new_tensor_1d(DType::I32, n)?.set_name("tokens")?.set_input();
@@ -75,11 +75,10 @@ fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b
     let h = w.hidden(ctx, c.batch(ctx, tokens, t, b)?)?;
     let h = ctx.reshape(h, &[h.ne()[0], n])?; // [d, T, B] as [d, T·B]: the head is one product, not B
     let head = w.head()?; // [d, V]
-    let pad_head_asked = pad_head; // a training graph
-    let pad_head = pad_head && head.dtype() == DType::F32; // a frozen base's head (LoRA) is read as it is
+    let pad_head = training && head.dtype() == DType::F32; // a frozen base's head (LoRA) is read as it is
     let vp = if pad_head { (v + HEAD_ROWS_MULTIPLE - 1) / HEAD_ROWS_MULTIPLE * HEAD_ROWS_MULTIPLE } else { v };
     let head = if vp > v { ctx.pad(head, [0, vp - v, 0, 0])? } else { w.operand(ctx, head)? }; // [d, Vp]
-    let bf16 = pad_head_asked && w.bf16_logits() && matches!(head.dtype(), DType::F32 | DType::BF16);
+    let bf16 = training && w.bf16_logits() && matches!(head.dtype(), DType::F32 | DType::BF16);
     let logits = if bf16 { ctx.mul_mat_bf16(head, h)? } else { ctx.mul_mat(head, h)? }.set_name("logits")?; // [Vp, T·B]
     let loss = ctx.cross_entropy_loss_ids_ext(logits, targets, v)?.set_name("loss")?.set_output(); // [1]
     Ok(LossGraph { tokens, targets, logits, loss })
