@@ -181,8 +181,9 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
     for (s, &need) in srcs.iter().zip(src_needs) {
         // bf16 logits (patch 0041): the loss's bf16 gradient goes to their product's OUT_PRODs
         let bf16_logits = op == sys::GGML_OP_CROSS_ENTROPY_LOSS_IDS && s.dtype() == crate::DType::BF16 && s.op() == sys::GGML_OP_MUL_MAT;
-        // a product's input cast to bf16, maybe reshaped (patch 0042): its gradient is f32
-        let bf16_input = matches!(op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_RESHAPE) && is_bf16_cast(s);
+        // a product's input cast to bf16, maybe reshaped (patch 0042), or the attention's
+        // (patch 0043): its gradient is f32
+        let bf16_input = matches!(op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_RESHAPE | sys::GGML_OP_ATTN_CAUSAL) && is_bf16_cast(s);
         if need && !bf16_logits && !bf16_input && !matches!(s.dtype(), crate::DType::F32 | crate::DType::F16) {
             return Err(fail(n, "gradients flow only through f32/f16 operands"));
         }

@@ -373,6 +373,8 @@ stage_cast_ab() { AB_ENV=TOY_NO_0040_CAST ab_cases; }
 stage_logits_ab() { AB_CASES=${AB_CASES:-2 0 4} AB_ENV=TOY_F32_LOGITS ab_cases; }
 # Patch 0042: the products' inputs (norm, GELU, SwiGLU outputs) stored in bf16, then in f32.
 stage_inputs_ab() { AB_CASES=${AB_CASES:-2 0 4} AB_ENV=TOY_F32_INPUTS ab_cases; }
+# Patch 0043: the attention's q, k and v cast to bf16, then read in f32.
+stage_attn_ab() { AB_CASES=${AB_CASES:-2 0 4} AB_ENV=TOY_F32_ATTENTION ab_cases; }
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do

@@ -312,16 +312,23 @@ impl Context {
     /// `q`: f32 `[d_head, n_head, T, B]`; `k`, `v`: f32 `[d_head, n_kv, T, B]`,
     /// `n_kv` dividing `n_head` (query head `h` reads kv head
     /// `h / (n_head/n_kv)`, llama.cpp's convention). Rows (`ne0`) contiguous,
-    /// other strides free. Returns the output `[d_head, n_head, T, B]`
-    /// (contiguous: a view of the op's packed result). CPU only for now: on
-    /// other backends the scheduler runs it on the CPU.
+    /// other strides free. Or all three bf16 (patch 0043: casts of f32
+    /// tensors, whose gradients stay f32), on CUDA only, for `d_head` 64 or
+    /// 128 (its flash kernels): [`Graph::allocate`](crate::Graph::allocate)
+    /// refuses such a node elsewhere. Returns the f32 output
+    /// `[d_head, n_head, T, B]` (contiguous: a view of the op's packed result).
+    /// CPU and CUDA kernels; on other backends the scheduler runs it on the CPU.
     ///
     /// # Errors
-    /// [`Error::Op`] on other types, strided rows, or shapes that do not match.
+    /// [`Error::Op`] on other types, mixed types, strided rows, or shapes that
+    /// do not match.
     pub fn attn_causal<'a>(&'a self, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>, scale: f32) -> Result<Tensor<'a>> {
         for t in [&q, &k, &v] {
-            need_dtype("attn_causal", t, &[DType::F32])?;
-            if t.nb()[0] != 4 {
+            need_dtype("attn_causal", t, &[DType::F32, DType::BF16])?;
+            if t.dtype() != q.dtype() {
+                return Err(Error::op("attn_causal", format!("q is {} and another operand {}", q.dtype(), t.dtype())));
+            }
+            if t.nb()[0] != t.dtype().type_size() {
                 return Err(Error::op("attn_causal", format!("{} has strided rows", shape_str(t))));
             }
         }

@@ -157,7 +157,10 @@ fn scaled_err(got: &[f32], want: &[f64]) -> f64 {
 /// Output and gradients with the device's products in bf16 (on CUDA: patch
 /// 0024's tensor-core kernels, bf16 inputs and f32 accumulation) against f64,
 /// within 1e-2 of each tensor's scale (the CPU ignores the setting: f32).
-fn check_bf16(dims: [usize; 5], seed: u64) {
+/// With `cast`, the op reads `ggml_cast(x, BF16)` of the f32 parameters (patch
+/// 0043), as toy's autocast feeds it: `Err` where the graph is refused.
+/// Returns the output and the gradients of q, k and v.
+fn check_bf16(dims: [usize; 5], seed: u64, cast: bool) -> ggml_rs::Result<Vec<Vec<f32>>> {
     let [dh, h, hkv, t, b] = dims;
     let mut rg = rng(seed);
     let scale = 1.0 / (dh as f32).sqrt();
@@ -171,44 +174,76 @@ fn check_bf16(dims: [usize; 5], seed: u64) {
     );
     let dev = cpu();
     dev.set_matmul_precision(ggml_rs::MatmulPrecision::Medium);
-    let ctx = Context::new(256).unwrap();
-    let new = |ne: [usize; 4]| {
-        let x = ctx.new_tensor(DType::F32, &ne.map(|n| n as i64)).unwrap();
-        ctx.set_param(x).unwrap();
-        x
+    let ctx = Context::new(256)?;
+    let new = |ne: [usize; 4]| -> ggml_rs::Result<_> {
+        let x = ctx.new_tensor(DType::F32, &ne.map(|n| n as i64))?;
+        ctx.set_param(x)?;
+        Ok(x)
     };
-    let (q, k, v) = (new([dh, h, t, b]), new([dh, hkv, t, b]), new([dh, hkv, t, b]));
-    ctx.allocate(&dev).unwrap();
+    let (q, k, v) = (new([dh, h, t, b])?, new([dh, hkv, t, b])?, new([dh, hkv, t, b])?);
+    ctx.allocate(&dev)?;
     for (x, d) in [(q, &qd), (k, &kd), (v, &vd)] {
-        x.write(d).unwrap();
+        x.write(d)?;
     }
-    let o = ctx.attn_causal(q, k, v, scale).unwrap().set_output();
-    let rt = ctx.new_tensor(DType::F32, &o.ne()).unwrap().set_input();
-    let loss = ctx.sum(ctx.mul(o, rt).unwrap()).unwrap().set_output();
-    let mut g = ggml_rs::Graph::with_grads(&ctx, 1024).unwrap();
-    g.expand(loss).unwrap();
-    g.build_backward(loss).unwrap();
+    let read = |x| if cast { ctx.cast(x, DType::BF16) } else { Ok(x) };
+    let o = ctx.attn_causal(read(q)?, read(k)?, read(v)?, scale)?.set_output();
+    let rt = ctx.new_tensor(DType::F32, &o.ne())?.set_input();
+    let loss = ctx.sum(ctx.mul(o, rt)?)?.set_output();
+    let mut g = ggml_rs::Graph::with_grads(&ctx, 1024)?;
+    g.expand(loss)?;
+    g.build_backward(loss)?;
     let grads: Vec<_> = [q, k, v].iter().map(|&x| g.grad(x).unwrap().set_output()).collect();
-    g.allocate(&backends(&dev)).unwrap();
-    rt.write(&rd).unwrap();
-    g.compute().unwrap();
+    g.allocate(&backends(&dev))?;
+    rt.write(&rd)?;
+    g.compute()?;
+    assert!(g.cpu_fallbacks().is_empty(), "{:?}", g.cpu_fallbacks());
     let (q64, k64, v64, r64) = (f64s(&qd), f64s(&kd), f64s(&vd), f64s(&rd));
     let want_o = reference(&q64, &k64, &v64, dims, scale as f64);
     let want = reference_grads(&q64, &k64, &v64, &r64, dims, scale as f64);
-    let name = format!("attn_causal bf16 products, dh {dh}, heads {h}/{hkv}, T {t}, B {b}");
-    let e = scaled_err(&o.read_f32().unwrap(), &want_o);
+    let name = format!("attn_causal bf16 products, dh {dh}, heads {h}/{hkv}, T {t}, B {b}, cast {cast}");
+    let mut got = vec![o.read_f32()?];
+    let e = scaled_err(&got[0], &want_o);
     println!("{name}: out max err / scale {e:.3e}");
     assert!(e < 1e-2, "{name}: output off by {e:e}");
     for (x, (gt, w)) in ["q", "k", "v"].iter().zip(grads.iter().zip(&want)) {
-        let e = scaled_err(&gt.read_f32().unwrap(), w);
+        got.push(gt.read_f32()?);
+        let e = scaled_err(got.last().unwrap(), w);
         println!("{name}: d{x} max err / scale {e:.3e}");
         assert!(e < 1e-2, "{name}: d{x} off by {e:e}");
     }
+    Ok(got)
 }
 
 #[test]
 fn bf16_products_within_bf16_tolerance() {
-    check_bf16([64, 9, 3, 130, 2], 2020); // SmolLM2's heads, two full 64-row blocks and a partial one
-    check_bf16([128, 4, 2, 70, 1], 2021); // d_head 128
-    check_bf16([64, 2, 2, 1, 1], 2022); // one position
+    check_bf16([64, 9, 3, 130, 2], 2020, false).unwrap(); // SmolLM2's heads, two full 64-row blocks and a partial one
+    check_bf16([128, 4, 2, 70, 1], 2021, false).unwrap(); // d_head 128
+    check_bf16([64, 2, 2, 1, 1], 2022, false).unwrap(); // one position
+}
+
+/// Patch 0043: q, k and v cast to bf16 give on CUDA what the flash kernels
+/// give from the f32 tensors (which they round the same way; to 1e-6), and
+/// their f32 gradients reach the parameters through the casts. The CPU has no
+/// bf16 kernel: the graph is refused before ggml sees it.
+#[test]
+fn bf16_inputs_give_what_the_f32_inputs_give() {
+    let dev = cpu();
+    for (dims, seed) in [([64, 9, 3, 130, 2], 2030), ([128, 4, 2, 70, 1], 2031)] {
+        let cast = check_bf16(dims, seed, true);
+        if dev.is_cpu() {
+            let e = cast.expect_err("the CPU refuses bf16 attention").to_string();
+            assert!(e.contains("runs on none of"), "{e}");
+            continue;
+        }
+        let plain = check_bf16(dims, seed, false).unwrap();
+        for (what, (a, b)) in ["out", "dq", "dk", "dv"].iter().zip(cast.unwrap().iter().zip(&plain)) {
+            // dq is summed with f32 atomics, in no fixed order
+            let d = scaled_err(a, &f64s(b));
+            assert!(d <= 1e-6, "{dims:?} {what}: bf16 inputs differ from f32 inputs by {d:e} of the scale");
+        }
+    }
+    let ctx = Context::new(8).unwrap();
+    let (a, b) = (ctx.new_tensor(DType::F32, &[64, 2, 4, 1]).unwrap(), ctx.new_tensor(DType::BF16, &[64, 2, 4, 1]).unwrap());
+    let e = ctx.attn_causal(a, b, b, 0.125).expect_err("mixed types are refused").to_string();
+    assert!(e.contains("f32") && e.contains("bf16"), "{e}");
 }

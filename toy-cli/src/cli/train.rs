@@ -410,7 +410,8 @@ flag_group! {
         pub attention: Option<Attention>,
         /// Step precision, PyTorch autocast's: bf16 (matrix products with bf16
         /// inputs and f32 accumulation, except those that only read the attention
-        /// scores, which stay TF32; their inputs and the logits kept in bf16;
+        /// scores, which stay TF32; their inputs, the fused attention's q, k, v
+        /// and the logits kept in bf16;
         /// weights, gradients, optimizer state, norms, softmax and the loss's
         /// arithmetic in f32; CUDA only) or f32. Default: bf16 on CUDA, f32
         /// elsewhere (train: --resume keeps the run's).

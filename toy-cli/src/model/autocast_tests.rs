@@ -64,3 +64,38 @@ fn bf16_product_inputs_agree_with_f32_inputs() {
         }
     }
 }
+
+/// bf16 attention inputs (toy-rs patch 0043, [`Block::attention`](super::weights::Block::attention)):
+/// a fused attention with heads of 64 reads q, k and v cast to bf16 (three
+/// casts per layer), which the CPU refuses with ggml-rs's error, not ggml's
+/// abort; the reference attention and head sizes that CUDA's flash kernels do
+/// not take keep f32 (no cast, and the step runs). CUDA's numbers are checked
+/// in ggml-rs (`attention::bf16_inputs_give_what_the_f32_inputs_give`).
+#[test]
+fn bf16_attention_inputs_only_where_the_flash_kernels_take_them() {
+    use crate::model::attention::Attention;
+    let graph = |c: &ModelConfig, attention| -> ggml_rs::Result<usize> {
+        let backend = Backend::cpu()?;
+        let wctx = Context::new(capacity(c.n_layers))?;
+        let mut w = Weights::new(&wctx, c)?;
+        w.set_bf16_attention(true);
+        for p in w.params() {
+            wctx.set_param(p.tensor)?;
+        }
+        let mut consts = Consts::new(&wctx, c.context, 2)?;
+        consts.attention = attention;
+        wctx.allocate(&backend)?;
+        consts.fill()?;
+        let cctx = Context::new(capacity(c.n_layers))?;
+        let gs = GradStep::new(&cctx, &w, &consts, c.context, 2, &[backend])?;
+        Ok(gs.graph().nodes().iter().filter(|n| n.op() == sys::GGML_OP_CPY && n.dtype() == ggml_rs::DType::BF16).count())
+    };
+    for arch in [Arch::Llama, Arch::Gpt2] {
+        let wide = ModelConfig::new(arch, 61, 128, 2, 2, 96, 8); // heads of 64
+        let e = graph(&wide, Attention::Fused).expect_err("the CPU has no bf16 attention").to_string();
+        assert!(e.contains("runs on none of") && e.contains("ATTN_CAUSAL"), "{arch:?}: {e}");
+        assert_eq!(graph(&wide, Attention::Reference).unwrap(), 0, "{arch:?}");
+        let narrow = ModelConfig::new(arch, 61, 32, 2, 4, 48, 8); // heads of 8
+        assert_eq!(graph(&narrow, Attention::Fused).unwrap(), 0, "{arch:?}");
+    }
+}

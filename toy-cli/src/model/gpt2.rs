@@ -6,7 +6,6 @@
 //! `mul_mat` gradients); checkpoints store them fused as `attn_qkv`, as llama.cpp
 //! expects.
 
-use super::attention::causal_attention;
 use super::table::{Fused, Spec, Table};
 use super::{Batch, Weights};
 use ggml_rs::{Context, Result, Tensor};
@@ -72,7 +71,7 @@ pub fn hidden<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>) -> Result<Ten
         let lin = |stem: &str, x| blk.linear(ctx, stem, 1.0, x); // W·x + b
         let a = blk.product_input(ctx, norm("attn_norm", h)?)?; // [d, T, B], bf16 under autocast
         let split = |stem: &str| -> Result<Tensor<'a>> { ctx.reshape(lin(stem, a)?, &[dh, heads, t, b]) };
-        let att = causal_attention(ctx, split("attn_q")?, split("attn_k")?, split("attn_v")?, &x, layer)?; // [d, T, B]
+        let att = blk.attention(ctx, [split("attn_q")?, split("attn_k")?, split("attn_v")?], &x, layer)?; // [d, T, B]
         h = ctx.add(h, lin("attn_output", att)?)?;
         let m = blk.product_input(ctx, norm("ffn_norm", h)?)?;
         let u = blk.product_input(ctx, ctx.gelu(lin("ffn_up", m)?)?)?; // [d_ff, T, B]

@@ -2,7 +2,7 @@
 //! RoPE (ggml mode 0, as llama.cpp's `llama` expects), multi-head or
 //! grouped-query causal attention, SwiGLU feed-forward, no biases.
 
-use super::attention::{causal_attention, rope};
+use super::attention::rope;
 use super::table::{Lora, Spec, Table};
 use super::{Batch, ModelConfig, Weights};
 use ggml_rs::{Context, Result, RopeMode, Tensor};
@@ -87,7 +87,7 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
         let q = ctx.reshape(q, &[dh, hq, t, b])?; // [dh, H, T, B]
         let k = ctx.reshape(k, &[dh, hkv, t, b])?;
         let v = ctx.reshape(lin("attn_v", a)?, &[dh, hkv, t, b])?;
-        let att = causal_attention(ctx, q, k, v, &x, layer)?; // [H·dh, T, B]
+        let att = blk.attention(ctx, [q, k, v], &x, layer)?; // [H·dh, T, B]
         h = blk.linear_onto(ctx, "attn_output", s, att, Some(h))?; // h + W_o·att (+ LoRA)
 
         let m = blk.product_input(ctx, ctx.rms_norm_gain(h, blk.tensor("ffn_norm.weight")?, eps)?)?;

@@ -2,6 +2,7 @@
 //! [`Table`], and what the optimizer, initialization and checkpoints need to
 //! know of each.
 
+use super::attention::{causal_attention, Attention};
 use super::lora::{self, Adapter};
 use super::table::{Init, Lora, Role, Spec, Table};
 use super::{Batch, ModelConfig};
@@ -30,6 +31,8 @@ pub struct Block<'w> {
     compact: Compact,
     /// Whether [`Block::product_input`] stores its tensor in bf16.
     bf16_inputs: bool,
+    /// Whether [`Block::attention`] casts q, k and v to bf16.
+    bf16_attention: bool,
 }
 
 fn missing(name: &str) -> ggml_rs::Error {
@@ -65,6 +68,23 @@ impl<'w> Block<'w> {
         } else {
             Ok(x)
         }
+    }
+
+    /// Causal attention ([`causal_attention`]) of `q` `[d_head, n_head, T, B]`
+    /// and `k`, `v` `[d_head, n_kv, T, B]`, f32; returns `[d_head·n_head, T, B]`.
+    /// With [`Weights::set_bf16_attention`] on, a fused attention without a
+    /// cache reads them cast to bf16 where CUDA's flash kernels take them
+    /// (toy-rs patch 0043: head sizes 64 and 128). Those kernels round them
+    /// to bf16 anyway; the op then keeps the bf16 copies for its backward and
+    /// the f32 tensors die after the casts (half the bytes, as autocast keeps
+    /// a linear's bf16 output for SDPA's backward).
+    pub fn attention<'a>(&self, ctx: &'a Context, [q, k, v]: [Tensor<'a>; 3], x: &Batch<'a>, layer: usize) -> Result<Tensor<'a>> {
+        let dh = q.ne()[0];
+        if self.bf16_attention && x.attention == Attention::Fused && x.cache.is_none() && (dh == 64 || dh == 128) {
+            let bf16 = |t| ctx.cast(t, DType::BF16);
+            return causal_attention(ctx, bf16(q)?, bf16(k)?, bf16(v)?, x, layer);
+        }
+        causal_attention(ctx, q, k, v, x, layer)
     }
 
     /// `W·x`, plus `scale·B·(A·x)` where an adapter targets `W`, plus `b` where
@@ -206,7 +226,7 @@ impl<'w> Weights<'w> {
                     }
                 }
                 let tensors = table.blocks.iter().map(|s| create(ctx, cfg, s, &format!("blk.{i}.{}", s.name))).collect::<Result<_>>()?;
-                Ok(Block { table, tensors, lora, compact: Compact::F32, bf16_inputs: false })
+                Ok(Block { table, tensors, lora, compact: Compact::F32, bf16_inputs: false, bf16_attention: false })
             })
             .collect::<Result<Vec<_>>>()?;
         let first = table.first.iter().map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
@@ -229,6 +249,14 @@ impl<'w> Weights<'w> {
     /// largest tensor of a step at real vocabularies (3.3 GB f32 at GPT-2 124M).
     pub fn set_bf16_logits(&mut self, on: bool) {
         self.bf16_logits = on;
+    }
+
+    /// Let the blocks' fused attention read q, k and v cast to bf16
+    /// ([`Block::attention`]; toy-rs patch 0043, for bf16 products on CUDA).
+    pub fn set_bf16_attention(&mut self, on: bool) {
+        for b in &mut self.blocks {
+            b.bf16_attention = on;
+        }
     }
 
     /// Let the blocks store the inputs of their products (norm, GELU and

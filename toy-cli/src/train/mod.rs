@@ -455,14 +455,16 @@ impl<'w> ReplicaState<'w> {
         let mut weights = Weights::new(wctx, &cfg.model)?;
         // Under bf16 (autocast), each off by its variable for A/B runs: a frozen base's compact
         // matrices are cast once to bf16 (TOY_NO_0040_CAST: to f32, as on the CPU; patch 0040),
-        // the head writes bf16 logits (TOY_F32_LOGITS; patch 0041) and the blocks keep their
-        // products' inputs in bf16 (TOY_F32_INPUTS; patch 0042).
+        // the head writes bf16 logits (TOY_F32_LOGITS; patch 0041), the blocks keep their
+        // products' inputs in bf16 (TOY_F32_INPUTS; patch 0042) and their attention's q, k and v
+        // (TOY_F32_ATTENTION; patch 0043).
         let autocast = |off: &str| cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os(off).is_none();
         if autocast("TOY_NO_0040_CAST") {
             weights.set_compact(crate::model::weights::Compact::Bf16);
         }
         weights.set_bf16_logits(autocast("TOY_F32_LOGITS"));
         weights.set_bf16_inputs(autocast("TOY_F32_INPUTS"));
+        weights.set_bf16_attention(autocast("TOY_F32_ATTENTION"));
         let trainable: Vec<_> = weights.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
         for &p in &trainable {
             wctx.set_param(p)?;
