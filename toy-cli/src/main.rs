@@ -1,6 +1,5 @@
 //! The `toy` command.
 
-use clap::Parser;
 use std::process::ExitCode;
 use toy::cli::{Cli, Command};
 use toy::output::{one_line, shown};
@@ -23,7 +22,7 @@ fn command_name(c: &Command) -> &'static str {
 /// The subcommand named on the command line, if any (global flags may come first).
 fn named_command() -> Option<String> {
     let cli = <Cli as clap::CommandFactory>::command();
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
     let i = args.iter().position(|a| cli.find_subcommand(a).is_some())?;
     let sub = cli.find_subcommand(&args[i])?;
     // And its own subcommand (`debug bench`, `export merge`), whose help is the one to see.
@@ -113,7 +112,11 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = match Cli::try_parse() {
+    // args_os: a path that is not UTF-8 is clap's to refuse (one line), not a panic here.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let seen: Vec<String> = args.iter().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
+    let parsed = toy::cli::command_for(&seen).try_get_matches_from(&args).and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;

@@ -4,8 +4,10 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 mod debug;
+mod help;
 mod train;
 pub use debug::{BenchArgs, ChatMasksArgs, DebugArgs, DebugCommand, DumpArgs, TokenizeArgs};
+pub use help::command_for;
 pub use train::{
     BatchArgs, DataArgs, DeviceArgs, FinetuneArgs, Flag, FlagValue, LogArgs, OptimArgs, ShapeArgs, Shown, TrainArgs, WarmStartArgs,
 };

@@ -45,6 +45,14 @@ fn flags_and_paths() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.code() == Some(2) && err.starts_with("toy: unrecognized subcommand") && err.contains("`toy --help`"), "{err}");
     fails(&toy(t, &["eval", "r"]), "eval", "--corpus <CORPUS>");
+    // An argument that is not UTF-8 is clap's one line, not a panic.
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let bad = std::ffi::OsStr::from_bytes(b"\xff");
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_toy")).arg("train").arg(bad).current_dir(t).output().unwrap();
+        fails(&o, "train", "invalid value");
+    }
     // Each optimizer setting is refused by its own flag's name.
     fails(&train(t, &["--grad-clip", "nan", "--out", "a"]), "train", "--grad-clip NaN");
     fails(&train(t, &["--grad-clip", "-1", "--out", "a"]), "train", "--grad-clip -1");
