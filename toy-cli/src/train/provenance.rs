@@ -29,8 +29,10 @@ pub(super) fn provenance(
 }
 
 /// The keys a finetuned model keeps from its base (its chat template and
-/// special-token ids, see [`BASE_KEYS`]): from the base of `plan`, or from
-/// the checkpoint it resumes (which kept them). None for other runs.
+/// special-token ids, see [`BASE_KEYS`], and its `{arch}.context_length`: the
+/// positions the model takes, not the run's shorter training windows): from
+/// the base of `plan`, or from the checkpoint it resumes (which kept them).
+/// None for other runs.
 pub(super) fn carried_keys(plan: &Plan<'_>) -> Result<Vec<(String, ggml_rs::gguf::Value)>> {
     let opened;
     let file = match (&plan.init, &plan.resume) {
@@ -41,7 +43,9 @@ pub(super) fn carried_keys(plan: &Plan<'_>) -> Result<Vec<(String, ggml_rs::gguf
         }
         _ => return Ok(Vec::new()),
     };
-    Ok(BASE_KEYS.iter().filter_map(|&k| Some((k.to_string(), file.get(k)?.clone()))).collect())
+    let context = file.get_str("general.architecture").ok().map(|a| format!("{a}.context_length"));
+    let keys = BASE_KEYS.iter().map(|k| k.to_string()).chain(context);
+    Ok(keys.filter_map(|k| Some((k.clone(), file.get(&k)?.clone()))).collect())
 }
 
 /// The model's name in events and checkpoints (`general.name`):

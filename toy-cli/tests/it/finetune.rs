@@ -384,5 +384,9 @@ fn finetune_context_defaults_to_the_models_up_to_1024() {
     };
     assert_eq!(context("a", &["--batch", "1"]), 1024, "the model's 1100, capped");
     assert_eq!(context("b", &["--preset", "smoke"]), 32, "a preset's context");
+    // The checkpoint keeps the positions the model takes, not the 32-token windows it was trained on.
+    let ck = GgufFile::open(t.join("b/weights/latest")).unwrap();
+    assert_eq!(ck.get("llama.context_length").and_then(|v| v.as_u64()), Some(1100));
+    ok(&toy(t, &["eval", "b", "--corpus", "long/config.toml", "--context", "64"]));
     assert_eq!(context("c", &["--context", "1100", "--batch", "1"]), 1100);
 }
