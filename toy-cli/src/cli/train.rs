@@ -333,10 +333,11 @@ flag_group! {
     #[serde(default)]
     #[command(next_help_heading = "Optimizer")]
     pub struct OptimArgs {
-        /// Peak learning rate.
+        /// Peak learning rate. Default 1e-3; finetune: 2e-4 with --lora-rank,
+        /// else 2e-5 (every weight of a trained model).
         #[arg(long)]
         pub lr: Option<f32>,
-        /// Final learning rate of the cosine schedule.
+        /// Final learning rate of the cosine schedule (default: --lr / 10).
         #[arg(long = "min-lr")]
         pub min_lr: Option<f32>,
         /// Linear warmup steps.

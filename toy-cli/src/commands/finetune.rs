@@ -46,6 +46,18 @@ pub fn open_base(path: &Path) -> Result<(Checkpoint, Tokenizer)> {
 /// model's own, at most this (unsloth's and TRL's usual 1024).
 pub const FINETUNE_CONTEXT: usize = 1024;
 
+/// Finetune's peak learning rate when neither `--lr` nor toy.toml gives one:
+/// LoRA adapters take unsloth's and PEFT's usual 2e-4; every weight of a
+/// trained model, TRL's `SFTConfig` default 2e-5 (the from-scratch 1e-3 undoes
+/// what the model knows within a few steps).
+pub fn default_lr(lora: bool) -> f32 {
+    if lora {
+        2e-4
+    } else {
+        2e-5
+    }
+}
+
 /// Refuse a `--preset` (given on the command line) whose model shape is not
 /// that of the base `base` at `path`: finetune keeps the model's shape, and
 /// takes only a preset's batch and context.
@@ -172,6 +184,10 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     });
     check_context(context, base, &path)?;
     let lora = lora_config(a, base)?;
+    if a.optim.lr.is_none() {
+        cfg.lr = default_lr(lora.is_some());
+        cfg.min_lr = a.optim.min_lr.unwrap_or(cfg.lr / 10.0);
+    }
     cfg.model = finetune_model(&ck, &cfg, context, lora);
     cfg.validate()?;
     cfg.recipe = Recipe::Finetune;

@@ -55,7 +55,7 @@ fn finetune_starts_from_the_model_and_learns_the_new_corpus() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     base(t);
-    ok(&finetune(t, "ft", &["--steps", "30", "--save-initial", "--eval-every", "30"]));
+    ok(&finetune(t, "ft", &["--steps", "30", "--save-initial", "--eval-every", "30", "--lr", "1e-3"]));
     let (b, s0) = (GgufFile::open(t.join("base/weights/latest")).unwrap(), GgufFile::open(t.join("ft/weights/step_0.gguf")).unwrap());
     for info in b.tensors() {
         assert_eq!(b.tensor_f32(&info.name).unwrap(), s0.tensor_f32(&info.name).unwrap(), "{} changed before step 1", info.name);
@@ -389,4 +389,16 @@ fn finetune_context_defaults_to_the_models_up_to_1024() {
     assert_eq!(ck.get("llama.context_length").and_then(|v| v.as_u64()), Some(1100));
     ok(&toy(t, &["eval", "b", "--corpus", "long/config.toml", "--context", "64"]));
     assert_eq!(context("c", &["--context", "1100", "--batch", "1"]), 1100);
+    // The learning rate a fine-tune starts from: TRL's 2e-5 for every weight, 2e-4 for LoRA; --lr wins.
+    let lr = |out: &str| -> (f64, f64) {
+        let text = std::fs::read_to_string(t.join(out).join("config.toml")).unwrap();
+        let v: toml::Value = toml::from_str(&text).unwrap();
+        let f = |k: &str| v[k].as_float().unwrap_or_else(|| panic!("{k} in {text}"));
+        (f("lr"), f("min_lr"))
+    };
+    assert_eq!(lr("a"), (2e-5, 2e-6));
+    assert_eq!(context("d", &["--preset", "smoke", "--lora-rank", "2"]), 32);
+    assert_eq!(lr("d"), (2e-4, 2e-5));
+    assert_eq!(context("e", &["--preset", "smoke", "--lr", "0.003"]), 32);
+    assert_eq!(lr("e"), (3e-3, 3e-4));
 }
