@@ -46,6 +46,23 @@ pub fn open_base(path: &Path) -> Result<(Checkpoint, Tokenizer)> {
 /// model's own, at most this (unsloth's and TRL's usual 1024).
 pub const FINETUNE_CONTEXT: usize = 1024;
 
+/// Finetune's context when neither --context nor a preset gives one: the
+/// model's own up to [`FINETUNE_CONTEXT`]; for chat data that is not packed
+/// (one conversation a window, padded), no more than its longest conversation
+/// needs, rounded up to a multiple of 64, with a note (conversations of 40
+/// tokens in windows of 1024 would make a step 25× the work).
+fn default_context(base: usize, corpus: &crate::data::Corpus, pack: bool) -> usize {
+    let cap = base.min(FINETUNE_CONTEXT);
+    let Some(chat) = corpus.chat.as_ref().filter(|_| !pack) else { return cap };
+    let longest = chat.train.iter().chain(&chat.val).map(|e| e.ids.len()).max().unwrap_or(0);
+    let fit = longest.div_ceil(64).max(1) * 64;
+    if fit < cap {
+        eprintln!("note: context {fit}: the longest conversation is {longest} tokens (--context to change, --pack to fill windows)");
+        return fit;
+    }
+    cap
+}
+
 /// Finetune's peak learning rate when neither `--lr` nor toy.toml gives one:
 /// LoRA adapters take unsloth's and PEFT's usual 2e-4; every weight of a
 /// trained model, TRL's `SFTConfig` default 2e-5 (the from-scratch 1e-3 undoes
@@ -177,10 +194,10 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     (args.shape.arch, args.batch.context) = (Some(base.arch), None);
     let mut cfg = resolve(&args, base.vocab)?;
     // --context, else the preset's (flag or toy.toml), else the model's own up to
-    // FINETUNE_CONTEXT (SmolLM2's 8192 would be a slow first run).
+    // FINETUNE_CONTEXT (SmolLM2's 8192 would be a slow first run), or what chat data needs.
     let context = a.batch.context.unwrap_or(match a.batch.preset {
         Some(_) => cfg.model.context.min(base.context),
-        None => base.context.min(FINETUNE_CONTEXT),
+        None => default_context(base.context, &corpus, a.data.pack),
     });
     check_context(context, base, &path)?;
     let lora = lora_config(a, base)?;

@@ -305,6 +305,16 @@ fn a_chat_finetune_learns_the_answers_and_keeps_the_template() {
     ok(&o);
     let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!((s["chat"]["truncated"].as_u64(), s["chat"]["dropped"].as_u64()), (Some(2), Some(1)), "{s}");
+    // Without --context, short conversations get a window that fits the longest one
+    // (rounded up to 64), not the model's 256 of padding each; --pack keeps the model's.
+    std::fs::write(t.join("short.jsonl"), persona(12)).unwrap();
+    let o = finetune(t, "chat.gguf", "short.jsonl", "ft3", &["--steps", "1"]);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("note: context 128: the longest conversation is 65 tokens"), "{err}");
+    assert_eq!(events(&t.join("ft3"))[0]["config"]["context"].as_u64(), Some(128));
+    ok(&finetune(t, "chat.gguf", "short.jsonl", "ft4", &["--steps", "1", "--pack"]));
+    assert_eq!(events(&t.join("ft4"))[0]["config"]["context"].as_u64(), Some(256));
 }
 
 #[test]
