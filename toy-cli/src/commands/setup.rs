@@ -178,10 +178,7 @@ pub fn finish(a: &TrainArgs, run: &RunDir, out: Result<Outcome>) -> Result<Outco
         }
         // Nothing to resume from: no dead folder is left behind.
         let trained = run.has_progress();
-        let _ = std::fs::remove_dir_all(&run.path);
-        if a.out.is_none() {
-            let _ = std::fs::remove_dir("runs"); // only when empty
-        }
+        run.remove();
         let note = format!("; nothing was saved, so the run folder {} was removed", run.path.display());
         match e {
             Error::Runtime(m) if trained => Error::Runtime(m + &note),

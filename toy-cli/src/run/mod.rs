@@ -70,9 +70,24 @@ pub struct RunDir {
     pub path: PathBuf,
     /// `.lock`, held (an advisory lock) while this value or a clone lives.
     _lock: std::sync::Arc<std::fs::File>,
+    /// The outermost folder [`RunDir::create`] made for `path` (`path` itself,
+    /// or a missing parent such as `runs/`): what [`RunDir::remove`] removes.
+    created: Option<PathBuf>,
 }
 
 impl RunDir {
+    /// Remove the run folder (a run that saved nothing) and the parents that
+    /// [`RunDir::create`] made for it, where nothing else was put in them.
+    pub fn remove(&self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+        let Some(top) = &self.created else { return };
+        for p in self.path.ancestors().skip(1) {
+            if !p.starts_with(top) || std::fs::remove_dir(p).is_err() {
+                break;
+            }
+        }
+    }
+
     /// Create the folder `path` (and `weights/`). An existing folder is refused
     /// unless `allow_existing` (resuming); an unwritable place is bad input.
     pub fn create(id: String, path: PathBuf, allow_existing: bool) -> Result<RunDir> {
@@ -88,13 +103,14 @@ impl RunDir {
                 )));
             }
         }
+        let created = path.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(Path::to_path_buf);
         std::fs::create_dir_all(path.join("weights")).map_err(|e| input(format!("cannot create run folder {}: {e}", path.display())))?;
         // Probe writability now rather than after the first training step.
         let probe = path.join(".write-probe");
         create_fresh(&probe).map_err(|e| input(format!("cannot write into {}: {e}", path.display())))?;
         let _ = std::fs::remove_file(probe);
         let lock = lock(&path, "run folder", "a toy train running in it")?;
-        let run = RunDir { id, path, _lock: std::sync::Arc::new(lock) };
+        let run = RunDir { id, path, _lock: std::sync::Arc::new(lock), created };
         run.remove_leftovers();
         Ok(run)
     }

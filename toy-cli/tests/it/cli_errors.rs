@@ -41,6 +41,10 @@ fn flags_and_paths() {
     std::fs::write(t.join("file"), "x").unwrap();
     fails(&train(t, &["--steps", "1", "--out", "file/run"]), "train", "file/run");
     fails(&train(t, &["--steps", "1", "--out", "file"]), "train", "is a file");
+    // A run that fails before saving leaves neither its folder nor the parents it made.
+    std::fs::create_dir(t.join("kept")).unwrap();
+    fails(&train(t, &["--steps", "1", "--batch", "500000", "--out", "kept/new/deeper/run"]), "train", "out of memory");
+    assert!(t.join("kept").is_dir() && !t.join("kept/new").exists());
     let o = toy(t, &["bogus"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.code() == Some(2) && err.starts_with("toy: unrecognized subcommand") && err.contains("`toy --help`"), "{err}");
