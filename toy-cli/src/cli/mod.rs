@@ -12,7 +12,8 @@ pub use train::{
     BatchArgs, DataArgs, DeviceArgs, FinetuneArgs, Flag, FlagValue, LogArgs, OptimArgs, ShapeArgs, Shown, TrainArgs, WarmStartArgs,
 };
 
-/// Train small llama- and GPT-2-shaped language models from scratch on ggml.
+/// Train llama-, qwen2- and GPT-2-shaped language models on ggml: from scratch,
+/// warm-started, or fine-tuned (every weight or LoRA) from a GGUF.
 #[derive(Parser, Debug)]
 #[command(name = "toy", version, about, propagate_version = true)]
 pub struct Cli {
@@ -42,9 +43,8 @@ pub enum Command {
     New(NewArgs),
     /// Write models in other forms (`toy export merge`: a base with a LoRA adapter folded in).
     Export(ExportArgs),
-    /// Tools for the harnesses: gradient and logit dumps for the PyTorch parity
-    /// checks, step timing (bench), tokenizer ids, chat masks.
-    #[command(hide = true)]
+    /// Tools: step timing and memory (bench), what chat data trains
+    /// (chat-masks), tokenizer ids, and the PyTorch parity checks' dumps.
     Debug(DebugArgs),
 }
 
@@ -193,7 +193,7 @@ pub enum ExportCommand {
 
 #[derive(Args, Debug, Clone)]
 pub struct MergeArgs {
-    /// The base model (a llama GGUF; f32, f16, bf16 or quantized matrices).
+    /// The base model (a llama or qwen2 GGUF; f32, f16, bf16 or quantized matrices).
     #[arg(long)]
     pub base: PathBuf,
     /// The adapter (llama.cpp's LoRA layout).

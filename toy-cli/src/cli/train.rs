@@ -392,7 +392,8 @@ flag_group! {
     #[serde(default)]
     #[command(next_help_heading = "Device and precision")]
     pub struct DeviceArgs {
-        /// Device: cpu, cuda, cuda:N, metal.
+        /// Device: cpu, cuda, cuda:N, metal; or several for data-parallel
+        /// training on one host (cuda:0,cuda:1, cuda:all, cpu,cpu; train only).
         #[arg(long)]
         pub device: Option<String>,
         /// CPU threads (default: all cores).
