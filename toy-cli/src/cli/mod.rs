@@ -57,7 +57,8 @@ fn count_u64(text: &str) -> Result<u64, String> {
         Ok(v) if v <= i64::MAX as u64 => Ok(v),
         Ok(_) => Err(too_large()),
         Err(e) if *e.kind() == IntErrorKind::PosOverflow => Err(too_large()),
-        Err(e) => Err(e.to_string()),
+        Err(_) if text.trim_start().starts_with('-') => Err("a count cannot be negative".into()),
+        Err(_) => Err("not a whole number".into()),
     }
 }
 

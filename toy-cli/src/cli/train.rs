@@ -335,19 +335,19 @@ flag_group! {
     pub struct OptimArgs {
         /// Peak learning rate. Default 1e-3; finetune: 2e-4 with --lora-rank,
         /// else 2e-5 (every weight of a trained model).
-        #[arg(long)]
+        #[arg(long, allow_hyphen_values = true)]
         pub lr: Option<f32>,
         /// Final learning rate of the cosine schedule (default: --lr / 10).
-        #[arg(long = "min-lr")]
+        #[arg(long = "min-lr", allow_hyphen_values = true)]
         pub min_lr: Option<f32>,
         /// Linear warmup steps.
         #[arg(long = "warmup-steps", value_parser = count_u64)]
         pub warmup_steps: Option<u64>,
         /// AdamW weight decay (matrices only).
-        #[arg(long = "weight-decay")]
+        #[arg(long = "weight-decay", allow_hyphen_values = true)]
         pub weight_decay: Option<f32>,
         /// Global gradient-norm clip (0 disables).
-        #[arg(long = "grad-clip")]
+        #[arg(long = "grad-clip", allow_hyphen_values = true)]
         pub grad_clip: Option<f32>,
         /// Keep these parameters fixed: names containing any of the comma-separated
         /// patterns (`--freeze token_embd,blk.0.`).

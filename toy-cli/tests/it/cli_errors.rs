@@ -26,7 +26,10 @@ fn flags_and_paths() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     fails(&train(t, &["--steps", "0", "--out", "a"]), "train", "--steps");
-    fails(&train(t, &["--steps", "-3", "--out", "a"]), "train", "-3");
+    fails(&train(t, &["--steps", "-3", "--out", "a"]), "train", "'-3' for '--steps <STEPS>': a count cannot be negative");
+    fails(&train(t, &["--batch", "1.5", "--out", "a"]), "train", "not a whole number");
+    // A negative value in exponent form is the flag's value, refused by the flag's own check.
+    fails(&train(t, &["--lr", "-1e-3", "--out", "a"]), "train", "--lr -0.001 must be positive");
     fails(&train(t, &["--lr", "fast", "--out", "a"]), "train", "fast");
     fails(&train(t, &["--context", "100000", "--out", "a"]), "train", "--context 100000");
     fails(&train(t, &["--heads", "3", "--out", "a"]), "train", "divisible");
