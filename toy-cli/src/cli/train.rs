@@ -148,9 +148,8 @@ macro_rules! flag_group {
 #[serde(default, deny_unknown_fields)]
 #[command(allow_negative_numbers = true)]
 pub struct TrainArgs {
-    /// Recipe.
+    /// Recipe (toy.toml: `recipe = "finetune"`; the command line wins).
     #[arg(value_enum)]
-    #[serde(skip)]
     pub recipe: Option<Recipe>,
     #[command(flatten)]
     #[serde(flatten)]
@@ -199,6 +198,7 @@ pub struct TrainArgs {
 impl TrainArgs {
     /// Flags win over `toy.toml` (`file`).
     pub fn or_from(&mut self, file: &TrainArgs) {
+        self.recipe = self.recipe.or(file.recipe);
         self.data.or_from(&file.data);
         self.batch.or_from(&file.batch);
         self.shape.or_from(&file.shape);

@@ -360,6 +360,14 @@ fn hostile_inputs_of_the_adversarial_pass() {
     std::fs::create_dir(t.join("proj")).unwrap();
     std::fs::write(t.join("proj/toy.toml"), "[trian]\nsteps = 3\n").unwrap();
     fails(&run(toy(&t.join("proj")).args(["train", "--preset", "smoke"])), "trian");
+    // An unknown key names the one meant; the recipe may be set there (the command line wins).
+    std::fs::write(t.join("proj/toy.toml"), "[train]\nlora_rnk = 2\n").unwrap();
+    fails(
+        &run(toy(&t.join("proj")).args(["train", "--preset", "smoke"])),
+        "line 2 (`lora_rnk = 2`): unknown field `lora_rnk`; did you mean `lora_rank`?",
+    );
+    std::fs::write(t.join("proj/toy.toml"), "[train]\nrecipe = \"finetune\"\n").unwrap();
+    fails(&run(toy(&t.join("proj")).args(["train", "--preset", "smoke"])), "finetune needs --from");
     // A hostile batch layout.
     std::fs::write(t.join("batches.json"), r#"{"format":"toy/batches-v1","window":4611686018427387904,"batch":1,"dtype":"u32"}"#).unwrap();
     std::fs::write(t.join("batches.bin"), [0u8; 64]).unwrap();
