@@ -91,7 +91,10 @@ impl GgufFile {
     }
 
     fn from_map(path: PathBuf, map: memmap2::Mmap) -> Result<GgufFile> {
-        let header = validate(&map).map_err(|m| Error::gguf(&path, m))?;
+        // A count that runs past the end is most often a file cut short (an interrupted download).
+        let header = validate(&map).map_err(|m| {
+            Error::gguf(&path, if m.contains("cannot fit in") { format!("{m} (a truncated or incomplete file?)") } else { m })
+        })?;
         let params = sys::gguf_init_params { no_alloc: true, ctx: std::ptr::null_mut() };
         // SAFETY: the buffer was validated above; ggml copies what it keeps.
         let ctx = unsafe { sys::gguf_init_from_buffer(map.as_ptr().cast(), map.len(), params) };
