@@ -474,7 +474,8 @@ flag_group! {
         #[arg(long = "lora-alpha")]
         pub lora_alpha: Option<f32>,
         /// finetune: the matrices that get adapters, out of attn_q, attn_k, attn_v,
-        /// attn_output, ffn_gate, ffn_up, ffn_down (default: the four attention ones).
+        /// attn_output, ffn_gate, ffn_up, ffn_down (PEFT's q_proj ... down_proj too),
+        /// or all-linear (default: the four attention ones).
         #[arg(long = "lora-targets", value_delimiter = ',')]
         pub lora_targets: Option<Vec<String>>,
     }

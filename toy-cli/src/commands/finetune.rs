@@ -139,10 +139,16 @@ fn lora_config(a: &TrainArgs, base: &crate::model::ModelConfig) -> Result<Option
 }
 
 /// Adapters of `rank` on `base` (`--lora-rank`): alpha the rank unless given,
-/// `targets` (deduplicated) else the architecture's default ones.
+/// `targets` (deduplicated; PEFT's names such as `q_proj` taken for ours,
+/// `all-linear` for every matrix) else the architecture's default ones.
 pub(crate) fn lora_on(base: &crate::model::ModelConfig, rank: usize, alpha: Option<f32>, targets: Option<&[String]>) -> LoraConfig {
-    let default = || base.arch.table().default_lora_targets().into_iter().map(String::from).collect::<Vec<_>>();
-    LoraConfig { rank, alpha: alpha.unwrap_or(rank as f32), targets: targets.map_or_else(default, dedup_targets) }
+    let table = base.arch.table();
+    let default = || table.default_lora_targets().into_iter().map(String::from).collect::<Vec<_>>();
+    let given = |t: &[String]| match t {
+        [all] if all == "all-linear" => table.lora_targets().into_iter().map(String::from).collect(),
+        _ => dedup_targets(t),
+    };
+    LoraConfig { rank, alpha: alpha.unwrap_or(rank as f32), targets: targets.map_or_else(default, given) }
 }
 
 /// Refuse a `context` the base at `path` cannot take (0, or above its own).

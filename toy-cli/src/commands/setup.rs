@@ -227,15 +227,32 @@ pub fn record_corpus(cfg: &mut TrainConfig, path: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-/// `targets` without repeats, in their order.
+/// `targets` without repeats, in their order, PEFT's names (`q_proj`, ...)
+/// taken for llama.cpp's (`attn_q`, ...).
 pub fn dedup_targets(targets: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for t in targets {
-        if !out.contains(t) {
-            out.push(t.clone());
+        let t = peft_name(t).unwrap_or(t).to_string();
+        if !out.contains(&t) {
+            out.push(t);
         }
     }
     out
+}
+
+/// llama.cpp's name of a matrix that PEFT and unsloth call by the Hugging Face
+/// module's name (`q_proj` → `attn_q`), if `name` is one.
+fn peft_name(name: &str) -> Option<&'static str> {
+    let names = [
+        ("q_proj", "attn_q"),
+        ("k_proj", "attn_k"),
+        ("v_proj", "attn_v"),
+        ("o_proj", "attn_output"),
+        ("gate_proj", "ffn_gate"),
+        ("up_proj", "ffn_up"),
+        ("down_proj", "ffn_down"),
+    ];
+    names.iter().find(|(hf, _)| *hf == name).map(|(_, ours)| *ours)
 }
 
 /// The corpus at `path` (the embedded one when `None` or `<embedded>`)

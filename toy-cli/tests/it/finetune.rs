@@ -401,4 +401,12 @@ fn finetune_context_defaults_to_the_models_up_to_1024() {
     assert_eq!(lr("d"), (2e-4, 2e-5));
     assert_eq!(context("e", &["--preset", "smoke", "--lr", "0.003"]), 32);
     assert_eq!(lr("e"), (3e-3, 3e-4));
+    // LoRA targets by PEFT's names, and all-linear.
+    let targets = |out: &str, given: &str| -> Vec<String> {
+        context(out, &["--preset", "smoke", "--lora-rank", "2", "--lora-targets", given]);
+        let v: toml::Value = toml::from_str(&std::fs::read_to_string(t.join(out).join("config.toml")).unwrap()).unwrap();
+        v["model"]["lora"]["targets"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(targets("f", "q_proj,o_proj,attn_q"), ["attn_q", "attn_output"]);
+    assert_eq!(targets("g", "all-linear").len(), 7);
 }
