@@ -10,7 +10,10 @@
 //! prefix of the third and the third of the whole, so the assistant's span of
 //! the text is exactly the third minus the second: its content and the
 //! template's end of turn. A template that renders earlier turns differently
-//! once later ones follow is refused (no span can be trusted then).
+//! once later ones follow is refused (no span can be trusted then). An
+//! assistant message that opens the conversation answers nothing: it is
+//! context, not trained (a template such as SmolLM2's adds its default system
+//! turn only once there is a message, so it has no prompt of its own).
 //!
 //! The text is then tokenized in pieces cut at those span boundaries and the
 //! ids concatenated, so every token lies wholly inside or outside a span —
@@ -100,7 +103,7 @@ impl Encoder<'_> {
         let full = t.render(messages, false)?;
         let mut ex = Example::default();
         let mut cursor = 0;
-        for i in (first_trained..messages.len()).filter(|&i| messages[i].role == "assistant") {
+        for i in (first_trained.max(1)..messages.len()).filter(|&i| messages[i].role == "assistant") {
             let before = t.render(&messages[..i], true)?;
             let through = t.render(&messages[..=i], false)?;
             if before.len() < cursor || !through.starts_with(&before) || !full.starts_with(&through) {

@@ -235,7 +235,8 @@ pub fn parse(v: &Value) -> Result<Record, String> {
         RecordKind::Text => return Err("not a chat record".into()),
     };
     if let Record::Chat { messages, first_trained } = &record {
-        if !messages[*first_trained..].iter().any(|m| m.role == "assistant") {
+        // an assistant message that opens the conversation is context (data::chat_examples)
+        if !messages.iter().skip((*first_trained).max(1)).any(|m| m.role == "assistant") {
             let place = if *first_trained == 0 { "the conversation" } else { "the completion" };
             return Err(format!("{place} has no assistant turn to train on"));
         }

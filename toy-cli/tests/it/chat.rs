@@ -104,6 +104,21 @@ fn a_template_that_does_not_render_turn_by_turn_is_refused() {
     assert!(e.contains("turn by turn"), "{e}");
 }
 
+/// An assistant message that opens a conversation is context: SmolLM2's
+/// template adds its default system turn only once there is a message, so
+/// that turn has no prompt; the later assistant turn is trained as usual.
+#[test]
+fn an_opening_assistant_message_is_context() {
+    let tok = chatml_tokenizer();
+    let t = ChatTemplate::new(SMOLLM2, "", "<|im_end|>", "m.gguf").unwrap();
+    let enc = Encoder { tok: &tok, template: Some(&t), eog: vec![256, IM_END], eos: Some(IM_END) };
+    let ex = enc.encode(&chat(&[("assistant", "Hi there"), ("user", "Hi"), ("assistant", "Hello.")])).unwrap();
+    assert_eq!(tok.decode(&ex.trained_ids()).unwrap(), "Hello.<|im_end|>");
+    let one = r#"{"messages": [{"role": "assistant", "content": "Hi there"}]}"#;
+    let e = toy::data::chat_records::parse(&serde_json::from_str(one).unwrap()).unwrap_err();
+    assert!(e.contains("no assistant turn"), "{e}");
+}
+
 fn ex(ids: &[u32], trained: &[u8]) -> Example {
     Example { ids: ids.to_vec(), trained: trained.iter().map(|&b| b == 1).collect() }
 }
