@@ -45,28 +45,12 @@ fn refused_key(text: &str) -> Option<(std::ops::Range<usize>, String)> {
     let message = message.split(", expected").next().unwrap_or(&message).to_string();
     let typo = message.split('`').nth(1).unwrap_or_default().to_string();
     let known = TrainArgs::default().flags().into_iter().map(|f| f.flag[2..].replace('-', "_")).chain(["recipe".to_string()]);
-    let near = known.min_by_key(|k| edit_distance(k, &typo)).filter(|k| edit_distance(k, &typo) <= 2 + typo.len() / 4);
+    let near = known.min_by_key(|k| strsim::levenshtein(k, &typo)).filter(|k| strsim::levenshtein(k, &typo) <= 2 + typo.len() / 4);
     let hint = match near {
         Some(k) => format!("; did you mean `{k}`?"),
         None => "; [train] takes `recipe` and toy train's flags, `_` for `-` (`--lora-rank` as `lora_rank`)".into(),
     };
     Some((span, format!("{message}{hint}")))
-}
-
-/// Levenshtein distance of `a` and `b` (characters).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let cur = (prev + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
-            prev = row[j + 1];
-            row[j + 1] = cur;
-        }
-    }
-    row[b.len()]
 }
 
 /// Read `toy.toml` (its `[train]` table) from `dir`, if present.
