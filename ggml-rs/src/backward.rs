@@ -146,6 +146,11 @@ fn check_strided_grads(nodes: &[Tensor<'_>], needs: &HashSet<*mut sys::ggml_tens
     Ok(())
 }
 
+/// Whether `op` only views its source (nothing runs; ggml's scheduler skips it).
+pub(crate) fn is_view_op(op: sys::ggml_op) -> bool {
+    matches!(op, sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE | sys::GGML_OP_PERMUTE | sys::GGML_OP_TRANSPOSE)
+}
+
 /// Whether `t` is `cast(x, BF16)` of an f32 `x`, maybe through reshapes (as
 /// ggml's `toy_is_bf16_cast`, patch 0042).
 fn is_bf16_cast(t: &Tensor<'_>) -> bool {
@@ -173,9 +178,7 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
     if !OPS_WITH_BACKWARD.contains(&op) {
         return Err(fail(n, "ggml has no backward for this op"));
     }
-    if n.is_view()
-        && !matches!(op, sys::GGML_OP_CPY | sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE | sys::GGML_OP_PERMUTE | sys::GGML_OP_TRANSPOSE)
-    {
+    if n.is_view() && op != sys::GGML_OP_CPY && !is_view_op(op) {
         return Err(fail(n, "in-place ops cannot be differentiated"));
     }
     for (s, &need) in srcs.iter().zip(src_needs) {

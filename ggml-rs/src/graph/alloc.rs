@@ -132,7 +132,7 @@ fn check_runnable(nodes: &[RawTensor], backends: &[Backend]) -> Result<()> {
         // SAFETY: live nodes and backends.
         unsafe {
             let node = &*n;
-            if node.op == sys::GGML_OP_NONE || ggml_op_is_view(node.op) {
+            if node.op == sys::GGML_OP_NONE || crate::backward::is_view_op(node.op) {
                 continue;
             }
             if !backends.iter().any(|b| sys::ggml_backend_supports_op(b.raw(), n)) {
@@ -145,11 +145,6 @@ fn check_runnable(nodes: &[RawTensor], backends: &[Backend]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Whether ggml's scheduler treats `op` as a view (nothing runs).
-fn ggml_op_is_view(op: sys::ggml_op) -> bool {
-    matches!(op, sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE | sys::GGML_OP_PERMUTE | sys::GGML_OP_TRANSPOSE)
 }
 
 /// The scheduler takes at most 16 backends, the CPU last.

@@ -196,8 +196,10 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let model = ChatModel { file: &ck.file, tok: &tok };
     let corpus = model_corpus(a.data.corpus.as_deref(), &model, base.vocab, text_field, format)?;
     check_chat_flags(a, &corpus)?;
+    let lora = lora_config(a, base)?;
     let mut args = a.clone();
     (args.shape.arch, args.batch.context) = (Some(base.arch), None);
+    args.optim.lr = args.optim.lr.or(Some(default_lr(lora.is_some()))); // resolve derives --min-lr from it
     let mut cfg = resolve(&args, base.vocab)?;
     // --context, else the preset's (flag or toy.toml), else the model's own up to
     // FINETUNE_CONTEXT (SmolLM2's 8192 would be a slow first run), or what chat data needs.
@@ -206,11 +208,6 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
         None => default_context(base.context, &corpus, a.data.pack),
     });
     check_context(context, base, &path)?;
-    let lora = lora_config(a, base)?;
-    if a.optim.lr.is_none() {
-        cfg.lr = default_lr(lora.is_some());
-        cfg.min_lr = a.optim.min_lr.unwrap_or(cfg.lr / 10.0);
-    }
     cfg.model = finetune_model(&ck, &cfg, context, lora);
     cfg.validate()?;
     cfg.recipe = Recipe::Finetune;

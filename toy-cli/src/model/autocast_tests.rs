@@ -4,6 +4,7 @@
 //! read, so loss and gradients agree to bf16's precision, and every parameter
 //! still gets its gradient through the casts.
 
+use super::weights::Autocast;
 use super::{init::init_weights, lora::LoraConfig, Arch, ModelConfig, Weights};
 use crate::train::step::{capacity, Consts, GradStep};
 use ggml_rs::{sys, Backend, Context};
@@ -15,7 +16,7 @@ fn run(c: &ModelConfig, bf16: bool) -> (f32, Vec<Vec<f32>>, usize) {
     backend.set_n_threads(1);
     let wctx = Context::new(capacity(c.n_layers)).unwrap();
     let mut w = Weights::new(&wctx, c).unwrap();
-    w.set_bf16_inputs(bf16);
+    w.set_autocast(Autocast { inputs: bf16, ..Default::default() });
     let trainable: Vec<_> = w.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
     for &p in &trainable {
         wctx.set_param(p).unwrap();
@@ -78,7 +79,7 @@ fn bf16_attention_inputs_only_where_the_flash_kernels_take_them() {
         let backend = Backend::cpu()?;
         let wctx = Context::new(capacity(c.n_layers))?;
         let mut w = Weights::new(&wctx, c)?;
-        w.set_bf16_attention(true);
+        w.set_autocast(Autocast { attention: true, ..Default::default() });
         for p in w.params() {
             wctx.set_param(p.tensor)?;
         }

@@ -20,6 +20,21 @@ pub struct Param<'w> {
     pub init: Init,
 }
 
+/// What a training graph keeps in bf16 under `--dtype bf16` (PyTorch
+/// autocast's choices; toy-rs patches 0041-0043, CUDA only). All off by default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Autocast {
+    /// The head's `[V, T·B]` logits (patch 0041): the loss reads them into f32
+    /// and their gradient is bf16, in their memory. Half the bytes of the
+    /// largest tensor of a step at real vocabularies (3.3 GB f32 at GPT-2 124M).
+    pub logits: bool,
+    /// The blocks' products' inputs: norm, GELU and SwiGLU outputs
+    /// ([`Block::product_input`], patch 0042).
+    pub inputs: bool,
+    /// The fused attention's q, k and v ([`Block::attention`], patch 0043).
+    pub attention: bool,
+}
+
 /// One block's tensors (`blk.N.*`), in the table's block order.
 pub struct Block<'w> {
     table: &'static Table,
@@ -29,10 +44,8 @@ pub struct Block<'w> {
     lora: Vec<Option<Adapter<'w>>>,
     /// How products read compact matrices ([`Compact`]).
     compact: Compact,
-    /// Whether [`Block::product_input`] stores its tensor in bf16.
-    bf16_inputs: bool,
-    /// Whether [`Block::attention`] casts q, k and v to bf16.
-    bf16_attention: bool,
+    /// What this block keeps in bf16 ([`Weights::set_autocast`]).
+    autocast: Autocast,
 }
 
 fn missing(name: &str) -> ggml_rs::Error {
@@ -58,12 +71,12 @@ impl<'w> Block<'w> {
     }
 
     /// `x` `[in, T, B]` as the input of this block's products: itself, or cast
-    /// to bf16 when [`Weights::set_bf16_inputs`] is on. A product then reads the
+    /// to bf16 under [`Autocast::inputs`]. A product then reads the
     /// bf16 copy as it is, forward and backward, and the f32 `x` dies after the
     /// cast where nothing else reads it (a norm's or GELU's output): what
     /// autocast saves for a linear's backward, at half the bytes.
     pub fn product_input<'a>(&self, ctx: &'a Context, x: Tensor<'a>) -> Result<Tensor<'a>> {
-        if self.bf16_inputs {
+        if self.autocast.inputs {
             ctx.cast(x, ggml_rs::DType::BF16)
         } else {
             Ok(x)
@@ -72,7 +85,7 @@ impl<'w> Block<'w> {
 
     /// Causal attention ([`causal_attention`]) of `q` `[d_head, n_head, T, B]`
     /// and `k`, `v` `[d_head, n_kv, T, B]`, f32; returns `[d_head·n_head, T, B]`.
-    /// With [`Weights::set_bf16_attention`] on, a fused attention without a
+    /// Under [`Autocast::attention`], a fused attention without a
     /// cache reads them cast to bf16 where CUDA's flash kernels take them
     /// (toy-rs patch 0043: head sizes 64 and 128). Those kernels round them
     /// to bf16 anyway; the op then keeps the bf16 copies for its backward and
@@ -80,7 +93,7 @@ impl<'w> Block<'w> {
     /// a linear's bf16 output for SDPA's backward).
     pub fn attention<'a>(&self, ctx: &'a Context, [q, k, v]: [Tensor<'a>; 3], x: &Batch<'a>, layer: usize) -> Result<Tensor<'a>> {
         let dh = q.ne()[0];
-        if self.bf16_attention && x.attention == Attention::Fused && x.cache.is_none() && (dh == 64 || dh == 128) {
+        if self.autocast.attention && x.attention == Attention::Fused && x.cache.is_none() && (dh == 64 || dh == 128) {
             let bf16 = |t| ctx.cast(t, DType::BF16);
             return causal_attention(ctx, bf16(q)?, bf16(k)?, bf16(v)?, x, layer);
         }
@@ -145,8 +158,8 @@ pub struct Weights<'w> {
     last: Vec<Option<Tensor<'w>>>,
     /// How products read compact matrices ([`Compact`]).
     compact: Compact,
-    /// Whether a training graph's head writes bf16 logits ([`Weights::set_bf16_logits`]).
-    bf16_logits: bool,
+    /// What a training graph keeps in bf16 ([`Weights::set_autocast`]).
+    autocast: Autocast,
 }
 
 /// The type of a frozen LoRA base's matrices and tables (or, for inference,
@@ -226,12 +239,12 @@ impl<'w> Weights<'w> {
                     }
                 }
                 let tensors = table.blocks.iter().map(|s| create(ctx, cfg, s, &format!("blk.{i}.{}", s.name))).collect::<Result<_>>()?;
-                Ok(Block { table, tensors, lora, compact: Compact::F32, bf16_inputs: false, bf16_attention: false })
+                Ok(Block { table, tensors, lora, compact: Compact::F32, autocast: Autocast::default() })
             })
             .collect::<Result<Vec<_>>>()?;
         let first = table.first.iter().map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
         let last = table.last.iter().map(|s| create(ctx, cfg, s, s.name)).collect::<Result<_>>()?;
-        Ok(Weights { cfg: cfg.clone(), table, first, blocks, last, compact: Compact::F32, bf16_logits: false })
+        Ok(Weights { cfg: cfg.clone(), table, first, blocks, last, compact: Compact::F32, autocast: Autocast::default() })
     }
 
     /// Let the products read compact matrices (quantized, f16, bf16) in their
@@ -243,34 +256,18 @@ impl<'w> Weights<'w> {
         self.set_compact(Compact::Stored);
     }
 
-    /// Let a training graph's head write its `[V, T·B]` logits in bf16 (toy-rs
-    /// patch 0041, CUDA only), as autocast does: the loss reads them into f32
-    /// and their gradient is bf16, in their memory. Half the bytes of the
-    /// largest tensor of a step at real vocabularies (3.3 GB f32 at GPT-2 124M).
-    pub fn set_bf16_logits(&mut self, on: bool) {
-        self.bf16_logits = on;
-    }
-
-    /// Let the blocks' fused attention read q, k and v cast to bf16
-    /// ([`Block::attention`]; toy-rs patch 0043, for bf16 products on CUDA).
-    pub fn set_bf16_attention(&mut self, on: bool) {
+    /// Keep in bf16 what `a` says (the head's logits, the blocks' product
+    /// inputs and attention inputs), for bf16 products on CUDA.
+    pub fn set_autocast(&mut self, a: Autocast) {
+        self.autocast = a;
         for b in &mut self.blocks {
-            b.bf16_attention = on;
+            b.autocast = a;
         }
     }
 
-    /// Let the blocks store the inputs of their products (norm, GELU and
-    /// SwiGLU outputs) in bf16 ([`Block::product_input`]; toy-rs patch 0042,
-    /// for bf16 products on CUDA).
-    pub fn set_bf16_inputs(&mut self, on: bool) {
-        for b in &mut self.blocks {
-            b.bf16_inputs = on;
-        }
-    }
-
-    /// Whether [`set_bf16_logits`](Self::set_bf16_logits) is on.
-    pub fn bf16_logits(&self) -> bool {
-        self.bf16_logits
+    /// What [`set_autocast`](Self::set_autocast) set.
+    pub fn autocast(&self) -> Autocast {
+        self.autocast
     }
 
     /// How the products read the matrices kept in a compact type ([`Compact`];

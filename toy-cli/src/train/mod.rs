@@ -462,9 +462,11 @@ impl<'w> ReplicaState<'w> {
         if autocast("TOY_NO_0040_CAST") {
             weights.set_compact(crate::model::weights::Compact::Bf16);
         }
-        weights.set_bf16_logits(autocast("TOY_F32_LOGITS"));
-        weights.set_bf16_inputs(autocast("TOY_F32_INPUTS"));
-        weights.set_bf16_attention(autocast("TOY_F32_ATTENTION"));
+        weights.set_autocast(crate::model::weights::Autocast {
+            logits: autocast("TOY_F32_LOGITS"),
+            inputs: autocast("TOY_F32_INPUTS"),
+            attention: autocast("TOY_F32_ATTENTION"),
+        });
         let trainable: Vec<_> = weights.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
         for &p in &trainable {
             wctx.set_param(p)?;

@@ -65,8 +65,8 @@ pub const HEAD_ROWS_MULTIPLE: i64 = 128;
 /// The loss of a batch of `b` sequences of `t` tokens. In a `training` graph
 /// an f32 head runs on `[d, Vp]`, its rows zero-padded to
 /// [`HEAD_ROWS_MULTIPLE`], and the loss ignores the padding columns (the
-/// logits are then `[Vp, T·B]`); with [`Weights::bf16_logits`] the logits
-/// are bf16.
+/// logits are then `[Vp, T·B]`); with [`Autocast::logits`](crate::model::weights::Autocast::logits)
+/// the logits are bf16.
 fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b: usize, training: bool) -> Result<LossGraph<'a>> {
     let v = w.config().vocab as i64;
     let n = (t * b) as i64;
@@ -78,7 +78,7 @@ fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b
     let pad_head = training && head.dtype() == DType::F32; // a frozen base's head (LoRA) is read as it is
     let vp = if pad_head { (v + HEAD_ROWS_MULTIPLE - 1) / HEAD_ROWS_MULTIPLE * HEAD_ROWS_MULTIPLE } else { v };
     let head = if vp > v { ctx.pad(head, [0, vp - v, 0, 0])? } else { w.operand(ctx, head)? }; // [d, Vp]
-    let bf16 = training && w.bf16_logits() && matches!(head.dtype(), DType::F32 | DType::BF16);
+    let bf16 = training && w.autocast().logits && matches!(head.dtype(), DType::F32 | DType::BF16);
     let logits = if bf16 { ctx.mul_mat_bf16(head, h)? } else { ctx.mul_mat(head, h)? }.set_name("logits")?; // [Vp, T·B]
     let loss = ctx.cross_entropy_loss_ids_ext(logits, targets, v)?.set_name("loss")?.set_output(); // [1]
     Ok(LossGraph { tokens, targets, logits, loss })
