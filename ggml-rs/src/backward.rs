@@ -164,6 +164,31 @@ fn is_bf16_cast(t: &Tensor<'_>) -> bool {
     t.op() == sys::GGML_OP_CPY && t.dtype() == crate::DType::BF16 && t.srcs().first().is_some_and(|s| s.dtype() == crate::DType::F32)
 }
 
+/// Whether `t` is a bf16 split SwiGLU of two bf16 casts or the bf16 GELU of one,
+/// maybe through reshapes (as ggml's `toy_is_bf16_activation`, patches 0044, 0045).
+fn is_bf16_activation(t: &Tensor<'_>) -> bool {
+    let mut t = *t;
+    while t.op() == sys::GGML_OP_RESHAPE {
+        match t.srcs().first() {
+            Some(&s) => t = s,
+            None => return false,
+        }
+    }
+    if t.dtype() != crate::DType::BF16 {
+        return false;
+    }
+    let srcs = t.srcs();
+    match t.op() {
+        sys::GGML_OP_UNARY => unary(&t) == sys::GGML_UNARY_OP_GELU && srcs.first().is_some_and(is_bf16_cast),
+        sys::GGML_OP_GLU => {
+            // SAFETY: GLU node.
+            let g = unsafe { sys::ggml_get_glu_op(t.raw()) };
+            g == sys::GGML_GLU_OP_SWIGLU && srcs.len() == 2 && srcs.iter().all(is_bf16_cast)
+        }
+        _ => false,
+    }
+}
+
 fn unary(n: &Tensor<'_>) -> sys::ggml_unary_op {
     // SAFETY: only called for UNARY nodes.
     unsafe { sys::ggml_get_unary_op(n.raw()) }
@@ -184,9 +209,14 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
     for (s, &need) in srcs.iter().zip(src_needs) {
         // bf16 logits (patch 0041): the loss's bf16 gradient goes to their product's OUT_PRODs
         let bf16_logits = op == sys::GGML_OP_CROSS_ENTROPY_LOSS_IDS && s.dtype() == crate::DType::BF16 && s.op() == sys::GGML_OP_MUL_MAT;
-        // a product's input cast to bf16, maybe reshaped (patch 0042), or the attention's
-        // (patch 0043): its gradient is f32
-        let bf16_input = matches!(op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_RESHAPE | sys::GGML_OP_ATTN_CAUSAL) && is_bf16_cast(s);
+        // a product's input cast to bf16, maybe reshaped (patch 0042), the attention's
+        // (patch 0043), a swiglu's or a GELU's (patches 0044, 0045): its gradient is f32;
+        // and so is that of the bf16 swiglu or GELU of such casts, read by a product
+        let gelu = op == sys::GGML_OP_UNARY && unary(n) == sys::GGML_UNARY_OP_GELU;
+        let bf16_input = ((matches!(op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_RESHAPE | sys::GGML_OP_ATTN_CAUSAL | sys::GGML_OP_GLU)
+            || gelu)
+            && is_bf16_cast(s))
+            || (matches!(op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_RESHAPE) && is_bf16_activation(s));
         if need && !bf16_logits && !bf16_input && !matches!(s.dtype(), crate::DType::F32 | crate::DType::F16) {
             return Err(fail(n, "gradients flow only through f32/f16 operands"));
         }

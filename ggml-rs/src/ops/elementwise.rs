@@ -23,11 +23,14 @@ macro_rules! binary_op {
 
 macro_rules! unary_op {
     ($(#[$doc:meta])* $name:ident, $ffi:ident) => {
+        unary_op!($(#[$doc])* $name, $ffi, "f32 or f16", [DType::F32, DType::F16]);
+    };
+    ($(#[$doc:meta])* $name:ident, $ffi:ident, $types:literal, [$($t:expr),*]) => {
         $(#[$doc])*
         ///
-        /// `a` must be f32 or f16 and contiguous; the result has its shape.
+        #[doc = concat!("`a` must be ", $types, " and contiguous; the result has its shape and type.")]
         pub fn $name<'a>(&'a self, a: Tensor<'a>) -> Result<Tensor<'a>> {
-            need_dtype(stringify!($name), &a, &[DType::F32, DType::F16])?;
+            need_dtype(stringify!($name), &a, &[$($t),*])?;
             need_contiguous(stringify!($name), &a)?;
             // SAFETY: type and layout checked.
             self.op(stringify!($name), |ctx| unsafe { sys::$ffi(ctx, a.raw()) })
@@ -88,8 +91,10 @@ impl Context {
     unary_op!(
         /// GELU, tanh approximation `0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))`
         /// (Hendrycks & Gimpel 2016; `ggml_gelu`). On the CPU ggml evaluates it
-        /// through an f16 lookup table (error up to ~1e-3).
-        gelu, ggml_gelu
+        /// through an f16 lookup table (error up to ~1e-3). A bf16 `a` that is a
+        /// [`cast`](Context::cast) of an f32 tensor (autocast) is differentiated by
+        /// [`gelu_back`](Context::gelu_back) reading it in bf16 (patch 0045).
+        gelu, ggml_gelu, "f32, f16 or bf16", [DType::F32, DType::F16, DType::BF16]
     );
     unary_op!(
         /// GELU, exact form `0.5x(1 + erf(x/√2))` (`ggml_gelu_erf`).

@@ -252,7 +252,11 @@ impl Context {
     }
 
     /// SwiGLU with separate operands: `silu(a) ⊙ b` (Shazeer 2020; `ggml_swiglu_split`).
-    /// Same shape and type, contiguous rows.
+    /// Same shape and type (f32, f16 or bf16), contiguous; the result has that shape
+    /// and type. With bf16 `a` and `b` that are [`cast`](Context::cast)s of f32
+    /// tensors (autocast), the backward differentiates through
+    /// [`swiglu_back`](Context::swiglu_back) (patch 0044) and a product may read the
+    /// bf16 result; the gradients reaching the f32 tensors are f32.
     pub fn swiglu_split<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
         if !same_shape(&a, &b) || a.dtype() != b.dtype() {
             return Err(Error::op(
@@ -260,7 +264,7 @@ impl Context {
                 format!("operands differ: {} {} and {} {}", shape_str(&a), a.dtype(), shape_str(&b), b.dtype()),
             ));
         }
-        need_dtype("swiglu_split", &a, &[DType::F32, DType::F16])?;
+        need_dtype("swiglu_split", &a, &[DType::F32, DType::F16, DType::BF16])?;
         for t in [&a, &b] {
             // ggml_is_contiguous_1: rows contiguous and dims ≥ 2 packed.
             need_contiguous("swiglu_split", t)?;
@@ -272,17 +276,40 @@ impl Context {
     /// The gradient of [`gelu`](Context::gelu) (tanh form): `dy ⊙ gelu'(x)` with
     /// `t = tanh(√(2/π)(x + 0.044715x³))`, `gelu'(x) = ½(1 + t) + ½x(1 − t²)√(2/π)(1 + 3·0.044715x²)`
     /// (`ggml_gelu_back`, our patch 0010; what the backward of `gelu` uses).
-    /// `dy` and `x` contiguous f32 of the same shape.
+    /// `dy` f32 and `x` f32 or bf16 (patch 0045), contiguous, of the same shape; the
+    /// result is f32.
     pub fn gelu_back<'a>(&'a self, dy: Tensor<'a>, x: Tensor<'a>) -> Result<Tensor<'a>> {
         if !same_shape(&dy, &x) {
             return Err(Error::op("gelu_back", format!("dy {} and x {} differ in shape", shape_str(&dy), shape_str(&x))));
         }
+        need_dtype("gelu_back", &dy, &[DType::F32])?;
+        need_dtype("gelu_back", &x, &[DType::F32, DType::BF16])?;
         for t in [&dy, &x] {
-            need_dtype("gelu_back", t, &[DType::F32])?;
             need_contiguous("gelu_back", t)?;
         }
         // SAFETY: checked.
         self.op("gelu_back", |ctx| unsafe { sys::ggml_gelu_back(ctx, dy.raw(), x.raw()) })
+    }
+
+    /// Both gradients of [`swiglu_split`](Context::swiglu_split), `y = silu(a) ⊙ b`, in
+    /// one pass (`ggml_swiglu_back`, our patch 0044): with `s = σ(a)`,
+    /// `da = dy ⊙ b ⊙ s ⊙ (1 + a(1 − s))` and `db = dy ⊙ a ⊙ s`. `dy` f32, `a` and `b`
+    /// f32 or bf16 (one type), all contiguous of one shape `[n0, n1, n2, n3]`; the
+    /// result is f32 `[n0, n1, n2, 2·n3]`, `da` in its first half and `db` in its second.
+    pub fn swiglu_back<'a>(&'a self, dy: Tensor<'a>, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
+        if !same_shape(&dy, &a) || !same_shape(&a, &b) || a.dtype() != b.dtype() {
+            return Err(Error::op(
+                "swiglu_back",
+                format!("dy {}, a {} {} and b {} {} differ", shape_str(&dy), shape_str(&a), a.dtype(), shape_str(&b), b.dtype()),
+            ));
+        }
+        need_dtype("swiglu_back", &dy, &[DType::F32])?;
+        need_dtype("swiglu_back", &a, &[DType::F32, DType::BF16])?;
+        for t in [&dy, &a, &b] {
+            need_contiguous("swiglu_back", t)?;
+        }
+        // SAFETY: checked.
+        self.op("swiglu_back", |ctx| unsafe { sys::ggml_swiglu_back(ctx, dy.raw(), a.raw(), b.raw()) })
     }
 
     /// Cross-entropy of softmax(`logits`) against the distributions `labels`, over

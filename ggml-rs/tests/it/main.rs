@@ -2,6 +2,7 @@
 //! after another, and the tests of one binary side by side; one binary is
 //! also linked once. Each module is one subject.
 
+mod activations;
 mod attention;
 mod bf16_logits;
 mod common;

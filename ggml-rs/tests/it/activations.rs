@@ -1,0 +1,130 @@
+//! bf16 activation inputs (patches 0044, 0045): `swiglu_back` and a `gelu_back`
+//! reading a bf16 `x` against f64 formulas on the same (bf16-rounded) values,
+//! and the backward of a product reading the bf16 SwiGLU or GELU of bf16 casts
+//! of f32 parameters against the f64 chain rule: on the test device (the CPU,
+//! or `TOY_TEST_DEVICE`).
+
+use crate::common::{backends, check, cpu, leaf, rng, uniform};
+use ggml_rs::{Context, DType, Graph};
+
+/// `x` rounded to bf16, to nearest even (ggml's `GGML_FP32_TO_BF16`, CUDA's `__float2bfloat16`).
+fn bf16(x: f32) -> f32 {
+    let b = x.to_bits();
+    f32::from_bits((b + 0x7fff + ((b >> 16) & 1)) & 0xffff_0000)
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// `(da, db)` of `silu(a)·b` for the incoming gradient `g` (Shazeer 2020).
+fn swiglu_grads(g: f64, a: f64, b: f64) -> (f64, f64) {
+    let s = sigmoid(a);
+    (g * b * s * (1.0 + a * (1.0 - s)), g * a * s)
+}
+
+/// `g·gelu'(x)`, tanh form (Hendrycks & Gimpel 2016).
+fn gelu_grad(g: f64, x: f64) -> f64 {
+    let k = (2.0 / std::f64::consts::PI).sqrt();
+    let t = (k * (x + 0.044715 * x * x * x)).tanh();
+    g * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x))
+}
+
+/// The ops alone, with f32 and with bf16 inputs, on rows of 64 (CUDA's four
+/// values a thread) and of 37 (one): to 1e-6 of the f64 values on the rounded
+/// inputs.
+#[test]
+fn swiglu_back_and_gelu_back_read_f32_or_bf16() {
+    let dev = cpu();
+    for (ne, seed) in [([64i64, 5, 2, 1], 4401u64), ([37, 3, 1, 2], 4402)] {
+        let n = ne.iter().product::<i64>() as usize;
+        let mut r = rng(seed);
+        let (g, a, b) = (uniform(&mut r, n, -1.0, 1.0), uniform(&mut r, n, -4.0, 4.0), uniform(&mut r, n, -2.0, 2.0));
+        for ty in [DType::F32, DType::BF16] {
+            let ctx = Context::new(32).unwrap();
+            let (gt, at, bt) = (leaf(&ctx, &dev, &ne, &g), leaf(&ctx, &dev, &ne, &a), leaf(&ctx, &dev, &ne, &b));
+            let (ai, bi) = if ty == DType::BF16 { (ctx.cast(at, ty).unwrap(), ctx.cast(bt, ty).unwrap()) } else { (at, bt) };
+            let sw = ctx.swiglu_back(gt, ai, bi).unwrap();
+            assert_eq!(sw.ne(), [ne[0], ne[1], ne[2], 2 * ne[3]]);
+            let gb = ctx.gelu_back(gt, ai).unwrap();
+            let mut gr = ggml_rs::Graph::new(&ctx, 64).unwrap();
+            for o in [sw, gb] {
+                gr.expand(o.set_output()).unwrap();
+            }
+            gr.allocate(&backends(&dev)).unwrap();
+            gr.compute().unwrap();
+            assert!(gr.cpu_fallbacks().is_empty(), "{:?}", gr.cpu_fallbacks());
+            let round = |x: f32| if ty == DType::BF16 { bf16(x) } else { x } as f64;
+            let pairs: Vec<(f64, f64)> = (0..n).map(|i| swiglu_grads(g[i] as f64, round(a[i]), round(b[i]))).collect();
+            let want: Vec<f64> = pairs.iter().map(|p| p.0).chain(pairs.iter().map(|p| p.1)).collect();
+            check(&format!("swiglu_back {ty} {ne:?}"), &sw.read_f32().unwrap(), &want, 1e-6);
+            let want: Vec<f64> = (0..n).map(|i| gelu_grad(g[i] as f64, round(a[i]))).collect();
+            check(&format!("gelu_back {ty} {ne:?}"), &gb.read_f32().unwrap(), &want, 1e-5);
+        }
+    }
+    let ctx = Context::new(8).unwrap();
+    let (f, h) = (ctx.new_tensor(DType::F32, &[8, 2]).unwrap(), ctx.new_tensor(DType::BF16, &[8, 2]).unwrap());
+    let e = ctx.swiglu_back(f, f, h).expect_err("mixed a and b").to_string();
+    assert!(e.contains("differ"), "{e}");
+    let e = ctx.swiglu_back(h, h, h).expect_err("a bf16 gradient").to_string();
+    assert!(e.contains("bf16"), "{e}");
+}
+
+/// `loss = Σ r ⊙ (W·act(cast(x)))` for f32 parameters `x` (one for GELU, gate and
+/// up for SwiGLU) under `ggml_cast(·, BF16)`: the gradients reach the f32
+/// parameters through SWIGLU_BACK / GELU_BACK and the casts, within 1e-2 of the
+/// f64 chain rule on the unrounded values (bf16's precision), and the graph
+/// holds the bf16 backward node.
+#[test]
+fn bf16_activation_of_casts_differentiates_to_the_f32_parameters() {
+    let dev = cpu();
+    let (n0, n1, m) = (48i64, 6i64, 5i64);
+    let n = (n0 * n1) as usize;
+    let mut r = rng(4403);
+    let (a, b) = (uniform(&mut r, n, -3.0, 3.0), uniform(&mut r, n, -2.0, 2.0));
+    let (w, rt) = (uniform(&mut r, (n0 * m) as usize, -0.5, 0.5), uniform(&mut r, (m * n1) as usize, -1.0, 1.0));
+    // dL/dy[i, j] = Σ_k W[i, k] r[k, j] with W [n0, m] (ggml's mul_mat(W, y) = Wᵀy)
+    let dy: Vec<f64> = (0..n)
+        .map(|ij| {
+            (0..m as usize).map(|k| w[k * n0 as usize + ij % n0 as usize] as f64 * rt[(ij / n0 as usize) * m as usize + k] as f64).sum()
+        })
+        .collect();
+    for swiglu in [true, false] {
+        let ctx = Context::new(256).unwrap();
+        let param = |d: &[f32]| {
+            let t = leaf(&ctx, &dev, &[n0, n1], d);
+            ctx.set_param(t).unwrap();
+            t
+        };
+        let (pa, pb) = (param(&a), param(&b));
+        let (wt, rtt) = (leaf(&ctx, &dev, &[n0, m], &w), leaf(&ctx, &dev, &[m, n1], &rt));
+        let cast = |t| ctx.cast(t, DType::BF16).unwrap();
+        let y = if swiglu { ctx.swiglu_split(cast(pa), cast(pb)).unwrap() } else { ctx.gelu(cast(pa)).unwrap() };
+        assert_eq!(y.dtype(), DType::BF16);
+        let loss = ctx.sum(ctx.mul(ctx.mul_mat(wt, y).unwrap(), rtt).unwrap()).unwrap().set_output();
+        let mut g = Graph::with_grads(&ctx, 256).unwrap();
+        g.expand(loss).unwrap();
+        g.build_backward(loss).unwrap();
+        let back = if swiglu { ggml_rs::sys::GGML_OP_SWIGLU_BACK } else { ggml_rs::sys::GGML_OP_GELU_BACK };
+        assert!(g.nodes().iter().any(|t| t.op() == back && t.srcs()[1].dtype() == DType::BF16), "no bf16 backward node");
+        let ga = g.grad(pa).unwrap().set_output();
+        let gb = if swiglu { Some(g.grad(pb).unwrap().set_output()) } else { None };
+        g.allocate(&backends(&dev)).unwrap();
+        g.compute().unwrap();
+        assert!(g.cpu_fallbacks().is_empty(), "{:?}", g.cpu_fallbacks());
+        let what = if swiglu { "swiglu" } else { "gelu" };
+        let scaled = |got: &[f32], want: &[f64], x: &str| {
+            let scale = want.iter().fold(1e-30f64, |s, v| s.max(v.abs()));
+            let err = got.iter().zip(want).fold(0.0f64, |e, (&g, w)| e.max((g as f64 - w).abs()));
+            println!("{what} bf16 d{x}: max err / scale {:.3e}", err / scale);
+            assert!(err <= 1e-2 * scale, "{what} d{x}: {err:e} of {scale:e}");
+        };
+        if swiglu {
+            let grads: Vec<(f64, f64)> = (0..n).map(|i| swiglu_grads(dy[i], a[i] as f64, b[i] as f64)).collect();
+            scaled(&ga.read_f32().unwrap(), &grads.iter().map(|p| p.0).collect::<Vec<_>>(), "a");
+            scaled(&gb.unwrap().read_f32().unwrap(), &grads.iter().map(|p| p.1).collect::<Vec<_>>(), "b");
+        } else {
+            scaled(&ga.read_f32().unwrap(), &(0..n).map(|i| gelu_grad(dy[i], a[i] as f64)).collect::<Vec<_>>(), "x");
+        }
+    }
+}
