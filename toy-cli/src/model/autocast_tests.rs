@@ -1,22 +1,32 @@
 //! bf16 product inputs (toy-rs patch 0042, [`Block::product_input`](super::weights::Block::product_input))
-//! against f32 inputs, on the CPU (which widens a bf16 operand): the same graph
-//! but for the rounding of the norm, GELU and SwiGLU outputs that the products
-//! read, so loss and gradients agree to bf16's precision, and every parameter
-//! still gets its gradient through the casts.
+//! and activation inputs (patches 0044, 0045, [`Block::swiglu`](super::weights::Block::swiglu))
+//! against f32, on the CPU (which widens a bf16 operand and has the bf16
+//! SwiGLU and GELU kernels): the same graph but for the rounding of what the
+//! products and activations read, so loss and gradients agree to bf16's
+//! precision, and every parameter still gets its gradient through the casts.
 
 use super::weights::Autocast;
 use super::{init::init_weights, lora::LoraConfig, Arch, ModelConfig, Weights};
 use crate::train::step::{capacity, Consts, GradStep};
 use ggml_rs::{sys, Backend, Context};
 
-/// Loss and every parameter's gradient of one batch, with or without bf16 inputs;
-/// and how many casts to bf16 the graph holds.
-fn run(c: &ModelConfig, bf16: bool) -> (f32, Vec<Vec<f32>>, usize) {
+/// What one step's graph computed: the loss, every parameter's gradient, and
+/// how many casts to bf16 and which backward kernels the graph holds.
+struct Run {
+    loss: f32,
+    grads: Vec<Vec<f32>>,
+    casts: usize,
+    /// SWIGLU_BACK nodes (patch 0044) and GELU_BACK nodes reading a bf16 input (patch 0045).
+    bf16_backs: usize,
+}
+
+/// One batch under `autocast`.
+fn run(c: &ModelConfig, autocast: Autocast) -> Run {
     let backend = Backend::cpu().unwrap();
     backend.set_n_threads(1);
     let wctx = Context::new(capacity(c.n_layers)).unwrap();
     let mut w = Weights::new(&wctx, c).unwrap();
-    w.set_autocast(Autocast { inputs: bf16, ..Default::default() });
+    w.set_autocast(autocast);
     let trainable: Vec<_> = w.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
     for &p in &trainable {
         wctx.set_param(p).unwrap();
@@ -38,31 +48,63 @@ fn run(c: &ModelConfig, bf16: bool) -> (f32, Vec<Vec<f32>>, usize) {
     let targets: Vec<i32> = tokens.iter().map(|&x| (x + 1) % c.vocab as i32).collect();
     let loss = gs.compute(&tokens, &targets).unwrap();
     let grads = trainable.iter().map(|&p| gs.grad(p).expect("a gradient").read_f32().unwrap()).collect();
-    let casts = gs.graph().nodes().iter().filter(|n| n.op() == sys::GGML_OP_CPY && n.dtype() == ggml_rs::DType::BF16).count();
-    (loss, grads, casts)
+    let nodes = gs.graph().nodes();
+    let casts = nodes.iter().filter(|n| n.op() == sys::GGML_OP_CPY && n.dtype() == ggml_rs::DType::BF16).count();
+    let bf16_backs = nodes
+        .iter()
+        .filter(|n| n.op() == sys::GGML_OP_SWIGLU_BACK || (n.op() == sys::GGML_OP_GELU_BACK && n.srcs()[1].dtype() == ggml_rs::DType::BF16))
+        .count();
+    Run { loss, grads, casts, bf16_backs }
 }
 
-#[test]
-fn bf16_product_inputs_agree_with_f32_inputs() {
+/// Loss and gradients agree to bf16's precision.
+fn assert_close(what: &str, got: &Run, want: &Run) {
+    assert!((got.loss - want.loss).abs() <= 1e-3 * want.loss.abs(), "{what}: loss {} vs {}", got.loss, want.loss);
+    for (i, (g, w)) in got.grads.iter().zip(&want.grads).enumerate() {
+        let scale = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let err = g.iter().zip(w).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        // gpt2's key bias has a zero gradient (softmax ignores a shift): ~1e-11 both ways
+        let scale = scale.max(1e-6);
+        assert!(err <= 2e-2 * scale, "{what}: parameter {i}: {err:e} of {scale:e}");
+    }
+}
+
+fn configs() -> Vec<(&'static str, ModelConfig)> {
     let mut llama = ModelConfig::new(Arch::Llama, 61, 32, 2, 4, 48, 8);
     llama.n_kv_heads = 2;
     let mut lora = llama.clone();
     let targets = ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"];
     lora.lora = Some(LoraConfig { rank: 4, alpha: 8.0, targets: targets.iter().map(|s| s.to_string()).collect() });
     let gpt2 = ModelConfig::new(Arch::Gpt2, 61, 32, 2, 4, 48, 8);
-    for (what, c) in [("llama", &llama), ("llama LoRA", &lora), ("gpt2", &gpt2)] {
-        let (want_loss, want, none) = run(c, false);
-        let (loss, got, casts) = run(c, true);
+    vec![("llama", llama), ("llama LoRA", lora), ("gpt2", gpt2)]
+}
+
+#[test]
+fn bf16_product_inputs_agree_with_f32_inputs() {
+    for (what, c) in configs() {
+        let want = run(&c, Autocast::default());
+        let got = run(&c, Autocast { inputs: true, ..Default::default() });
         // three product inputs per layer: two norms and the SwiGLU/GELU output
-        assert_eq!((none, casts), (0, 3 * c.n_layers), "{what}");
-        assert!((loss - want_loss).abs() <= 1e-3 * want_loss.abs(), "{what}: loss {loss} vs {want_loss}");
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            let scale = w.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let err = g.iter().zip(w).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-            // gpt2's key bias has a zero gradient (softmax ignores a shift): ~1e-11 both ways
-            let scale = scale.max(1e-6);
-            assert!(err <= 2e-2 * scale, "{what}: parameter {i}: {err:e} of {scale:e}");
-        }
+        assert_eq!((want.casts, got.casts, got.bf16_backs), (0, 3 * c.n_layers, 0), "{what}");
+        assert_close(what, &got, &want);
+    }
+}
+
+/// Under `activations` the SwiGLU reads its gate and up cast to bf16 (two casts
+/// a layer instead of the cast of its output) and GELU its input (one, instead
+/// of its output's), their backwards are SWIGLU_BACK and a GELU_BACK reading
+/// bf16, and the step agrees with f32 to bf16's precision.
+#[test]
+fn bf16_activation_inputs_agree_with_f32() {
+    for (what, c) in configs() {
+        let want = run(&c, Autocast::default());
+        let got = run(&c, Autocast { inputs: true, activations: true, ..Default::default() });
+        let per_layer = if c.arch == Arch::Gpt2 { 3 } else { 4 };
+        assert_eq!((got.casts, got.bf16_backs), (per_layer * c.n_layers, c.n_layers), "{what}");
+        assert_close(what, &got, &want);
+        let alone = run(&c, Autocast { activations: true, ..Default::default() });
+        assert_eq!(alone.casts, (per_layer - 2) * c.n_layers, "{what}");
+        assert_close(what, &alone, &want);
     }
 }
 

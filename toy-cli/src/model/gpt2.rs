@@ -74,7 +74,7 @@ pub fn hidden<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>) -> Result<Ten
         let att = blk.attention(ctx, [split("attn_q")?, split("attn_k")?, split("attn_v")?], &x, layer)?; // [d, T, B]
         h = ctx.add(h, lin("attn_output", att)?)?;
         let m = blk.product_input(ctx, norm("ffn_norm", h)?)?;
-        let u = blk.product_input(ctx, ctx.gelu(lin("ffn_up", m)?)?)?; // [d_ff, T, B]
+        let u = blk.gelu(ctx, lin("ffn_up", m)?)?; // [d_ff, T, B]
         h = ctx.add(h, lin("ffn_down", u)?)?;
     }
     layer_norm(ctx, h, w.tensor("output_norm.weight")?, w.tensor("output_norm.bias")?, eps)

@@ -33,6 +33,11 @@ pub struct Autocast {
     pub inputs: bool,
     /// The fused attention's q, k and v ([`Block::attention`], patch 0043).
     pub attention: bool,
+    /// The feed-forward's activation inputs, SwiGLU's gate and up and GELU's
+    /// input ([`Block::swiglu`], [`Block::gelu`], patches 0044 and 0045): the
+    /// activation reads them cast to bf16, its backward reads the bf16 copies,
+    /// and its bf16 output is the down projection's input.
+    pub activations: bool,
 }
 
 /// One block's tensors (`blk.N.*`), in the table's block order.
@@ -81,6 +86,30 @@ impl<'w> Block<'w> {
         } else {
             Ok(x)
         }
+    }
+
+    /// SwiGLU `silu(gate) ⊙ up` of `[d_ff, T, B]` f32 projections, as the down
+    /// projection's input: f32 (or bf16 under [`Autocast::inputs`], see
+    /// [`product_input`](Self::product_input)). Under [`Autocast::activations`]
+    /// it reads `gate` and `up` cast to bf16 and is bf16 itself: the f32
+    /// projections die after the casts, the backward (ggml's `SWIGLU_BACK`,
+    /// toy-rs patch 0044) reads the bf16 copies, and no cast follows.
+    pub fn swiglu<'a>(&self, ctx: &'a Context, gate: Tensor<'a>, up: Tensor<'a>) -> Result<Tensor<'a>> {
+        if self.autocast.activations {
+            return ctx.swiglu_split(ctx.cast(gate, DType::BF16)?, ctx.cast(up, DType::BF16)?);
+        }
+        self.product_input(ctx, ctx.swiglu_split(gate, up)?)
+    }
+
+    /// GELU (tanh form) of an f32 `[d_ff, T, B]` projection, as the down
+    /// projection's input; as [`swiglu`](Self::swiglu), under
+    /// [`Autocast::activations`] it reads `x` cast to bf16 and is bf16 (its
+    /// backward reads the bf16 copy, toy-rs patch 0045).
+    pub fn gelu<'a>(&self, ctx: &'a Context, x: Tensor<'a>) -> Result<Tensor<'a>> {
+        if self.autocast.activations {
+            return ctx.gelu(ctx.cast(x, DType::BF16)?);
+        }
+        self.product_input(ctx, ctx.gelu(x)?)
     }
 
     /// Causal attention ([`causal_attention`]) of `q` `[d_head, n_head, T, B]`
