@@ -375,6 +375,11 @@ stage_logits_ab() { AB_CASES=${AB_CASES:-2 0 4} AB_ENV=TOY_F32_LOGITS ab_cases; 
 stage_inputs_ab() { AB_CASES=${AB_CASES:-2 0 4} AB_ENV=TOY_F32_INPUTS ab_cases; }
 # Patch 0043: the attention's q, k and v cast to bf16, then read in f32.
 stage_attn_ab() { AB_CASES=${AB_CASES:-2 0 4} AB_ENV=TOY_F32_ATTENTION ab_cases; }
+# Patches 0044, 0045: SwiGLU's gate and up and GELU's input cast to bf16, then read in f32
+# (SmolLM2 at 2048, GPT-2 124M, LoRA over Q4_1 and full fine-tuning by default).
+stage_act_ab() { AB_CASES=${AB_CASES:-0 2 4 5} AB_ENV=TOY_F32_ACTIVATIONS ab_cases; }
+# Patch 0044's four-bf16-a-thread SwiGLU forward, on and off (SmolLM2 at 2048 and 1024).
+stage_gated_ab() { AB_CASES=${AB_CASES:-0 1} AB_ENV=TOY_CUDA_NO_0044_GATED ab_cases; }
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do
