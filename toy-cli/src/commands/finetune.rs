@@ -142,13 +142,18 @@ fn lora_config(a: &TrainArgs, base: &crate::model::ModelConfig) -> Result<Option
 /// `targets` (deduplicated; PEFT's names such as `q_proj` taken for ours,
 /// `all-linear` for every matrix) else the architecture's default ones.
 pub(crate) fn lora_on(base: &crate::model::ModelConfig, rank: usize, alpha: Option<f32>, targets: Option<&[String]>) -> LoraConfig {
-    let table = base.arch.table();
-    let default = || table.default_lora_targets().into_iter().map(String::from).collect::<Vec<_>>();
-    let given = |t: &[String]| match t {
-        [all] if all == "all-linear" => table.lora_targets().into_iter().map(String::from).collect(),
-        _ => dedup_targets(t),
-    };
+    let default = || base.arch.table().default_lora_targets().into_iter().map(String::from).collect::<Vec<_>>();
+    let given = |t: &[String]| lora_targets(base.arch, t);
     LoraConfig { rank, alpha: alpha.unwrap_or(rank as f32), targets: targets.map_or_else(default, given) }
+}
+
+/// The matrices `--lora-targets t` names on `arch`: every one of its table's for
+/// `all-linear`, else `t` deduplicated with PEFT's names taken for ours.
+pub(crate) fn lora_targets(arch: crate::model::Arch, t: &[String]) -> Vec<String> {
+    match t {
+        [all] if all == "all-linear" => arch.table().lora_targets().into_iter().map(String::from).collect(),
+        _ => dedup_targets(t),
+    }
 }
 
 /// Refuse a `context` the base at `path` cannot take (0, or above its own).

@@ -2,7 +2,7 @@
 //! it started on, its own tokenizer, the options fixed when it started), and
 //! the flags that start a run that saved nothing again from step 0.
 
-use super::setup::{dedup_targets, is_embedded, load_training_corpus, model_corpus};
+use super::setup::{is_embedded, load_training_corpus, model_corpus};
 use crate::cli::{
     BatchArgs, DataArgs, DeviceArgs, FinetuneArgs, FlagValue, LogArgs, OptimArgs, ShapeArgs, Shown, TrainArgs, WarmStartArgs,
 };
@@ -86,7 +86,7 @@ pub fn conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
         (given.key != run.key).then(|| format!("{} {} (the run has {shown})", given.flag, given.value))
     };
     let mut a = a.clone();
-    a.finetune.lora_targets = a.finetune.lora_targets.as_deref().map(dedup_targets);
+    a.finetune.lora_targets = a.finetune.lora_targets.as_deref().map(|t| super::finetune::lora_targets(cfg.model.arch, t));
     let run = run_args(cfg);
     let mut out = Vec::new();
     if let Some(r) = a.recipe.filter(|r| *r != cfg.recipe) {

@@ -409,4 +409,11 @@ fn finetune_context_defaults_to_the_models_up_to_1024() {
     };
     assert_eq!(targets("f", "q_proj,o_proj,attn_q"), ["attn_q", "attn_output"]);
     assert_eq!(targets("g", "all-linear").len(), 7);
+    // A resume may repeat the run's flags as they were given: all-linear, PEFT's names.
+    let again = |steps: &str, targets: &str| {
+        toy(t, &["train", "--resume", "g", "--steps", steps, "--threads", "1", "--lora-rank", "2", "--lora-targets", targets])
+    };
+    ok(&again("2", "all-linear"));
+    ok(&again("3", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"));
+    fails(&again("4", "q_proj"), "--lora-targets");
 }
