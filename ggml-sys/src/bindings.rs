@@ -832,21 +832,16 @@ pub const GGML_MUL_MAT_GRAD_MUL_MAT: ggml_mul_mat_grad = 0;
 pub const GGML_MUL_MAT_GRAD_OUT_PROD: ggml_mul_mat_grad = 1;
 pub type ggml_mul_mat_grad = ::std::os::raw::c_uint;
 unsafe extern "C" {
-    pub fn ggml_mul_mat_set_grad(a: *mut ggml_tensor, grad: ggml_mul_mat_grad);
+    pub fn ggml_mul_mat_bf16(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_mul_mat_bf16(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+    pub fn ggml_mul_mat_set_grad(a: *mut ggml_tensor, grad: ggml_mul_mat_grad);
 }
 unsafe extern "C" {
     pub fn ggml_gelu_back(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_swiglu_back(
-        ctx: *mut ggml_context,
-        grad: *mut ggml_tensor,
-        a: *mut ggml_tensor,
-        b: *mut ggml_tensor,
-    ) -> *mut ggml_tensor;
+    pub fn ggml_swiglu_back(ctx: *mut ggml_context, grad: *mut ggml_tensor, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_hardswish(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;
@@ -960,7 +955,13 @@ unsafe extern "C" {
     pub fn ggml_rms_norm_gain(ctx: *mut ggml_context, a: *mut ggml_tensor, g: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
-    pub fn ggml_norm_gain_bias(ctx: *mut ggml_context, a: *mut ggml_tensor, g: *mut ggml_tensor, b: *mut ggml_tensor, eps: f32) -> *mut ggml_tensor;
+    pub fn ggml_norm_gain_bias(
+        ctx: *mut ggml_context,
+        a: *mut ggml_tensor,
+        g: *mut ggml_tensor,
+        b: *mut ggml_tensor,
+        eps: f32,
+    ) -> *mut ggml_tensor;
 }
 unsafe extern "C" {
     pub fn ggml_group_norm(ctx: *mut ggml_context, a: *mut ggml_tensor, n_groups: ::std::os::raw::c_int, eps: f32) -> *mut ggml_tensor;
