@@ -262,16 +262,17 @@ flag_group! {
     #[serde(default)]
     #[command(next_help_heading = "Run and batch")]
     pub struct BatchArgs {
-        /// Model and batch shape preset.
+        /// Model and batch shape preset (default tiny). finetune keeps the model's shape; its
+        /// batch, and its context when --preset is given, come from the preset.
         #[arg(long, value_enum)]
         pub preset: Option<Preset>,
-        /// Training steps.
+        /// Training steps (optimizer steps; default 200).
         #[arg(long, value_parser = count_u64)]
         pub steps: Option<u64>,
-        /// Seed of the initial weights and of the batch order.
+        /// Seed of the initial weights and of the batch order (default 0).
         #[arg(long, value_parser = count_u64)]
         pub seed: Option<u64>,
-        /// Sequences per micro-batch (one forward and backward pass).
+        /// Sequences per micro-batch, one forward and backward pass (default: the preset's).
         #[arg(long, value_parser = count_usize)]
         pub batch: Option<usize>,
         /// Micro-batches of --batch sequences per optimizer step (gradient
@@ -280,7 +281,8 @@ flag_group! {
         /// optimizer steps.
         #[arg(long = "grad-accum", value_parser = count_usize)]
         pub grad_accum: Option<usize>,
-        /// Tokens per sequence (context length).
+        /// Tokens per sequence, the context length (default: the preset's; finetune: the
+        /// model's, at most 1024, or the longest conversation of chat data).
         #[arg(long, value_parser = count_usize)]
         pub context: Option<usize>,
     }
@@ -292,22 +294,22 @@ flag_group! {
     #[serde(default)]
     #[command(next_help_heading = "Model shape (from scratch, warm-start)")]
     pub struct ShapeArgs {
-        /// Architecture.
+        /// Architecture (default: the preset's, else llama).
         #[arg(long, value_enum)]
         pub arch: Option<Arch>,
-        /// Residual width.
+        /// Residual width (default: the preset's).
         #[arg(long = "d-model", value_parser = count_usize)]
         pub d_model: Option<usize>,
-        /// Transformer blocks.
+        /// Transformer blocks (default: the preset's).
         #[arg(long, value_parser = count_usize)]
         pub layers: Option<usize>,
-        /// Attention heads.
+        /// Attention heads (default: the preset's).
         #[arg(long, value_parser = count_usize)]
         pub heads: Option<usize>,
-        /// Key/value heads (grouped-query attention; llama only).
+        /// Key/value heads, grouped-query attention; llama only (default: --heads, or the preset's).
         #[arg(long = "kv-heads", value_parser = count_usize)]
         pub kv_heads: Option<usize>,
-        /// Feed-forward width.
+        /// Feed-forward width (default: the preset's; gpt2: 4 × d_model).
         #[arg(long = "d-ff", value_parser = count_usize)]
         pub d_ff: Option<usize>,
         /// Vocabulary: of the BPE trained on the fly for raw text and for the
@@ -315,10 +317,10 @@ flag_group! {
         /// files (default: the largest id + 1; larger ids are an error).
         #[arg(long = "vocab-size", value_parser = count_usize)]
         pub vocab_size: Option<usize>,
-        /// RMSNorm/LayerNorm epsilon.
+        /// RMSNorm/LayerNorm epsilon (default 1e-5).
         #[arg(long = "norm-eps")]
         pub norm_eps: Option<f32>,
-        /// RoPE base (llama).
+        /// RoPE base, llama (default 10000; smollm2-135m: 100000).
         #[arg(long = "rope-base")]
         pub rope_base: Option<f32>,
         /// Share the output head with the token embedding (llama; gpt2 always ties).
@@ -340,13 +342,13 @@ flag_group! {
         /// Final learning rate of the cosine schedule (default: --lr / 10).
         #[arg(long = "min-lr", allow_hyphen_values = true)]
         pub min_lr: Option<f32>,
-        /// Linear warmup steps.
+        /// Linear warmup steps (default 20).
         #[arg(long = "warmup-steps", value_parser = count_u64)]
         pub warmup_steps: Option<u64>,
-        /// AdamW weight decay (matrices only).
+        /// AdamW weight decay, matrices only (default 0.1).
         #[arg(long = "weight-decay", allow_hyphen_values = true)]
         pub weight_decay: Option<f32>,
-        /// Global gradient-norm clip (0 disables).
+        /// Global gradient-norm clip (default 1.0; 0 disables).
         #[arg(long = "grad-clip", allow_hyphen_values = true)]
         pub grad_clip: Option<f32>,
         /// Keep these parameters fixed: names containing any of the comma-separated
@@ -362,10 +364,10 @@ flag_group! {
     #[serde(default)]
     #[command(next_help_heading = "Logging and checkpoints")]
     pub struct LogArgs {
-        /// Validation loss every N steps (0: only at the end).
+        /// Validation loss every N steps (default 100; 0: only at the end).
         #[arg(long = "eval-every", value_parser = count_u64)]
         pub eval_every: Option<u64>,
-        /// Checkpoint every N steps (0: only at the end).
+        /// Checkpoint every N steps (default 0: only at the end).
         #[arg(long = "save-every", value_parser = count_u64)]
         pub save_every: Option<u64>,
         /// Print a loss line every N steps (default: 10 on a terminal, every step when piped).
@@ -377,7 +379,7 @@ flag_group! {
         /// Record every step's token windows in batches.bin (for replaying the run elsewhere).
         #[arg(long = "record-batches")]
         pub record_batches: bool,
-        /// Keep only the newest K checkpoints (0: all).
+        /// Keep only the newest K checkpoints (default 0: all).
         #[arg(long, value_parser = count_usize)]
         pub keep: Option<usize>,
         /// Skip a step whose loss or gradients are not finite (and log it) instead of stopping.
