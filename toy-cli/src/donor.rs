@@ -15,7 +15,7 @@ use std::path::Path;
 pub enum TableInit {
     /// The donor's rows, matched to the student's tokens.
     Donor,
-    /// A random N(0, 0.02) table of the donor's width (toy 0.8.0's "INIT=scratch").
+    /// A random N(0, 0.02) table of the donor's width ("INIT=scratch" of toy 0.8.0, the Ruby predecessor).
     Scratch,
 }
 

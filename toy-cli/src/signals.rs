@@ -17,17 +17,27 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Inside [`interruptible`]: a first signal ends that work, with nothing to save.
 static PREPARING: AtomicBool = AtomicBool::new(false);
 
-/// Write `msg` to stderr from a signal handler (`write(2)` is async-signal-safe).
+/// Whether stderr is a terminal, where a message starts on a line of its own
+/// (a progress line may be open); set by [`install`].
+static TTY: AtomicBool = AtomicBool::new(false);
+
+/// Write the line `msg` to stderr from a signal handler (`write(2)` is
+/// async-signal-safe), after a newline on a terminal.
 fn say(msg: &str) {
     #[cfg(unix)]
-    // SAFETY: a valid buffer of `msg.len()` bytes.
+    // SAFETY: valid buffers of the lengths given.
     unsafe {
+        if TTY.load(Ordering::SeqCst) {
+            libc::write(2, b"\n".as_ptr().cast(), 1);
+        }
         libc::write(2, msg.as_ptr().cast(), msg.len());
     }
 }
 
 /// Install the handlers; `stop` receives the first signal's number.
 pub fn install(stop: Arc<AtomicI32>) {
+    use std::io::IsTerminal as _;
+    TTY.store(std::io::stderr().is_terminal(), Ordering::SeqCst);
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let flag = stop.clone();
         // SAFETY: the handler touches atomics and calls `write` and `_exit`,
@@ -35,12 +45,17 @@ pub fn install(stop: Arc<AtomicI32>) {
         let _ = unsafe {
             signal_hook::low_level::register(sig, move || {
                 flag.store(sig, Ordering::SeqCst);
+                let preparing = PREPARING.load(Ordering::SeqCst);
                 match COUNT.fetch_add(1, Ordering::SeqCst) {
-                    0 if PREPARING.load(Ordering::SeqCst) => say("\ntoy train: stopping (no step has run: nothing to save)\n"),
-                    0 => say("\ntoy train: stopping after this step to save a checkpoint (twice more to quit without saving)\n"),
-                    1 => say("\ntoy train: still stopping; saving the checkpoint first (once more to quit without saving)\n"),
-                    _ if CRITICAL.load(Ordering::SeqCst) == 0 => signal_hook::low_level::exit(128 + sig),
-                    _ => say("\ntoy train: a checkpoint is being written; it ends first\n"),
+                    0 if preparing => say("toy train: stopping (no step has run: nothing to save)\n"),
+                    0 => say("toy train: stopping after this step to save a checkpoint (twice more to quit without saving)\n"),
+                    1 if preparing => say("toy train: still stopping\n"),
+                    1 => say("toy train: still stopping; saving the checkpoint first (once more to quit without saving)\n"),
+                    _ if CRITICAL.load(Ordering::SeqCst) == 0 => {
+                        say("toy train: quit without saving (--resume goes on from the last checkpoint, or from step 0)\n");
+                        signal_hook::low_level::exit(128 + sig)
+                    }
+                    _ => say("toy train: a checkpoint is being written; it ends first\n"),
                 }
             })
         };

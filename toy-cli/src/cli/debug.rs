@@ -30,9 +30,10 @@ pub enum DebugCommand {
 
 #[derive(Args, Debug)]
 pub struct TokenizeArgs {
-    /// A GGUF with a tokenizer (a model, or a vocabulary-only file).
+    /// A GGUF with a tokenizer (a model, a run folder's latest checkpoint, or a
+    /// vocabulary-only file).
     pub model: PathBuf,
-    /// UTF-8 text to tokenize.
+    /// A UTF-8 text file to tokenize.
     #[arg(long)]
     pub text: PathBuf,
     /// Output file of ids.
@@ -55,7 +56,7 @@ pub struct ChatMasksArgs {
     #[arg(long)]
     pub corpus: PathBuf,
     /// Conversations to show, from the first.
-    #[arg(short = 'n', long = "count", alias = "n", default_value_t = 3)]
+    #[arg(short = 'n', long = "count", alias = "n", default_value_t = 3, value_parser = super::count_usize)]
     pub n: usize,
     /// Print one JSON object per conversation (its ids and which are trained).
     #[arg(long)]
@@ -73,19 +74,19 @@ pub struct BenchArgs {
     #[arg(long, value_enum)]
     pub arch: Option<Arch>,
     /// Vocabulary size (default: the preset's, else 4096).
-    #[arg(long)]
+    #[arg(long, value_parser = super::count_usize)]
     pub vocab: Option<usize>,
     /// Timed steps.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = super::count_usize)]
     pub steps: usize,
     /// Untimed steps first.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = super::count_usize)]
     pub warmup: usize,
     /// Override the preset's batch.
-    #[arg(long)]
+    #[arg(long, value_parser = super::count_usize)]
     pub batch: Option<usize>,
     /// Override the preset's context.
-    #[arg(long)]
+    #[arg(long, value_parser = super::count_usize)]
     pub context: Option<usize>,
     /// Time fine-tuning steps of this model (a llama or qwen2 GGUF, or a run
     /// folder's weights/latest) as `toy train finetune --from` runs them: its shape,
@@ -114,7 +115,7 @@ pub struct DumpArgs {
     #[arg(long)]
     pub batches: PathBuf,
     /// Which recorded step's batch (1-based).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::count_usize)]
     pub step: usize,
     /// Output GGUF file.
     #[arg(long)]
@@ -123,7 +124,7 @@ pub struct DumpArgs {
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// CPU threads (0: all cores).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = super::count_usize)]
     pub threads: usize,
     /// f32 matrix products on CUDA: highest (f32) or high (TF32).
     #[arg(long = "matmul-precision", value_enum, default_value = "high")]

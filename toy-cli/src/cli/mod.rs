@@ -82,7 +82,7 @@ pub struct RunOnArgs {
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// CPU threads (default: all cores; 0 too).
-    #[arg(long, default_value_t = 0, hide_default_value = true)]
+    #[arg(long, default_value_t = 0, hide_default_value = true, value_parser = count_usize)]
     pub threads: usize,
     /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);
     /// no effect on the CPU.
@@ -113,13 +113,13 @@ pub struct GenerateArgs {
     #[arg(long, requires = "chat")]
     pub system: Option<String>,
     /// Tokens to generate (llama.cpp's -n, --n-predict).
-    #[arg(short = 'n', long = "n-predict", alias = "n", default_value_t = 100)]
+    #[arg(short = 'n', long = "n-predict", alias = "n", default_value_t = 100, value_parser = count_usize)]
     pub n: usize,
     /// Softmax temperature (0: greedy).
     #[arg(long, default_value_t = 0.8)]
     pub temperature: f32,
     /// Sample among the k most likely tokens (0: all).
-    #[arg(long = "top-k", default_value_t = 40)]
+    #[arg(long = "top-k", default_value_t = 40, value_parser = count_usize)]
     pub top_k: usize,
     /// Nucleus sampling threshold.
     #[arg(long = "top-p", default_value_t = 0.95)]
@@ -132,7 +132,7 @@ pub struct GenerateArgs {
     #[arg(long = "ignore-eot")]
     pub ignore_eot: bool,
     /// Sampling seed.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = count_u64)]
     pub seed: u64,
     /// Where the model runs.
     #[command(flatten)]
@@ -160,17 +160,17 @@ pub struct EvalArgs {
     pub data_format: Option<crate::data::chat_records::DataFormat>,
     /// Tokens per window (default: the longest the text fills, at most the
     /// model's context).
-    #[arg(long)]
+    #[arg(long, value_parser = count_usize)]
     pub context: Option<usize>,
     /// The field of JSON Lines records that holds their text (a `.jsonl`
     /// corpus; default `text`).
     #[arg(long = "text-field")]
     pub text_field: Option<String>,
     /// Windows per batch.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = count_usize)]
     pub batch: usize,
     /// Evaluate at most this many windows.
-    #[arg(long = "max-windows")]
+    #[arg(long = "max-windows", value_parser = count_usize)]
     pub max_windows: Option<usize>,
     /// Where the model runs.
     #[command(flatten)]
@@ -282,7 +282,7 @@ pub struct PrepArgs {
     pub files: Vec<PathBuf>,
     /// Largest vocabulary the BPE may learn, `<|endoftext|>` and the 256 bytes
     /// included (at least 257; fewer ids when the text is small).
-    #[arg(long = "vocab-size", default_value_t = crate::data::tokenizer::DEFAULT_VOCAB_SIZE)]
+    #[arg(long = "vocab-size", default_value_t = crate::data::tokenizer::DEFAULT_VOCAB_SIZE, value_parser = count_usize)]
     pub vocab_size: usize,
     /// Output folder: tokenizer.json, train.bin, val.bin (little-endian u32 ids), manifest.json.
     #[arg(long)]
@@ -291,7 +291,7 @@ pub struct PrepArgs {
     #[arg(long = "val-fraction", default_value_t = 0.05)]
     pub val_fraction: f64,
     /// Seed of the choice of validation documents.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = count_u64)]
     pub seed: u64,
     /// Write into a non-empty output folder.
     #[arg(long)]

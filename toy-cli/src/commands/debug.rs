@@ -195,8 +195,10 @@ fn bench(a: &BenchArgs) -> Result<()> {
 /// `toy debug tokenize`: the ids of `--text` with the tokenizer of `model`,
 /// written as little-endian i32 (with -1 after each line under `--lines`).
 fn tokenize(a: &TokenizeArgs) -> Result<()> {
-    let what = a.model.display();
-    let file = ggml_rs::gguf::GgufFile::open(&a.model).map_err(|e| input(format!("{what}: {e}")))?;
+    let model = crate::files::resolve_model(&a.model)?;
+    crate::files::check_out(&a.out, &[&model, &a.text], "the ids")?;
+    let what = model.display();
+    let file = ggml_rs::gguf::GgufFile::open(&model).map_err(|e| input(e.to_string()))?;
     let tok = crate::data::Tokenizer::read_gguf(&file)?.ok_or_else(|| input(format!("{what}: no tokenizer (tokenizer.ggml.*)")))?;
     let bytes = std::fs::read(&a.text).map_err(|e| input(format!("cannot read {}: {e}", a.text.display())))?;
     let text = String::from_utf8(bytes).map_err(|e| input(format!("{}: not UTF-8 ({e})", a.text.display())))?;

@@ -13,7 +13,7 @@ pub use recipe::{Recipe, Sampling};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Preset {
-    /// toy 0.8.0's shape: d 64, 4 heads, d_ff 128, 2 layers, context 32, batch 1.
+    /// The shape of toy 0.8.0, the Ruby project toy-rs succeeds: d 64, 4 heads, d_ff 128, 2 layers, context 32, batch 1.
     Smoke,
     /// d 128, 4 heads, d_ff 344, 4 layers, context 64, batch 8 (toy train's default): 200 steps in well under a minute on 2 cores.
     Tiny,

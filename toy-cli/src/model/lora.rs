@@ -52,7 +52,10 @@ impl LoraConfig {
         }
         let all = table.lora_targets();
         if let Some(t) = self.targets.iter().find(|t| !all.contains(&t.as_str())) {
-            return Err(format!("--lora-targets: {t:?} is not one of {}", all.join(", ")));
+            if t == "all-linear" {
+                return Err("--lora-targets: all-linear names every matrix; give it alone".into());
+            }
+            return Err(format!("--lora-targets: {t:?} is not one of {}, PEFT's q_proj ... down_proj, or all-linear", all.join(", ")));
         }
         Ok(())
     }
