@@ -93,6 +93,12 @@ fn generate_and_eval_refuse_bad_checkpoints() {
     fails(&toy(t, &["generate", "r", "--temperature=-1"]), "generate", "--temperature -1");
     fails(&toy(t, &["generate", "r", "--top-p", "1.5"]), "generate", "--top-p 1.5 must be in (0, 1]");
     fails(&toy(t, &["generate", "r", "--chat", "hi"]), "generate", "no chat template");
+    fails(&toy(t, &["generate", "r", "-n", "-1"]), "generate", "a count cannot be negative");
+    fails(&toy(t, &["generate", "r", "--top-k", "-1"]), "generate", "a count cannot be negative");
+    let lora = |targets: &str| toy(t, &["train", "finetune", "--from", "r", "--lora-rank", "2", "--lora-targets", targets, "--out", "f"]);
+    fails(&lora("all-linear,attn_q"), "train", "all-linear names every matrix; give it alone");
+    fails(&lora("nonsense"), "train", "PEFT's q_proj ... down_proj, or all-linear");
+    assert!(!t.join("f").exists());
     fails(&toy(t, &["eval", "r", "--corpus", "missing.txt"]), "eval", "missing.txt");
     fails(&toy(t, &["eval", "r", "--corpus", "r/config.toml", "--batch", "0"]), "eval", "--batch");
     fails(&toy(t, &["eval", "r", "--corpus", "r/config.toml", "--context", "100000"]), "eval", "longer than the model's context");
