@@ -2,20 +2,52 @@
 //!
 //! The first SIGINT/SIGTERM asks the loop to stop after the current step and
 //! save; a second one only says that it is on its way (so an impatient double
-//! Ctrl-C still gets its checkpoint); a third ends the process at once —
-//! unless it lands inside a [`critical`] section (a checkpoint and its state
-//! being written, an event line, `config.toml`), which no signal cuts: the run
-//! then stops as the first signal asked. SIGPIPE is ignored, so a closed stdout
+//! Ctrl-C still gets its checkpoint); a third ends the process within 10 ms,
+//! removing a run folder that holds no checkpoint yet ([`on_quit`]) — unless
+//! it lands inside a [`critical`] section (a checkpoint and its state being
+//! written, an event line, `config.toml`), which no signal cuts: the run then
+//! stops as the first signal asked. SIGPIPE is ignored, so a closed stdout
 //! (`toy train | head -1`) does not kill a run: its lines are dropped
 //! ([`outln!`](crate::outln)) and training goes on.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 static CRITICAL: AtomicUsize = AtomicUsize::new(0);
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Inside [`interruptible`]: a first signal ends that work, with nothing to save.
 static PREPARING: AtomicBool = AtomicBool::new(false);
+/// The number of the signal that asked to quit without saving (the third), else 0.
+static QUIT: AtomicI32 = AtomicI32::new(0);
+/// What quitting does first, outside the handler ([`on_quit`]): its note, if any.
+type OnQuit = Box<dyn Fn() -> Option<String> + Send>;
+static ON_QUIT: Mutex<Option<OnQuit>> = Mutex::new(None);
+
+/// Have a quit signal run `f` before the process ends (on a watcher thread, not
+/// in the handler: removing a run folder that holds no checkpoint is not
+/// async-signal-safe); `f`'s note is added to the quit message. The last
+/// registration wins.
+pub fn on_quit(f: OnQuit) {
+    if let Ok(mut slot) = ON_QUIT.lock() {
+        *slot = Some(f);
+    }
+}
+
+/// Within 10 ms of a quit signal, outside any [`critical`] section: run
+/// [`on_quit`]'s work, say so and end the process with 128 + the signal.
+fn watch_quit() {
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        let sig = QUIT.load(Ordering::SeqCst);
+        if sig == 0 || CRITICAL.load(Ordering::SeqCst) != 0 {
+            continue;
+        }
+        let note = ON_QUIT.lock().ok().and_then(|f| f.as_ref().and_then(|f| f()));
+        let note = note.map_or_else(|| " (--resume goes on from the last checkpoint)".to_string(), |n| format!("; {n}"));
+        say(&format!("toy train: quit without saving{note}\n"));
+        signal_hook::low_level::exit(128 + sig);
+    }
+}
 
 /// Whether stderr is a terminal, where a message starts on a line of its own
 /// (a progress line may be open); set by [`install`].
@@ -51,15 +83,13 @@ pub fn install(stop: Arc<AtomicI32>) {
                     0 => say("toy train: stopping after this step to save a checkpoint (twice more to quit without saving)\n"),
                     1 if preparing => say("toy train: still stopping\n"),
                     1 => say("toy train: still stopping; saving the checkpoint first (once more to quit without saving)\n"),
-                    _ if CRITICAL.load(Ordering::SeqCst) == 0 => {
-                        say("toy train: quit without saving (--resume goes on from the last checkpoint, or from step 0)\n");
-                        signal_hook::low_level::exit(128 + sig)
-                    }
+                    _ if CRITICAL.load(Ordering::SeqCst) == 0 => QUIT.store(sig, Ordering::SeqCst),
                     _ => say("toy train: a checkpoint is being written; it ends first\n"),
                 }
             })
         };
     }
+    std::thread::spawn(watch_quit);
     #[cfg(unix)]
     // SAFETY: setting a signal's disposition.
     unsafe {

@@ -63,6 +63,24 @@ pub fn started_as(dir: &Path) -> Option<String> {
     (v["kind"] == "run_start").then(|| v["run_id"].as_str().map(str::to_string)).flatten()
 }
 
+/// Remove the run folder `path` and the parents of it inside `created` (the
+/// outermost folder made for it) that nothing else was put in.
+fn remove_folder(path: &Path, created: Option<&Path>) {
+    let _ = std::fs::remove_dir_all(path);
+    let Some(top) = created else { return };
+    for p in path.ancestors().skip(1) {
+        if !p.starts_with(top) || std::fs::remove_dir(p).is_err() {
+            break;
+        }
+    }
+}
+
+/// Whether the run folder `path` holds a checkpoint (`weights/latest` or a resume state).
+fn has_checkpoint(path: &Path) -> bool {
+    let Ok(rd) = std::fs::read_dir(path.join("weights")) else { return false };
+    rd.flatten().any(|e| e.file_name().to_str().is_some_and(|n| n == "latest" || n.ends_with(".state.gguf")))
+}
+
 /// An open run folder, locked for this process ([`RunDir::create`]).
 #[derive(Clone, Debug)]
 pub struct RunDir {
@@ -79,13 +97,7 @@ impl RunDir {
     /// Remove the run folder (a run that saved nothing) and the parents that
     /// [`RunDir::create`] made for it, where nothing else was put in them.
     pub fn remove(&self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-        let Some(top) = &self.created else { return };
-        for p in self.path.ancestors().skip(1) {
-            if !p.starts_with(top) || std::fs::remove_dir(p).is_err() {
-                break;
-            }
-        }
+        remove_folder(&self.path, self.created.as_deref());
     }
 
     /// Create the folder `path` (and `weights/`). An existing folder is refused
@@ -112,6 +124,15 @@ impl RunDir {
         let lock = lock(&path, "run folder", "a toy train running in it")?;
         let run = RunDir { id, path, _lock: std::sync::Arc::new(lock), created };
         run.remove_leftovers();
+        // A quit signal (the third) removes the folder too while it holds no checkpoint.
+        let (p, c) = (run.path.clone(), run.created.clone());
+        crate::signals::on_quit(Box::new(move || {
+            if has_checkpoint(&p) {
+                return None;
+            }
+            remove_folder(&p, c.as_deref());
+            Some(format!("nothing was saved, so the run folder {} was removed", p.display()))
+        }));
         Ok(run)
     }
 
@@ -144,8 +165,7 @@ impl RunDir {
     /// one). `--save-initial`'s `step_0.gguf` has no state. A run without is
     /// removed when it fails, and restarted from step 0 by `--resume`.
     pub fn has_checkpoint(&self) -> bool {
-        let Ok(rd) = std::fs::read_dir(self.path.join("weights")) else { return false };
-        rd.flatten().any(|e| e.file_name().to_str().is_some_and(|n| n == "latest" || n.ends_with(".state.gguf")))
+        has_checkpoint(&self.path)
     }
 
     /// Remove the logs of a run that saved nothing, before it starts again

@@ -96,6 +96,38 @@ fn repeated_signals_never_cut_a_save() {
     }
 }
 
+/// Three signals before the first checkpoint: the run quits at once, and a
+/// folder that holds no checkpoint is removed, saying so (or, where the step
+/// ended and saved before the third, the checkpoint is there).
+#[test]
+fn quitting_before_the_first_checkpoint_leaves_no_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    for i in 0..3 {
+        let out = format!("q{i}");
+        let r = t.join(&out);
+        let mut child = train(t, &out, &["--preset", "small", "--steps", "100000", "--eval-every", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for(&r, "step", 1, &mut child);
+        for _ in 0..3 {
+            signal(&child, "-INT");
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        let done = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert_eq!(done.status.code(), Some(130), "{err}");
+        assert!(err.contains("quit without saving") || err.contains("a checkpoint is being written"), "{err}");
+        if r.exists() {
+            assert!(latest_step(&r).is_some(), "a folder without a checkpoint was left: {err}");
+        } else {
+            assert!(err.contains(&format!("nothing was saved, so the run folder {out} was removed")), "{err}");
+        }
+    }
+}
+
 #[test]
 fn a_run_folder_is_locked_while_it_trains() {
     let tmp = tempfile::tempdir().unwrap();
