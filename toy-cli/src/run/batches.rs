@@ -132,8 +132,10 @@ impl Recorded {
         }
         let bin = bin.as_path();
         let json = bin.with_file_name("batches.json");
-        let layout: Layout = serde_json::from_str(&std::fs::read_to_string(&json).map_err(|e| input(format!("{}: {e}", json.display())))?)
-            .map_err(|e| input(format!("{}: {e}", json.display())))?;
+        let text = std::fs::read_to_string(&json).map_err(|e| {
+            input(format!("{}: no layout beside it ({}: {e}); a run's batches.bin, from --record-batches?", bin.display(), json.display()))
+        })?;
+        let layout: Layout = serde_json::from_str(&text).map_err(|e| input(format!("{}: {e}", json.display())))?;
         let bytes = std::fs::read(bin).map_err(|e| input(format!("{}: {e}", bin.display())))?;
         let per_step = layout.values_per_window().checked_mul(layout.batch).and_then(|n| n.checked_mul(4)).unwrap_or(0);
         if !layout.known() || per_step == 0 || bytes.len() % per_step != 0 || bytes.is_empty() {

@@ -196,4 +196,8 @@ fn debug_dumps_have_the_layout_the_parity_harness_reads() {
     let l = GgufFile::open(t.join("l.gguf")).unwrap();
     assert_eq!(l.tensor("logits").unwrap().shape(), vec![1024, 32]);
     assert!(l.get_f64("toy.loss").unwrap() > 0.0);
+    // A file that is not a recording is named as the user gave it.
+    let o = toy(t, &["debug", "dump-logits", "r", "--batches", "r/weights/step_0.gguf", "--out", "m.gguf"]);
+    fails(&o, "debug", "r/weights/step_0.gguf: no layout beside it");
+    assert!(!t.join("m.gguf").exists());
 }
