@@ -136,7 +136,10 @@ pub fn interruptible<T: Send + 'static>(
     let Some(stop) = stop else { return f() };
     PREPARING.store(true, Ordering::SeqCst);
     let r = wait_for(stop, what, f);
-    PREPARING.store(false, Ordering::SeqCst);
+    // Interrupted, the process ends with nothing saved: later signals must not say otherwise.
+    if !matches!(r, Err(crate::error::Error::Interrupted(..))) {
+        PREPARING.store(false, Ordering::SeqCst);
+    }
     r
 }
 
