@@ -34,7 +34,7 @@ pub fn on_quit(f: OnQuit) {
 }
 
 /// Within 10 ms of a quit signal, outside any [`critical`] section: run
-/// [`on_quit`]'s work, say so and end the process with 128 + the signal.
+/// [`on_quit`]'s work, print its note and end the process with 128 + the signal.
 fn watch_quit() {
     loop {
         std::thread::sleep(std::time::Duration::from_millis(10));
@@ -42,9 +42,9 @@ fn watch_quit() {
         if sig == 0 || CRITICAL.load(Ordering::SeqCst) != 0 {
             continue;
         }
-        let note = ON_QUIT.lock().ok().and_then(|f| f.as_ref().and_then(|f| f()));
-        let note = note.map_or_else(|| " (--resume goes on from the last checkpoint)".to_string(), |n| format!("; {n}"));
-        say(&format!("toy train: quit without saving{note}\n"));
+        if let Some(note) = ON_QUIT.lock().ok().and_then(|f| f.as_ref().and_then(|f| f())) {
+            say(&format!("toy train: {note}\n"));
+        }
         signal_hook::low_level::exit(128 + sig);
     }
 }
@@ -83,7 +83,10 @@ pub fn install(stop: Arc<AtomicI32>) {
                     0 => say("toy train: stopping after this step to save a checkpoint (twice more to quit without saving)\n"),
                     1 if preparing => say("toy train: still stopping\n"),
                     1 => say("toy train: still stopping; saving the checkpoint first (once more to quit without saving)\n"),
-                    _ if CRITICAL.load(Ordering::SeqCst) == 0 => QUIT.store(sig, Ordering::SeqCst),
+                    _ if CRITICAL.load(Ordering::SeqCst) == 0 => {
+                        say("toy train: quit without saving\n");
+                        QUIT.store(sig, Ordering::SeqCst)
+                    }
                     _ => say("toy train: a checkpoint is being written; it ends first\n"),
                 }
             })
