@@ -151,32 +151,27 @@ pub(crate) fn is_view_op(op: sys::ggml_op) -> bool {
     matches!(op, sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE | sys::GGML_OP_PERMUTE | sys::GGML_OP_TRANSPOSE)
 }
 
+/// The tensor that `t` reshapes, through any number of reshapes (`t` itself if
+/// it is no reshape); `None` for a reshape without a source.
+fn through_reshapes<'a>(t: &Tensor<'a>) -> Option<Tensor<'a>> {
+    let mut t = *t;
+    while t.op() == sys::GGML_OP_RESHAPE {
+        t = *t.srcs().first()?;
+    }
+    Some(t)
+}
+
 /// Whether `t` is `cast(x, BF16)` of an f32 `x`, maybe through reshapes (as
 /// ggml's `toy_is_bf16_cast`, patch 0042).
 fn is_bf16_cast(t: &Tensor<'_>) -> bool {
-    let mut t = *t;
-    while t.op() == sys::GGML_OP_RESHAPE {
-        match t.srcs().first() {
-            Some(&s) => t = s,
-            None => return false,
-        }
-    }
+    let Some(t) = through_reshapes(t) else { return false };
     t.op() == sys::GGML_OP_CPY && t.dtype() == crate::DType::BF16 && t.srcs().first().is_some_and(|s| s.dtype() == crate::DType::F32)
 }
 
 /// Whether `t` is a bf16 split SwiGLU of two bf16 casts or the bf16 GELU of one,
 /// maybe through reshapes (as ggml's `toy_is_bf16_activation`, patches 0044, 0045).
 fn is_bf16_activation(t: &Tensor<'_>) -> bool {
-    let mut t = *t;
-    while t.op() == sys::GGML_OP_RESHAPE {
-        match t.srcs().first() {
-            Some(&s) => t = s,
-            None => return false,
-        }
-    }
-    if t.dtype() != crate::DType::BF16 {
-        return false;
-    }
+    let Some(t) = through_reshapes(t).filter(|t| t.dtype() == crate::DType::BF16) else { return false };
     let srcs = t.srcs();
     match t.op() {
         sys::GGML_OP_UNARY => unary(&t) == sys::GGML_UNARY_OP_GELU && srcs.first().is_some_and(is_bf16_cast),
@@ -206,17 +201,17 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
     if n.is_view() && op != sys::GGML_OP_CPY && !is_view_op(op) {
         return Err(fail(n, "in-place ops cannot be differentiated"));
     }
+    // Ops whose operand may be a bf16 cast of an f32 tensor, its gradient f32: a product's
+    // input, maybe reshaped (patch 0042), the attention's (patch 0043), a swiglu's or a
+    // GELU's (patches 0044, 0045); and a product may read the bf16 swiglu or GELU of such casts.
+    let product = matches!(op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_RESHAPE);
+    let reads_casts = product
+        || matches!(op, sys::GGML_OP_ATTN_CAUSAL | sys::GGML_OP_GLU)
+        || (op == sys::GGML_OP_UNARY && unary(n) == sys::GGML_UNARY_OP_GELU);
     for (s, &need) in srcs.iter().zip(src_needs) {
         // bf16 logits (patch 0041): the loss's bf16 gradient goes to their product's OUT_PRODs
         let bf16_logits = op == sys::GGML_OP_CROSS_ENTROPY_LOSS_IDS && s.dtype() == crate::DType::BF16 && s.op() == sys::GGML_OP_MUL_MAT;
-        // a product's input cast to bf16, maybe reshaped (patch 0042), the attention's
-        // (patch 0043), a swiglu's or a GELU's (patches 0044, 0045): its gradient is f32;
-        // and so is that of the bf16 swiglu or GELU of such casts, read by a product
-        let gelu = op == sys::GGML_OP_UNARY && unary(n) == sys::GGML_UNARY_OP_GELU;
-        let bf16_input = ((matches!(op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_RESHAPE | sys::GGML_OP_ATTN_CAUSAL | sys::GGML_OP_GLU)
-            || gelu)
-            && is_bf16_cast(s))
-            || (matches!(op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_RESHAPE) && is_bf16_activation(s));
+        let bf16_input = (reads_casts && is_bf16_cast(s)) || (product && is_bf16_activation(s));
         if need && !bf16_logits && !bf16_input && !matches!(s.dtype(), crate::DType::F32 | crate::DType::F16) {
             return Err(fail(n, "gradients flow only through f32/f16 operands"));
         }

@@ -25,8 +25,8 @@ static ON_QUIT: Mutex<Option<OnQuit>> = Mutex::new(None);
 
 /// Have a quit signal run `f` before the process ends (on a watcher thread, not
 /// in the handler: removing a run folder that holds no checkpoint is not
-/// async-signal-safe); `f`'s note is added to the quit message. The last
-/// registration wins.
+/// async-signal-safe); `f`'s note is printed after the handler's "quit
+/// without saving". The last registration wins.
 pub fn on_quit(f: OnQuit) {
     if let Ok(mut slot) = ON_QUIT.lock() {
         *slot = Some(f);
@@ -72,8 +72,8 @@ pub fn install(stop: Arc<AtomicI32>) {
     TTY.store(std::io::stderr().is_terminal(), Ordering::SeqCst);
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let flag = stop.clone();
-        // SAFETY: the handler touches atomics and calls `write` and `_exit`,
-        // all async-signal-safe.
+        // SAFETY: the handler touches atomics and calls `write`, all
+        // async-signal-safe (the watcher thread ends the process).
         let _ = unsafe {
             signal_hook::low_level::register(sig, move || {
                 flag.store(sig, Ordering::SeqCst);

@@ -143,8 +143,7 @@ fn lora_config(a: &TrainArgs, base: &crate::model::ModelConfig) -> Result<Option
 /// `all-linear` for every matrix) else the architecture's default ones.
 pub(crate) fn lora_on(base: &crate::model::ModelConfig, rank: usize, alpha: Option<f32>, targets: Option<&[String]>) -> LoraConfig {
     let default = || base.arch.table().default_lora_targets().into_iter().map(String::from).collect::<Vec<_>>();
-    let given = |t: &[String]| lora_targets(base.arch, t);
-    LoraConfig { rank, alpha: alpha.unwrap_or(rank as f32), targets: targets.map_or_else(default, given) }
+    LoraConfig { rank, alpha: alpha.unwrap_or(rank as f32), targets: targets.map_or_else(default, |t| lora_targets(base.arch, t)) }
 }
 
 /// The matrices `--lora-targets t` names on `arch`: every one of its table's for

@@ -45,9 +45,9 @@ fn refused_key(text: &str) -> Option<(std::ops::Range<usize>, String)> {
     let message = message.split(", expected").next().unwrap_or(&message).to_string();
     let typo = message.split('`').nth(1).unwrap_or_default().to_string();
     let known = TrainArgs::default().flags().into_iter().map(|f| f.flag[2..].replace('-', "_")).chain(["recipe".to_string()]);
-    let near = known.min_by_key(|k| strsim::levenshtein(k, &typo)).filter(|k| strsim::levenshtein(k, &typo) <= 2 + typo.len() / 4);
+    let near = known.map(|k| (strsim::levenshtein(&k, &typo), k)).min_by_key(|(d, _)| *d).filter(|(d, _)| *d <= 2 + typo.len() / 4);
     let hint = match near {
-        Some(k) => format!("; did you mean `{k}`?"),
+        Some((_, k)) => format!("; did you mean `{k}`?"),
         None => "; [train] takes `recipe` and toy train's flags, `_` for `-` (`--lora-rank` as `lora_rank`)".into(),
     };
     Some((span, format!("{message}{hint}")))

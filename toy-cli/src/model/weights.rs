@@ -21,7 +21,7 @@ pub struct Param<'w> {
 }
 
 /// What a training graph keeps in bf16 under `--dtype bf16` (PyTorch
-/// autocast's choices; toy-rs patches 0041-0043, CUDA only). All off by default.
+/// autocast's choices; toy-rs patches 0041-0045, CUDA only). All off by default.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Autocast {
     /// The head's `[V, T·B]` logits (patch 0041): the loss reads them into f32
@@ -285,8 +285,8 @@ impl<'w> Weights<'w> {
         self.set_compact(Compact::Stored);
     }
 
-    /// Keep in bf16 what `a` says (the head's logits, the blocks' product
-    /// inputs and attention inputs), for bf16 products on CUDA.
+    /// Keep in bf16 what `a` says (the head's logits, the blocks' product,
+    /// attention and activation inputs), for bf16 products on CUDA.
     pub fn set_autocast(&mut self, a: Autocast) {
         self.autocast = a;
         for b in &mut self.blocks {
