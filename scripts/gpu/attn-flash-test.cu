@@ -4,8 +4,12 @@
 // out, lse, dq, dk, dv; then the time of forward and backward at the shapes of
 // the benchmarks.
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 -I dist/ggml-src/src/ggml-cuda scripts/gpu/attn-flash-test.cu -o /tmp/aft
+// Each check and timing runs twice: with f32 q, k, v (copied to bf16 by the
+// op) and with bf16 ones (what an autocast model gives the op).
+//
+//   nvcc -O3 -std=c++17 -arch=sm_90 -use_fast_math -I dist/ggml-src/src/ggml-cuda scripts/gpu/attn-flash-test.cu -o /tmp/aft
 //   /tmp/aft            # checks, then timings; exit code 1 when a check fails
+//   /tmp/aft time D hq hkv T B [bf16]   # the timing of that one shape (e.g. under ncu)
 
 #include "attn-flash.cuh"
 
@@ -92,14 +96,29 @@ static double rel(const std::vector<float> & a, const std::vector<double> & r) {
     return num/std::max(den, 1e-30);
 }
 
-struct run_bufs { float *q, *k, *v, *dout, *out, *lse, *rd, *dq, *dk, *dv; __nv_bfloat16 * ws; };
+struct run_bufs {
+    float *q, *k, *v, *dout, *out, *lse, *rd, *dq, *dk, *dv;
+    __nv_bfloat16 *qb, *kb, *vb, *ws;
+};
 
-static void launch(const shape & s, const run_bufs & r, bool fwd, bool bwd) {
+static __global__ void k_to_bf16(const float * x, __nv_bfloat16 * y, int64_t n) {
+    const int64_t i = (int64_t) blockIdx.x*blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __float2bfloat16(x[i]);
+}
+
+static __nv_bfloat16 * to_bf16(const float * x, int64_t n) {
+    __nv_bfloat16 * y;
+    CK(cudaMalloc(&y, n*2));
+    k_to_bf16<<<(n + 255)/256, 256>>>(x, y, n);
+    return y;
+}
+
+static void launch(const shape & s, const run_bufs & r, bool fwd, bool bwd, bool bf16) {
     const int64_t rows = (int64_t) s.hq*s.T*s.B;
     const float scale = 1.0f/std::sqrt((float) s.D);
-    const flash_src q = { r.q, s.D, (int64_t) s.hq*s.D, (int64_t) s.T*s.hq*s.D };
-    const flash_src k = { r.k, s.D, (int64_t) s.hkv*s.D, (int64_t) s.T*s.hkv*s.D };
-    const flash_src v = { r.v, s.D, (int64_t) s.hkv*s.D, (int64_t) s.T*s.hkv*s.D };
+    const flash_src q = { bf16 ? (const void *) r.qb : r.q, s.D, (int64_t) s.hq*s.D, (int64_t) s.T*s.hq*s.D, bf16 };
+    const flash_src k = { bf16 ? (const void *) r.kb : r.k, s.D, (int64_t) s.hkv*s.D, (int64_t) s.T*s.hkv*s.D, bf16 };
+    const flash_src v = { bf16 ? (const void *) r.vb : r.v, s.D, (int64_t) s.hkv*s.D, (int64_t) s.T*s.hkv*s.D, bf16 };
     if (fwd) {
         if (s.D == 64) flash_forward<64>(q, k, v, s.T, s.B, s.hq, s.hkv, scale, r.out, r.lse, r.ws, 0);
         else flash_forward<128>(q, k, v, s.T, s.B, s.hq, s.hkv, scale, r.out, r.lse, r.ws, 0);
@@ -126,21 +145,23 @@ static run_bufs alloc_run(const shape & s, std::vector<float> * hq, std::vector<
     r.q = to_dev(q); r.k = to_dev(k); r.v = to_dev(v); r.dout = to_dev(dout);
     CK(cudaMalloc(&r.out, nq*4)); CK(cudaMalloc(&r.dq, nq*4)); CK(cudaMalloc(&r.dk, nk*4)); CK(cudaMalloc(&r.dv, nk*4));
     CK(cudaMalloc(&r.lse, nq/s.D*4)); CK(cudaMalloc(&r.rd, nq/s.D*4));
-    CK(cudaMalloc(&r.ws, flash_workspace(true, s.D, s.T, s.B, s.hq, s.hkv)*2));
+    const size_t tp = (s.T + 127)/128*128, wq = (size_t) s.D*s.hq*tp*s.B, wk = (size_t) s.D*s.hkv*tp*s.B;
+    CK(cudaMalloc(&r.ws, (2*wq + 2*wk)*2));   // the most any version of the kernels asks for
+    r.qb = to_bf16(r.q, nq); r.kb = to_bf16(r.k, nk); r.vb = to_bf16(r.v, nk);
     if (hq) { *hq = q; *hk = k; *hv = v; *hdo = dout; }
     return r;
 }
 
 static void free_run(run_bufs & r) {
     for (float * p : { r.q, r.k, r.v, r.dout, r.out, r.lse, r.rd, r.dq, r.dk, r.dv }) cudaFree(p);
-    cudaFree(r.ws);
+    for (__nv_bfloat16 * p : { r.qb, r.kb, r.vb, r.ws }) cudaFree(p);
 }
 
-static bool check(const shape & s) {
+static bool check(const shape & s, const bool bf16) {
     std::vector<float> q, k, v, dout;
     run_bufs r = alloc_run(s, &q, &k, &v, &dout, 1234u + s.T);
     const float scale = 1.0f/std::sqrt((float) s.D);
-    launch(s, r, true, true);
+    launch(s, r, true, true, bf16);
     CK(cudaDeviceSynchronize());
     std::vector<double> out, lse, dq, dk, dv;
     reference(s, q, k, v, dout, scale, out, lse, dq, dk, dv);
@@ -148,22 +169,22 @@ static bool check(const shape & s) {
     const double e[5] = { rel(to_host(r.out, nq), out), rel(to_host(r.lse, lse.size()), lse),
         rel(to_host(r.dq, nq), dq), rel(to_host(r.dk, nk), dk), rel(to_host(r.dv, nk), dv) };
     const bool ok = e[0] < 1e-2 && e[1] < 1e-2 && e[2] < 1e-2 && e[3] < 1e-2 && e[4] < 1e-2;
-    std::printf("check D %3d heads %2d/%2d T %5d B %d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s\n",
-        s.D, s.hq, s.hkv, s.T, s.B, e[0], e[1], e[2], e[3], e[4], ok ? "PASS" : "FAIL");
+    std::printf("check %s D %3d heads %2d/%2d T %5d B %d: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s\n",
+        bf16 ? "bf16" : "f32 ", s.D, s.hq, s.hkv, s.T, s.B, e[0], e[1], e[2], e[3], e[4], ok ? "PASS" : "FAIL");
     free_run(r);
     return ok;
 }
 
-static void timing(const shape & s) {
+static void timing(const shape & s, const bool bf16) {
     run_bufs r = alloc_run(s, nullptr, nullptr, nullptr, nullptr, 7u);
     cudaEvent_t e0, e1, e2;
     CK(cudaEventCreate(&e0)); CK(cudaEventCreate(&e1)); CK(cudaEventCreate(&e2));
     std::vector<float> tf, tb;
     for (int it = 0; it < 12; ++it) {
         CK(cudaEventRecord(e0));
-        launch(s, r, true, false);
+        launch(s, r, true, false, bf16);
         CK(cudaEventRecord(e1));
-        launch(s, r, false, true);
+        launch(s, r, false, true, bf16);
         CK(cudaEventRecord(e2));
         CK(cudaEventSynchronize(e2));
         float a, b;
@@ -173,23 +194,29 @@ static void timing(const shape & s) {
     std::sort(tf.begin(), tf.end()); std::sort(tb.begin(), tb.end());
     const double fl = 4.0*s.D*(double) s.T*s.T/2*s.hq*s.B;   // causal: half the square, 2 products
     const double mf = tf[tf.size()/2], mb = tb[tb.size()/2];
-    std::printf("time D %3d heads %2d/%2d T %5d B %2d: fwd %.3f ms (%.0f TFLOP/s)  bwd %.3f ms (%.0f TFLOP/s)\n",
-        s.D, s.hq, s.hkv, s.T, s.B, mf, fl/mf/1e9, mb, 2.5*fl/mb/1e9);
+    std::printf("time %s D %3d heads %2d/%2d T %5d B %2d: fwd %.3f ms (%.0f TFLOP/s)  bwd %.3f ms (%.0f TFLOP/s)\n",
+        bf16 ? "bf16" : "f32 ", s.D, s.hq, s.hkv, s.T, s.B, mf, fl/mf/1e9, mb, 2.5*fl/mb/1e9);
     free_run(r);
 }
 
 int main(int argc, char ** argv) {
+    if (argc >= 7 && std::string(argv[1]) == "time") {
+        timing({ std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]), std::atoi(argv[5]), std::atoi(argv[6]) },
+            argc > 7 && std::string(argv[7]) == "bf16");
+        return 0;
+    }
     bool ok = true;
     const shape checks[] = {
         { 64, 9, 3, 1, 2 }, { 64, 9, 3, 17, 2 }, { 64, 12, 12, 100, 1 }, { 128, 12, 12, 17, 1 },
         { 128, 4, 2, 130, 2 }, { 64, 9, 3, 257, 1 }, { 64, 2, 1, 1024, 1 },
     };
-    for (const shape & s : checks) ok = check(s) && ok;
+    for (const shape & s : checks) ok = check(s, false) && ok;
+    for (const shape & s : checks) ok = check(s, true) && ok;
     if (argc > 1 && std::string(argv[1]) == "check") return ok ? 0 : 1;
     const shape times[] = {
         { 64, 12, 12, 1024, 16 }, { 64, 9, 3, 1024, 8 }, { 64, 9, 3, 2048, 8 }, { 64, 9, 3, 4096, 8 },
         { 64, 9, 3, 8192, 8 }, { 128, 12, 12, 2048, 4 },
     };
-    for (const shape & s : times) timing(s);
+    for (const shape & s : times) { timing(s, false); timing(s, true); }
     return ok ? 0 : 1;
 }

@@ -352,7 +352,7 @@ ab_cases() {
   for i in ${AB_CASES:-0 1 2 3 4 5 6}; do
     local c=${cases[$i]}
     for on in 1 0; do
-      if [ $on = 0 ]; then export "$AB_ENV"=1; else unset "$AB_ENV"; fi
+      if [ $on = 0 ]; then export "$AB_ENV"="${AB_VALUE:-1}"; else unset "$AB_ENV"; fi
       timeout 150 $T debug bench $c --device cuda --steps ${AB_STEPS:-10} --warmup 3 > /tmp/b.json 2> /tmp/b.err || { echo "$c on=$on failed: $(tail -2 /tmp/b.err)"; continue; }
       CASE="$c" ON=$on python3 -c "import json,os; d=json.load(open('/tmp/b.json')); d['patch_on']=int(os.environ['ON']); d['case']=os.environ['CASE']; print(json.dumps(d))" >> "$OUT/ab-$AB_ENV.jsonl"
       CASE="$c" ON=$on python3 -c "import json,os; d=json.load(open('/tmp/b.json')); print('on=' + os.environ['ON'], os.environ['CASE'][:60], d['dtype'], 'median ms', round(d['median_ms'],2), 'device used MiB', (d.get('device_used_bytes') or 0)>>20, 'fallbacks', len(d['cpu_fallbacks']), 'loss', round(d['last_loss'],5))"
@@ -380,6 +380,14 @@ stage_attn_ab() { AB_CASES=${AB_CASES:-2 0 4} AB_ENV=TOY_F32_ATTENTION ab_cases;
 stage_act_ab() { AB_CASES=${AB_CASES:-0 2 4 5} AB_ENV=TOY_F32_ACTIVATIONS ab_cases; }
 # Patch 0044's four-bf16-a-thread SwiGLU forward, on and off (SmolLM2 at 2048 and 1024).
 stage_gated_ab() { AB_CASES=${AB_CASES:-0 1} AB_ENV=TOY_CUDA_NO_0044_GATED ab_cases; }
+# This CUDA module against an earlier build of it (AB_OLD: its .xz; same toy, loaded
+# from another folder through TOY_BACKEND_DIR): SmolLM2 at 2048 and 1024, GPT-2 124M,
+# LoRA over Q4_1 by default.
+stage_module_ab() {
+  local old=/tmp/old-module
+  rm -rf $old && mkdir -p $old && cp "$C"/libggml-cpu.so $old/ && xz -dc "${AB_OLD:?the .xz of an earlier module}" > $old/libggml-cuda.so
+  AB_CASES=${AB_CASES:-0 1 2 4} AB_ENV=TOY_BACKEND_DIR AB_VALUE=$old ab_cases
+}
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 
 for s in "$@"; do
