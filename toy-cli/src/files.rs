@@ -119,10 +119,25 @@ pub fn file_or_run(p: &Path, flag: &str) -> Result<PathBuf> {
     }
 }
 
+/// Make the folders above `out` that are missing (as `toy prep` and `toy train`
+/// make theirs), right before `out` is written.
+///
+/// # Errors
+/// A runtime error naming the folder that could not be made.
+pub fn make_parent(out: &Path) -> Result<()> {
+    match out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(dir) if !dir.is_dir() => {
+            std::fs::create_dir_all(dir).map_err(|e| crate::error::runtime(format!("cannot make the folder {}: {e}", dir.display())))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Refuse an output path `out` that would replace one of `inputs`, a folder, a
 /// link, a run's resume state or anything but a regular file, or whose folder
-/// is missing or unwritable: bad input, found before the work (`what` names
-/// what would be written there).
+/// cannot be written (or, missing, made by [`make_parent`] in its nearest
+/// existing folder): bad input, found before the work (`what` names what would
+/// be written there).
 pub fn check_out(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
     let o = out.display();
     if let Ok(meta) = std::fs::symlink_metadata(out) {
@@ -140,9 +155,16 @@ pub fn check_out(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
     if out.as_os_str().to_string_lossy().ends_with('/') {
         return Err(input(format!("--out {o}: give a file name, not a folder")));
     }
-    let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    // A missing folder is made when the file is written: probe the nearest one that exists.
+    while !dir.exists() {
+        match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => dir = p,
+            _ => dir = Path::new("."),
+        }
+    }
     if !dir.is_dir() {
-        return Err(input(format!("--out {o}: no folder {}", dir.display())));
+        return Err(input(format!("--out {o}: {} is not a folder", dir.display())));
     }
     let probe = dir.join(format!(".toy-out-probe-{}", std::process::id()));
     std::fs::write(&probe, b"").map_err(|e| input(format!("--out {o}: cannot write into {}: {e}", dir.display())))?;

@@ -212,6 +212,7 @@ fn tokenize(a: &TokenizeArgs) -> Result<()> {
         }
     }
     let out: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
+    crate::files::make_parent(&a.out)?;
     crate::files::write_atomic(&a.out, &out)?;
     crate::say!(
         "{}",
@@ -319,8 +320,10 @@ fn dump(a: &DumpArgs, grads: bool) -> Result<()> {
                         g.add_tensor_data(&t.name(), &t.ne(), &v)?;
                     }
                 }
+                crate::files::make_parent(&a.out)?;
                 g.write(&a.out)?;
             } else {
+                crate::files::make_parent(&a.out)?;
                 write_model(&a.out, w, None, &prov, &src)?;
             }
             crate::say!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }))?;
@@ -357,6 +360,7 @@ fn write_logits(a: &DumpArgs, loss: f32, logits: ggml_rs::Tensor<'_>) -> Result<
     let mut g = GgufWriter::new();
     g.set("toy.loss", loss)?;
     g.add_tensor("logits", logits)?;
+    crate::files::make_parent(&a.out)?;
     g.write(&a.out)?;
     crate::say!("{}", serde_json::json!({ "format": "toy/debug-v1", "loss": loss, "out": a.out }))
 }

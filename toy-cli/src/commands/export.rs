@@ -180,6 +180,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
         let list: Vec<String> = fallback.iter().map(|(t, n)| format!("{n} in {t}")).collect();
         eprintln!("note: matrices whose rows do not split into {d} blocks of {}: {}", d.block_size(), list.join(", "));
     }
+    crate::files::make_parent(&m.out)?;
     g.write(&m.out).map_err(|e| crate::error::runtime(format!("cannot write {}: {e}", m.out.display())))?;
     Ok(m.out.clone())
 }

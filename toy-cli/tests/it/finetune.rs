@@ -245,6 +245,9 @@ fn adapters_keep_to_their_base_and_merge_never_overwrites_inputs() {
         assert_eq!(o.status.code(), Some(2), "--out {out}: {}", String::from_utf8_lossy(&o.stderr));
     }
     ok(&merge("m.gguf"));
+    // A missing folder above --out is made.
+    ok(&merge("out/merged/m.gguf"));
+    assert_eq!(std::fs::read(t.join("m.gguf")).unwrap(), std::fs::read(t.join("out/merged/m.gguf")).unwrap());
     // An adapter whose base is itself.
     let f = GgufFile::open(t.join(ad)).unwrap();
     let mut g = GgufWriter::new();

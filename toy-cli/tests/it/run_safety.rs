@@ -419,12 +419,16 @@ fn hostile_inputs_of_the_adversarial_pass() {
     std::fs::copy(t.join("rb/batches.json"), t.join("bad/batches.json")).unwrap();
     let dump =
         |batches: &str, out: &str| run(toy(t).args(["debug", "dump-logits", "rb/weights/step_1.gguf", "--batches", batches, "--out", out]));
-    fails(&dump("bad/batches.bin", "d1.gguf"), "outside the model's vocabulary");
-    fails(&dump("rb", "nodir/d.gguf"), "no folder nodir");
+    fails(&dump("bad/batches.bin", "nodir/d1.gguf"), "outside the model's vocabulary");
+    assert!(!t.join("nodir").exists(), "a refused dump makes no folder");
+    fails(&dump("rb", "rb/batches.json/d.gguf"), "rb/batches.json is not a folder");
     fails(&dump("rb", "rb/weights/step_1.gguf"), "one of the inputs");
     fails(&dump("nope.bin", "d2.gguf"), "nope.bin: no such file");
     assert!(!t.join("d1.gguf").exists() && !t.join("d2.gguf").exists());
     ok(&dump("rb", "d3.gguf"));
+    // Missing folders above --out are made, as prep and train make theirs.
+    ok(&dump("rb", "new/dir/d5.gguf"));
+    assert_eq!(std::fs::read(t.join("d3.gguf")).unwrap(), std::fs::read(t.join("new/dir/d5.gguf")).unwrap());
     // The model may be a run folder too (its weights/latest), and threads are set as elsewhere.
     let o = run(toy(t).args(["debug", "dump-logits", "rb", "--batches", "rb", "--out", "d4.gguf", "--threads", "1"]));
     ok(&o);
