@@ -119,7 +119,8 @@ impl<'w> Block<'w> {
     /// (toy-rs patch 0043: head sizes 64 and 128). Those kernels round them
     /// to bf16 anyway; the op then keeps the bf16 copies for its backward and
     /// the f32 tensors die after the casts (half the bytes, as autocast keeps
-    /// a linear's bf16 output for SDPA's backward).
+    /// a linear's bf16 output for SDPA's backward), and the kernels read the
+    /// casts where they lie (patch 0046: no padded copies of their own).
     pub fn attention<'a>(&self, ctx: &'a Context, [q, k, v]: [Tensor<'a>; 3], x: &Batch<'a>, layer: usize) -> Result<Tensor<'a>> {
         let dh = q.ne()[0];
         if self.autocast.attention && x.attention == Attention::Fused && x.cache.is_none() && (dh == 64 || dh == 128) {
