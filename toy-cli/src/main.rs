@@ -122,7 +122,12 @@ fn main() -> ExitCode {
             use clap::error::ErrorKind;
             if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand)
             {
-                let _ = e.print();
+                // Help that cannot be written (`toy --help > /dev/full`) is an error, as other output's is.
+                let written = e.print().and_then(|_| std::io::Write::flush(&mut std::io::stdout()));
+                if let Err(w) = written {
+                    eprintln!("toy: cannot write the help to stdout: {w}");
+                    return ExitCode::from(1);
+                }
                 return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
             }
             // One line: clap's message up to its usage block, without the "error: " prefix

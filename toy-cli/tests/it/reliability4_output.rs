@@ -34,7 +34,8 @@ fn trained(dir: &Path) {
 }
 
 /// Class: a failed write to stdout (a full disk) is one line and exit 1 in
-/// every command that prints a result, never a panic; a closed pipe ends it quietly.
+/// every command that prints a result (help and version too), never a panic;
+/// a closed pipe ends it quietly.
 #[test]
 fn stdout_write_error_is_one_line() {
     let dir = tempfile::tempdir().unwrap();
@@ -49,6 +50,9 @@ fn stdout_write_error_is_one_line() {
         &["generate", "R", "-n", "2", "--threads", "1", "--json"],
         &["eval", "R", "--corpus", "c.txt", "--threads", "1", "--max-windows", "1"],
         &["prep", "c.txt", "--vocab-size", "280", "--out", "P", "--json"],
+        &["--help"],
+        &["train", "--help"],
+        &["--version"],
     ];
     for args in cases {
         let full = File::options().write(true).open("/dev/full").unwrap();
