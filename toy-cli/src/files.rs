@@ -119,6 +119,13 @@ pub fn file_or_run(p: &Path, flag: &str) -> Result<PathBuf> {
     }
 }
 
+/// The nearest of the folders above `p` that exists (`.` for a relative path
+/// none of whose folders does): what making `p`'s missing folders starts
+/// from. Not a folder when a file stands on the path (`a.txt/x`).
+pub fn nearest_existing(p: &Path) -> PathBuf {
+    p.ancestors().skip(1).find(|a| !a.as_os_str().is_empty() && a.exists()).map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
 /// Make the folders above `out` that are missing (as `toy prep` and `toy train`
 /// make theirs), right before `out` is written.
 ///
@@ -155,14 +162,8 @@ pub fn check_out(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
     if out.as_os_str().to_string_lossy().ends_with('/') {
         return Err(input(format!("--out {o}: give a file name, not a folder")));
     }
-    let mut dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     // A missing folder is made when the file is written: probe the nearest one that exists.
-    while !dir.exists() {
-        match dir.parent() {
-            Some(p) if !p.as_os_str().is_empty() => dir = p,
-            _ => dir = Path::new("."),
-        }
-    }
+    let dir = nearest_existing(out);
     if !dir.is_dir() {
         return Err(input(format!("--out {o}: {} is not a folder", dir.display())));
     }

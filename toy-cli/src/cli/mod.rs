@@ -116,13 +116,13 @@ pub struct GenerateArgs {
     #[arg(short = 'n', long = "n-predict", alias = "n", default_value_t = 100, value_parser = count_usize)]
     pub n: usize,
     /// Softmax temperature (0: greedy).
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, conflicts_with = "greedy")]
     pub temperature: f32,
     /// Sample among the k most likely tokens (0: all).
-    #[arg(long = "top-k", default_value_t = 40, value_parser = count_usize)]
+    #[arg(long = "top-k", default_value_t = 40, value_parser = count_usize, conflicts_with = "greedy")]
     pub top_k: usize,
     /// Nucleus sampling threshold.
-    #[arg(long = "top-p", default_value_t = 0.95)]
+    #[arg(long = "top-p", default_value_t = 0.95, conflicts_with = "greedy")]
     pub top_p: f32,
     /// Always take the most likely token.
     #[arg(long)]

@@ -256,8 +256,14 @@ fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<Eval
     let t = args.context.unwrap_or_else(|| ck.config.context.min(longest.saturating_sub(1)).max(1));
     let run = ChatRun::new(chat, t, false);
     if run.train.is_empty() {
+        let ctx = ck.config.context;
+        let hint = if t >= ctx {
+            format!("the model's context, {ctx}, is the largest window: shorten what precedes the answers")
+        } else {
+            format!("try a larger --context, up to the model's {ctx}")
+        };
         return Err(input(format!(
-            "{}: no conversation has an assistant token within its first {} tokens (try a larger --context)",
+            "{}: no conversation has an assistant token within its first {} tokens (a window of {t} and its next token; {hint})",
             path.display(),
             t + 1
         )));

@@ -42,8 +42,12 @@ fn chat_prompt(
     use crate::data::chat::{ChatTemplate, Message};
     let template = ChatTemplate::from_gguf(&ck.file, tok)?
         .ok_or_else(|| input(format!("{} has no chat template (tokenizer.chat_template); use --prompt", ck.file.path().display())))?;
+    let user = args.chat.as_deref().unwrap_or_default();
+    if user.trim().is_empty() {
+        return Err(input("--chat: the message is empty"));
+    }
     let mut messages: Vec<Message> = args.system.iter().map(|s| Message::new("system", s)).collect();
-    messages.push(Message::new("user", args.chat.as_deref().unwrap_or_default()));
+    messages.push(Message::new("user", user));
     template.render(&messages, true)
 }
 
@@ -58,11 +62,16 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     };
     let prompt: Vec<u32> = match (&args.prompt_ids, &ck.tokenizer) {
         (None, Some(tok)) if args.chat.is_some() => tok.encode(&chat_prompt(&ck, tok, args)?)?,
-        (Some(ids), _) => ids
-            .split(|c: char| c.is_whitespace() || c == ',')
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse::<u32>().map_err(|_| input(format!("--prompt-ids: {s:?} is not a token id"))))
-            .collect::<Result<_>>()?,
+        (Some(ids), _) => {
+            // Ids apart by commas or spaces; an empty place between commas is a mistake, not nothing.
+            if ids.split(',').skip(1).any(|s| s.trim().is_empty()) || ids.trim_start().starts_with(',') {
+                return Err(input(format!("--prompt-ids {ids:?}: an empty place between commas")));
+            }
+            ids.split(|c: char| c.is_whitespace() || c == ',')
+                .filter(|s| !s.is_empty())
+                .map(|s| s.parse::<u32>().map_err(|_| input(format!("--prompt-ids: {s:?} is not a token id"))))
+                .collect::<Result<_>>()?
+        }
         (None, Some(tok)) => tok.encode(&args.prompt)?,
         (None, None) => return Err(input("the checkpoint has no tokenizer; give --prompt-ids")),
     };

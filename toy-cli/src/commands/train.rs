@@ -178,7 +178,11 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     // together (the training loop relies on it), and the run has steps left.
     let done = crate::formats::state::check_pair(&ck, crate::run::started_as(dir).as_deref())?;
     if done >= cfg.steps {
-        return Err(input(format!("the run already completed {done} of {} steps; give a larger --steps to continue", cfg.steps)));
+        return Err(input(if done == cfg.steps {
+            format!("the run already completed its {done} steps; give a larger --steps to continue")
+        } else {
+            format!("the run is at step {done}, past --steps {}; give a larger --steps to continue", cfg.steps)
+        }));
     }
     let corpus = super::resume::corpus(&cfg, &ck)?;
     if !a.json {

@@ -238,7 +238,12 @@ pub fn parse(v: &Value) -> Result<Record, String> {
         // an assistant message that opens the conversation is context (data::chat_examples)
         if !messages.iter().skip((*first_trained).max(1)).any(|m| m.role == "assistant") {
             let place = if *first_trained == 0 { "the conversation" } else { "the completion" };
-            return Err(format!("{place} has no assistant turn to train on"));
+            let opening = if *first_trained == 0 && messages.first().is_some_and(|m| m.role == "assistant") {
+                " (an assistant turn that opens a conversation is context: nothing precedes it)"
+            } else {
+                ""
+            };
+            return Err(format!("{place} has no assistant turn to train on{opening}"));
         }
     }
     Ok(record)
@@ -246,7 +251,10 @@ pub fn parse(v: &Value) -> Result<Record, String> {
 
 /// The messages of the list `v` (the record's field `field`).
 fn messages(v: &Value, field: &str) -> Result<Vec<Message>, String> {
-    let list = v.as_array().ok_or_else(|| format!("{field} is not a list of messages"))?;
+    let list = v.as_array().ok_or_else(|| match field {
+        "prompt" | "completion" => format!("{field} is not a string or a list of messages (it is {})", json_type(v)),
+        _ => format!("{field} is not a list of messages (it is {})", json_type(v)),
+    })?;
     let mut out = Vec::with_capacity(list.len());
     for (i, m) in list.iter().enumerate() {
         let which = format!("{field}[{i}]");
@@ -333,5 +341,9 @@ mod tests {
         assert!(err(json!({"conversations": [{"from": "bot", "value": "x"}]})).contains("conversations[0] is from \"bot\""));
         assert!(err(json!({"conversations": [{"from": "gpt", "value": 1}]})).contains("value is not a string (it is a number)"));
         assert!(err(json!({"conversations": [{"from": "human", "value": "q"}]})).contains("no assistant turn"));
+        // An assistant turn alone is context, and the message says so.
+        assert!(err(json!({"messages": [{"role": "assistant", "content": "ok"}]})).contains("opens a conversation is context"));
+        assert!(err(json!({"prompt": "q", "completion": 5})).contains("completion is not a string or a list of messages (it is a number)"));
+        assert!(err(json!({"prompt": 5, "completion": "a"})).contains("prompt is not a string or a list of messages"));
     }
 }

@@ -106,6 +106,10 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
     // the lock may take it away again (the other removed the winner's lock
     // and folder, and both failed).
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        let above = crate::files::nearest_existing(out);
+        if !above.is_dir() {
+            return Err(input(format!("--out {o}: {} is not a folder", above.display())));
+        }
         std::fs::create_dir_all(parent).map_err(|e| input(format!("cannot create --out {o}: {e}")))?;
     }
     let created = match std::fs::create_dir(out) {

@@ -200,6 +200,19 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<Source>> {
             let new = id.is_none_or(|id| !walk.seen.contains(&id));
             walk.folder(p, id)?;
             if new && walk.files.len() == before {
+                // What a toy prep stopped before its manifest leaves: its lock, temporaries, splits.
+                let unfinished = std::fs::read_dir(p).is_ok_and(|rd| {
+                    rd.flatten().any(|e| {
+                        let n = e.file_name().to_string_lossy().into_owned();
+                        crate::files::is_leftover(&n) || n == "train.bin" || n == "tokenizer.json"
+                    })
+                });
+                if unfinished {
+                    return Err(input(format!(
+                        "{} is an unfinished toy prep (no manifest.json: it was stopped or is still running); run toy prep again",
+                        p.display()
+                    )));
+                }
                 return Err(input(format!("{} holds no .txt or .jsonl files (nor .gz of them)", p.display())));
             }
         } else if meta.is_file() {

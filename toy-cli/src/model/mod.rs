@@ -193,8 +193,11 @@ impl ModelConfig {
         if self.donor_width.is_some() && self.tied {
             return Err("a projection lens needs an untied output head".into());
         }
-        if !(self.norm_eps > 0.0 && self.norm_eps.is_finite() && self.rope_base > 1.0 && self.rope_base.is_finite()) {
-            return Err("norm_eps must be positive and rope_base above 1".into());
+        if !(self.norm_eps > 0.0 && self.norm_eps.is_finite()) {
+            return Err(format!("norm_eps {} must be positive and finite", self.norm_eps));
+        }
+        if !(self.rope_base > 1.0 && self.rope_base.is_finite()) {
+            return Err(format!("rope_base {} must be above 1 and finite", self.rope_base));
         }
         if self.vocab > i32::MAX as usize || self.context > (1 << 20) {
             return Err("vocab or context too large".into());

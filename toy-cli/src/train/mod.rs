@@ -349,7 +349,10 @@ pub fn train_into(
     let devices = devices::parse(&cfg.device)?;
     let n = devices.len();
     if cfg.batch % n != 0 {
-        return Err(input(format!("--batch {} does not divide evenly over the {n} devices of --device {}", cfg.batch, cfg.device)));
+        return Err(input(format!(
+            "a batch of {} (--batch, or the preset's) does not divide evenly over the {n} devices of --device {}; give a --batch that does",
+            cfg.batch, cfg.device
+        )));
     }
     let all_backends = devices::backends(&devices, cfg.threads, cfg.dtype.precision(cfg.matmul_precision))?;
     let backends = all_backends[0].clone();

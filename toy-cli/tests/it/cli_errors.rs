@@ -201,3 +201,28 @@ fn debug_dumps_have_the_layout_the_parity_harness_reads() {
     fails(&o, "debug", "r/weights/step_0.gguf: no layout beside it");
     assert!(!t.join("m.gguf").exists());
 }
+
+/// The fresh-user trial of stop 39: messages that name what is wrong and what
+/// to do, and conflicting or empty sampling input refused instead of ignored.
+#[test]
+fn trial_39_messages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&train(t, &["--steps", "1", "--out", "r"]));
+    let qwen2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/qwen2/tiny-qwen2.gguf");
+    let q = qwen2.to_str().unwrap();
+    fails(&toy(t, &["generate", q, "--chat", " ", "-n", "1"]), "generate", "--chat: the message is empty");
+    fails(&toy(t, &["generate", "r", "--prompt-ids", "1,,2", "-n", "1"]), "generate", "an empty place between commas");
+    fails(&toy(t, &["generate", "r", "--greedy", "--temperature", "0.5"]), "generate", "--greedy");
+    fails(&toy(t, &["generate", "r", "--greedy", "--top-k", "5"]), "generate", "--greedy");
+    ok(&toy(t, &["generate", "r", "--prompt-ids", "1, 2", "-n", "1", "--greedy"]));
+    fails(&train(t, &["--rope-base", "0", "--out", "a"]), "train", "rope_base 0 must be above 1");
+    fails(&train(t, &["--device", "cpu,cpu", "--out", "a"]), "train", "a batch of 1 (--batch, or the preset's) does not divide");
+    // prep's --out through a file, and a prepared folder whose prep never finished.
+    std::fs::write(t.join("notes.txt"), "a few words of text. ".repeat(50)).unwrap();
+    fails(&toy(t, &["prep", "notes.txt", "--out", "notes.txt/x", "--vocab-size", "260"]), "prep", "notes.txt is not a folder");
+    std::fs::create_dir(t.join("half")).unwrap();
+    std::fs::write(t.join("half/.train.bin.tmp-1"), b"").unwrap();
+    fails(&train(t, &["--corpus", "half", "--out", "a"]), "train", "half is an unfinished toy prep");
+    assert!(!t.join("a").exists());
+}

@@ -127,7 +127,8 @@ fn resume_keeps_every_option_of_the_run() {
     assert_eq!(recorded, 12 * 33 * 4, "batches.bin must hold every step");
     // The last resume's --steps and --keep are the run's now.
     let done = resume(t, "r", &[]);
-    fails(&done, "already completed 12 of 12 steps");
+    fails(&done, "already completed its 12 steps");
+    fails(&resume(t, "r", &["--steps", "5"]), "the run is at step 12, past --steps 5");
     assert!(done.stdout.is_empty(), "refused before the resuming note: {}", String::from_utf8_lossy(&done.stdout));
     let config = std::fs::read_to_string(t.join("r/config.toml")).unwrap();
     assert!(config.contains("keep = 3") && config.contains("steps = 12"), "{config}");
