@@ -62,6 +62,17 @@ fn count_u64(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A 32-bit float flag: what `f32` parses (inf and NaN too, for the flag's own
+/// check to name), but a finite number beyond f32's range (`1e300`) is refused
+/// as such instead of becoming inf.
+pub(crate) fn float32(text: &str) -> Result<f32, String> {
+    let v: f32 = text.trim().parse().map_err(|_| "not a number".to_string())?;
+    match text.trim().parse::<f64>() {
+        Ok(w) if w.is_finite() && !v.is_finite() => Err(format!("beyond a 32-bit float's range (±{:e})", f32::MAX)),
+        _ => Ok(v),
+    }
+}
+
 /// [`count_u64`] for `usize` fields.
 fn count_usize(text: &str) -> Result<usize, String> {
     count_u64(text).and_then(|v| usize::try_from(v).map_err(|_| format!("too large (at most {})", usize::MAX)))
@@ -116,13 +127,13 @@ pub struct GenerateArgs {
     #[arg(short = 'n', long = "n-predict", alias = "n", default_value_t = 100, value_parser = count_usize)]
     pub n: usize,
     /// Softmax temperature (0: greedy).
-    #[arg(long, default_value_t = 0.8, conflicts_with = "greedy")]
+    #[arg(long, default_value_t = 0.8, conflicts_with = "greedy", value_parser = float32)]
     pub temperature: f32,
     /// Sample among the k most likely tokens (0: all).
     #[arg(long = "top-k", default_value_t = 40, value_parser = count_usize, conflicts_with = "greedy")]
     pub top_k: usize,
     /// Nucleus sampling threshold.
-    #[arg(long = "top-p", default_value_t = 0.95, conflicts_with = "greedy")]
+    #[arg(long = "top-p", default_value_t = 0.95, conflicts_with = "greedy", value_parser = float32)]
     pub top_p: f32,
     /// Always take the most likely token.
     #[arg(long)]

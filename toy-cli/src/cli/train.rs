@@ -318,10 +318,10 @@ flag_group! {
         #[arg(long = "vocab-size", value_parser = count_usize)]
         pub vocab_size: Option<usize>,
         /// RMSNorm/LayerNorm epsilon (default 1e-5).
-        #[arg(long = "norm-eps")]
+        #[arg(long = "norm-eps", value_parser = super::float32)]
         pub norm_eps: Option<f32>,
         /// RoPE base, llama (default 10000; smollm2-135m: 100000).
-        #[arg(long = "rope-base")]
+        #[arg(long = "rope-base", value_parser = super::float32)]
         pub rope_base: Option<f32>,
         /// Share the output head with the token embedding (llama; gpt2 always ties).
         #[arg(long)]
@@ -337,19 +337,19 @@ flag_group! {
     pub struct OptimArgs {
         /// Peak learning rate. Default 1e-3; finetune: 2e-4 with --lora-rank,
         /// else 2e-5 (every weight of a trained model).
-        #[arg(long, allow_hyphen_values = true)]
+        #[arg(long, allow_hyphen_values = true, value_parser = super::float32)]
         pub lr: Option<f32>,
         /// Final learning rate of the cosine schedule (default: --lr / 10).
-        #[arg(long = "min-lr", allow_hyphen_values = true)]
+        #[arg(long = "min-lr", allow_hyphen_values = true, value_parser = super::float32)]
         pub min_lr: Option<f32>,
         /// Linear warmup steps (default 20).
         #[arg(long = "warmup-steps", value_parser = count_u64)]
         pub warmup_steps: Option<u64>,
         /// AdamW weight decay, matrices only (default 0.1).
-        #[arg(long = "weight-decay", allow_hyphen_values = true)]
+        #[arg(long = "weight-decay", allow_hyphen_values = true, value_parser = super::float32)]
         pub weight_decay: Option<f32>,
         /// Global gradient-norm clip (default 1.0; 0 disables).
-        #[arg(long = "grad-clip", allow_hyphen_values = true)]
+        #[arg(long = "grad-clip", allow_hyphen_values = true, value_parser = super::float32)]
         pub grad_clip: Option<f32>,
         /// Keep these parameters fixed: names containing any of the comma-separated
         /// patterns (`--freeze token_embd,blk.0.`).
@@ -473,7 +473,7 @@ flag_group! {
         #[arg(long = "lora-rank", value_parser = count_usize)]
         pub lora_rank: Option<usize>,
         /// finetune: LoRA's alpha; the update is scaled by alpha / rank (default: the rank).
-        #[arg(long = "lora-alpha")]
+        #[arg(long = "lora-alpha", value_parser = super::float32)]
         pub lora_alpha: Option<f32>,
         /// finetune: the matrices that get adapters, out of attn_q, attn_k, attn_v,
         /// attn_output, ffn_gate, ffn_up, ffn_down (PEFT's q_proj ... down_proj too),

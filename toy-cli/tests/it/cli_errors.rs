@@ -217,6 +217,8 @@ fn trial_39_messages() {
     fails(&toy(t, &["generate", "r", "--greedy", "--top-k", "5"]), "generate", "--greedy");
     ok(&toy(t, &["generate", "r", "--prompt-ids", "1, 2", "-n", "1", "--greedy"]));
     fails(&train(t, &["--rope-base", "0", "--out", "a"]), "train", "rope_base 0 must be above 1");
+    fails(&train(t, &["--lr", "1e300", "--out", "a"]), "train", "'1e300' for '--lr <LR>': beyond a 32-bit float's range");
+    fails(&toy(t, &["generate", "r", "--temperature", "-1e39"]), "generate", "beyond a 32-bit float's range");
     fails(&train(t, &["--device", "cpu,cpu", "--out", "a"]), "train", "a batch of 1 (--batch, or the preset's) does not divide");
     // prep's --out through a file, and a prepared folder whose prep never finished.
     std::fs::write(t.join("notes.txt"), "a few words of text. ".repeat(50)).unwrap();
