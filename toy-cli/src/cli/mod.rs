@@ -183,12 +183,27 @@ pub struct EvalArgs {
     /// Evaluate at most this many windows.
     #[arg(long = "max-windows", value_parser = count_usize)]
     pub max_windows: Option<usize>,
+    /// A prepared folder's split to score: all (train then val), train, or
+    /// val (the held-out split, what a run's val_loss reads).
+    #[arg(long, value_enum, default_value_t = Split::All)]
+    pub split: Split,
     /// Where the model runs.
     #[command(flatten)]
     pub on: RunOnArgs,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The split of a prepared folder that `toy eval --split` scores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Split {
+    /// train.bin, then val.bin.
+    All,
+    /// train.bin.
+    Train,
+    /// val.bin: the held-out split.
+    Val,
 }
 
 #[derive(Args, Debug)]

@@ -3,7 +3,7 @@
 //! which is scored on the tokens `toy train finetune` trains — the
 //! assistant's — and on no other.
 
-use crate::cli::EvalArgs;
+use crate::cli::{EvalArgs, Split};
 use crate::data::chat_examples::{load_chat, ChatCorpus, ChatModel};
 use crate::data::chat_records::{read_chat, DataFormat};
 use crate::data::Tokenizer;
@@ -15,6 +15,7 @@ use crate::train::backends_for;
 use crate::train::batches::{batch_at, eval_starts};
 use crate::train::chat_windows::{ChatRun, Fit};
 use crate::train::step::{capacity, with_loaded, EvalStep, LoadFor};
+use clap::ValueEnum;
 use ggml_rs::Context;
 use std::io::Read;
 
@@ -69,7 +70,8 @@ fn no_tokenizer(path: &std::path::Path, why: &str) -> crate::error::Error {
 }
 
 /// The ids of the whole corpus of `args` for the model `ck` (a prepared
-/// folder's splits one after the other), and the text's bytes when known.
+/// folder's splits one after the other, or the one `--split` names), and
+/// the text's bytes when known.
 fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, Option<usize>)> {
     let path = &args.corpus;
     if !path.exists() {
@@ -97,8 +99,14 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
         return Err(input("--max-windows must be at least 1"));
     }
     let bytes = c.tokenizer.as_ref().and(text_bytes(path, &text.text_field));
-    // The whole corpus (a prepared folder's splits one after the other).
-    let ids: crate::data::Tokens = if c.val.is_empty() { c.train } else { [c.train.to_vec()?, c.val.to_vec()?].concat().into() };
+    // The whole corpus (a prepared folder's splits one after the other), or the split asked for.
+    let ids: crate::data::Tokens = match args.split {
+        Split::All if c.val.is_empty() => c.train,
+        Split::All => [c.train.to_vec()?, c.val.to_vec()?].concat().into(),
+        Split::Train => c.train,
+        Split::Val if c.val.is_empty() => return Err(input(format!("--split val: {} has no validation split", path.display()))),
+        Split::Val => c.val,
+    };
     for at in (0..ids.len()).step_by(1 << 20) {
         let window = ids.window(at, (1 << 20).min(ids.len() - at))?;
         if let Some((i, bad)) = window.iter().enumerate().find(|&(_, &x)| x as usize >= ck.config.vocab) {
@@ -148,6 +156,13 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
             return Err(input(format!("--context {c} is longer than the model's context {}", ck.config.context)))
         }
         _ => {}
+    }
+    if args.split != Split::All && !is_prepared(&args.corpus) {
+        return Err(input(format!(
+            "--split {}: {} is not a prepared folder (toy prep): only those have splits",
+            args.split.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string()),
+            args.corpus.display()
+        )));
     }
     if let Some(chat) = chat_corpus(&ck, args)? {
         return eval_chat(&ck, args, &chat);

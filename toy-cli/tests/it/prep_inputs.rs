@@ -74,6 +74,23 @@ fn jsonl_folders_and_gzip_give_the_ids_of_plain_text() {
     assert!(plain["bits_per_byte"].as_f64().is_some() && plain == gz, "{plain} vs {gz}");
     let jsonl = eval("docs.jsonl", &["--text-field", "body"]);
     assert_eq!((&jsonl["bytes"], &jsonl["bits_per_byte"]), (&plain["bytes"], &plain["bits_per_byte"]), "{jsonl} vs {plain}");
+
+    // A prepared folder: --split scores one of its splits (default: both).
+    let o = toy(t, &["train", "--preset", "smoke", "--steps", "2", "--corpus", "p-plain", "--out", "r-p", "--threads", "1"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let split = |s: &str| {
+        let o = toy(t, &["eval", "r-p", "--corpus", "p-plain", "--context", "16", "--json", "--threads", "1", "--split", s]);
+        assert!(o.status.success(), "--split {s}: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["tokens"].as_u64().unwrap()
+    };
+    let (all, train, val) = (split("all"), split("train"), split("val"));
+    assert!(val > 0 && train > val && all > train, "all {all}, train {train}, val {val}");
+    let o = toy(t, &["eval", "r-p", "--corpus", "plain.txt", "--split", "val"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--split val: ")
+            && String::from_utf8_lossy(&o.stderr).contains("not a prepared folder")
+    );
 }
 
 #[test]
