@@ -90,7 +90,8 @@ pub fn json_record(at: &str, line: &str) -> crate::error::Result<serde_json::Val
             "{at}: a JSON array, not a record: toy reads JSON Lines, one object per line (convert with jq -c '.[]' FILE > FILE.jsonl)"
         )));
     }
-    serde_json::from_str(line).map_err(|e| input(format!("{at}: not a JSON object ({e})")))
+    // Without its line end: the parser's position then stays on this line.
+    serde_json::from_str(line.trim_end_matches(['\n', '\r'])).map_err(|e| input(format!("{at}: not a JSON object ({e})")))
 }
 
 /// A file's identity: its device and inode (None where there are none).
@@ -619,5 +620,12 @@ mod tests {
             assert!(got.iter().all(|p| p.0 == 0) && got.last().unwrap().2, "{name}");
             assert_eq!(got.iter().map(|p| p.1.as_str()).collect::<String>(), want, "{name}");
         }
+    }
+
+    /// A bad record's position is within its own line, as `toy train` says it.
+    #[test]
+    fn a_bad_record_names_its_own_line() {
+        let e = json_record("a.jsonl:1", "{\"text\": \"fine\"\n").unwrap_err().to_string();
+        assert!(e.starts_with("a.jsonl:1: not a JSON object") && e.contains("line 1 column 15"), "{e}");
     }
 }
