@@ -64,7 +64,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         (None, Some(tok)) if args.chat.is_some() => tok.encode(&chat_prompt(&ck, tok, args)?)?,
         (Some(ids), _) => {
             // Ids apart by commas or spaces; an empty place between commas is a mistake, not nothing.
-            if ids.split(',').skip(1).any(|s| s.trim().is_empty()) || ids.trim_start().starts_with(',') {
+            if ids.contains(',') && ids.split(',').any(|s| s.trim().is_empty()) {
                 return Err(input(format!("--prompt-ids {ids:?}: an empty place between commas")));
             }
             ids.split(|c: char| c.is_whitespace() || c == ',')

@@ -178,11 +178,12 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     // together (the training loop relies on it), and the run has steps left.
     let done = crate::formats::state::check_pair(&ck, crate::run::started_as(dir).as_deref())?;
     if done >= cfg.steps {
-        return Err(input(if done == cfg.steps {
-            format!("the run already completed its {done} steps; give a larger --steps to continue")
+        let at = if done == cfg.steps {
+            format!("already completed its {done} steps")
         } else {
-            format!("the run is at step {done}, past --steps {}; give a larger --steps to continue", cfg.steps)
-        }));
+            format!("is at step {done}, past --steps {}", cfg.steps)
+        };
+        return Err(input(format!("the run {at}; give a larger --steps to continue")));
     }
     let corpus = super::resume::corpus(&cfg, &ck)?;
     if !a.json {
