@@ -276,7 +276,8 @@ pub const GGML_OP_CROSS_ENTROPY_LOSS_IDS_BACK: ggml_op = 103;
 pub const GGML_OP_ATTN_CAUSAL: ggml_op = 104;
 pub const GGML_OP_ATTN_CAUSAL_BACK: ggml_op = 105;
 pub const GGML_OP_SWIGLU_BACK: ggml_op = 106;
-pub const GGML_OP_COUNT: ggml_op = 107;
+pub const GGML_OP_NORM_GAIN_BACK: ggml_op = 107;
+pub const GGML_OP_COUNT: ggml_op = 108;
 pub type ggml_op = ::std::os::raw::c_uint;
 pub const GGML_UNARY_OP_ABS: ggml_unary_op = 0;
 pub const GGML_UNARY_OP_SGN: ggml_unary_op = 1;
@@ -842,6 +843,22 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn ggml_swiglu_back(ctx: *mut ggml_context, grad: *mut ggml_tensor, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;
+}
+unsafe extern "C" {
+    pub fn ggml_norm_gain_back(
+        ctx: *mut ggml_context,
+        grad: *mut ggml_tensor,
+        x: *mut ggml_tensor,
+        g: *mut ggml_tensor,
+        r: *mut ggml_tensor,
+        eps: f32,
+        centered: bool,
+        need_g: bool,
+        need_b: bool,
+    ) -> *mut ggml_tensor;
+}
+unsafe extern "C" {
+    pub fn ggml_norm_gain_back_parts(rows: i64) -> i64;
 }
 unsafe extern "C" {
     pub fn ggml_hardswish(ctx: *mut ggml_context, a: *mut ggml_tensor) -> *mut ggml_tensor;

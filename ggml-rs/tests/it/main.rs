@@ -11,6 +11,7 @@ mod errors;
 mod gguf;
 mod grad;
 mod kernels;
+mod norm_back;
 mod ops;
 mod optim;
 mod optim_many;
