@@ -168,8 +168,15 @@ fn is_bf16_cast(t: &Tensor<'_>) -> bool {
     t.op() == sys::GGML_OP_CPY && t.dtype() == crate::DType::BF16 && t.srcs().first().is_some_and(|s| s.dtype() == crate::DType::F32)
 }
 
-/// Whether `t` is a bf16 split SwiGLU of two bf16 casts or the bf16 GELU of one,
-/// maybe through reshapes (as ggml's `toy_is_bf16_activation`, patches 0044, 0045).
+/// Whether `t` is a bf16 product (`mul_mat_bf16`), maybe through reshapes (as
+/// ggml's `toy_is_bf16_product`, patch 0048).
+fn is_bf16_product(t: &Tensor<'_>) -> bool {
+    through_reshapes(t).is_some_and(|t| t.op() == sys::GGML_OP_MUL_MAT && t.dtype() == crate::DType::BF16)
+}
+
+/// Whether `t` is a bf16 split SwiGLU of two bf16 casts (or two bf16 products,
+/// patch 0048) or the bf16 GELU of one cast, maybe through reshapes (as ggml's
+/// `toy_is_bf16_activation`, patches 0044, 0045).
 fn is_bf16_activation(t: &Tensor<'_>) -> bool {
     let Some(t) = through_reshapes(t).filter(|t| t.dtype() == crate::DType::BF16) else { return false };
     let srcs = t.srcs();
@@ -178,7 +185,7 @@ fn is_bf16_activation(t: &Tensor<'_>) -> bool {
         sys::GGML_OP_GLU => {
             // SAFETY: GLU node.
             let g = unsafe { sys::ggml_get_glu_op(t.raw()) };
-            g == sys::GGML_GLU_OP_SWIGLU && srcs.len() == 2 && srcs.iter().all(is_bf16_cast)
+            g == sys::GGML_GLU_OP_SWIGLU && srcs.len() == 2 && (srcs.iter().all(is_bf16_cast) || srcs.iter().all(is_bf16_product))
         }
         _ => false,
     }
@@ -203,7 +210,8 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
     }
     // Ops whose operand may be a bf16 cast of an f32 tensor, its gradient f32: a product's
     // input, maybe reshaped (patch 0042), the attention's (patch 0043), a swiglu's or a
-    // GELU's (patches 0044, 0045); and a product may read the bf16 swiglu or GELU of such casts.
+    // GELU's (patches 0044, 0045); and a product may read the bf16 swiglu or GELU of such casts,
+    // or the swiglu of two bf16 products (patch 0048).
     let product = matches!(op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_RESHAPE);
     let reads_casts = product
         || matches!(op, sys::GGML_OP_ATTN_CAUSAL | sys::GGML_OP_GLU)
@@ -211,7 +219,9 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
     for (s, &need) in srcs.iter().zip(src_needs) {
         // bf16 logits (patch 0041): the loss's bf16 gradient goes to their product's OUT_PRODs
         let bf16_logits = op == sys::GGML_OP_CROSS_ENTROPY_LOSS_IDS && s.dtype() == crate::DType::BF16 && s.op() == sys::GGML_OP_MUL_MAT;
-        let bf16_input = (reads_casts && is_bf16_cast(s)) || (product && is_bf16_activation(s));
+        // a swiglu (or a reshape) reads a bf16 product, its gradient bf16 (patch 0048)
+        let bf16_product = matches!(op, sys::GGML_OP_GLU | sys::GGML_OP_RESHAPE) && is_bf16_product(s);
+        let bf16_input = (reads_casts && is_bf16_cast(s)) || (product && is_bf16_activation(s)) || bf16_product;
         if need && !bf16_logits && !bf16_input && !matches!(s.dtype(), crate::DType::F32 | crate::DType::F16) {
             return Err(fail(n, "gradients flow only through f32/f16 operands"));
         }

@@ -89,15 +89,18 @@ impl Context {
     /// [`mul_mat`](Self::mul_mat) with a bf16 result (toy-rs patch 0041,
     /// `ggml_mul_mat_bf16`): bf16 products summed in f32 and rounded once, what
     /// PyTorch's autocast `linear` writes, e.g. a head's `[V, N]` logits in half
-    /// the memory. `a` `[k, m]` f32 or bf16, `b` `[k, n]` f32, both contiguous
-    /// matrices; the result is bf16 `[m, n]` and its gradient is bf16 too.
-    /// CUDA only: a graph holding it refuses to allocate on the CPU.
+    /// the memory. `a` `[k, m]` f32 or bf16, `b` `[k, n]` f32 or bf16 (a product
+    /// input cast to bf16; patch 0048), both contiguous matrices; the result is
+    /// bf16 `[m, n]` and its gradient is bf16 too where the next op's backward
+    /// writes one (the loss from ids, a swiglu of two such products: patch
+    /// 0048), else f32. CUDA only: a graph holding it refuses to allocate on
+    /// the CPU.
     ///
     /// # Errors
     /// [`Error::Op`] on other types, shapes or layouts.
     pub fn mul_mat_bf16<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Result<Tensor<'a>> {
         need_dtype("mul_mat_bf16", &a, &[DType::F32, DType::BF16])?;
-        need_dtype("mul_mat_bf16", &b, &[DType::F32])?;
+        need_dtype("mul_mat_bf16", &b, &[DType::F32, DType::BF16])?;
         let (an, bn) = (a.ne(), b.ne());
         if an[0] != bn[0] || an[2..] != [1, 1] || bn[2..] != [1, 1] {
             return Err(Error::op(

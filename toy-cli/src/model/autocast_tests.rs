@@ -142,3 +142,41 @@ fn bf16_attention_inputs_only_where_the_flash_kernels_take_them() {
         assert_eq!(graph(&narrow, Attention::Fused).unwrap(), 0, "{arch:?}");
     }
 }
+
+/// bf16 gate and up products (toy-rs patch 0048, [`Block::gated`](super::weights::Block::gated)):
+/// only where both are plain products. A llama block's are, and the CPU,
+/// which has no bf16 product result, refuses the step with ggml-rs's error
+/// (CUDA's numbers: ggml-rs's `activations::swiglu_of_bf16_products_takes_bf16_gradients`
+/// and the bf16 parity run); under LoRA on ffn_gate and ffn_up, and for gpt2
+/// (GELU), nothing changes: the casts of `activations` and the same step.
+#[test]
+fn bf16_gate_and_up_products_only_for_plain_products() {
+    let all = Autocast { inputs: true, activations: true, outputs: true, ..Default::default() };
+    for (what, c) in configs() {
+        if what == "llama" {
+            let e = step_error(&c, all).expect("the CPU has no bf16 product result");
+            assert!(e.contains("runs on none of") && e.contains("MUL_MAT"), "{what}: {e}");
+            continue;
+        }
+        let want = run(&c, Autocast { inputs: true, activations: true, ..Default::default() });
+        let got = run(&c, all);
+        assert_eq!((got.casts, got.bf16_backs), (want.casts, want.bf16_backs), "{what}");
+        assert_eq!(got.loss, want.loss, "{what}");
+    }
+}
+
+/// The error of building (and allocating) one step's graph under `autocast`
+/// on the CPU, if any.
+fn step_error(c: &ModelConfig, autocast: Autocast) -> Option<String> {
+    let backend = Backend::cpu().unwrap();
+    let wctx = Context::new(capacity(c.n_layers)).unwrap();
+    let mut w = Weights::new(&wctx, c).unwrap();
+    w.set_autocast(autocast);
+    for p in w.params().into_iter().filter(|p| p.trainable) {
+        wctx.set_param(p.tensor).unwrap();
+    }
+    let consts = Consts::new(&wctx, c.context, 2).unwrap();
+    wctx.allocate(&backend).unwrap();
+    let cctx = Context::new(capacity(c.n_layers)).unwrap();
+    GradStep::new(&cctx, &w, &consts, c.context, 2, &[backend]).err().map(|e| e.to_string())
+}

@@ -91,7 +91,7 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
         h = blk.linear_onto(ctx, "attn_output", s, att, Some(h))?; // h + W_o·att (+ LoRA)
 
         let m = blk.product_input(ctx, ctx.rms_norm_gain(h, blk.tensor("ffn_norm.weight")?, eps)?)?;
-        let g = blk.swiglu(ctx, lin("ffn_gate", m)?, lin("ffn_up", m)?)?; // [d_ff, T, B]
+        let g = blk.gated(ctx, s, m)?; // [d_ff, T, B]
         h = blk.linear_onto(ctx, "ffn_down", s, g, Some(h))?;
     }
     ctx.rms_norm_gain(h, w.tensor("output_norm.weight")?, eps) // [d, T, B]

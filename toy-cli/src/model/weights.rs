@@ -38,6 +38,12 @@ pub struct Autocast {
     /// activation reads them cast to bf16, its backward reads the bf16 copies,
     /// and its bf16 output is the down projection's input.
     pub activations: bool,
+    /// SwiGLU's gate and up projections write bf16 (`ggml_mul_mat_bf16`,
+    /// [`Block::gated`], patch 0048) where they are plain products (no
+    /// adapter, no bias), with [`activations`](Self::activations): no f32
+    /// projections and no casts, and SWIGLU_BACK writes their gradients in
+    /// bf16, as autocast's linears do. CUDA only (the CPU has no bf16 result).
+    pub outputs: bool,
 }
 
 /// One block's tensors (`blk.N.*`), in the table's block order.
@@ -99,6 +105,34 @@ impl<'w> Block<'w> {
             return ctx.swiglu_split(ctx.cast(gate, DType::BF16)?, ctx.cast(up, DType::BF16)?);
         }
         self.product_input(ctx, ctx.swiglu_split(gate, up)?)
+    }
+
+    /// `swiglu(W_gate·x, W_up·x)` for `x` `[d, T, B]`: `[d_ff, T, B]`, the down
+    /// projection's input. Under [`Autocast::outputs`] and
+    /// [`Autocast::activations`], with both products plain (no adapter, no
+    /// bias) and `x` a contiguous bf16 product input, the products write bf16
+    /// themselves (`ggml_mul_mat_bf16` of `[d, T·B]`, patch 0048) and the
+    /// SwiGLU reads them as they are; else [`swiglu`](Self::swiglu) of two
+    /// [`linear`](Self::linear)s.
+    pub fn gated<'a>(&self, ctx: &'a Context, scale: f32, x: Tensor<'a>) -> Result<Tensor<'a>>
+    where
+        'w: 'a,
+    {
+        let plain = |stem: &str| {
+            let k = self.index(&format!("{stem}.weight"));
+            k.is_some_and(|k| self.lora[k].is_none()) && self.get(&format!("{stem}.bias")).is_none()
+        };
+        let (a, ne) = (self.autocast, x.ne());
+        if a.outputs && a.activations && x.dtype() == DType::BF16 && x.is_contiguous() && plain("ffn_gate") && plain("ffn_up") {
+            let x2 = ctx.reshape(x, &[ne[0], ne[1] * ne[2] * ne[3]])?; // [d, T·B]
+            let product = |stem: &str| -> Result<Tensor<'a>> {
+                let w = operand(ctx, self.tensor(&format!("{stem}.weight"))?, self.compact)?; // [d, d_ff]
+                let y = ctx.mul_mat_bf16(w, x2)?; // bf16 [d_ff, T·B]
+                ctx.reshape(y, &[y.ne()[0], ne[1], ne[2], ne[3]])
+            };
+            return ctx.swiglu_split(product("ffn_gate")?, product("ffn_up")?);
+        }
+        self.swiglu(ctx, self.linear(ctx, "ffn_gate", scale, x)?, self.linear(ctx, "ffn_up", scale, x)?)
     }
 
     /// GELU (tanh form) of an f32 `[d_ff, T, B]` projection, as the down

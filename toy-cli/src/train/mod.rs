@@ -460,8 +460,9 @@ impl<'w> ReplicaState<'w> {
         // matrices are cast once to bf16 (TOY_NO_0040_CAST: to f32, as on the CPU; patch 0040),
         // the head writes bf16 logits (TOY_F32_LOGITS; patch 0041), the blocks keep their
         // products' inputs in bf16 (TOY_F32_INPUTS; patch 0042) and their attention's q, k and v
-        // (TOY_F32_ATTENTION; patch 0043), and their SwiGLU's or GELU's inputs (TOY_F32_ACTIVATIONS;
-        // patches 0044, 0045).
+        // (TOY_F32_ATTENTION; patch 0043), their SwiGLU's or GELU's inputs (TOY_F32_ACTIVATIONS;
+        // patches 0044, 0045), and SwiGLU's gate and up products write bf16 (TOY_F32_OUTPUTS;
+        // patch 0048, CUDA only: the CPU has no bf16 product result).
         let autocast = |off: &str| cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os(off).is_none();
         if autocast("TOY_NO_0040_CAST") {
             weights.set_compact(crate::model::weights::Compact::Bf16);
@@ -471,6 +472,7 @@ impl<'w> ReplicaState<'w> {
             inputs: autocast("TOY_F32_INPUTS"),
             attention: autocast("TOY_F32_ATTENTION"),
             activations: autocast("TOY_F32_ACTIVATIONS"),
+            outputs: autocast("TOY_F32_OUTPUTS") && !device.is_cpu(),
         });
         let trainable: Vec<_> = weights.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
         for &p in &trainable {
