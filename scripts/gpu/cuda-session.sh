@@ -380,6 +380,24 @@ stage_attn_ab() { AB_CASES=${AB_CASES:-2 0 4} AB_ENV=TOY_F32_ATTENTION ab_cases;
 stage_act_ab() { AB_CASES=${AB_CASES:-0 2 4 5} AB_ENV=TOY_F32_ACTIVATIONS ab_cases; }
 # Patch 0044's four-bf16-a-thread SwiGLU forward, on and off (SmolLM2 at 2048 and 1024).
 stage_gated_ab() { AB_CASES=${AB_CASES:-0 1} AB_ENV=TOY_CUDA_NO_0044_GATED ab_cases; }
+# Patch 0047: the norms' backward as one NORM_GAIN_BACK pass, then the composite
+# (SmolLM2 at 2048, GPT-2 124M, LoRA over Q4_1 by default).
+stage_norm_ab() { AB_CASES=${AB_CASES:-0 2 4} AB_ENV=TOY_NO_0047 ab_cases; }
+# Patch 0048: SwiGLU's gate and up written by bf16 products, then f32 products and
+# casts (SmolLM2 at 2048 and 1024, full fine-tuning of the f16 copy by default).
+stage_outputs_ab() { AB_CASES=${AB_CASES:-0 1 5} AB_ENV=TOY_F32_OUTPUTS ab_cases; }
+# Patch 0049: RoPE's rotations from one table of the tokens', then per pair (SmolLM2 at 2048 and 1024).
+stage_rope_ab() { AB_CASES=${AB_CASES:-0 1} AB_ENV=TOY_CUDA_NO_0049 ab_cases; }
+# The ggml-rs tests of TESTS_FILTER (default: the norms' backward, the bf16
+# activations and products, the gradient checks) on CUDA.
+stage_tests_filtered() {
+  local t
+  for t in "$C"/tests/*; do
+    echo "== $(basename "$t") ${TESTS_FILTER:-norm activations grad::}"
+    TOY_TEST_DEVICE=cuda timeout 300 "$t" ${TESTS_FILTER:-norm activations grad::} --test-threads 4 --nocapture > "$OUT/tests-filtered-$(basename "$t").log" 2>&1
+    echo "rc=$?"; grep -E "^test result|FAILED|panicked|max rel err|max err" "$OUT/tests-filtered-$(basename "$t").log" | head -40
+  done
+}
 # This CUDA module against an earlier build of it (AB_OLD: its .xz; same toy, loaded
 # from another folder through TOY_BACKEND_DIR): SmolLM2 at 2048 and 1024, GPT-2 124M,
 # LoRA over Q4_1 by default.
