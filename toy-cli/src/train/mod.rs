@@ -139,12 +139,18 @@ pub fn from_scratch(cfg: &TrainConfig, corpus: &Corpus, run: &RunDir, opts: &Run
 /// training split shorter than one window (text) or without a window
 /// (`chat`), ids beyond the vocabulary. Then say on stderr how many
 /// conversations of `chat` were cut to fit a window (never silently).
-fn check_inputs(cfg: &TrainConfig, corpus: &Corpus, chat: Option<&ChatRun>) -> Result<()> {
+/// `limit`: the largest context the model takes (a finetune base's), if any.
+fn check_inputs(cfg: &TrainConfig, corpus: &Corpus, chat: Option<&ChatRun>, limit: Option<usize>) -> Result<()> {
     cfg.validate()?;
     let t = cfg.model.context;
     if chat.is_some_and(|c| c.train.is_empty()) {
+        let hint = match limit {
+            Some(l) if t >= l => format!("the model's context, {l}, is the largest window: shorten what precedes the answers"),
+            Some(l) => format!("use a larger --context, up to the model's {l}"),
+            None => "use a larger --context".to_string(),
+        };
         return Err(input(format!(
-            "no conversation of the training split of {} has a trained token within its first {} tokens (use a larger --context)",
+            "no conversation of the training split of {} has a trained token within its first {} tokens ({hint})",
             corpus.source.display(),
             t + 1
         )));
@@ -345,7 +351,11 @@ pub fn train_into(
 ) -> Result<Outcome> {
     let t = cfg.model.context;
     let chat = corpus.chat.as_ref().map(|c| ChatRun::new(c, t, cfg.pack));
-    check_inputs(cfg, corpus, chat.as_ref())?;
+    let limit = match plan.init {
+        Init::Model(ck) => Some(ck.config.context),
+        _ => None,
+    };
+    check_inputs(cfg, corpus, chat.as_ref(), limit)?;
     let devices = devices::parse(&cfg.device)?;
     let n = devices.len();
     if cfg.batch % n != 0 {

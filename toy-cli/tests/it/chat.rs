@@ -374,11 +374,13 @@ fn bad_chat_data_is_refused_with_its_line() {
         ("text.jsonl", "{\"text\": \"Once upon a time.\"}\n".to_string()),
         ("pairs.jsonl", "{\"prompt\": \"Say hi.\", \"completion\": \" Hi!\"}\n".repeat(4)),
         ("prompt-only.jsonl", "{\"prompt\": \"Say hi.\"}\n".to_string()),
+        ("long.jsonl", format!("{{\"prompt\": \"{}\", \"completion\": \"Yes.\"}}\n", "the big dog ran home. ".repeat(120))),
+        ("mid.jsonl", format!("{{\"prompt\": \"{}\", \"completion\": \"Yes.\"}}\n", "the big dog ran home. ".repeat(12))),
     ];
     for (name, text) in &files {
         std::fs::write(t.join(name), text).unwrap();
     }
-    let cases: [(&str, &str, &[&str], &str); 12] = [
+    let cases: [(&str, &str, &[&str], &str); 14] = [
         ("chat.gguf", "notjson.jsonl", &[], "notjson.jsonl:2: not a JSON object"),
         ("chat.gguf", "role.jsonl", &[], "role.jsonl:1: messages[0] has role \"tool\""),
         ("chat.gguf", "content.jsonl", &[], "content.jsonl:2: messages[0]'s content is not a string"),
@@ -391,6 +393,9 @@ fn bad_chat_data_is_refused_with_its_line() {
         ("chat.gguf", "text.jsonl", &["--pack"], "--pack"),
         ("chat.gguf", "good.jsonl", &["--text-field", "body"], "--text-field"),
         ("chat.gguf", "prompt-only.jsonl", &[], "prompt-only.jsonl:1: a prompt-completion record needs both"),
+        // a prompt longer than the model's context: no larger --context to suggest
+        ("chat.gguf", "long.jsonl", &[], "(the model's context, 256, is the largest window: shorten what precedes the answers)"),
+        ("chat.gguf", "mid.jsonl", &["--context", "16"], "(use a larger --context, up to the model's 256)"),
     ];
     for (model, corpus, extra, needle) in cases {
         let o = finetune(t, model, corpus, "x", &[extra, &["--steps", "1"]].concat());
