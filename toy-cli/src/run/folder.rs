@@ -67,7 +67,12 @@ impl<'r> RunFolder<'r> {
                 val = all_v;
             }
         }
-        let title = format!("{} — {} {}", self.run.id, self.cfg.model.arch.name(), self.cfg.preset.name());
+        // A finetune keeps its base's shape, whatever preset gave its batch: named by the model.
+        let what = match self.cfg.recipe {
+            crate::config::Recipe::Finetune => crate::train::model_name(&self.cfg),
+            _ => format!("{} {}", self.cfg.model.arch.name(), self.cfg.preset.name()),
+        };
+        let title = format!("{} — {what}", self.run.id);
         plot::plot_losses(&self.run.path.join("loss.svg"), &title, &train, &val)
     }
 

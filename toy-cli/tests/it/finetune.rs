@@ -70,6 +70,9 @@ fn finetune_starts_from_the_model_and_learns_the_new_corpus() {
     assert_eq!(b.get("general.name").and_then(|v| v.as_str()), Some("toy-llama-smoke"));
     assert_eq!(s0.get("general.name").and_then(|v| v.as_str()), Some("toy-llama-smoke-finetune"));
     assert!(events.contains("\"name\":\"toy-llama-smoke-finetune\""));
+    // and so is its loss plot (not "llama tiny", the preset that gave its batch)
+    let svg = std::fs::read_to_string(t.join("ft/loss.svg")).unwrap();
+    assert!(svg.contains("toy-llama-smoke-finetune") && !svg.contains("llama tiny"), "loss.svg's title");
 }
 
 #[test]
