@@ -69,7 +69,7 @@ impl<'r> RunFolder<'r> {
         }
         // A finetune keeps its base's shape, whatever preset gave its batch: named by the model.
         let what = match self.cfg.recipe {
-            crate::config::Recipe::Finetune => crate::train::model_name(&self.cfg),
+            crate::config::Recipe::Finetune => crate::train::model_name(self.cfg),
             _ => format!("{} {}", self.cfg.model.arch.name(), self.cfg.preset.name()),
         };
         let title = format!("{} — {what}", self.run.id);
