@@ -103,6 +103,25 @@ fn dispatch(command: &Command) -> toy::error::Result<()> {
     }
 }
 
+/// The line for a command given without its subcommand (`toy`, `toy export`):
+/// the subcommands it takes and where its help is.
+fn missing_subcommand(seen: &[String]) -> String {
+    let root = toy::cli::command_for(seen);
+    let path: Vec<&str> = seen.iter().take_while(|a| !a.starts_with('-')).map(String::as_str).collect();
+    let mut cmd = &root;
+    for p in &path {
+        if let Some(sub) = cmd.find_subcommand(p) {
+            cmd = sub;
+        }
+    }
+    let names: Vec<&str> = cmd.get_subcommands().filter(|s| !s.is_hide_set() && s.get_name() != "help").map(|s| s.get_name()).collect();
+    let (prefix, help, what) = match path.first() {
+        Some(first) => (format!("toy {first}"), format!("toy {}", path.join(" ")), "subcommand"),
+        None => ("toy".to_string(), "toy".to_string(), "command"),
+    };
+    format!("{prefix}: a {what} is needed: {} (see `{help} --help`)", names.join(", "))
+}
+
 fn main() -> ExitCode {
     // Like other Unix tools, end quietly when stdout is a closed pipe (`toy describe x | head -1`);
     // other write errors on stdout are errors (`toy::say!`). Checkpoints are written to temp files and renamed, so
@@ -120,15 +139,19 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand)
-            {
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                // `toy`, `toy export`: one line naming what may follow, not the whole help.
+                eprintln!("{}", missing_subcommand(&seen));
+                return ExitCode::from(2);
+            }
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
                 // Help that cannot be written (`toy --help > /dev/full`) is an error, as other output's is.
                 let written = e.print().and_then(|_| std::io::Write::flush(&mut std::io::stdout()));
                 if let Err(w) = written {
                     eprintln!("toy: cannot write the help to stdout: {w}");
                     return ExitCode::from(1);
                 }
-                return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
+                return ExitCode::SUCCESS;
             }
             // One line: clap's message up to its usage block, without the "error: " prefix
             // (a missing argument's name is on the lines after the first).
