@@ -11,8 +11,13 @@ use std::sync::Arc;
 /// Run `toy prep` with `args`. SIGINT and SIGTERM stop it within a second and
 /// leave no partial output.
 pub fn run(args: &PrepArgs) -> Result<Manifest> {
-    if !(args.bpe_sample.is_finite() && args.bpe_sample > 0.0 && args.bpe_sample <= 1e9) {
-        return Err(input(format!("--bpe-sample {} must be a positive number of MB", args.bpe_sample)));
+    let mb = args.bpe_sample;
+    let shown = if mb.abs() >= 1e6 { format!("{mb:e}") } else { format!("{mb}") };
+    if !(mb.is_finite() && mb > 0.0) {
+        return Err(input(format!("--bpe-sample {shown} must be a positive number of MB")));
+    }
+    if mb > 1e9 {
+        return Err(input(format!("--bpe-sample {shown}: at most 1e9 MB (1 PB)")));
     }
     crate::data::corpus::check_text_field(&args.files, args.text_field.as_deref())?;
     let stop = Arc::new(AtomicI32::new(0));

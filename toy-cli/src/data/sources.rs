@@ -91,7 +91,15 @@ pub fn json_record(at: &str, line: &str) -> crate::error::Result<serde_json::Val
         )));
     }
     // Without its line end: the parser's position then stays on this line.
-    serde_json::from_str(line.trim_end_matches(['\n', '\r'])).map_err(|e| input(format!("{at}: not a JSON object ({e})")))
+    serde_json::from_str(line.trim_end_matches(['\n', '\r'])).map_err(|e| {
+        if e.is_eof() && line.trim() == "{" {
+            // a pretty-printed JSON document (a .json file's settings or dataset)
+            return input(format!(
+                "{at}: a JSON object spread over lines: toy reads JSON Lines, one object per line (convert with jq -c . FILE > FILE.jsonl)"
+            ));
+        }
+        input(format!("{at}: not a JSON object ({e})"))
+    })
 }
 
 /// A file's identity: its device and inode (None where there are none).
@@ -201,6 +209,12 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<Source>> {
             let new = id.is_none_or(|id| !walk.seen.contains(&id));
             walk.folder(p, id)?;
             if new && walk.files.len() == before {
+                if p.join("manifest.json").is_file() {
+                    return Err(input(format!(
+                        "{} is a prepared corpus (toy prep's output), not text: train and eval read it with --corpus",
+                        p.display()
+                    )));
+                }
                 // What a toy prep stopped before its manifest leaves: its lock, temporaries, splits.
                 let unfinished = std::fs::read_dir(p).is_ok_and(|rd| {
                     rd.flatten().any(|e| {
@@ -627,5 +641,8 @@ mod tests {
     fn a_bad_record_names_its_own_line() {
         let e = json_record("a.jsonl:1", "{\"text\": \"fine\"\n").unwrap_err().to_string();
         assert!(e.starts_with("a.jsonl:1: not a JSON object") && e.contains("line 1 column 15"), "{e}");
+        // a pretty-printed document (a .json file's first line)
+        let e = json_record("m.json:1", "{\n").unwrap_err().to_string();
+        assert!(e.starts_with("m.json:1: a JSON object spread over lines") && e.contains("one object per line"), "{e}");
     }
 }
