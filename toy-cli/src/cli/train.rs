@@ -306,7 +306,7 @@ flag_group! {
         /// Attention heads (default: the preset's).
         #[arg(long, value_parser = count_usize)]
         pub heads: Option<usize>,
-        /// Key/value heads, grouped-query attention; llama only (default: --heads, or the preset's).
+        /// Key/value heads, grouped-query attention; llama and qwen2 (default: --heads, or the preset's).
         #[arg(long = "kv-heads", value_parser = count_usize)]
         pub kv_heads: Option<usize>,
         /// Feed-forward width (default: the preset's; gpt2: 4 × d_model).
@@ -320,7 +320,7 @@ flag_group! {
         /// RMSNorm/LayerNorm epsilon (default 1e-5).
         #[arg(long = "norm-eps", value_parser = super::float32)]
         pub norm_eps: Option<f32>,
-        /// RoPE base, llama (default 10000; smollm2-135m: 100000).
+        /// RoPE base, llama and qwen2 (default 10000; smollm2-135m: 100000).
         #[arg(long = "rope-base", value_parser = super::float32)]
         pub rope_base: Option<f32>,
         /// Share the output head with the token embedding (llama; gpt2 always ties).

@@ -133,7 +133,7 @@ pub fn run_args(cfg: &TrainConfig) -> TrainArgs {
             d_ff: Some(m.d_ff),
             vocab_size: Some(m.vocab),
             norm_eps: Some(m.norm_eps),
-            rope_base: Some(m.rope_base),
+            rope_base: m.arch.rope().map(|_| m.rope_base), // gpt2 has none (--rope-base is refused there)
             tied: m.tied,
         },
         optim: OptimArgs {

@@ -73,7 +73,10 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
         return Err(input(format!("--context {} is larger than the maximum {MAX_CONTEXT}", c.model.context)));
     }
     if arch == Arch::Gpt2 && a.shape.kv_heads.is_some_and(|k| k != c.model.n_heads) {
-        return Err(input("--kv-heads is a llama option; gpt2 uses multi-head attention"));
+        return Err(input("--kv-heads is a llama and qwen2 option; gpt2 uses multi-head attention"));
+    }
+    if arch == Arch::Gpt2 && a.shape.rope_base.is_some() {
+        return Err(input("--rope-base is a llama and qwen2 option; gpt2 has learned positions, not RoPE"));
     }
     c.validate()?;
     Ok(c)
