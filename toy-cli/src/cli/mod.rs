@@ -48,7 +48,7 @@ pub enum Command {
     Debug(DebugArgs),
 }
 
-/// A count of `toy train` (`--keep`, `--batch`, ...): config.toml and events.jsonl
+/// A count (or seed) of `toy train` (`--keep`, `--batch`, ...): config.toml and events.jsonl
 /// hold it as a signed 64-bit integer, so larger values are refused as too large.
 fn count_u64(text: &str) -> Result<u64, String> {
     use std::num::IntErrorKind;
@@ -57,7 +57,7 @@ fn count_u64(text: &str) -> Result<u64, String> {
         Ok(v) if v <= i64::MAX as u64 => Ok(v),
         Ok(_) => Err(too_large()),
         Err(e) if *e.kind() == IntErrorKind::PosOverflow => Err(too_large()),
-        Err(_) if text.trim_start().starts_with('-') => Err("a count cannot be negative".into()),
+        Err(_) if text.trim_start().starts_with('-') => Err("cannot be negative".into()),
         Err(_) => Err("not a whole number".into()),
     }
 }

@@ -225,7 +225,7 @@ fn tokenize(a: &TokenizeArgs) -> Result<()> {
 /// (or, with `--json`, their ids and flags).
 fn chat_masks(a: &ChatMasksArgs) -> Result<()> {
     use crate::data::chat_examples::{load_chat, ChatModel};
-    let ck = open_checkpoint(&a.model)?;
+    let ck = open_checkpoint(&crate::files::resolve_model(&a.model)?)?; // a run folder: its weights/latest
     let tok = ck.tokenizer.as_ref().ok_or_else(|| input(format!("{}: the model carries no tokenizer", a.model.display())))?;
     let model = ChatModel { file: &ck.file, tok };
     let chat = load_chat(&a.corpus, crate::data::chat_records::DataFormat::Chat, &model, 0.0, 0)?.unwrap_or_default();

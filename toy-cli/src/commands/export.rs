@@ -122,7 +122,6 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
         return Err(input(format!("--base {}: {}", m.base.display(), crate::model::lora::ARCHS)));
     }
     let ad = open_adapter(&m.lora, &base.config)?;
-    crate::formats::adapter::check_base(&ad, &m.lora, &base_path, false)?;
     let scale = ad.config.scale();
     let f = &base.file;
     let target = m.dtype.dtype();
@@ -176,6 +175,8 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
         })?;
         g.add_tensor_bytes(&t.name, dtype, &t.ne, bytes)?;
     }
+    // Once every tensor is known good: a note on another base file, never before an error.
+    crate::formats::adapter::check_base(&ad, &m.lora, &base_path, false)?;
     if let Some((d, _)) = target.filter(|_| !fallback.is_empty()) {
         let list: Vec<String> = fallback.iter().map(|(t, n)| format!("{n} in {t}")).collect();
         eprintln!("note: matrices whose rows do not split into {d} blocks of {}: {}", d.block_size(), list.join(", "));

@@ -266,7 +266,14 @@ fn check_vocab(ids: &[u32], given: Option<usize>, what: impl Fn(usize) -> String
             Some(i) => Err(input(format!("{}: id {} is outside the vocabulary of {v}", what(i), ids[i]))),
             None => Ok(v),
         },
-        None => Ok(ids.iter().max().map(|&m| m as usize + 1).unwrap_or(1)),
+        None => match ids.iter().enumerate().max_by_key(|&(_, &x)| x) {
+            // a vocabulary ggml's i32 ids cannot index: a corrupt or foreign file, named here
+            Some((i, &m)) if m as usize >= i32::MAX as usize => {
+                Err(input(format!("{}: id {m} is beyond any vocabulary toy can train (ids below {})", what(i), i32::MAX)))
+            }
+            Some((_, &m)) => Ok(m as usize + 1),
+            None => Ok(1),
+        },
     }
 }
 

@@ -26,7 +26,7 @@ fn flags_and_paths() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     fails(&train(t, &["--steps", "0", "--out", "a"]), "train", "--steps");
-    fails(&train(t, &["--steps", "-3", "--out", "a"]), "train", "'-3' for '--steps <STEPS>': a count cannot be negative");
+    fails(&train(t, &["--steps", "-3", "--out", "a"]), "train", "'-3' for '--steps <STEPS>': cannot be negative");
     fails(&train(t, &["--batch", "1.5", "--out", "a"]), "train", "not a whole number");
     // A negative value in exponent form is the flag's value, refused by the flag's own check.
     fails(&train(t, &["--lr", "-1e-3", "--out", "a"]), "train", "--lr -0.001 must be positive");
@@ -93,8 +93,8 @@ fn generate_and_eval_refuse_bad_checkpoints() {
     fails(&toy(t, &["generate", "r", "--temperature=-1"]), "generate", "--temperature -1");
     fails(&toy(t, &["generate", "r", "--top-p", "1.5"]), "generate", "--top-p 1.5 must be in (0, 1]");
     fails(&toy(t, &["generate", "r", "--chat", "hi"]), "generate", "no chat template");
-    fails(&toy(t, &["generate", "r", "-n", "-1"]), "generate", "a count cannot be negative");
-    fails(&toy(t, &["generate", "r", "--top-k", "-1"]), "generate", "a count cannot be negative");
+    fails(&toy(t, &["generate", "r", "-n", "-1"]), "generate", "cannot be negative");
+    fails(&toy(t, &["generate", "r", "--top-k", "-1"]), "generate", "cannot be negative");
     let lora = |targets: &str| toy(t, &["train", "finetune", "--from", "r", "--lora-rank", "2", "--lora-targets", targets, "--out", "f"]);
     fails(&lora("all-linear,attn_q"), "train", "all-linear names every matrix; give it alone");
     fails(&lora("nonsense"), "train", "PEFT's q_proj ... down_proj, or all-linear");
@@ -227,4 +227,43 @@ fn trial_39_messages() {
     std::fs::write(t.join("half/.train.bin.tmp-1"), b"").unwrap();
     fails(&train(t, &["--corpus", "half", "--out", "a"]), "train", "half is an unfinished toy prep");
     assert!(!t.join("a").exists());
+}
+
+/// The fresh-user trial of stop 40: one line where the help was printed, and
+/// messages that say what is wrong (not a false or misleading reason).
+#[test]
+fn trial_40_messages() {
+    use crate::common::process::fails_with;
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    // A command without its subcommand: what may follow, in one line.
+    fails_with(&toy(t, &[]), 2, "toy: a command is needed: train, generate");
+    fails(&toy(t, &["export"]), "export", "a subcommand is needed: merge (see `toy export --help`)");
+    fails(&toy(t, &["debug"]), "debug", "a subcommand is needed: dump-grads");
+    // prep given a finished prepared folder: said to be one (it said "unfinished").
+    std::fs::write(t.join("notes.txt"), "a few words of text. ".repeat(60)).unwrap();
+    ok(&toy(t, &["prep", "notes.txt", "--out", "pz", "--vocab-size", "260"]));
+    fails(&toy(t, &["prep", "pz", "--out", "pz2"]), "prep", "pz is a prepared corpus (toy prep's output), not text");
+    fails(&toy(t, &["prep", "notes.txt", "--bpe-sample", "1e10", "--out", "pq"]), "prep", "--bpe-sample 1e10: at most 1e9 MB");
+    // gpt2 has no RoPE: --rope-base is refused as --kv-heads is.
+    fails(&train(t, &["--arch", "gpt2", "--rope-base", "500", "--out", "g"]), "train", "--rope-base is a llama and qwen2 option");
+    // An id file whose ids no vocabulary toy trains can hold names the id.
+    let ids: Vec<u8> = [1u32, 2, 3, i32::MAX as u32, 4, 5].iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(t.join("big.bin"), ids).unwrap();
+    fails(&train(t, &["--corpus", "big.bin", "--out", "b"]), "train", "big.bin: token 3: id 2147483647 is beyond any vocabulary");
+    // A pretty-printed .json is said to be one, not "EOF while parsing".
+    std::fs::write(t.join("m.json"), "{\n  \"a\": 1\n}\n").unwrap();
+    fails(&train(t, &["--corpus", "m.json", "--out", "j"]), "train", "m.json:1: a JSON object spread over lines");
+    // A run folder is a model for debug chat-masks too (its weights/latest).
+    ok(&train(t, &["--steps", "1", "--out", "r"]));
+    std::fs::write(
+        t.join("chat.jsonl"),
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}\n",
+    )
+    .unwrap();
+    fails(&toy(t, &["debug", "chat-masks", "r", "--corpus", "chat.jsonl"]), "debug", "has no chat template");
+    fails(&toy(t, &["generate", "r", "--seed", "-1"]), "generate", "'-1' for '--seed <SEED>': cannot be negative");
+    for d in ["pz2", "pq", "g", "b", "j"] {
+        assert!(!t.join(d).exists(), "{d} was left behind");
+    }
 }
