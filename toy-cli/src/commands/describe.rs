@@ -15,6 +15,22 @@ fn short(v: &Value) -> String {
     }
 }
 
+/// Files up to this many bytes of tensors have their values scanned by describe.
+const SCAN_BYTES: u64 = 4 << 30;
+
+/// The first tensor (and element) of `f` holding a NaN or an infinity, what
+/// generate, eval and finetune refuse on loading; `None` for a file with more
+/// than [`SCAN_BYTES`] of tensors (not scanned) or tensors toy cannot read.
+fn first_non_finite(f: &GgufFile) -> Option<(String, usize)> {
+    if f.tensors().iter().map(|t| t.nbytes as u64).sum::<u64>() > SCAN_BYTES {
+        return None;
+    }
+    f.tensors().iter().find_map(|t| {
+        let v = f.tensor_f32(&t.name).ok()?;
+        v.iter().position(|x| !x.is_finite()).map(|i| (t.name.clone(), i))
+    })
+}
+
 /// Print the metadata and tensors of a checkpoint, with a warning on stderr
 /// when it is a model the other commands refuse to load.
 pub fn run(args: &DescribeArgs) -> Result<()> {
@@ -25,6 +41,8 @@ pub fn run(args: &DescribeArgs) -> Result<()> {
     if f.get("general.architecture").is_some() && !crate::formats::adapter::is_adapter(&f) {
         if let Err(e) = crate::formats::checkpoint::check_model(&f, &path) {
             eprintln!("toy describe: warning: {}", crate::output::one_line(&e.to_string()));
+        } else if let Some((name, i)) = first_non_finite(&f) {
+            eprintln!("toy describe: warning: tensor {name} holds a non-finite value at element {i}; the model is broken");
         }
     }
     let n_params: i64 = f.tensors().iter().map(|t| t.nelements()).sum();

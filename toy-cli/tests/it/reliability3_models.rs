@@ -194,6 +194,13 @@ fn checkpoint_tokenizer_and_vocabulary_are_checked_at_load() {
     keys_only(&ck, &t.join("eos.gguf"), &[("tokenizer.ggml.eos_token_id", u(v))]);
     rewrite(&ck, &t.join("stray.gguf"), &[], |_, s, d| Some((s, d)), &[("rope_freqs.weight", vec![1.0; 8])]);
     rewrite(&ck, &t.join("bias.gguf"), &[], |_, s, d| Some((s, d)), &[("blk.1.attn_q.bias", vec![0.0; 64])]);
+    let nan = |n: &str, s: Vec<i64>, mut d: Vec<f32>| {
+        if n == "blk.1.ffn_up.weight" {
+            d[5] = f32::NAN;
+        }
+        Some((s, d))
+    };
+    rewrite(&ck, &t.join("nan.gguf"), &[], nan, &[]);
     adapter(&t.join("a.gguf"), 1.0, 0.01);
     let cases = [
         ("padded.gguf", "tokens"),
@@ -202,6 +209,7 @@ fn checkpoint_tokenizer_and_vocabulary_are_checked_at_load() {
         ("eos.gguf", "eos_token_id"),
         ("stray.gguf", "rope_freqs.weight"),
         ("bias.gguf", "blk.1.attn_q.bias"),
+        ("nan.gguf", "blk.1.ffn_up.weight holds a non-finite value"),
     ];
     for (file, needle) in cases {
         fails(&toy(t, &["eval", file, "--corpus", "s.txt"]), needle);
