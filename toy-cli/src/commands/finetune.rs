@@ -207,7 +207,8 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let mut cfg = resolve(&args, base.vocab)?;
     // --context, else the preset's (flag or toy.toml), else the model's own up to
     // FINETUNE_CONTEXT (SmolLM2's 8192 would be a slow first run), or what chat data needs.
-    let context = a.batch.context.unwrap_or(match a.batch.preset {
+    // (computed only without --context: default_context notes what it picked)
+    let context = a.batch.context.unwrap_or_else(|| match a.batch.preset {
         Some(_) => cfg.model.context.min(base.context),
         None => default_context(base.context, &corpus, a.data.pack),
     });

@@ -232,6 +232,10 @@ pub fn restart_args(a: &TrainArgs, cfg: &TrainConfig, dir: &Path) -> Result<Trai
     } else {
         r.data.data_format = None;
     }
+    // The default text field is no flag the user gave (chat data refuses --text-field).
+    if cfg.text_field == "text" {
+        r.data.text_field = None;
+    }
     (r.out, r.json) = (Some(dir.to_path_buf()), a.json);
     Ok(r)
 }

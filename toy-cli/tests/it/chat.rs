@@ -444,3 +444,24 @@ fn smollm2_instruct_masks_its_assistant_turns() {
     assert!(text.starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"), "{text}");
     assert_eq!(c.eos, Some(2), "<|im_end|> is SmolLM2-Instruct's EOS");
 }
+
+/// A chat finetune stopped before its first checkpoint restarts from step 0
+/// on `--resume` (its config.toml's default text field is no flag that chat
+/// data refuses).
+#[test]
+fn a_chat_run_without_a_checkpoint_restarts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, Some(CHATML), "chat.gguf");
+    std::fs::write(t.join("p.jsonl"), persona(12)).unwrap();
+    let first = finetune(t, "chat.gguf", "p.jsonl", "r", &["--steps", "2", "--context", "64", "--lora-rank", "4"]);
+    ok(&first);
+    // --context given: no note about a context picked for the data
+    assert!(!String::from_utf8_lossy(&first.stderr).contains("note: context"), "{}", String::from_utf8_lossy(&first.stderr));
+    std::fs::remove_dir_all(t.join("r/weights")).unwrap();
+    let o = toy(t, &["train", "--resume", "r", "--threads", "1"]);
+    ok(&o);
+    let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(said.contains("from step 0"), "{said}");
+    assert!(t.join("r/weights/latest").exists());
+}
