@@ -225,6 +225,14 @@ impl Loop<'_, '_> {
     /// Evaluate after `step` (training loss `loss`), and log and show it.
     fn eval_at(&mut self, step: u64, loss: f32, tally: &mut Tally, report: &Report) -> Result<()> {
         if let Some(v) = self.evaluate(step, loss)? {
+            // Diverged weights (a finite training loss, then an update too large): never
+            // printed, logged or saved, as a non-finite training loss is not.
+            if !v.is_finite() {
+                self.end(End::Errored, step, loss, 1)?;
+                return Err(runtime(format!(
+                    "the validation loss is {v} after step {step}: the weights diverged; stopped without writing a checkpoint of them (try a lower --lr)"
+                )));
+            }
             self.sink.send(Event::Eval(events::Eval { phase: Phase::Train, step, val_loss: v }))?;
             tally.last_val = Some(v);
             report.say(format!("step {step}: val_loss={v}"));

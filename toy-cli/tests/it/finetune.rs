@@ -423,3 +423,16 @@ fn finetune_context_defaults_to_the_models_up_to_1024() {
     ok(&again("3", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"));
     fails(&again("4", "q_proj"), "--lora-targets");
 }
+
+/// Diverged weights (a finite training loss, then a NaN validation loss: an
+/// absurd learning rate) end the run with exit 1 and no checkpoint of them, as
+/// a non-finite training loss does; nothing saved, no run folder left.
+#[test]
+fn a_diverged_run_saves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    base(t);
+    let o = finetune(t, "e8", &["--lora-rank", "4", "--lr", "1e30", "--steps", "1"]);
+    crate::common::process::fails_with(&o, 1, "the validation loss is NaN after step 1: the weights diverged");
+    assert!(!t.join("e8").exists());
+}
