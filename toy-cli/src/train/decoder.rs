@@ -82,9 +82,10 @@ impl Decoder {
         Ok(all[at * vocab..(at + 1) * vocab].to_vec())
     }
 
-    /// The graph of one call: a whole window when the cache is empty (the
-    /// constants' positions and mask), else one token at position `n_past`
-    /// with the cache as inputs.
+    /// The graph of one call: the `n_new` tokens of a window when the cache is
+    /// empty (the constants' first positions and mask; not padded to the
+    /// model's window, whose cost a long `-n` paid before the first token),
+    /// else one token at position `n_past` with the cache as inputs.
     fn build<'a>(
         &self,
         ctx: &'a Context,
@@ -93,7 +94,7 @@ impl Decoder {
         backends: &[Backend],
         n_new: usize,
     ) -> Result<(Tensor<'a>, Inputs<'a>, Graph<'a>)> {
-        let n = if self.n_past == 0 { self.t } else { 1 };
+        let n = if self.n_past == 0 { n_new } else { 1 };
         debug_assert!(n_new <= n);
         let tokens = ctx.new_tensor_1d(DType::I32, n as i64)?.set_input();
         let mut batch = consts.batch(ctx, tokens, n, 1)?;

@@ -25,7 +25,11 @@ impl<'c> Consts<'c> {
         'c: 'a,
     {
         let pos = ctx.view(self.pos, &[(t * b) as i64], &[], 0)?;
-        Ok(Batch { tokens, pos, mask: self.mask, t, b, attention: self.attention, cache: None })
+        // A window shorter than the constants' (a decoder's prompt): the top-left of the
+        // mask, made contiguous (the masked softmax takes no strided mask).
+        let full = self.mask.ne()[0] as usize;
+        let mask = if t < full { ctx.cont(ctx.view(self.mask, &[t as i64, t as i64], &[self.mask.nb()[1]], 0)?)? } else { self.mask };
+        Ok(Batch { tokens, pos, mask, t, b, attention: self.attention, cache: None })
     }
 
     /// Create (unallocated) constants for batches of up to `b_max` sequences of
