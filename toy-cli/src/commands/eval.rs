@@ -6,6 +6,7 @@
 use crate::cli::{EvalArgs, Split};
 use crate::data::chat_examples::{load_chat, ChatCorpus, ChatModel};
 use crate::data::chat_records::{read_chat, DataFormat};
+use crate::data::prepared::is_prepared;
 use crate::data::Tokenizer;
 use crate::data::{load_corpus_with, CorpusOptions, TextOptions};
 use crate::error::{input, runtime, Result};
@@ -56,10 +57,6 @@ fn text_bytes(path: &std::path::Path, text_field: &str) -> Option<usize> {
         return None;
     }
     Some(text.lines().filter(|l| l.trim() != "<|endoftext|>").map(|l| l.len() + 1).sum())
-}
-
-fn is_prepared(path: &std::path::Path) -> bool {
-    path.is_dir() && path.join("manifest.json").is_file()
 }
 
 fn no_tokenizer(path: &std::path::Path, why: &str) -> crate::error::Error {

@@ -144,7 +144,7 @@ pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, bpe_defau
                 ..Default::default()
             };
             let c = load_corpus_with(p, &CorpusOptions { vocab_size: vocab, ..Default::default() }, &text)?;
-            let prepared = p.join("manifest.json").is_file();
+            let prepared = crate::data::prepared::is_prepared(p);
             if let Some(v) = vocab.filter(|&v| prepared && v != c.vocab_size) {
                 return Err(input(format!("--vocab-size {v} contradicts {}, prepared with {} ids", p.display(), c.vocab_size)));
             }

@@ -115,7 +115,7 @@ pub struct Located {
 /// malformed chat record ([`parse`]); naming the files when some hold chat
 /// records and others text, or when `format` is `Chat` and a file holds text.
 pub fn read_chat(path: &Path, format: DataFormat) -> Result<Option<(RecordKind, Vec<Located>)>> {
-    if format == DataFormat::Text || (path.is_dir() && path.join("manifest.json").is_file()) {
+    if format == DataFormat::Text || super::prepared::is_prepared(path) {
         return Ok(None);
     }
     let sources = discover(&[path.to_path_buf()])?;

@@ -115,7 +115,7 @@ impl Default for TextOptions {
 pub fn check_text_field(paths: &[PathBuf], field: Option<&str>) -> Result<()> {
     let Some(field) = field else { return Ok(()) };
     let json_lines = |p: &PathBuf| {
-        let prepared = p.is_dir() && p.join("manifest.json").is_file();
+        let prepared = super::prepared::is_prepared(p);
         !prepared && discover(std::slice::from_ref(p)).map_or(true, |s| s.iter().any(|s| s.format == Format::JsonLines))
     };
     if paths.iter().any(json_lines) {
@@ -146,7 +146,7 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
     if !(0.0..1.0).contains(&opts.val_fraction) {
         return Err(input(format!("the validation fraction must be in [0, 1), not {}", opts.val_fraction)));
     }
-    if path.is_dir() && path.join("manifest.json").is_file() {
+    if super::prepared::is_prepared(path) {
         return read_prepared(path);
     }
     if !path.is_dir() && !path.is_file() {

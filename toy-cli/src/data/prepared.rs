@@ -50,6 +50,12 @@ pub struct Manifest {
     pub bpe_sample_bytes: Option<u64>,
 }
 
+/// Whether `path` is a prepared corpus: a folder holding `manifest.json`
+/// (the last file `toy prep` writes).
+pub fn is_prepared(path: &Path) -> bool {
+    path.is_dir() && path.join("manifest.json").is_file()
+}
+
 /// Read `dir/manifest.json`.
 pub fn read_manifest(dir: &Path) -> Result<Manifest> {
     let path = dir.join("manifest.json");

@@ -209,7 +209,7 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<Source>> {
             let new = id.is_none_or(|id| !walk.seen.contains(&id));
             walk.folder(p, id)?;
             if new && walk.files.len() == before {
-                if p.join("manifest.json").is_file() {
+                if super::prepared::is_prepared(p) {
                     return Err(input(format!(
                         "{} is a prepared corpus (toy prep's output), not text: train and eval read it with --corpus",
                         p.display()
