@@ -383,6 +383,8 @@ stage_gated_ab() { AB_CASES=${AB_CASES:-0 1} AB_ENV=TOY_CUDA_NO_0044_GATED ab_ca
 # Patch 0047: the norms' backward as one NORM_GAIN_BACK pass, then the composite
 # (SmolLM2 at 2048, GPT-2 124M, LoRA over Q4_1 by default).
 stage_norm_ab() { AB_CASES=${AB_CASES:-0 2 4} AB_ENV=TOY_NO_0047 ab_cases; }
+# Patch 0051 (one RoPE table a graph), on and off.
+stage_rope_cache_ab() { AB_CASES=${AB_CASES:-0 2} AB_ENV=TOY_CUDA_NO_0051 ab_cases; }
 # Patch 0048: SwiGLU's gate and up written by bf16 products, then f32 products and
 # casts (SmolLM2 at 2048 and 1024, full fine-tuning of the f16 copy by default).
 stage_outputs_ab() { AB_CASES=${AB_CASES:-0 1 5} AB_ENV=TOY_F32_OUTPUTS ab_cases; }
@@ -405,6 +407,46 @@ stage_module_ab() {
   local old=/tmp/old-module
   rm -rf $old && mkdir -p $old && cp "$C"/libggml-cpu.so $old/ && xz -dc "${AB_OLD:?the .xz of an earlier module}" > $old/libggml-cuda.so
   AB_CASES=${AB_CASES:-0 1 2 4} AB_ENV=TOY_BACKEND_DIR AB_VALUE=$old ab_cases
+}
+# flash-harness: patch 0024's kernels alone (scripts/gpu/attn-flash-test.cu: checks
+# against an f64 reference, then times; FLASH_SRC: the folder of the attn-flash.cuh
+# to test, default the module's source) beside PyTorch's SDPA (scripts/gpu/sdpa-time.py),
+# and the names of the kernels SDPA runs.
+stage_flash_harness() {
+  local src=${FLASH_SRC:-dist/ggml-src/src/ggml-cuda}
+  nvcc -O3 -std=c++17 -arch=sm_90 -use_fast_math -I "$src" scripts/gpu/attn-flash-test.cu -o /tmp/aft 2> "$OUT/flash-nvcc.err" || { echo "nvcc failed"; tail -20 "$OUT/flash-nvcc.err"; return; }
+  /tmp/aft ${FLASH_ARGS:-} | tee -a "$OUT/flash-harness.txt"
+  [ -n "${FLASH_NO_SDPA:-}" ] || python3 scripts/gpu/sdpa-time.py --kernels | tee -a "$OUT/sdpa-time.txt"
+}
+# flash-ncu: ncu's full sections for one forward and one backward kernel of the
+# harness (FLASH_SHAPE, default SmolLM2's 64 9 3 2048 8 in bf16); run after flash-harness.
+stage_flash_ncu() {
+  timeout 300 ncu --set full -k regex:k_flash_ --launch-skip 2 --launch-count 2 /tmp/aft time ${FLASH_SHAPE:-64 9 3 2048 8} bf16 > "$OUT/flash-ncu.txt" 2>&1
+  echo "rc=$?"; grep -E "k_flash|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Compute \(SM\) Throughput|Memory Throughput|Warp Cycles Per Issued|Block Limit" "$OUT/flash-ncu.txt" | head -40
+}
+# toy-ab: this toy against an earlier one (AB_TOY_OLD, same module) on AB_CASES of
+# ab_cases' list; $OUT/ab-toy.jsonl.
+stage_toy_ab() {
+  local w=$LORA_BENCH i old=${AB_TOY_OLD:?an earlier toy binary}
+  lora_bases
+  chmod +x "$old"
+  local cases=(
+    "--preset smollm2-135m --vocab 49152 --context 2048 --attention fused"
+    "--preset smollm2-135m --vocab 49152 --context 1024 --attention fused"
+    "--preset gpt2-124m --vocab 50257 --dtype bf16"
+    "--preset gpt2-124m --vocab 50257 --dtype f32 --matmul-precision high"
+    "--from $w/smol-q4_1.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down --context 512 --batch 8"
+    "--from $w/smol-f16.gguf --context 512 --batch 8"
+    "--from $w/smol-f16.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down --context 512 --batch 8"
+  )
+  for i in ${AB_CASES:-4 6 5}; do
+    local c=${cases[$i]} bin
+    for bin in $T "$old" $T "$old"; do
+      timeout 150 $bin debug bench $c --device cuda --steps ${AB_STEPS:-10} --warmup 3 > /tmp/b.json 2> /tmp/b.err || { echo "$c $bin failed: $(tail -2 /tmp/b.err)"; continue; }
+      CASE="$c" BIN="$bin" python3 -c "import json,os; d=json.load(open('/tmp/b.json')); d['toy']=os.environ['BIN']; d['case']=os.environ['CASE']; print(json.dumps(d))" >> "$OUT/ab-toy.jsonl"
+      CASE="$c" BIN="$bin" python3 -c "import json,os; d=json.load(open('/tmp/b.json')); print(os.path.basename(os.environ['BIN']), os.environ['CASE'][:60], 'median ms', round(d['median_ms'],2), 'device used MiB', (d.get('device_used_bytes') or 0)>>20, 'fallbacks', len(d['cpu_fallbacks']), 'loss', round(d['last_loss'],5))"
+    done
+  done
 }
 stage_parity() { parity "llama small 100 highest" "gpt2 small 100 highest" "llama small 100 high" "gpt2 small 100 high"; }
 

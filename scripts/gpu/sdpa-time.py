@@ -4,6 +4,8 @@ D heads/kv T B lines), for a side-by-side with patch 0024's kernels.
 
     python3 scripts/gpu/sdpa-time.py
 """
+import sys
+
 import torch
 import torch.nn.functional as F
 
@@ -36,3 +38,13 @@ for d, hq, hkv, t, bsz in SHAPES:
     fl = 4.0 * d * t * t / 2 * hq * bsz
     print(f"sdpa D {d:3d} heads {hq:2d}/{hkv:2d} T {t:5d} B {bsz:2d}: fwd {fwd:.3f} ms ({fl/fwd/1e9:.0f} TFLOP/s)"
           f"  bwd {bwd:.3f} ms ({2.5*fl/bwd/1e9:.0f} TFLOP/s)")
+    if "--kernels" in sys.argv and (d, hq, hkv, t) == (64, 9, 3, 2048):
+        # Which implementation SDPA picked here: the names of the kernels of one forward and backward.
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            o2 = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+            torch.autograd.grad(o2, (q, k, v), do)
+            torch.cuda.synchronize()
+        for e in prof.key_averages():
+            dt = getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0)
+            if dt > 0 and not e.key.startswith("aten::"):
+                print(f"  kernel {e.key[:110]}  x{e.count}  {dt/1e3:.3f} ms")
