@@ -77,11 +77,18 @@ pub fn new_adapter<'w>(ctx: &'w Context, block: usize, target: &str, n_in: usize
     Ok(Adapter { a, b })
 }
 
-/// `W·x` (plus `r`, added first, when given), plus `B·(scale·(A·x))` when
-/// `lora` is set. A `W` kept in a frozen
+/// `W·x` (plus `r` when given), plus `B·(scale·(A·x))` when `lora` is set.
+/// A `W` kept in a frozen
 /// base's type (quantized, f16, bf16) is dequantized for the product, as
 /// QLoRA does (Dettmers et al. 2023), to f32 or bf16, or read as stored in
 /// a graph without a backward, as `how` says ([`super::weights::operand`]).
+///
+/// The graph's order: the adapter's term first, `r` added to it, and `W·x`
+/// last, with that sum as its addend. On CUDA each sum then runs as its
+/// product's GEMM epilogue (patch 0037), and the backward, which runs in
+/// reverse, starts with `W`'s product: it converts the output gradient to
+/// bf16 once, and the adapter's two products that read it (the gradients of
+/// `B` and of `A·x`) take that copy (patch 0040) instead of running in f32.
 pub fn linear<'a>(
     ctx: &'a Context,
     w: Tensor<'a>,
@@ -91,19 +98,22 @@ pub fn linear<'a>(
     r: Option<Tensor<'a>>,
     how: super::weights::Compact,
 ) -> Result<Tensor<'a>> {
-    let y = ctx.mul_mat(super::weights::operand(ctx, w, how)?, x)?;
-    // `r` first: the graph then runs the product right before this sum, which
-    // CUDA folds into the product's GEMM (patch 0037) where a node between them
-    // (the reshape of `r`) kept it a pass of its own.
-    let y = match r {
-        Some(r) => ctx.add(r, y)?,
-        None => y,
+    // The scale on the rank-r product `A·x` `[r, …]`, not on `B·(A·x)`
+    // `[out, …]`: the same update, one pass over a tensor out/r times smaller.
+    let term = match lora {
+        Some(l) => Some(ctx.mul_mat(l.b, ctx.scale(ctx.mul_mat(l.a, x)?, scale)?)?),
+        None => None,
     };
-    match lora {
+    // `r` before the product it is added to: no node (such as the reshape of
+    // `r`) between a product and its sum, which CUDA folds into the GEMM.
+    let addend = match (r, term) {
+        (Some(r), Some(t)) => Some(ctx.add(r, t)?),
+        (r, t) => r.or(t),
+    };
+    let y = ctx.mul_mat(super::weights::operand(ctx, w, how)?, x)?;
+    match addend {
+        Some(a) => ctx.add(a, y),
         None => Ok(y),
-        // The scale on the rank-r product `A·x` `[r, …]`, not on `B·(A·x)`
-        // `[out, …]`: the same update, one pass over a tensor out/r times smaller.
-        Some(l) => ctx.add(y, ctx.mul_mat(l.b, ctx.scale(ctx.mul_mat(l.a, x)?, scale)?)?),
     }
 }
 
