@@ -424,7 +424,7 @@ impl TrainConfig {
             if !self.model.arch.takes_lora() {
                 return Err(input(format!("LoRA {}", crate::model::lora::ARCHS)));
             }
-            l.validate(self.model.arch.table(), self.model.d_model).map_err(input)?;
+            l.validate(self.model.arch.table(), &self.model).map_err(input)?;
         }
         if !self.model.freeze.is_empty() {
             let names: Vec<String> = self.model.arch.table().stored(&self.model).into_iter().map(|st| st.name).collect();

@@ -182,7 +182,7 @@ pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
         }
     }
     let config = LoraConfig { rank, alpha, targets: first };
-    config.validate(table, base.d_model).map_err(|m| input(format!("--lora {p}: {m}")))?;
+    config.validate(table, base).map_err(|m| input(format!("--lora {p}: {m}")))?;
     Ok(AdapterFile { file, config })
 }
 

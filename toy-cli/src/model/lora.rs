@@ -6,6 +6,7 @@
 //! U(−1/√in, 1/√in), and `B` at zero, so step 0 is the base model.
 
 use super::table::Table;
+use super::ModelConfig;
 use ggml_rs::{Context, DType, Result, Tensor};
 use rand::SeedableRng;
 use rand_distr::{Distribution, Uniform};
@@ -38,11 +39,14 @@ impl LoraConfig {
         self.targets.iter().any(|t| t == target)
     }
 
-    /// Check rank, alpha and targets for a model of width `d_model` whose
-    /// parameters `table` lists.
-    pub fn validate(&self, table: &Table, d_model: usize) -> std::result::Result<(), String> {
-        if self.rank == 0 || self.rank > d_model {
-            return Err(format!("--lora-rank {} must be between 1 and the model width {d_model}", self.rank));
+    /// Check rank, alpha and targets for the model `cfg` whose parameters
+    /// `table` lists. The rank is at most the smaller side of every targeted
+    /// matrix (`B·A` of a larger rank is no more than a full-rank update:
+    /// attn_k and attn_v are `[d_model, n_kv·d_head]`, narrower than the width
+    /// under grouped-query attention).
+    pub fn validate(&self, table: &Table, cfg: &ModelConfig) -> std::result::Result<(), String> {
+        if self.rank == 0 {
+            return Err("--lora-rank 0 must be at least 1".into());
         }
         if !self.alpha.is_finite() || self.alpha <= 0.0 {
             return Err(format!("--lora-alpha {} must be positive and finite", self.alpha));
@@ -56,6 +60,16 @@ impl LoraConfig {
                 return Err("--lora-targets: all-linear names every matrix; give it alone".into());
             }
             return Err(format!("--lora-targets: {t:?} is not one of {}, PEFT's q_proj ... down_proj, or all-linear", all.join(", ")));
+        }
+        // The narrowest target, by the smaller side of its [in, out].
+        let sides = self.targets.iter().filter_map(|t| table.lora_spec(t).map(|s| (t, (s.ne)(cfg))));
+        let (target, ne) = sides.min_by_key(|(_, ne)| ne.iter().copied().min().unwrap_or(0)).expect("targets checked above");
+        let limit = ne.iter().copied().min().unwrap_or(0);
+        if self.rank > limit {
+            if limit == cfg.d_model {
+                return Err(format!("--lora-rank {} must be between 1 and the model width {limit}", self.rank));
+            }
+            return Err(format!("--lora-rank {} must be between 1 and {limit}, the smaller side of {target} {ne:?}", self.rank));
         }
         Ok(())
     }
@@ -130,4 +144,28 @@ pub fn init_adapters(adapters: &[Adapter<'_>], seed: u64) -> Result<()> {
         ad.b.write(&vec![0f32; ad.b.nelements() as usize])?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Arch;
+
+    #[test]
+    fn rank_is_bounded_by_the_narrowest_target() {
+        // Grouped-query attention: attn_k and attn_v are [64, 16] (1 of 4 heads of 16).
+        let mut cfg = ModelConfig::new(Arch::Llama, 300, 64, 2, 4, 128, 32);
+        cfg.n_kv_heads = 1;
+        let table = cfg.arch.table();
+        let config =
+            |rank: usize, targets: &[&str]| LoraConfig { rank, alpha: 1.0, targets: targets.iter().map(|t| t.to_string()).collect() };
+        assert_eq!(config(64, &["attn_q", "ffn_up"]).validate(table, &cfg), Ok(()));
+        let e = config(65, &["attn_q"]).validate(table, &cfg).unwrap_err();
+        assert!(e.contains("model width 64"), "{e}");
+        assert_eq!(config(16, &["attn_q", "attn_k"]).validate(table, &cfg), Ok(()));
+        let e = config(17, &["attn_q", "attn_k"]).validate(table, &cfg).unwrap_err();
+        assert!(e.contains("--lora-rank 17 must be between 1 and 16, the smaller side of attn_k [64, 16]"), "{e}");
+        let e = config(0, &["attn_v"]).validate(table, &cfg).unwrap_err();
+        assert!(e.contains("--lora-rank 0 must be at least 1"), "{e}");
+    }
 }
