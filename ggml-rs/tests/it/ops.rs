@@ -187,6 +187,31 @@ fn rope_ext_both_modes() {
 }
 
 #[test]
+fn rope_ext_ropes_of_one_graph() {
+    // Several ropes in one graph, as a training step has (q and k of every
+    // layer): the same positions and base (CUDA reuses one (cos, sin) table,
+    // toy-rs patch 0051), other positions, another base, then the first ones
+    // again. Each must equal its own reference.
+    let mut r = rng(10);
+    let cpu = cpu();
+    let (pa, pb) = ([0i32, 1, 2, 3, 9, 40], [5i32, 4, 3, 2, 1, 0]);
+    let ne = [64usize, 3, pa.len(), 1];
+    let xs: Vec<Vec<f32>> = (0..2).map(|_| uniform(&mut r, ne.iter().product(), -1.0, 1.0)).collect();
+    let ctx = Context::new(32).unwrap();
+    let t: Vec<_> = xs.iter().map(|x| leaf(&ctx, &cpu, &ne.map(|n| n as i64), x)).collect();
+    let a = leaf_i32(&ctx, &cpu, &[pa.len() as i64], &pa);
+    let b = leaf_i32(&ctx, &cpu, &[pb.len() as i64], &pb);
+    let runs: [(usize, &[i32], f32); 5] = [(0, &pa, 10000.0), (1, &pa, 10000.0), (0, &pb, 10000.0), (0, &pa, 500.0), (1, &pa, 10000.0)];
+    let ys: Vec<_> =
+        runs.iter().map(|&(x, p, base)| ctx.rope_ext(t[x], if p == pa { a } else { b }, 64, RopeMode::Normal, base).unwrap()).collect();
+    let got = eval(&ctx, &ys);
+    for (k, &(x, p, base)) in runs.iter().enumerate() {
+        let want = rf::rope(&f64s(&xs[x]), ne, p, 64, false, base as f64);
+        check(&format!("rope {k} of one graph (input {x}, base {base})"), &got[k], &want, TOL);
+    }
+}
+
+#[test]
 fn rope_ext_large_positions() {
     // Positions up to 2047: ggml builds θ_k = p·s^k by repeated f32
     // multiplication, so the error grows with the position (measured 4.5e-5
