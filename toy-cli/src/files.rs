@@ -140,7 +140,8 @@ pub fn make_parent(out: &Path) -> Result<()> {
     }
 }
 
-/// Refuse an output path `out` that would replace one of `inputs`, a folder, a
+/// Refuse an output path `out` that would replace one of `inputs` (a run
+/// folder's: the checkpoint its `weights/latest` names), a folder, a
 /// link, a run's resume state or anything but a regular file, or whose folder
 /// cannot be written (or, missing, made by [`make_parent`] in its nearest
 /// existing folder): bad input, found before the work (`what` names what would
@@ -151,7 +152,11 @@ pub fn check_out(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
         if !meta.is_file() {
             return Err(input(format!("--out {o}: exists and is not a regular file (a folder or a link?)")));
         }
-        let same = |p: &Path| std::fs::canonicalize(p).ok() == std::fs::canonicalize(out).ok();
+        // An input given as a run folder is read through its `weights/latest`.
+        let same = |p: &Path| {
+            let o = std::fs::canonicalize(out).ok();
+            std::fs::canonicalize(p).ok() == o || (p.is_dir() && std::fs::canonicalize(p.join("weights/latest")).ok() == o)
+        };
         if inputs.iter().any(|p| same(p)) {
             return Err(input(format!("--out {o} is one of the inputs; write {what} elsewhere")));
         }
