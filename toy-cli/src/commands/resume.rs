@@ -85,9 +85,17 @@ pub fn conflicts(a: &TrainArgs, cfg: &TrainConfig) -> Vec<String> {
         let shown = if run.value.is_empty() { "none" } else { &run.value };
         (given.key != run.key).then(|| format!("{} {} (the run has {shown})", given.flag, given.value))
     };
+    // Targets are a set: compared in one order (PEFT's names taken for ours).
+    let sorted = |t: Option<Vec<String>>| {
+        t.map(|mut t| {
+            t.sort();
+            t
+        })
+    };
     let mut a = a.clone();
-    a.finetune.lora_targets = a.finetune.lora_targets.as_deref().map(|t| super::finetune::lora_targets(cfg.model.arch, t));
-    let run = run_args(cfg);
+    a.finetune.lora_targets = sorted(a.finetune.lora_targets.as_deref().map(|t| super::finetune::lora_targets(cfg.model.arch, t)));
+    let mut run = run_args(cfg);
+    run.finetune.lora_targets = sorted(run.finetune.lora_targets.take());
     let mut out = Vec::new();
     if let Some(r) = a.recipe.filter(|r| *r != cfg.recipe) {
         out.push(format!("the recipe {} (the run has {})", r.shown(), cfg.recipe.shown()));
@@ -179,7 +187,8 @@ pub fn run_args(cfg: &TrainConfig) -> TrainArgs {
     }
 }
 
-/// `a` with a `--from` that names the finetune run's base at a new path (the
+/// `a` with a `--from` that names the finetune run's base at a new path (a
+/// file, or a run folder's `weights/latest`; the
 /// same bytes: its SHA-256 is the one the run recorded) taken into `cfg`, so
 /// that the run goes on from the moved file and records it in its next
 /// checkpoints; `a` as it is otherwise.
@@ -191,19 +200,27 @@ pub fn moved_base(a: &TrainArgs, cfg: &mut TrainConfig, dir: &Path) -> Result<Tr
     let (Some(new), Some(old), Some(sha)) = (a.finetune.from.as_ref(), cfg.from.as_ref(), cfg.from_sha256.as_ref()) else {
         return Ok(a);
     };
-    let new = std::fs::canonicalize(new).unwrap_or_else(|_| new.clone());
+    // A run folder, as finetune's --from takes: its weights/latest.
+    let given = new.clone();
+    let file = if given.is_dir() {
+        crate::files::resolve_model(&given).map_err(|e| input(format!("--resume {}: --from {e}", dir.display())))?
+    } else {
+        given.clone()
+    };
+    let new = std::fs::canonicalize(&file).unwrap_or(file);
     if new == Path::new(old) {
+        a.finetune.from = Some(new); // as the run recorded it
         return Ok(a);
     }
     if !new.is_file() {
         let what = if new.exists() { "not a regular file" } else { "no such file" };
-        return Err(input(format!("--resume {}: --from {}: {what}", dir.display(), new.display())));
+        return Err(input(format!("--resume {}: --from {}: {what}", dir.display(), given.display())));
     }
     if crate::formats::adapter::file_sha256(&new)? != *sha {
         return Err(input(format!(
             "--resume {}: --from {} is not the run's base {old}: its SHA-256 differs from the one the run recorded",
             dir.display(),
-            new.display()
+            given.display()
         )));
     }
     cfg.from = Some(new.display().to_string());
