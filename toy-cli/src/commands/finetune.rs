@@ -204,7 +204,11 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let mut args = a.clone();
     (args.shape.arch, args.batch.context) = (Some(base.arch), None);
     args.optim.lr = args.optim.lr.or(Some(default_lr(lora.is_some()))); // resolve derives --min-lr from it
+                                                                        // --batch and --grad-accum are checked against the finetune's own context, below,
+                                                                        // not the preset's that resolve() knows of.
+    (args.batch.batch, args.batch.grad_accum) = (None, None);
     let mut cfg = resolve(&args, base.vocab)?;
+    (cfg.batch, cfg.grad_accum) = (a.batch.batch.unwrap_or(cfg.batch), a.batch.grad_accum.unwrap_or(cfg.grad_accum));
     // --context, else the preset's (flag or toy.toml), else the model's own up to
     // FINETUNE_CONTEXT (SmolLM2's 8192 would be a slow first run), or what chat data needs.
     // (computed only without --context: default_context notes what it picked)
