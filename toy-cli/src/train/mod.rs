@@ -150,7 +150,7 @@ fn check_inputs(cfg: &TrainConfig, corpus: &Corpus, chat: Option<&ChatRun>, limi
             None => "use a larger --context".to_string(),
         };
         return Err(input(format!(
-            "no conversation of the training split of {} has a trained token within its first {} tokens ({hint})",
+            "no conversation of the training split of {} has a trained token within its first {} tokens (a window of {t} and its next token; {hint})",
             corpus.source.display(),
             t + 1
         )));

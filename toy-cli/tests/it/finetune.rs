@@ -214,6 +214,8 @@ fn bad_lora_settings_and_adapters_are_refused() {
     fails(&finetune(t, "x", &["--lora-rank", "65"]), "model width 64");
     fails(&finetune(t, "x", &["--lora-rank", "2", "--lora-targets", "attn_q,wq"]), "\"wq\"");
     fails(&finetune(t, "x", &["--lora-alpha", "4"]), "need --lora-rank");
+    // The batch is checked against the finetune's context (the base's 32), not the default preset's 64.
+    fails(&toy(t, &["train", "finetune", "--from", "base", "--batch", "600000", "--out", "x"]), "--batch 600000 × --context 32");
     fails(&finetune(t, "x", &["--lora-rank", "2", "--lora-alpha", "nan"]), "--lora-alpha");
     fails(&toy(t, &["train", "--preset", "smoke", "--lora-rank", "2", "--out", "x"]), "finetune recipe");
     assert!(!t.join("x").exists());
@@ -435,4 +437,24 @@ fn a_diverged_run_saves_nothing() {
     let o = finetune(t, "e8", &["--lora-rank", "4", "--lr", "1e30", "--steps", "1"]);
     crate::common::process::fails_with(&o, 1, "the validation loss is NaN after step 1: the weights diverged");
     assert!(!t.join("e8").exists());
+}
+
+#[test]
+fn resume_takes_a_base_folder_and_targets_in_any_order_and_merge_keeps_the_adapter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    base(t);
+    ok(&finetune(t, "r", &["--lora-rank", "2", "--lora-targets", "q_proj,v_proj", "--steps", "2"]));
+    // --from a run folder (its weights/latest), as finetune takes it; the targets as a set.
+    ok(&toy(t, &["train", "--resume", "r", "--steps", "3", "--threads", "1", "--from", "base", "--lora-targets", "v_proj,q_proj"]));
+    // A merge must not write over the adapter it reads through the run folder's weights/latest.
+    let latest = std::fs::read_link(t.join("r/weights/latest")).unwrap();
+    let out = Path::new("r/weights").join(latest);
+    let before = std::fs::read(t.join(&out)).unwrap();
+    crate::common::process::fails(
+        &toy(t, &["export", "merge", "--base", "base", "--lora", "r", "--out", out.to_str().unwrap()]),
+        "export",
+        "one of the inputs",
+    );
+    assert_eq!(std::fs::read(t.join(&out)).unwrap(), before);
 }
