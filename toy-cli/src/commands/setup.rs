@@ -230,11 +230,12 @@ pub fn record_corpus(cfg: &mut TrainConfig, path: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
-/// `targets` without repeats, in their order, PEFT's names (`q_proj`, ...)
-/// taken for llama.cpp's (`attn_q`, ...).
+/// `targets` without repeats or surrounding spaces, in their order, PEFT's
+/// names (`q_proj`, ...) taken for llama.cpp's (`attn_q`, ...).
 pub fn dedup_targets(targets: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for t in targets {
+        let t = t.trim(); // "q_proj, v_proj", as a shell or a PEFT list is often written
         let t = peft_name(t).unwrap_or(t).to_string();
         if !out.contains(&t) {
             out.push(t);
