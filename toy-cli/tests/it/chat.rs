@@ -394,8 +394,18 @@ fn bad_chat_data_is_refused_with_its_line() {
         ("chat.gguf", "good.jsonl", &["--text-field", "body"], "--text-field"),
         ("chat.gguf", "prompt-only.jsonl", &[], "prompt-only.jsonl:1: a prompt-completion record needs both"),
         // a prompt longer than the model's context: no larger --context to suggest
-        ("chat.gguf", "long.jsonl", &[], "(the model's context, 256, is the largest window: shorten what precedes the answers)"),
-        ("chat.gguf", "mid.jsonl", &["--context", "16"], "(use a larger --context, up to the model's 256)"),
+        (
+            "chat.gguf",
+            "long.jsonl",
+            &[],
+            "(a window of 256 and its next token; the model's context, 256, is the largest window: shorten what precedes the answers)",
+        ),
+        (
+            "chat.gguf",
+            "mid.jsonl",
+            &["--context", "16"],
+            "(a window of 16 and its next token; use a larger --context, up to the model's 256)",
+        ),
     ];
     for (model, corpus, extra, needle) in cases {
         let o = finetune(t, model, corpus, "x", &[extra, &["--steps", "1"]].concat());
