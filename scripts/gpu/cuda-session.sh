@@ -332,15 +332,13 @@ stage_parity_bf16() {
     echo "== parity $a small 200 bf16 (rc=$?)"; grep -E "loss|FAIL|PASS" "$OUT/parity-$a-small-bf16.txt" | tail -4
   done
 }
-# A/B of a patch that an environment variable turns off: each case of AB_CASES
-# (indices into the list below, default all) with the patch on, then with
-# AB_ENV=1; $OUT/ab-AB_ENV.jsonl. Cases: SmolLM2's shape at contexts 2048 and
-# 1024, GPT-2 124M (bf16 and TF32), LoRA rank 16 over a Q4_1 base and full
-# fine-tuning of its f16 copy (context 512, batch 8), LoRA over that f16 copy.
-ab_cases() {
-  local w=$LORA_BENCH on i
+# The cases of the A/B stages (ab_cases, toy-ab), by index: SmolLM2's shape at
+# contexts 2048 and 1024, GPT-2 124M (bf16 and TF32), LoRA rank 16 over a Q4_1
+# base and full fine-tuning of its f16 copy (context 512, batch 8), LoRA over that f16 copy.
+ab_case_list() {
+  local w=$LORA_BENCH
   lora_bases
-  local cases=(
+  CASES=(
     "--preset smollm2-135m --vocab 49152 --context 2048 --attention fused"
     "--preset smollm2-135m --vocab 49152 --context 1024 --attention fused"
     "--preset gpt2-124m --vocab 50257 --dtype bf16"
@@ -349,8 +347,15 @@ ab_cases() {
     "--from $w/smol-f16.gguf --context 512 --batch 8"
     "--from $w/smol-f16.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down --context 512 --batch 8"
   )
+}
+# A/B of a patch that an environment variable turns off: each case of AB_CASES
+# (indices into ab_case_list, default all) with the patch on, then with
+# AB_ENV=1; $OUT/ab-AB_ENV.jsonl.
+ab_cases() {
+  local on i
+  ab_case_list
   for i in ${AB_CASES:-0 1 2 3 4 5 6}; do
-    local c=${cases[$i]}
+    local c=${CASES[$i]}
     for on in 1 0; do
       if [ $on = 0 ]; then export "$AB_ENV"="${AB_VALUE:-1}"; else unset "$AB_ENV"; fi
       timeout 150 $T debug bench $c --device cuda --steps ${AB_STEPS:-10} --warmup 3 > /tmp/b.json 2> /tmp/b.err || { echo "$c on=$on failed: $(tail -2 /tmp/b.err)"; continue; }
@@ -425,22 +430,13 @@ stage_flash_ncu() {
   echo "rc=$?"; grep -E "k_flash|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Compute \(SM\) Throughput|Memory Throughput|Warp Cycles Per Issued|Block Limit" "$OUT/flash-ncu.txt" | head -40
 }
 # toy-ab: this toy against an earlier one (AB_TOY_OLD, same module) on AB_CASES of
-# ab_cases' list; $OUT/ab-toy.jsonl.
+# ab_case_list; $OUT/ab-toy.jsonl.
 stage_toy_ab() {
-  local w=$LORA_BENCH i old=${AB_TOY_OLD:?an earlier toy binary}
-  lora_bases
+  local i old=${AB_TOY_OLD:?an earlier toy binary}
   chmod +x "$old"
-  local cases=(
-    "--preset smollm2-135m --vocab 49152 --context 2048 --attention fused"
-    "--preset smollm2-135m --vocab 49152 --context 1024 --attention fused"
-    "--preset gpt2-124m --vocab 50257 --dtype bf16"
-    "--preset gpt2-124m --vocab 50257 --dtype f32 --matmul-precision high"
-    "--from $w/smol-q4_1.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down --context 512 --batch 8"
-    "--from $w/smol-f16.gguf --context 512 --batch 8"
-    "--from $w/smol-f16.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down --context 512 --batch 8"
-  )
+  ab_case_list
   for i in ${AB_CASES:-4 6 5}; do
-    local c=${cases[$i]} bin
+    local c=${CASES[$i]} bin
     for bin in $T "$old" $T "$old"; do
       timeout 150 $bin debug bench $c --device cuda --steps ${AB_STEPS:-10} --warmup 3 > /tmp/b.json 2> /tmp/b.err || { echo "$c $bin failed: $(tail -2 /tmp/b.err)"; continue; }
       CASE="$c" BIN="$bin" python3 -c "import json,os; d=json.load(open('/tmp/b.json')); d['toy']=os.environ['BIN']; d['case']=os.environ['CASE']; print(json.dumps(d))" >> "$OUT/ab-toy.jsonl"

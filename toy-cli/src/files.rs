@@ -152,11 +152,9 @@ pub fn check_out(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
         if !meta.is_file() {
             return Err(input(format!("--out {o}: exists and is not a regular file (a folder or a link?)")));
         }
-        // An input given as a run folder is read through its `weights/latest`.
-        let same = |p: &Path| {
-            let o = std::fs::canonicalize(out).ok();
-            std::fs::canonicalize(p).ok() == o || (p.is_dir() && std::fs::canonicalize(p.join("weights/latest")).ok() == o)
-        };
+        // An input given as a run folder is read through its `weights/latest` ([`file_or_run`]).
+        let real = std::fs::canonicalize(out).ok();
+        let same = |p: &Path| file_or_run(p, "").ok().and_then(|f| std::fs::canonicalize(f).ok()) == real;
         if inputs.iter().any(|p| same(p)) {
             return Err(input(format!("--out {o} is one of the inputs; write {what} elsewhere")));
         }

@@ -203,9 +203,10 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let lora = lora_config(a, base)?;
     let mut args = a.clone();
     (args.shape.arch, args.batch.context) = (Some(base.arch), None);
-    args.optim.lr = args.optim.lr.or(Some(default_lr(lora.is_some()))); // resolve derives --min-lr from it
-                                                                        // --batch and --grad-accum are checked against the finetune's own context, below,
-                                                                        // not the preset's that resolve() knows of.
+    // resolve derives --min-lr from the learning rate
+    args.optim.lr = args.optim.lr.or(Some(default_lr(lora.is_some())));
+    // --batch and --grad-accum are checked against the finetune's own context,
+    // below, not the preset's that resolve() knows of.
     (args.batch.batch, args.batch.grad_accum) = (None, None);
     let mut cfg = resolve(&args, base.vocab)?;
     (cfg.batch, cfg.grad_accum) = (a.batch.batch.unwrap_or(cfg.batch), a.batch.grad_accum.unwrap_or(cfg.grad_accum));

@@ -202,11 +202,7 @@ pub fn moved_base(a: &TrainArgs, cfg: &mut TrainConfig, dir: &Path) -> Result<Tr
     };
     // A run folder, as finetune's --from takes: its weights/latest.
     let given = new.clone();
-    let file = if given.is_dir() {
-        crate::files::resolve_model(&given).map_err(|e| input(format!("--resume {}: --from {e}", dir.display())))?
-    } else {
-        given.clone()
-    };
+    let file = crate::files::file_or_run(&given, &format!("--resume {}: --from", dir.display()))?;
     let new = std::fs::canonicalize(&file).unwrap_or(file);
     if new == Path::new(old) {
         a.finetune.from = Some(new); // as the run recorded it

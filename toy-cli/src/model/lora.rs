@@ -61,10 +61,10 @@ impl LoraConfig {
             }
             return Err(format!("--lora-targets: {t:?} is not one of {}, PEFT's q_proj ... down_proj, or all-linear", all.join(", ")));
         }
-        // The narrowest target, by the smaller side of its [in, out].
+        // The narrowest target: the smallest of the sides of the targets' [in, out].
         let sides = self.targets.iter().filter_map(|t| table.lora_spec(t).map(|s| (t, (s.ne)(cfg))));
-        let (target, ne) = sides.min_by_key(|(_, ne)| ne.iter().copied().min().unwrap_or(0)).expect("targets checked above");
-        let limit = ne.iter().copied().min().unwrap_or(0);
+        let (limit, target, ne) =
+            sides.map(|(t, ne)| (ne.iter().copied().min().unwrap_or(0), t, ne)).min_by_key(|m| m.0).expect("targets checked above");
         if self.rank > limit {
             if limit == cfg.d_model {
                 return Err(format!("--lora-rank {} must be between 1 and the model width {limit}", self.rank));
