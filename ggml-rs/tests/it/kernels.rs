@@ -525,3 +525,45 @@ fn norms_with_gain_are_the_nodes_they_replace() {
         }
     }
 }
+
+#[test]
+fn norms_and_ropes_cast_to_bf16_against_f64() {
+    // An RMSNorm with gain and a rope whose one use is a cast to bf16 (autocast's
+    // product inputs and the fused attention's q and k): CUDA writes the bf16
+    // values from the norm's and the rope's own kernels (patch 0053; the f32
+    // results are never written). Each against the f64 reference: within one
+    // bf16 step (2^-7 of the value's power of two; rounding alone is half of it).
+    // Rows of 576 and 64 values take the fused kernels; rows of 6 fall back to
+    // the norm, then the cast.
+    let dev = cpu();
+    let eps = 1e-5f32;
+    let bf16_tol = 1.0 / 128.0;
+    for (n0, rows) in [(576i64, 33i64), (64, 7), (6, 5)] {
+        let mut r = rng(4200 + n0 as u64);
+        let x = uniform(&mut r, (n0 * rows) as usize, -2.0, 2.0);
+        let g = uniform(&mut r, n0 as usize, 0.5, 1.5);
+        let normed = rf::rows(&f64s(&x), n0 as usize, |row| rf::rms_norm_row(row, eps as f64));
+        let want: Vec<f64> = normed.iter().enumerate().map(|(i, v)| v * g[i % n0 as usize] as f64).collect();
+        let ctx = Context::new(16).unwrap();
+        let (tx, tg) = (leaf(&ctx, &dev, &[n0, rows], &x), leaf(&ctx, &dev, &[n0], &g));
+        let y = ctx.cast(ctx.rms_norm_gain(tx, tg, eps).unwrap(), DType::BF16).unwrap();
+        let got = eval_on(&dev, &ctx, &[y]);
+        check(&format!("rms_norm_gain of rows of {n0} cast to bf16 on {}", dev.name()), &got[0], &want, bf16_tol);
+    }
+    let pos = [0i32, 1, 2, 7, 100, 511];
+    let ne = [64usize, 3, pos.len(), 2];
+    let mut r = rng(4300);
+    let x = uniform(&mut r, ne.iter().product(), -1.0, 1.0);
+    let ctx = Context::new(16).unwrap();
+    let t = leaf(&ctx, &dev, &ne.map(|n| n as i64), &x);
+    let p = leaf_i32(&ctx, &dev, &[pos.len() as i64], &pos);
+    let ys: Vec<_> = [ggml_rs::RopeMode::Normal, ggml_rs::RopeMode::Neox]
+        .iter()
+        .map(|&mode| ctx.cast(ctx.rope_ext(t, p, 64, mode, 10000.0).unwrap(), DType::BF16).unwrap())
+        .collect();
+    let got = eval_on(&dev, &ctx, &ys);
+    for (k, neox) in [false, true].into_iter().enumerate() {
+        let want = rf::rope(&f64s(&x), ne, &pos, 64, neox, 10000.0);
+        check(&format!("rope (NeoX {neox}) cast to bf16 on {}", dev.name()), &got[k], &want, bf16_tol);
+    }
+}

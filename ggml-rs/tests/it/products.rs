@@ -123,3 +123,62 @@ fn a_biased_product_and_its_residual_sum_agree_with_f32_products() {
         }
     }
 }
+
+/// `W·x` with `W` an f32 parameter (a weights buffer, not a graph's) under
+/// bf16 products: a backend may keep a bf16 copy of `W` while it evaluates the
+/// graph (CUDA's products convert their f32 operands). No copy may outlive the
+/// evaluation: after `W` is rewritten, the same graph computed again gives the
+/// loss and gradient of `x` of the new `W` (each within bf16's precision of a
+/// fresh f32 graph of that `W`), not of the old one.
+#[test]
+fn a_weight_rewritten_between_evaluations_is_read_anew_under_bf16_products() {
+    let (k, m, n) = (256i64, 384i64, 512i64);
+    let mut g = rng(7700);
+    let (w1, w2) = (uniform(&mut g, (k * m) as usize, -0.1, 0.1), uniform(&mut g, (k * m) as usize, -0.3, 0.3));
+    let (x, rv) = (uniform(&mut g, (k * n) as usize, -1.0, 1.0), uniform(&mut g, (m * n) as usize, 0.0, 1.0));
+    let dev = cpu();
+    // Loss and gradient of x at `precision`, for each of `ws` written in turn into one graph.
+    let run = |precision: MatmulPrecision, ws: &[&Vec<f32>]| -> Vec<Vec<Vec<f32>>> {
+        dev.set_matmul_precision(precision);
+        let ctx = Context::new(1024).unwrap();
+        let (wt, xt, rt) = (
+            ctx.new_tensor(DType::F32, &[k, m]).unwrap(),
+            ctx.new_tensor(DType::F32, &[k, n]).unwrap(),
+            ctx.new_tensor(DType::F32, &[m, n]).unwrap(),
+        );
+        ctx.set_param(wt).unwrap();
+        ctx.set_param(xt).unwrap();
+        ctx.allocate(&dev).unwrap();
+        xt.write(&x).unwrap();
+        rt.write(&rv).unwrap();
+        let y = ctx.mul_mat(wt, xt).unwrap();
+        let loss = ctx.sum(ctx.mul(ctx.mul(y, y).unwrap(), rt).unwrap()).unwrap().set_output();
+        let mut graph = Graph::with_grads(&ctx, 1024).unwrap();
+        graph.set_mul_mat_grad(MulMatGrad::for_backend(&dev));
+        graph.expand(loss).unwrap();
+        graph.build_backward(loss).unwrap();
+        let gx = graph.grad(xt).unwrap().set_output();
+        graph.allocate(&backends(&dev)).unwrap();
+        ws.iter()
+            .map(|w| {
+                wt.write(w).unwrap();
+                graph.compute().unwrap();
+                vec![loss.read_f32().unwrap(), gx.read_f32().unwrap()]
+            })
+            .collect()
+    };
+    let got = run(MatmulPrecision::Medium, &[&w1, &w2, &w1]);
+    let want: Vec<_> = [&w1, &w2, &w1].iter().map(|w| run(MatmulPrecision::Highest, &[w]).remove(0)).collect();
+    dev.set_matmul_precision(MatmulPrecision::Highest);
+    for (i, (got, want)) in got.iter().zip(&want).enumerate() {
+        for (what, (got, want)) in ["loss", "grad x"].iter().zip(got.iter().zip(want)) {
+            let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let err = got.iter().zip(want).fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
+            println!("evaluation {i} {what}: max |Δ| {err:.2e} of max |value| {scale:.3}");
+            assert!(scale > 0.0 && err <= 2e-2, "evaluation {i} {what}: {err:e}");
+        }
+    }
+    // The second weight is three times the first's range (a loss ~9 times larger): a stale
+    // copy could not pass the checks above.
+    assert!(want[1][0][0] > 4.0 * want[0][0][0], "{} {}", want[0][0][0], want[1][0][0]);
+}
