@@ -390,6 +390,9 @@ stage_gated_ab() { AB_CASES=${AB_CASES:-0 1} AB_ENV=TOY_CUDA_NO_0044_GATED ab_ca
 stage_norm_ab() { AB_CASES=${AB_CASES:-0 2 4} AB_ENV=TOY_NO_0047 ab_cases; }
 # Patch 0051 (one RoPE table a graph), on and off.
 stage_rope_cache_ab() { AB_CASES=${AB_CASES:-0 2} AB_ENV=TOY_CUDA_NO_0051 ab_cases; }
+# Patch 0053 (norms and ropes writing their bf16 casts), on and off (SmolLM2 at 2048
+# and 1024, LoRA over Q4_1 by default).
+stage_bf16_writes_ab() { AB_CASES=${AB_CASES:-0 1 4} AB_ENV=TOY_CUDA_NO_0053 ab_cases; }
 # Patch 0048: SwiGLU's gate and up written by bf16 products, then f32 products and
 # casts (SmolLM2 at 2048 and 1024, full fine-tuning of the f16 copy by default).
 stage_outputs_ab() { AB_CASES=${AB_CASES:-0 1 5} AB_ENV=TOY_F32_OUTPUTS ab_cases; }
