@@ -534,7 +534,7 @@ fn norms_and_ropes_cast_to_bf16_against_f64() {
     // results are never written). Each against the f64 reference: within one
     // bf16 step (2^-7 of the value's power of two; rounding alone is half of it).
     // Rows of 576 and 64 values take the fused kernels; rows of 6 fall back to
-    // the norm, then the cast.
+    // the norm, then the cast. A rope reshaped before its cast is fused as well.
     let dev = cpu();
     let eps = 1e-5f32;
     let bf16_tol = 1.0 / 128.0;
@@ -557,13 +557,18 @@ fn norms_and_ropes_cast_to_bf16_against_f64() {
     let ctx = Context::new(16).unwrap();
     let t = leaf(&ctx, &dev, &ne.map(|n| n as i64), &x);
     let p = leaf_i32(&ctx, &dev, &[pos.len() as i64], &pos);
-    let ys: Vec<_> = [ggml_rs::RopeMode::Normal, ggml_rs::RopeMode::Neox]
+    let mut ys: Vec<_> = [ggml_rs::RopeMode::Normal, ggml_rs::RopeMode::Neox]
         .iter()
         .map(|&mode| ctx.cast(ctx.rope_ext(t, p, 64, mode, 10000.0).unwrap(), DType::BF16).unwrap())
         .collect();
+    // As the models do: the rope's result reshaped ([dh, H, T·B] to [dh, H, T, B])
+    // before its cast, which CUDA fuses too.
+    let roped = ctx.rope_ext(t, p, 64, ggml_rs::RopeMode::Normal, 10000.0).unwrap();
+    ys.push(ctx.cast(ctx.reshape(roped, &[64, 3, 3, 4]).unwrap(), DType::BF16).unwrap());
     let got = eval_on(&dev, &ctx, &ys);
-    for (k, neox) in [false, true].into_iter().enumerate() {
+    for (k, neox) in [false, true, false].into_iter().enumerate() {
         let want = rf::rope(&f64s(&x), ne, &pos, 64, neox, 10000.0);
-        check(&format!("rope (NeoX {neox}) cast to bf16 on {}", dev.name()), &got[k], &want, bf16_tol);
+        let how = if k == 2 { "reshaped, then cast" } else { "cast" };
+        check(&format!("rope (NeoX {neox}) {how} to bf16 on {}", dev.name()), &got[k], &want, bf16_tol);
     }
 }
