@@ -219,8 +219,9 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
     for (s, &need) in srcs.iter().zip(src_needs) {
         // bf16 logits (patch 0041): the loss's bf16 gradient goes to their product's OUT_PRODs
         let bf16_logits = op == sys::GGML_OP_CROSS_ENTROPY_LOSS_IDS && s.dtype() == crate::DType::BF16 && s.op() == sys::GGML_OP_MUL_MAT;
-        // a swiglu (or a reshape) reads a bf16 product, its gradient bf16 (patch 0048)
-        let bf16_product = matches!(op, sys::GGML_OP_GLU | sys::GGML_OP_RESHAPE) && is_bf16_product(s);
+        // a swiglu (or a reshape) reads a bf16 product, its gradient bf16 (patch 0048); a product
+        // reads one (a LoRA adapter's A·x), its gradient f32, which the bf16 product's OUT_PRODs take
+        let bf16_product = matches!(op, sys::GGML_OP_GLU | sys::GGML_OP_RESHAPE | sys::GGML_OP_MUL_MAT) && is_bf16_product(s);
         let bf16_input = (reads_casts && is_bf16_cast(s)) || (product && is_bf16_activation(s)) || bf16_product;
         if need && !bf16_logits && !bf16_input && !matches!(s.dtype(), crate::DType::F32 | crate::DType::F16) {
             return Err(fail(n, "gradients flow only through f32/f16 operands"));

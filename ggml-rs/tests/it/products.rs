@@ -7,7 +7,10 @@ use ggml_rs::{Context, DType, Graph, MatmulPrecision, MulMatGrad};
 /// Loss and gradients of `x`, `A` and `B` of one LoRA-shaped layer
 /// `y = W·x + B·(s·(A·x))` on `dev` at `precision`: `W` `[k, m]` frozen as
 /// q8_0 and cast to bf16, `A` `[k, r]`, `B` `[r, m]`, `x` `[k, n]`.
-fn lora_layer(dev: &ggml_rs::Backend, precision: MatmulPrecision, seed: u64) -> Vec<Vec<f32>> {
+/// With `casts`, as toy's models under autocast: `x`, `s·A` and `B` cast to
+/// bf16 once and `A·x` a bf16 product (`mul_mat_bf16`, CUDA only); `Err` is
+/// the allocation's error.
+fn lora_layer_as(dev: &ggml_rs::Backend, precision: MatmulPrecision, seed: u64, casts: bool) -> ggml_rs::Result<Vec<Vec<f32>>> {
     let (k, m, n, r) = (256i64, 512i64, 512i64, 16i64);
     let mut g = rng(seed);
     let w = DType::Q8_0.quantize(&uniform(&mut g, (k * m) as usize, -0.1, 0.1), k as usize).unwrap();
@@ -31,8 +34,14 @@ fn lora_layer(dev: &ggml_rs::Backend, precision: MatmulPrecision, seed: u64) -> 
     bt.write(&b).unwrap();
     xt.write(&x).unwrap();
     rt.write(&rv).unwrap();
-    let base = ctx.mul_mat(ctx.cast(wt, DType::BF16).unwrap(), xt).unwrap();
-    let low = ctx.mul_mat(bt, ctx.scale(ctx.mul_mat(at, xt).unwrap(), 0.5).unwrap()).unwrap();
+    let bf16 = |t| ctx.cast(t, DType::BF16).unwrap();
+    let low = if casts {
+        let (xb, ab) = (bf16(xt), bf16(ctx.scale(at, 0.5).unwrap()));
+        ctx.mul_mat(bf16(bt), ctx.mul_mat_bf16(ab, xb).unwrap()).unwrap()
+    } else {
+        ctx.mul_mat(bt, ctx.scale(ctx.mul_mat(at, xt).unwrap(), 0.5).unwrap()).unwrap()
+    };
+    let base = ctx.mul_mat(bf16(wt), xt).unwrap();
     let y = ctx.add(base, low).unwrap();
     let loss = ctx.sum(ctx.mul(y, rt).unwrap()).unwrap().set_output();
     let mut graph = Graph::with_grads(&ctx, 1024).unwrap();
@@ -40,12 +49,43 @@ fn lora_layer(dev: &ggml_rs::Backend, precision: MatmulPrecision, seed: u64) -> 
     graph.expand(loss).unwrap();
     graph.build_backward(loss).unwrap();
     let grads: Vec<_> = [xt, at, bt].iter().map(|&t| graph.grad(t).unwrap().set_output()).collect();
-    graph.allocate(&backends(dev)).unwrap();
+    graph.allocate(&backends(dev))?;
     graph.compute().unwrap();
     assert!(graph.cpu_fallbacks().is_empty(), "{:?}", graph.cpu_fallbacks());
     let mut out = vec![loss.read_f32().unwrap()];
     out.extend(grads.iter().map(|t| t.read_f32().unwrap()));
-    out
+    Ok(out)
+}
+
+fn lora_layer(dev: &ggml_rs::Backend, precision: MatmulPrecision, seed: u64) -> Vec<Vec<f32>> {
+    lora_layer_as(dev, precision, seed, false).unwrap()
+}
+
+/// Max |Δ| of each of loss and gradients, over the largest |value|, within 2e-2.
+fn assert_lora_layers_agree(got: &[Vec<f32>], want: &[Vec<f32>]) {
+    for (what, (got, want)) in ["loss", "grad x", "grad A", "grad B"].iter().zip(got.iter().zip(want)) {
+        let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let err = got.iter().zip(want).fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
+        println!("{what}: max |Δ| {err:.2e} of max |value| {scale:.3}");
+        assert!(scale > 0.0 && err <= 2e-2, "{what}: {err:e}");
+    }
+}
+
+/// toy's LoRA under autocast (`lora::linear`): `s·A` and `B` cast to bf16 once
+/// for the four products that read them, and `A·x` a bf16 product whose f32
+/// gradient its OUT_PRODs take. On CUDA loss and gradients agree with the f32
+/// products' within bf16's precision; the CPU has no bf16 product result and
+/// refuses the graph.
+#[test]
+fn a_lora_layer_of_bf16_casts_and_a_bf16_inner_product_agrees_with_f32_products() {
+    let dev = cpu();
+    let got = lora_layer_as(&dev, MatmulPrecision::Medium, 7501, true);
+    if dev.is_cpu() {
+        let e = got.expect_err("the CPU refuses bf16 products").to_string();
+        assert!(e.contains("runs on none of"), "{e}");
+        return;
+    }
+    assert_lora_layers_agree(&got.unwrap(), &lora_layer(&dev, MatmulPrecision::Highest, 7501));
 }
 
 /// Under bf16 products the layer's base product converts `x` and the output
@@ -58,12 +98,7 @@ fn a_lora_layer_under_bf16_products_agrees_with_f32_products() {
     let dev = cpu();
     let f32s = lora_layer(&dev, MatmulPrecision::Highest, 7500);
     let bf16s = lora_layer(&dev, MatmulPrecision::Medium, 7500);
-    for (what, (got, want)) in ["loss", "grad x", "grad A", "grad B"].iter().zip(bf16s.iter().zip(&f32s)) {
-        let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let err = got.iter().zip(want).fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
-        println!("{what}: max |Δ| {err:.2e} of max |value| {scale:.3}");
-        assert!(scale > 0.0 && err <= 2e-2, "{what}: {err:e}");
-    }
+    assert_lora_layers_agree(&bf16s, &f32s);
 }
 
 /// Loss and gradients of `x`, `W`, `b` and `h` of `y = h + reshape(W·x + b)`,

@@ -16,6 +16,8 @@ struct Run {
     loss: f32,
     grads: Vec<Vec<f32>>,
     casts: usize,
+    /// Of those, the casts of LoRA's `A` (maybe scaled) and `B` ([`lora::linear`](super::lora::linear)).
+    adapter_casts: usize,
     /// SWIGLU_BACK nodes (patch 0044) and GELU_BACK nodes reading a bf16 input (patch 0045).
     bf16_backs: usize,
 }
@@ -49,12 +51,18 @@ fn run(c: &ModelConfig, autocast: Autocast) -> Run {
     let loss = gs.compute(&tokens, &targets).unwrap();
     let grads = trainable.iter().map(|&p| gs.grad(p).expect("a gradient").read_f32().unwrap()).collect();
     let nodes = gs.graph().nodes();
-    let casts = nodes.iter().filter(|n| n.op() == sys::GGML_OP_CPY && n.dtype() == ggml_rs::DType::BF16).count();
+    let cast_nodes: Vec<_> = nodes.iter().filter(|n| n.op() == sys::GGML_OP_CPY && n.dtype() == ggml_rs::DType::BF16).collect();
+    let of_adapter = |t: ggml_rs::Tensor<'_>| {
+        let t = if t.op() == sys::GGML_OP_SCALE { t.srcs()[0] } else { t };
+        t.name().ends_with(".lora_a") || t.name().ends_with(".lora_b")
+    };
+    let adapter_casts = cast_nodes.iter().filter(|n| of_adapter(n.srcs()[0])).count();
+    let casts = cast_nodes.len() - adapter_casts;
     let bf16_backs = nodes
         .iter()
         .filter(|n| n.op() == sys::GGML_OP_SWIGLU_BACK || (n.op() == sys::GGML_OP_GELU_BACK && n.srcs()[1].dtype() == ggml_rs::DType::BF16))
         .count();
-    Run { loss, grads, casts, bf16_backs }
+    Run { loss, grads, casts, adapter_casts, bf16_backs }
 }
 
 /// Loss and gradients agree to bf16's precision.
@@ -67,6 +75,11 @@ fn assert_close(what: &str, got: &Run, want: &Run) {
         let scale = scale.max(1e-6);
         assert!(err <= 2e-2 * scale, "{what}: parameter {i}: {err:e} of {scale:e}");
     }
+}
+
+/// How many matrices have adapters.
+fn adapters(c: &ModelConfig) -> usize {
+    c.lora.as_ref().map_or(0, |l| l.targets.len() * c.n_layers)
 }
 
 fn configs() -> Vec<(&'static str, ModelConfig)> {
@@ -86,6 +99,8 @@ fn bf16_product_inputs_agree_with_f32_inputs() {
         let got = run(&c, Autocast { inputs: true, ..Default::default() });
         // three product inputs per layer: two norms and the SwiGLU/GELU output
         assert_eq!((want.casts, got.casts, got.bf16_backs), (0, 3 * c.n_layers, 0), "{what}");
+        // and each adapter's A and B, once for the step's four products
+        assert_eq!((want.adapter_casts, got.adapter_casts), (0, 2 * adapters(&c)), "{what}");
         assert_close(what, &got, &want);
     }
 }
@@ -147,13 +162,14 @@ fn bf16_attention_inputs_only_where_the_flash_kernels_take_them() {
 /// only where both are plain products. A llama block's are, and the CPU,
 /// which has no bf16 product result, refuses the step with ggml-rs's error
 /// (CUDA's numbers: ggml-rs's `activations::swiglu_of_bf16_products_takes_bf16_gradients`
-/// and the bf16 parity run); under LoRA on ffn_gate and ffn_up, and for gpt2
-/// (GELU), nothing changes: the casts of `activations` and the same step.
+/// and the bf16 parity run). Under LoRA the adapters' `A·x` are bf16 products
+/// as well, so the CPU refuses that step too; for gpt2 (GELU), nothing
+/// changes: the casts of `activations` and the same step.
 #[test]
 fn bf16_gate_and_up_products_only_for_plain_products() {
     let all = Autocast { inputs: true, activations: true, outputs: true, ..Default::default() };
     for (what, c) in configs() {
-        if what == "llama" {
+        if c.arch == Arch::Llama {
             let e = step_error(&c, all).expect("the CPU has no bf16 product result");
             assert!(e.contains("runs on none of") && e.contains("MUL_MAT"), "{what}: {e}");
             continue;

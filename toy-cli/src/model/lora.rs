@@ -6,6 +6,7 @@
 //! U(−1/√in, 1/√in), and `B` at zero, so step 0 is the base model.
 
 use super::table::Table;
+use super::weights::Autocast;
 use super::ModelConfig;
 use ggml_rs::{Context, DType, Result, Tensor};
 use rand::SeedableRng;
@@ -103,6 +104,7 @@ pub fn new_adapter<'w>(ctx: &'w Context, block: usize, target: &str, n_in: usize
 /// reverse, starts with `W`'s product: it converts the output gradient to
 /// bf16 once, and the adapter's two products that read it (the gradients of
 /// `B` and of `A·x`) take that copy (patch 0040) instead of running in f32.
+#[allow(clippy::too_many_arguments)]
 pub fn linear<'a>(
     ctx: &'a Context,
     w: Tensor<'a>,
@@ -111,11 +113,10 @@ pub fn linear<'a>(
     x: Tensor<'a>,
     r: Option<Tensor<'a>>,
     how: super::weights::Compact,
+    autocast: Autocast,
 ) -> Result<Tensor<'a>> {
-    // The scale on the rank-r product `A·x` `[r, …]`, not on `B·(A·x)`
-    // `[out, …]`: the same update, one pass over a tensor out/r times smaller.
     let term = match lora {
-        Some(l) => Some(ctx.mul_mat(l.b, ctx.scale(ctx.mul_mat(l.a, x)?, scale)?)?),
+        Some(l) => Some(term(ctx, l, scale, x, autocast)?),
         None => None,
     };
     // `r` before the product it is added to: no node (such as the reshape of
@@ -129,6 +130,35 @@ pub fn linear<'a>(
         Some(a) => ctx.add(a, y),
         None => Ok(y),
     }
+}
+
+/// The adapter's term `B·(scale·(A·x))` `[out, N]` of `x` `[in, N]`.
+///
+/// In f32 the scale is on the rank-r product `A·x` `[r, N]`, not on `B·(A·x)`
+/// `[out, N]`: the same update, one pass over a tensor out/r times smaller
+/// (on CUDA the GEMM's alpha, patch 0037).
+///
+/// Under [`Autocast::inputs`] (bf16 products) `A` (scaled: `scale·A` is the
+/// same update) and `B` are cast to bf16 once, and all four products of the
+/// step read those copies: the forward's two and the backward's two that
+/// multiply by them (the gradients of `A·x` and of `x`), where each product
+/// had converted its f32 parameter itself. Under [`Autocast::outputs`]
+/// (CUDA) `A·x` is a bf16 product (`ggml_mul_mat_bf16`, patch 0041), as an
+/// autocast `lora_A` writes it: `B`'s product and the gradient of `B` read it
+/// as it is, not converted twice.
+fn term<'a>(ctx: &'a Context, l: Adapter<'a>, scale: f32, x: Tensor<'a>, autocast: Autocast) -> Result<Tensor<'a>> {
+    if !autocast.inputs {
+        return ctx.mul_mat(l.b, ctx.scale(ctx.mul_mat(l.a, x)?, scale)?);
+    }
+    let a = if scale == 1.0 { l.a } else { ctx.scale(l.a, scale)? }; // [in, r]
+    let (a, b) = (ctx.cast(a, DType::BF16)?, ctx.cast(l.b, DType::BF16)?);
+    let ne = x.ne();
+    let h = if autocast.outputs && x.is_contiguous() && ne[2] == 1 && ne[3] == 1 {
+        ctx.mul_mat_bf16(a, x)? // bf16 [r, N]
+    } else {
+        ctx.mul_mat(a, x)? // [r, N]
+    };
+    ctx.mul_mat(b, h) // [out, N]
 }
 
 /// Write the starting values: `A` ~ U(−1/√in, 1/√in), `B` = 0, from one

@@ -198,7 +198,7 @@ impl<'w> Block<'w> {
             Some(r) => return ctx.add(r, self.linear_onto(ctx, stem, scale, x, None)?),
             None => None,
         };
-        let y = lora::linear(ctx, w, self.lora[k], scale, x2, r2, self.compact)?;
+        let y = lora::linear(ctx, w, self.lora[k], scale, x2, r2, self.compact, self.autocast)?;
         let y = match self.get(&format!("{stem}.bias")) {
             Some(b) => ctx.add(y, b)?,
             None => y,
