@@ -61,15 +61,18 @@ fn lora_layer(dev: &ggml_rs::Backend, precision: MatmulPrecision, seed: u64) -> 
     lora_layer_as(dev, precision, seed, false).unwrap()
 }
 
-/// Max |Δ| of each of loss and gradients, over the largest |value|, within 2e-2.
-fn assert_lora_layers_agree(got: &[Vec<f32>], want: &[Vec<f32>]) {
-    for (what, (got, want)) in ["loss", "grad x", "grad A", "grad B"].iter().zip(got.iter().zip(want)) {
+/// Max |Δ| of each of `names` (loss and gradients), over the largest |value|
+/// of `want`'s, within 2e-2 (bf16's precision); `tag` heads the lines printed.
+fn assert_agree(tag: &str, names: &[&str], got: &[Vec<f32>], want: &[Vec<f32>]) {
+    for (what, (got, want)) in names.iter().zip(got.iter().zip(want)) {
         let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let err = got.iter().zip(want).fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
-        println!("{what}: max |Δ| {err:.2e} of max |value| {scale:.3}");
-        assert!(scale > 0.0 && err <= 2e-2, "{what}: {err:e}");
+        println!("{tag}{what}: max |Δ| {err:.2e} of max |value| {scale:.3}");
+        assert!(scale > 0.0 && err <= 2e-2, "{tag}{what}: {err:e}");
     }
 }
+
+const LORA_OUTPUTS: [&str; 4] = ["loss", "grad x", "grad A", "grad B"];
 
 /// toy's LoRA under autocast (`lora::linear`): `s·A` and `B` cast to bf16 once
 /// for the four products that read them, and `A·x` a bf16 product whose f32
@@ -85,7 +88,7 @@ fn a_lora_layer_of_bf16_casts_and_a_bf16_inner_product_agrees_with_f32_products(
         assert!(e.contains("runs on none of"), "{e}");
         return;
     }
-    assert_lora_layers_agree(&got.unwrap(), &lora_layer(&dev, MatmulPrecision::Highest, 7501));
+    assert_agree("", &LORA_OUTPUTS, &got.unwrap(), &lora_layer(&dev, MatmulPrecision::Highest, 7501));
 }
 
 /// Under bf16 products the layer's base product converts `x` and the output
@@ -98,7 +101,7 @@ fn a_lora_layer_under_bf16_products_agrees_with_f32_products() {
     let dev = cpu();
     let f32s = lora_layer(&dev, MatmulPrecision::Highest, 7500);
     let bf16s = lora_layer(&dev, MatmulPrecision::Medium, 7500);
-    assert_lora_layers_agree(&bf16s, &f32s);
+    assert_agree("", &LORA_OUTPUTS, &bf16s, &f32s);
 }
 
 /// Loss and gradients of `x`, `W`, `b` and `h` of `y = h + reshape(W·x + b)`,
@@ -150,12 +153,7 @@ fn a_biased_product_and_its_residual_sum_agree_with_f32_products() {
     let f32s = biased_residual(&dev, MatmulPrecision::Highest, 7600);
     for p in [MatmulPrecision::High, MatmulPrecision::Medium] {
         let got = biased_residual(&dev, p, 7600);
-        for (what, (got, want)) in ["loss", "grad x", "grad W", "grad b", "grad h"].iter().zip(got.iter().zip(&f32s)) {
-            let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let err = got.iter().zip(want).fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
-            println!("{p:?} {what}: max |Δ| {err:.2e} of max |value| {scale:.3}");
-            assert!(scale > 0.0 && err <= 2e-2, "{p:?} {what}: {err:e}");
-        }
+        assert_agree(&format!("{p:?} "), &["loss", "grad x", "grad W", "grad b", "grad h"], &got, &f32s);
     }
 }
 
@@ -206,12 +204,7 @@ fn a_weight_rewritten_between_evaluations_is_read_anew_under_bf16_products() {
     let want: Vec<_> = [&w1, &w2, &w1].iter().map(|w| run(MatmulPrecision::Highest, &[w]).remove(0)).collect();
     dev.set_matmul_precision(MatmulPrecision::Highest);
     for (i, (got, want)) in got.iter().zip(&want).enumerate() {
-        for (what, (got, want)) in ["loss", "grad x"].iter().zip(got.iter().zip(want)) {
-            let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-            let err = got.iter().zip(want).fold(0.0f32, |m, (a, b)| m.max((a - b).abs())) / scale;
-            println!("evaluation {i} {what}: max |Δ| {err:.2e} of max |value| {scale:.3}");
-            assert!(scale > 0.0 && err <= 2e-2, "evaluation {i} {what}: {err:e}");
-        }
+        assert_agree(&format!("evaluation {i} "), &["loss", "grad x"], got, want);
     }
     // The second weight is three times the first's range (a loss ~9 times larger): a stale
     // copy could not pass the checks above.

@@ -59,11 +59,11 @@ pub fn run(args: &DescribeArgs) -> Result<()> {
         );
     }
     crate::say!(
-        "{} (GGUF v{}, {} tensors, {:.2}M parameters)",
+        "{} (GGUF v{}, {} tensors, {} parameters)",
         crate::output::shown(&path),
         f.version(),
         f.tensors().len(),
-        n_params as f64 / 1e6
+        count(n_params as u64)
     )?;
     for (k, v) in f.metadata() {
         crate::say!("  {k:<44} {}", short(v))?;
@@ -72,4 +72,24 @@ pub fn run(args: &DescribeArgs) -> Result<()> {
         crate::say!("  {:<32} {:<5} {:?}", t.name, t.dtype.name(), t.shape())?;
     }
     Ok(())
+}
+
+/// A parameter count as people write it: 134.52M, 2.46K (an adapter of rank 1
+/// is no "0.00M"), 1.24B; under a thousand, the number.
+fn count(n: u64) -> String {
+    match n {
+        0..=999 => n.to_string(),
+        1_000..=999_999 => format!("{:.2}K", n as f64 / 1e3),
+        1_000_000..=999_999_999 => format!("{:.2}M", n as f64 / 1e6),
+        _ => format!("{:.2}B", n as f64 / 1e9),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counts_read_as_people_write_them() {
+        let got: Vec<_> = [0u64, 999, 2_464, 16_384, 134_515_008, 1_235_814_400].iter().map(|&n| super::count(n)).collect();
+        assert_eq!(got, ["0", "999", "2.46K", "16.38K", "134.52M", "1.24B"]);
+    }
 }
