@@ -181,8 +181,7 @@ pub fn finish(a: &TrainArgs, run: &RunDir, out: Result<Outcome>) -> Result<Outco
         }
         // Nothing to resume from: no dead folder is left behind.
         let trained = run.has_progress();
-        run.remove();
-        let note = format!("; nothing was saved, so the run folder {} was removed", run.path.display());
+        let note = format!("; {}", run.remove());
         match e {
             Error::Runtime(m) if trained => Error::Runtime(m + &note),
             Error::Input(m) if trained => Error::Input(m + &note),

@@ -64,15 +64,23 @@ pub fn started_as(dir: &Path) -> Option<String> {
 }
 
 /// Remove the run folder `path` and the parents of it inside `created` (the
-/// outermost folder made for it) that nothing else was put in.
-fn remove_folder(path: &Path, created: Option<&Path>) {
+/// outermost folder made for it) that nothing else was put in. A folder that
+/// was there before (`created` is `None`: an empty folder or a skeleton that
+/// `--out` named) is the user's: only what is inside goes, and the note says so.
+fn remove_folder(path: &Path, created: Option<&Path>) -> String {
+    let Some(top) = created else {
+        for e in std::fs::read_dir(path).into_iter().flatten().flatten() {
+            let _ = if e.path().is_dir() { std::fs::remove_dir_all(e.path()) } else { std::fs::remove_file(e.path()) };
+        }
+        return format!("nothing was saved, so what the run wrote in {} was removed", path.display());
+    };
     let _ = std::fs::remove_dir_all(path);
-    let Some(top) = created else { return };
     for p in path.ancestors().skip(1) {
         if !p.starts_with(top) || std::fs::remove_dir(p).is_err() {
             break;
         }
     }
+    format!("nothing was saved, so the run folder {} was removed", path.display())
 }
 
 /// Whether the run folder `path` holds a checkpoint (`weights/latest` or a resume state).
@@ -95,9 +103,11 @@ pub struct RunDir {
 
 impl RunDir {
     /// Remove the run folder (a run that saved nothing) and the parents that
-    /// [`RunDir::create`] made for it, where nothing else was put in them.
-    pub fn remove(&self) {
-        remove_folder(&self.path, self.created.as_deref());
+    /// [`RunDir::create`] made for it, where nothing else was put in them; a
+    /// folder that was there before keeps its place, emptied. Returns the note
+    /// that says which.
+    pub fn remove(&self) -> String {
+        remove_folder(&self.path, self.created.as_deref())
     }
 
     /// Create the folder `path` (and `weights/`). An existing folder is refused
@@ -130,8 +140,7 @@ impl RunDir {
             if has_checkpoint(&p) {
                 return None;
             }
-            remove_folder(&p, c.as_deref());
-            Some(format!("nothing was saved, so the run folder {} was removed", p.display()))
+            Some(remove_folder(&p, c.as_deref()))
         }));
         Ok(run)
     }

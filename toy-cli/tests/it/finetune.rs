@@ -428,7 +428,9 @@ fn finetune_context_defaults_to_the_models_up_to_1024() {
 
 /// Diverged weights (a finite training loss, then a NaN validation loss: an
 /// absurd learning rate) end the run with exit 1 and no checkpoint of them, as
-/// a non-finite training loss does; nothing saved, no run folder left.
+/// a non-finite training loss does; nothing saved, no run folder left. An
+/// empty folder that the user made and named with `--out` is theirs: it stays,
+/// emptied of what the run wrote.
 #[test]
 fn a_diverged_run_saves_nothing() {
     let tmp = tempfile::tempdir().unwrap();
@@ -437,6 +439,10 @@ fn a_diverged_run_saves_nothing() {
     let o = finetune(t, "e8", &["--lora-rank", "4", "--lr", "1e30", "--steps", "1"]);
     crate::common::process::fails_with(&o, 1, "the validation loss is NaN after step 1: the weights diverged");
     assert!(!t.join("e8").exists());
+    std::fs::create_dir(t.join("mine")).unwrap();
+    let o = finetune(t, "mine", &["--lora-rank", "4", "--lr", "1e30", "--steps", "1"]);
+    crate::common::process::fails_with(&o, 1, "nothing was saved, so what the run wrote in mine was removed");
+    assert_eq!(std::fs::read_dir(t.join("mine")).unwrap().count(), 0, "the user's folder, emptied");
 }
 
 #[test]
