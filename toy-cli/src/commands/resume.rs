@@ -10,7 +10,7 @@ use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::chat_examples::ChatModel;
 use crate::data::Corpus;
 use crate::error::{input, Result};
-use crate::formats::checkpoint::open_checkpoint_on;
+use crate::formats::checkpoint::{open_checkpoint_on, Checkpoint};
 use crate::run::identity::{corpus_id, embedded_id};
 use std::path::{Path, PathBuf};
 
@@ -43,13 +43,53 @@ pub fn check_corpus(cfg: &mut TrainConfig, dir: &Path, allow: bool) -> Result<()
     Ok(())
 }
 
+/// The checkpoint `ck` of the run in `dir` (a LoRA run's adapter on the base
+/// the run has now: `--from` may have moved it), checked against the model its
+/// config.toml (`cfg`) describes, which a hand edit may have changed: the same
+/// shape and adapters (fewer layers or targets would train part of the
+/// checkpoint and save an adapter toy cannot read back), and a context the
+/// model takes, as `--context` is checked for a new run.
+///
+/// # Errors
+/// [`crate::error::Error::Input`] naming the first field that differs.
+pub fn checkpoint(cfg: &TrainConfig, ck: &Path, dir: &Path) -> Result<Checkpoint> {
+    let opened = open_checkpoint_on(ck, cfg.from.as_deref().map(Path::new).filter(|_| cfg.model.lora.is_some()))?;
+    let (m, c) = (&cfg.model, &opened.config);
+    let at = || format!("--resume {}: config.toml", dir.display());
+    let fields = [
+        ("vocab", m.vocab, c.vocab),
+        ("d_model", m.d_model, c.d_model),
+        ("n_layers", m.n_layers, c.n_layers),
+        ("n_heads", m.n_heads, c.n_heads),
+        ("n_kv_heads", m.n_kv_heads, c.n_kv_heads),
+        ("d_ff", m.d_ff, c.d_ff),
+    ];
+    if m.arch != c.arch {
+        return Err(input(format!("{}'s arch {} is not the checkpoint's {}", at(), m.arch.name(), c.arch.name())));
+    }
+    if let Some((name, want, got)) = fields.iter().find(|f| f.1 != f.2) {
+        return Err(input(format!("{}'s {name} {want} is not the checkpoint's {got} ({})", at(), ck.display())));
+    }
+    let targets = |l: &Option<crate::model::lora::LoraConfig>| {
+        l.as_ref().map(|l| (l.rank, l.targets.iter().cloned().collect::<std::collections::BTreeSet<_>>()))
+    };
+    if targets(&m.lora) != targets(&c.lora) {
+        let say = |l: &Option<crate::model::lora::LoraConfig>| {
+            l.as_ref().map_or("no adapters".to_string(), |l| format!("rank {} on {}", l.rank, l.targets.join(",")))
+        };
+        return Err(input(format!("{}'s LoRA ({}) is not the checkpoint's ({})", at(), say(&m.lora), say(&c.lora))));
+    }
+    if m.context == 0 || m.context > c.context {
+        return Err(input(format!("{}'s context {}: the model takes 1 to {} tokens", at(), m.context, c.context)));
+    }
+    Ok(opened)
+}
+
 /// The corpus of the run configured by `cfg`, resumed from the checkpoint
 /// `ck`: text is tokenized with the checkpoint's own tokenizer (a BPE is
 /// never trained again on resume), and a prepared folder must carry it.
-pub fn corpus(cfg: &TrainConfig, ck: &Path) -> Result<Corpus> {
+pub fn corpus(cfg: &TrainConfig, ck: &Path, opened: &Checkpoint) -> Result<Corpus> {
     let path = Path::new(&cfg.corpus);
-    // A LoRA run's adapter on the base the run has now (--from may have moved it).
-    let opened = open_checkpoint_on(ck, cfg.from.as_deref().map(Path::new).filter(|_| cfg.model.lora.is_some()))?;
     match &opened.tokenizer {
         Some(tok) => {
             // A LoRA run's checkpoint opens on its base file: the template and ids are the base's.

@@ -185,7 +185,8 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
         };
         return Err(input(format!("the run {at}; give a larger --steps to continue")));
     }
-    let corpus = super::resume::corpus(&cfg, &ck)?;
+    let opened = super::resume::checkpoint(&cfg, &ck, dir)?;
+    let corpus = super::resume::corpus(&cfg, &ck, &opened)?;
     if !a.json {
         crate::outln!(
             "resuming {} from {}: model, corpus, optimizer and schedule from its config.toml",

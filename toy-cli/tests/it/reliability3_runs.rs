@@ -232,6 +232,40 @@ fn a_run_config_with_an_unknown_key_is_refused() {
     ok(&resume(t, "r", &["--steps", "2"]));
 }
 
+/// A hand edit of a run's config.toml that no longer describes its checkpoint:
+/// fewer layers (a LoRA run then trained and saved 2 of its blocks' adapters,
+/// which toy could not read back), other adapter targets, a context above
+/// the model's (`--context` is refused so for a new run). Each is refused on
+/// resume naming the field; the run as it was resumes.
+#[test]
+fn a_run_config_that_no_longer_describes_its_checkpoint_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&train(t, "r", &["--steps", "1"]));
+    let ft = &["train", "finetune", "--from", "r", "--out", "ft", "--steps", "1", "--threads", "1", "--eval-every", "0"];
+    ok(&toy(t, &[&ft[..], &["--lora-rank", "2", "--context", "16"]].concat()));
+    let edit = |run: &str, from: &str, to: &str| {
+        let config = std::fs::read_to_string(t.join(run).join("config.toml")).unwrap();
+        assert!(config.contains(from), "{config}");
+        std::fs::write(t.join(run).join("config.toml"), config.replacen(from, to, 1)).unwrap();
+        config
+    };
+    let layers = std::fs::read_to_string(t.join("r/config.toml")).unwrap();
+    let n = layers.lines().find_map(|l| l.strip_prefix("n_layers = ")).unwrap().to_string();
+    let config = edit("r", &format!("n_layers = {n}"), "n_layers = 1");
+    fails(&resume(t, "r", &["--steps", "2"]), &format!("config.toml's n_layers 1 is not the checkpoint's {n}"));
+    std::fs::write(t.join("r/config.toml"), &config).unwrap();
+    let ctx = config.lines().find_map(|l| l.strip_prefix("context = ")).unwrap().to_string();
+    edit("r", &format!("context = {ctx}"), "context = 100000");
+    fails(&resume(t, "r", &["--steps", "2"]), &format!("config.toml's context 100000: the model takes 1 to {ctx} tokens"));
+    std::fs::write(t.join("r/config.toml"), &config).unwrap();
+    ok(&resume(t, "r", &["--steps", "2"]));
+    let lora = edit("ft", "\"attn_k\", ", "");
+    fails(&resume(t, "ft", &["--steps", "2"]), "config.toml's LoRA (rank 2 on attn_q,attn_v,attn_output) is not the checkpoint's");
+    std::fs::write(t.join("ft/config.toml"), &lora).unwrap();
+    ok(&resume(t, "ft", &["--steps", "2"]));
+}
+
 /// Smaller classes: a model written by `toy export merge` kept the base's run
 /// id and save id (it is no checkpoint of that run), and an `--out` on a
 /// read-only place exited 1 where train and prep exit 2.
