@@ -420,6 +420,10 @@ impl TrainConfig {
         if self.steps == 0 {
             return Err(input("--steps must be at least 1"));
         }
+        if self.eval_windows == 0 {
+            // no flag sets it: a hand edit of a run's config.toml, which would skip every validation loss
+            return Err(input("eval_windows must be at least 1 (the windows of each validation loss)"));
+        }
         if let Some(l) = &self.model.lora {
             if !self.model.arch.takes_lora() {
                 return Err(input(format!("LoRA {}", crate::model::lora::ARCHS)));

@@ -259,6 +259,9 @@ fn a_run_config_that_no_longer_describes_its_checkpoint_is_refused() {
     edit("r", &format!("context = {ctx}"), "context = 100000");
     fails(&resume(t, "r", &["--steps", "2"]), &format!("config.toml's context 100000: the model takes 1 to {ctx} tokens"));
     std::fs::write(t.join("r/config.toml"), &config).unwrap();
+    edit("r", "eval_windows = 32", "eval_windows = 0");
+    fails(&resume(t, "r", &["--steps", "2"]), "eval_windows must be at least 1");
+    std::fs::write(t.join("r/config.toml"), &config).unwrap();
     ok(&resume(t, "r", &["--steps", "2"]));
     let lora = edit("ft", "\"attn_k\", ", "");
     fails(&resume(t, "ft", &["--steps", "2"]), "config.toml's LoRA (rank 2 on attn_q,attn_v,attn_output) is not the checkpoint's");
