@@ -126,6 +126,14 @@ pub fn nearest_existing(p: &Path) -> PathBuf {
     p.ancestors().skip(1).find(|a| !a.as_os_str().is_empty() && a.exists()).map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
+/// Remove everything inside the folder `dir`, keeping the folder (one the
+/// user made, which a failed command emptied of what it wrote); best effort.
+pub fn empty_folder(dir: &Path) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let _ = if e.path().is_dir() { std::fs::remove_dir_all(e.path()) } else { std::fs::remove_file(e.path()) };
+    }
+}
+
 /// Make the folders above `out` that are missing (as `toy prep` and `toy train`
 /// make theirs), right before `out` is written.
 ///

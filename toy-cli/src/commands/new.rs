@@ -117,9 +117,7 @@ pub fn run(args: &NewArgs) -> Result<PathBuf> {
     if made.is_err() && was_empty {
         // Nothing of the user's was there: leave nothing half-made (a full disk).
         if existed {
-            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                let _ = if e.path().is_dir() { std::fs::remove_dir_all(e.path()) } else { std::fs::remove_file(e.path()) };
-            }
+            crate::files::empty_folder(dir);
         } else {
             let _ = std::fs::remove_dir_all(dir);
         }

@@ -92,9 +92,9 @@ pub fn new_adapter<'w>(ctx: &'w Context, block: usize, target: &str, n_in: usize
     Ok(Adapter { a, b })
 }
 
-/// `W·x` (plus `r` when given), plus `B·(scale·(A·x))` when `lora` is set.
-/// A `W` kept in a frozen
-/// base's type (quantized, f16, bf16) is dequantized for the product, as
+/// `W·x` (plus `r` when given), plus an adapter's `term` ([`term`]: built by
+/// the caller before this call, so that it comes first in the graph). A `W`
+/// kept in a frozen base's type (quantized, f16, bf16) is dequantized for the product, as
 /// QLoRA does (Dettmers et al. 2023), to f32 or bf16, or read as stored in
 /// a graph without a backward, as `how` says ([`super::weights::operand`]).
 ///
@@ -104,21 +104,14 @@ pub fn new_adapter<'w>(ctx: &'w Context, block: usize, target: &str, n_in: usize
 /// reverse, starts with `W`'s product: it converts the output gradient to
 /// bf16 once, and the adapter's two products that read it (the gradients of
 /// `B` and of `A·x`) take that copy (patch 0040) instead of running in f32.
-#[allow(clippy::too_many_arguments)]
 pub fn linear<'a>(
     ctx: &'a Context,
     w: Tensor<'a>,
-    lora: Option<Adapter<'a>>,
-    scale: f32,
+    term: Option<Tensor<'a>>,
     x: Tensor<'a>,
     r: Option<Tensor<'a>>,
     how: super::weights::Compact,
-    autocast: Autocast,
 ) -> Result<Tensor<'a>> {
-    let term = match lora {
-        Some(l) => Some(term(ctx, l, scale, x, autocast)?),
-        None => None,
-    };
     // `r` before the product it is added to: no node (such as the reshape of
     // `r`) between a product and its sum, which CUDA folds into the GEMM.
     let addend = match (r, term) {
@@ -146,7 +139,7 @@ pub fn linear<'a>(
 /// (CUDA) `A·x` is a bf16 product (`ggml_mul_mat_bf16`, patch 0041), as an
 /// autocast `lora_A` writes it: `B`'s product and the gradient of `B` read it
 /// as it is, not converted twice.
-fn term<'a>(ctx: &'a Context, l: Adapter<'a>, scale: f32, x: Tensor<'a>, autocast: Autocast) -> Result<Tensor<'a>> {
+pub fn term<'a>(ctx: &'a Context, l: Adapter<'a>, scale: f32, x: Tensor<'a>, autocast: Autocast) -> Result<Tensor<'a>> {
     if !autocast.inputs {
         return ctx.mul_mat(l.b, ctx.scale(ctx.mul_mat(l.a, x)?, scale)?);
     }

@@ -198,7 +198,8 @@ impl<'w> Block<'w> {
             Some(r) => return ctx.add(r, self.linear_onto(ctx, stem, scale, x, None)?),
             None => None,
         };
-        let y = lora::linear(ctx, w, self.lora[k], scale, x2, r2, self.compact, self.autocast)?;
+        let term = self.lora[k].map(|l| lora::term(ctx, l, scale, x2, self.autocast)).transpose()?; // built before W's product
+        let y = lora::linear(ctx, w, term, x2, r2, self.compact)?;
         let y = match self.get(&format!("{stem}.bias")) {
             Some(b) => ctx.add(y, b)?,
             None => y,

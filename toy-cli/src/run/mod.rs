@@ -69,9 +69,7 @@ pub fn started_as(dir: &Path) -> Option<String> {
 /// `--out` named) is the user's: only what is inside goes, and the note says so.
 fn remove_folder(path: &Path, created: Option<&Path>) -> String {
     let Some(top) = created else {
-        for e in std::fs::read_dir(path).into_iter().flatten().flatten() {
-            let _ = if e.path().is_dir() { std::fs::remove_dir_all(e.path()) } else { std::fs::remove_file(e.path()) };
-        }
+        crate::files::empty_folder(path);
         return format!("nothing was saved, so what the run wrote in {} was removed", path.display());
     };
     let _ = std::fs::remove_dir_all(path);
