@@ -168,10 +168,15 @@ fn is_bf16_cast(t: &Tensor<'_>) -> bool {
     t.op() == sys::GGML_OP_CPY && t.dtype() == crate::DType::BF16 && t.srcs().first().is_some_and(|s| s.dtype() == crate::DType::F32)
 }
 
-/// Whether `t` is a bf16 product (`mul_mat_bf16`), maybe through reshapes (as
-/// ggml's `toy_is_bf16_product`, patch 0048).
+/// Whether `t` is a bf16 product (`mul_mat_bf16`), maybe through reshapes, or
+/// the bf16 sum of two (a product and its LoRA adapter's bf16 term) (as ggml's
+/// `toy_is_bf16_product`, patches 0048 and 0055).
 fn is_bf16_product(t: &Tensor<'_>) -> bool {
-    through_reshapes(t).is_some_and(|t| t.op() == sys::GGML_OP_MUL_MAT && t.dtype() == crate::DType::BF16)
+    let product = |t: &Tensor<'_>| t.op() == sys::GGML_OP_MUL_MAT && t.dtype() == crate::DType::BF16;
+    through_reshapes(t).is_some_and(|t| {
+        product(&t)
+            || (t.op() == sys::GGML_OP_ADD && t.dtype() == crate::DType::BF16 && t.srcs().len() == 2 && t.srcs().iter().all(product))
+    })
 }
 
 /// Whether `t` is a bf16 split SwiGLU of two bf16 casts (or two bf16 products,
@@ -221,7 +226,9 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
         let bf16_logits = op == sys::GGML_OP_CROSS_ENTROPY_LOSS_IDS && s.dtype() == crate::DType::BF16 && s.op() == sys::GGML_OP_MUL_MAT;
         // a swiglu (or a reshape) reads a bf16 product, its gradient bf16 (patch 0048); a product
         // reads one (a LoRA adapter's A·x), its gradient f32, which the bf16 product's OUT_PRODs take
-        let bf16_product = matches!(op, sys::GGML_OP_GLU | sys::GGML_OP_RESHAPE | sys::GGML_OP_MUL_MAT) && is_bf16_product(s);
+        // (patch 0055: and a sum of two bf16 products reads them, its gradient theirs)
+        let bf16_product =
+            matches!(op, sys::GGML_OP_GLU | sys::GGML_OP_RESHAPE | sys::GGML_OP_MUL_MAT | sys::GGML_OP_ADD) && is_bf16_product(s);
         let bf16_input = (reads_casts && is_bf16_cast(s)) || (product && is_bf16_activation(s)) || bf16_product;
         if need && !bf16_logits && !bf16_input && !matches!(s.dtype(), crate::DType::F32 | crate::DType::F16) {
             return Err(fail(n, "gradients flow only through f32/f16 operands"));

@@ -306,7 +306,7 @@ lora_bases() {
 stage_ncu_lora() {
   local w=$LORA_BENCH
   lora_bases
-  for side in lora full; do
+  for side in ${NCU_SIDES:-lora full}; do
     local extra=(--from $w/smol-f16.gguf)
     [ $side = lora ] && extra=(--from $w/smol-q4_1.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down)
     ncu_step $side 15 "${extra[@]}" --context 512 --batch 8
@@ -396,6 +396,13 @@ stage_bf16_writes_ab() { AB_CASES=${AB_CASES:-0 1 4} AB_ENV=TOY_CUDA_NO_0053 ab_
 # Patch 0048: SwiGLU's gate and up written by bf16 products, then f32 products and
 # casts (SmolLM2 at 2048 and 1024, full fine-tuning of the f16 copy by default).
 stage_outputs_ab() { AB_CASES=${AB_CASES:-0 1 5} AB_ENV=TOY_F32_OUTPUTS ab_cases; }
+# Patch 0056: the gradient of a LoRA adapter's A·x in bf16, then f32 (LoRA over Q4_1 and over f16 by default).
+stage_dh_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_NO_0056 ab_cases; }
+# The cuBLASLt plans one LoRA step makes (TOY_CUDA_LT_LOG), counted.
+stage_lt_log() {
+  ab_case_list
+  TOY_CUDA_LT_LOG=1 timeout 120 $T debug bench ${CASES[4]} --device cuda --steps 1 --warmup 0 2>&1 >/dev/null | grep "cuBLASLt" | sort | uniq -c | head -40
+}
 # Patch 0049: RoPE's rotations from one table of the tokens', then per pair (SmolLM2 at 2048 and 1024).
 stage_rope_ab() { AB_CASES=${AB_CASES:-0 1} AB_ENV=TOY_CUDA_NO_0049 ab_cases; }
 # The ggml-rs tests of TESTS_FILTER (default: the norms' backward, the bf16

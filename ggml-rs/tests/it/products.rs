@@ -48,6 +48,12 @@ fn lora_layer_as(dev: &ggml_rs::Backend, precision: MatmulPrecision, seed: u64, 
     graph.set_mul_mat_grad(MulMatGrad::for_backend(dev));
     graph.expand(loss).unwrap();
     graph.build_backward(loss).unwrap();
+    if casts && MulMatGrad::for_backend(dev) == MulMatGrad::OutProd {
+        // patch 0056: the OUT_PROD that gives A·x's gradient [r, n] writes it in bf16
+        let bf16_grad =
+            |t: &ggml_rs::Tensor<'_>| t.op() == ggml_rs::sys::GGML_OP_OUT_PROD && t.dtype() == DType::BF16 && t.ne()[..2] == [r, n];
+        assert!(graph.nodes().iter().any(bf16_grad), "A·x's gradient in bf16");
+    }
     let grads: Vec<_> = [xt, at, bt].iter().map(|&t| graph.grad(t).unwrap().set_output()).collect();
     graph.allocate(&backends(dev))?;
     graph.compute().unwrap();
@@ -75,8 +81,9 @@ fn assert_agree(tag: &str, names: &[&str], got: &[Vec<f32>], want: &[Vec<f32>]) 
 const LORA_OUTPUTS: [&str; 4] = ["loss", "grad x", "grad A", "grad B"];
 
 /// toy's LoRA under autocast (`lora::linear`): `s·A` and `B` cast to bf16 once
-/// for the four products that read them, and `A·x` a bf16 product whose f32
-/// gradient its OUT_PRODs take. On CUDA loss and gradients agree with the f32
+/// for the four products that read them, and `A·x` a bf16 product whose
+/// gradient, written in bf16 where the backward runs OUT_PRODs (CUDA; patch
+/// 0056), its OUT_PRODs take. On CUDA loss and gradients agree with the f32
 /// products' within bf16's precision; the CPU has no bf16 product result and
 /// refuses the graph.
 #[test]

@@ -159,14 +159,14 @@ fn bf16_attention_inputs_only_where_the_flash_kernels_take_them() {
 }
 
 /// bf16 gate and up products (toy-rs patch 0048, [`Block::gated`](super::weights::Block::gated)):
-/// only where both are plain products. A llama block's are, and the CPU,
-/// which has no bf16 product result, refuses the step with ggml-rs's error
-/// (CUDA's numbers: ggml-rs's `activations::swiglu_of_bf16_products_takes_bf16_gradients`
-/// and the bf16 parity run). Under LoRA the adapters' `A·x` are bf16 products
-/// as well, so the CPU refuses that step too; for gpt2 (GELU), nothing
+/// a llama block's, with or without adapters (patch 0055: the adapter's bf16
+/// term added to the bf16 product), and the CPU, which has no bf16 product
+/// result, refuses the step with ggml-rs's error (CUDA's numbers: ggml-rs's
+/// `activations::swiglu_of_bf16_products_takes_bf16_gradients`, its LoRA
+/// twin, and the bf16 parity run); for gpt2 (GELU, biased products), nothing
 /// changes: the casts of `activations` and the same step.
 #[test]
-fn bf16_gate_and_up_products_only_for_plain_products() {
+fn bf16_gate_and_up_products_for_llama_blocks() {
     let all = Autocast { inputs: true, activations: true, outputs: true, ..Default::default() };
     for (what, c) in configs() {
         if c.arch == Arch::Llama {

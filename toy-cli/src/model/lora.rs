@@ -143,8 +143,7 @@ pub fn term<'a>(ctx: &'a Context, l: Adapter<'a>, scale: f32, x: Tensor<'a>, aut
     if !autocast.inputs {
         return ctx.mul_mat(l.b, ctx.scale(ctx.mul_mat(l.a, x)?, scale)?);
     }
-    let a = if scale == 1.0 { l.a } else { ctx.scale(l.a, scale)? }; // [in, r]
-    let (a, b) = (ctx.cast(a, DType::BF16)?, ctx.cast(l.b, DType::BF16)?);
+    let (a, b) = bf16_factors(ctx, l, scale)?;
     let ne = x.ne();
     let h = if autocast.outputs && x.is_contiguous() && ne[2] == 1 && ne[3] == 1 {
         ctx.mul_mat_bf16(a, x)? // bf16 [r, N]
@@ -152,6 +151,29 @@ pub fn term<'a>(ctx: &'a Context, l: Adapter<'a>, scale: f32, x: Tensor<'a>, aut
         ctx.mul_mat(a, x)? // [r, N]
     };
     ctx.mul_mat(b, h) // [out, N]
+}
+
+/// [`term`] in bf16 (`[out, N]`, both products `ggml_mul_mat_bf16`) of a
+/// bf16 `x` `[in, N]`, for a product that writes bf16 itself (SwiGLU's gate
+/// and up under [`Autocast::outputs`], [`super::weights::Block::gated`]): the
+/// sum of the two is bf16, which CUDA runs as the product's GEMM with the term
+/// as a bf16 C (toy-rs patch 0055), and the SwiGLU's backward writes its
+/// gradient in bf16 for all four products that read it. CUDA only, as
+/// `mul_mat_bf16`.
+///
+/// # Errors
+/// [`ggml_rs::Error::Op`] for an `x` that is not a contiguous matrix.
+pub fn term_bf16<'a>(ctx: &'a Context, l: Adapter<'a>, scale: f32, x: Tensor<'a>) -> Result<Tensor<'a>> {
+    let (a, b) = bf16_factors(ctx, l, scale)?;
+    let h = ctx.mul_mat_bf16(a, x)?; // bf16 [r, N]
+    ctx.mul_mat_bf16(b, h) // bf16 [out, N]
+}
+
+/// `scale·A` `[in, r]` and `B` `[r, out]` cast to bf16, once for the step's
+/// products that read them.
+fn bf16_factors<'a>(ctx: &'a Context, l: Adapter<'a>, scale: f32) -> Result<(Tensor<'a>, Tensor<'a>)> {
+    let a = if scale == 1.0 { l.a } else { ctx.scale(l.a, scale)? }; // [in, r]
+    Ok((ctx.cast(a, DType::BF16)?, ctx.cast(l.b, DType::BF16)?))
 }
 
 /// Write the starting values: `A` ~ U(−1/√in, 1/√in), `B` = 0, from one

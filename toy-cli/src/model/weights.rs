@@ -109,25 +109,31 @@ impl<'w> Block<'w> {
 
     /// `swiglu(W_gate·x, W_up·x)` for `x` `[d, T, B]`: `[d_ff, T, B]`, the down
     /// projection's input. Under [`Autocast::outputs`] and
-    /// [`Autocast::activations`], with both products plain (no adapter, no
-    /// bias) and `x` a contiguous bf16 product input, the products write bf16
-    /// themselves (`ggml_mul_mat_bf16` of `[d, T·B]`, patch 0048) and the
+    /// [`Autocast::activations`], with neither product biased and `x` a
+    /// contiguous bf16 product input, the products write bf16 themselves
+    /// (`ggml_mul_mat_bf16` of `[d, T·B]`, patch 0048), plus an adapter's bf16
+    /// term where LoRA targets them ([`lora::term_bf16`], patch 0055), and the
     /// SwiGLU reads them as they are; else [`swiglu`](Self::swiglu) of two
     /// [`linear`](Self::linear)s.
     pub fn gated<'a>(&self, ctx: &'a Context, scale: f32, x: Tensor<'a>) -> Result<Tensor<'a>>
     where
         'w: 'a,
     {
-        let plain = |stem: &str| {
-            let k = self.index(&format!("{stem}.weight"));
-            k.is_some_and(|k| self.lora[k].is_none()) && self.get(&format!("{stem}.bias")).is_none()
-        };
+        let plain = |stem: &str| self.index(&format!("{stem}.weight")).is_some() && self.get(&format!("{stem}.bias")).is_none();
         let (a, ne) = (self.autocast, x.ne());
         if a.outputs && a.activations && x.dtype() == DType::BF16 && x.is_contiguous() && plain("ffn_gate") && plain("ffn_up") {
             let x2 = ctx.reshape(x, &[ne[0], ne[1] * ne[2] * ne[3]])?; // [d, T·B]
             let product = |stem: &str| -> Result<Tensor<'a>> {
-                let w = operand(ctx, self.tensor(&format!("{stem}.weight"))?, self.compact)?; // [d, d_ff]
+                let name = format!("{stem}.weight");
+                let k = self.index(&name).ok_or_else(|| missing(&name))?;
+                // an adapter's bf16 term first, so that its sum is the product's epilogue (patch 0055)
+                let term = self.lora[k].map(|l| lora::term_bf16(ctx, l, scale, x2)).transpose()?; // bf16 [d_ff, T·B]
+                let w = operand(ctx, self.tensor(&name)?, self.compact)?; // [d, d_ff]
                 let y = ctx.mul_mat_bf16(w, x2)?; // bf16 [d_ff, T·B]
+                let y = match term {
+                    Some(t) => ctx.add(t, y)?,
+                    None => y,
+                };
                 ctx.reshape(y, &[y.ne()[0], ne[1], ne[2], ne[3]])
             };
             return ctx.swiglu_split(product("ffn_gate")?, product("ffn_up")?);
