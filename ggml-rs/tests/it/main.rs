@@ -9,6 +9,7 @@ mod common;
 mod cross_entropy;
 mod errors;
 mod gguf;
+mod gguf_hostile;
 mod grad;
 mod kernels;
 mod norm_back;

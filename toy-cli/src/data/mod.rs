@@ -5,6 +5,7 @@ pub mod chat;
 pub mod chat_examples;
 pub mod chat_records;
 pub mod corpus;
+pub mod discover;
 pub mod embedded;
 pub mod prep;
 pub mod prepared;
