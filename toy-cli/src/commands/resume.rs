@@ -14,6 +14,28 @@ use crate::formats::checkpoint::{open_checkpoint_on, Checkpoint};
 use crate::run::identity::{corpus_id, embedded_id};
 use std::path::{Path, PathBuf};
 
+/// Refuse a run's config.toml whose recipe and base disagree (a hand edit): a
+/// finetune run names the model it started from (`from`, which a LoRA run's
+/// adapters need under them), and only a finetune run has a base or adapters.
+///
+/// # Errors
+/// [`crate::error::Error::Input`] saying which key is missing or contradicts.
+pub fn check_recipe(cfg: &TrainConfig, dir: &Path) -> Result<()> {
+    let at = || format!("--resume {}: config.toml", dir.display());
+    if cfg.recipe == Recipe::Finetune && cfg.from.is_none() {
+        return Err(input(format!("{} has recipe = \"finetune\" but no `from` (the model the run started from)", at())));
+    }
+    if cfg.recipe != Recipe::Finetune && (cfg.from.is_some() || cfg.model.lora.is_some()) {
+        let what = if cfg.model.lora.is_some() { "LoRA adapters" } else { "a `from` model" };
+        return Err(input(format!(
+            "{} has recipe = \"{}\" but {what}, which only a finetune run has (recipe = \"finetune\"?)",
+            at(),
+            cfg.recipe.name()
+        )));
+    }
+    Ok(())
+}
+
 /// Refuse to resume the run in `dir` on a corpus whose input changed since it
 /// started, unless `allow` (`--allow-corpus-change`): then, as for a run whose
 /// config.toml predates the check, record the corpus as it is now.
@@ -29,10 +51,11 @@ pub fn check_corpus(cfg: &mut TrainConfig, dir: &Path, allow: bool) -> Result<()
     };
     if let (Some(sha), Some(bytes)) = (&cfg.corpus_sha256, cfg.corpus_bytes) {
         if *sha != now.sha256 && !allow {
+            // no corpus key: the built-in corpus, as in runs from before it was recorded
+            let name = if cfg.corpus.is_empty() { "(built-in: config.toml names none)".to_string() } else { path.display().to_string() };
             return Err(input(format!(
-                "--resume {}: the corpus {} changed since the run started ({bytes} bytes, sha256 {}… then; {} bytes, sha256 {}… now); give --allow-corpus-change to go on with it, tokenized with the run's own tokenizer",
+                "--resume {}: the corpus {name} changed since the run started ({bytes} bytes, sha256 {}… then; {} bytes, sha256 {}… now); give --allow-corpus-change to go on with it, tokenized with the run's own tokenizer",
                 dir.display(),
-                path.display(),
                 &sha[..sha.len().min(12)],
                 now.bytes,
                 &now.sha256[..12]
@@ -81,6 +104,20 @@ pub fn checkpoint(cfg: &TrainConfig, ck: &Path, dir: &Path) -> Result<Checkpoint
     }
     if m.context == 0 || m.context > c.context {
         return Err(input(format!("{}'s context {}: the model takes 1 to {} tokens", at(), m.context, c.context)));
+    }
+    // A LoRA checkpoint records its base's SHA-256 (toy.lora.base_sha256), which
+    // config.toml's from_sha256 (what a moved --from is checked against) must be.
+    if let (Some(sha), Ok(file)) = (&cfg.from_sha256, ggml_rs::gguf::GgufFile::open(ck)) {
+        if let Ok(recorded) = file.get_str("toy.lora.base_sha256") {
+            if !recorded.is_empty() && recorded != *sha {
+                return Err(input(format!(
+                    "{}'s from_sha256 {}… is not the base the checkpoint records ({}…)",
+                    at(),
+                    &sha[..sha.len().min(12)],
+                    &recorded[..recorded.len().min(12)]
+                )));
+            }
+        }
     }
     Ok(opened)
 }

@@ -134,8 +134,11 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     })?;
     let mut cfg: TrainConfig = toml::from_str(&text).map_err(|e| {
         let message = e.message().trim().replace('\n', "; ");
-        input(format!("{}: {message}", where_in(&dir.join("config.toml"), &text, e.span())))
+        // a missing key has no line of its own (the parser points at its table's first)
+        let span = e.span().filter(|_| !message.starts_with("missing field"));
+        input(format!("{}: {message}", where_in(&dir.join("config.toml"), &text, span)))
     })?;
+    super::resume::check_recipe(&cfg, dir)?;
     let a = &super::resume::moved_base(a, &mut cfg, dir)?;
     let conflicts = super::resume::conflicts(a, &cfg);
     if !conflicts.is_empty() {

@@ -3,7 +3,7 @@
 use crate::data::chat_records::DataFormat;
 use crate::error::{input, Result};
 use crate::model::{short_f32, Arch, ModelConfig};
-use recipe::{lenient_recipe, stream_deserialize, stream_serialize};
+use recipe::{recorded_recipe, stream_deserialize, stream_serialize};
 use serde::{Deserialize, Serialize};
 
 mod recipe;
@@ -284,7 +284,7 @@ pub struct TrainConfig {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub pack: bool,
     /// `from-scratch`, `warm-start` or `finetune`.
-    #[serde(default, deserialize_with = "lenient_recipe")]
+    #[serde(default, deserialize_with = "recorded_recipe")]
     pub recipe: Recipe,
     /// finetune: the model the run started from.
     #[serde(default, skip_serializing_if = "Option::is_none")]

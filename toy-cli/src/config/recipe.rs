@@ -30,11 +30,14 @@ impl Recipe {
     }
 }
 
-/// The recipe recorded in a config.toml; a name toy does not know reads as
-/// `from-scratch`, as resuming has always treated it.
-pub(super) fn lenient_recipe<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Recipe, D::Error> {
+/// The recipe recorded in a config.toml (absent, in runs from before it was
+/// recorded: `from-scratch`); a name toy does not know is refused, where it
+/// once read as `from-scratch` and a hand-edited finetune run went on under
+/// that name.
+pub(super) fn recorded_recipe<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Recipe, D::Error> {
     let name = String::deserialize(d)?;
-    Ok(<Recipe as clap::ValueEnum>::from_str(&name, false).unwrap_or_default())
+    <Recipe as clap::ValueEnum>::from_str(&name, false)
+        .map_err(|_| serde::de::Error::custom(format!("unknown recipe {name:?}: from-scratch, warm-start or finetune")))
 }
 
 /// Which windows of the corpus a run trains on.
@@ -88,7 +91,10 @@ mod tests {
         let text = toml::to_string(&c).unwrap();
         assert!(text.contains("recipe = \"warm-start\"\n") && text.contains("stream = true\n"), "{text}");
         assert_eq!(toml::from_str::<TrainConfig>(&text).unwrap(), c);
-        let odd: TrainConfig = toml::from_str(&text.replace("\"warm-start\"", "\"nonsense\"")).unwrap();
-        assert_eq!((odd.recipe, odd.sampling), (Recipe::FromScratch, Sampling::Stream { shuffle: true }));
+        let e = toml::from_str::<TrainConfig>(&text.replace("\"warm-start\"", "\"nonsense\"")).unwrap_err().to_string();
+        assert!(e.contains("unknown recipe \"nonsense\": from-scratch, warm-start or finetune"), "{e}");
+        // runs from before the recipe was recorded
+        let old: TrainConfig = toml::from_str(&text.replace("recipe = \"warm-start\"\n", "")).unwrap();
+        assert_eq!((old.recipe, old.sampling), (Recipe::FromScratch, Sampling::Stream { shuffle: true }));
     }
 }

@@ -117,10 +117,14 @@ impl RunDir {
         if path.exists() && !allow_existing {
             // A skeleton (a run killed before it wrote config.toml) is reused.
             if !is_skeleton(&path) {
-                return Err(input(format!(
-                    "run folder {} already exists; choose another --out or resume it with --resume",
-                    path.display()
-                )));
+                // a run (its config.toml) can be resumed; another folder cannot
+                if path.join("config.toml").is_file() {
+                    return Err(input(format!(
+                        "run folder {} already exists; choose another --out or resume it with --resume",
+                        path.display()
+                    )));
+                }
+                return Err(input(format!("{} already exists and is not empty (not a run folder); choose another --out", path.display())));
             }
         }
         let created = path.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(Path::to_path_buf);

@@ -228,6 +228,11 @@ fn a_run_config_with_an_unknown_key_is_refused() {
     let bad: String = config.lines().map(|l| if l.starts_with("lr = ") { "lr = \"fast\"\n".into() } else { format!("{l}\n") }).collect();
     std::fs::write(t.join("r/config.toml"), bad).unwrap();
     fails(&resume(t, "r", &["--steps", "2"]), &format!("config.toml line {line} (`lr = \"fast\"`)"));
+    // A missing key is named without a line (the parser pointed at the file's first)
+    let gone: String = config.lines().filter(|l| !l.starts_with("lr = ")).map(|l| format!("{l}\n")).collect();
+    std::fs::write(t.join("r/config.toml"), gone).unwrap();
+    let e = fails(&resume(t, "r", &["--steps", "2"]), "config.toml: missing field `lr`");
+    assert!(!e.contains(" line "), "{e}");
     std::fs::write(t.join("r/config.toml"), &config).unwrap();
     ok(&resume(t, "r", &["--steps", "2"]));
 }
@@ -235,8 +240,9 @@ fn a_run_config_with_an_unknown_key_is_refused() {
 /// A hand edit of a run's config.toml that no longer describes its checkpoint:
 /// fewer layers (a LoRA run then trained and saved 2 of its blocks' adapters,
 /// which toy could not read back), other adapter targets, a context above
-/// the model's (`--context` is refused so for a new run). Each is refused on
-/// resume naming the field; the run as it was resumes.
+/// the model's (`--context` is refused so for a new run), a recipe that is
+/// unknown or not the run's, no base, another base's SHA-256. Each is refused
+/// on resume naming the field; the run as it was resumes.
 #[test]
 fn a_run_config_that_no_longer_describes_its_checkpoint_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
@@ -265,6 +271,23 @@ fn a_run_config_that_no_longer_describes_its_checkpoint_is_refused() {
     ok(&resume(t, "r", &["--steps", "2"]));
     let lora = edit("ft", "\"attn_k\", ", "");
     fails(&resume(t, "ft", &["--steps", "2"]), "config.toml's LoRA (rank 2 on attn_q,attn_v,attn_output) is not the checkpoint's");
+    std::fs::write(t.join("ft/config.toml"), &lora).unwrap();
+    // The recipe and the base: an unknown recipe (it read as from-scratch), none (a
+    // finetune run's adapters then went on as a from-scratch run), no `from` (an
+    // internal error, exit 1), another from_sha256 than the adapter's record.
+    let line = |key: &str| lora.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("{key} in {lora}")).to_string() + "\n";
+    edit("ft", "recipe = \"finetune\"", "recipe = \"wat\"");
+    fails(&resume(t, "ft", &["--steps", "2"]), "unknown recipe \"wat\": from-scratch, warm-start or finetune");
+    std::fs::write(t.join("ft/config.toml"), &lora).unwrap();
+    edit("ft", &line("recipe = "), "");
+    fails(&resume(t, "ft", &["--steps", "2"]), "has recipe = \"from-scratch\" but LoRA adapters, which only a finetune run has");
+    std::fs::write(t.join("ft/config.toml"), &lora).unwrap();
+    edit("ft", &line("from = "), "");
+    fails(&resume(t, "ft", &["--steps", "2"]), "has recipe = \"finetune\" but no `from`");
+    std::fs::write(t.join("ft/config.toml"), &lora).unwrap();
+    let sha = line("from_sha256 = ");
+    edit("ft", &sha, &format!("from_sha256 = \"{}\"\n", "0".repeat(64)));
+    fails(&resume(t, "ft", &["--steps", "2"]), "from_sha256 000000000000… is not the base the checkpoint records");
     std::fs::write(t.join("ft/config.toml"), &lora).unwrap();
     ok(&resume(t, "ft", &["--steps", "2"]));
 }
@@ -318,7 +341,9 @@ fn a_run_killed_before_it_started_can_be_started_again() {
     // A folder with anything else in it is still refused.
     std::fs::create_dir_all(t.join("other")).unwrap();
     std::fs::write(t.join("other/notes.txt"), b"mine").unwrap();
-    fails(&train(t, "other", &["--steps", "1"]), "already exists");
+    fails(&train(t, "other", &["--steps", "1"]), "other already exists and is not empty (not a run folder); choose another --out");
+    // a run folder: resume it
+    fails(&train(t, "k", &["--steps", "1"]), "run folder k already exists; choose another --out or resume it with --resume");
 }
 
 /// A checkpoint and its state copied in from another run (another seed) were
