@@ -101,6 +101,14 @@ pub fn resolve_model(p: &Path) -> Result<PathBuf> {
         if latest.exists() {
             return Ok(latest);
         }
+        if latest.is_symlink() {
+            // a run whose newest checkpoint was deleted by hand
+            let to = std::fs::read_link(&latest).map(|t| t.display().to_string()).unwrap_or_default();
+            return Err(input(format!(
+                "{}: weights/latest points to {to}, which is gone; give a checkpoint file (weights/step_N.gguf) instead",
+                p.display()
+            )));
+        }
         return Err(input(format!("{} is a folder without weights/latest (not a run folder?)", p.display())));
     }
     if !p.exists() {

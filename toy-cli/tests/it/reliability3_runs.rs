@@ -387,3 +387,15 @@ fn a_corpus_path_that_is_not_utf8_is_refused_up_front() {
     fails(&o, "UTF-8");
     assert!(!t.join("r").exists());
 }
+
+/// A run folder whose newest checkpoint was deleted by hand: its dangling
+/// weights/latest is named (it was "a folder without weights/latest").
+#[test]
+fn a_dangling_latest_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&train(t, "r", &["--steps", "1"]));
+    let target = std::fs::read_link(t.join("r/weights/latest")).unwrap();
+    std::fs::remove_file(t.join("r/weights").join(&target)).unwrap();
+    fails(&toy(t, &["describe", "r"]), &format!("r: weights/latest points to {}, which is gone", target.display()));
+}
