@@ -243,7 +243,7 @@ pub fn parse(v: &Value) -> Result<Record, String> {
             } else {
                 ""
             };
-            return Err(format!("{place} has no assistant turn to train on{opening}"));
+            return Err(format!("{place} has no assistant turn (the tokens that are trained on and scored){opening}"));
         }
     }
     Ok(record)

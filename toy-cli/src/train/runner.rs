@@ -353,6 +353,9 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
             cfg.model.context
         );
     }
+    if matches!(&l.validation, Validation::Chat(b) if b.is_empty()) && l.start_step == 0 && cfg.eval_every > 0 {
+        eprintln!("note: the chat corpus holds too few conversations to keep any for validation: no validation loss (more conversations give one)");
+    }
     let report = Report::new(l.opts, cfg.steps, l.start_step);
     let mut tally = Tally { done: l.start_step, applied: 0, last_loss: f32::NAN, last_val: None };
     if l.start_step == 0 {

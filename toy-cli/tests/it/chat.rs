@@ -475,3 +475,17 @@ fn a_chat_run_without_a_checkpoint_restarts() {
     assert!(said.contains("from step 0"), "{said}");
     assert!(t.join("r/weights/latest").exists());
 }
+
+/// A chat corpus too small to keep a conversation for validation says that
+/// the run has no validation loss (text corpora did; chat data said nothing).
+#[test]
+fn a_chat_corpus_without_validation_conversations_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, Some(CHATML), "chat.gguf");
+    std::fs::write(t.join("one.jsonl"), persona(1)).unwrap();
+    let o = finetune(t, "chat.gguf", "one.jsonl", "r", &["--steps", "1", "--context", "64", "--lora-rank", "4"]);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("note: the chat corpus holds too few conversations to keep any for validation: no validation loss"), "{err}");
+}
