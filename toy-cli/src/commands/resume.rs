@@ -107,8 +107,8 @@ pub fn checkpoint(cfg: &TrainConfig, ck: &Path, dir: &Path) -> Result<Checkpoint
     }
     // A LoRA checkpoint records its base's SHA-256 (toy.lora.base_sha256), which
     // config.toml's from_sha256 (what a moved --from is checked against) must be.
-    if let (Some(sha), Ok(file)) = (&cfg.from_sha256, ggml_rs::gguf::GgufFile::open(ck)) {
-        if let Ok(recorded) = file.get_str("toy.lora.base_sha256") {
+    if let (Some(sha), Some(adapter)) = (&cfg.from_sha256, &opened.adapter) {
+        if let Ok(recorded) = adapter.file.get_str("toy.lora.base_sha256") {
             if !recorded.is_empty() && recorded != *sha {
                 return Err(input(format!(
                     "{}'s from_sha256 {}… is not the base the checkpoint records ({}…)",

@@ -68,6 +68,14 @@ impl<'w> Block<'w> {
         self.table.blocks.iter().position(|s| s.name == name)
     }
 
+    /// The matrix `{stem}.weight` and its index in the table's block order
+    /// (where its adapter, if any, sits in `self.lora`).
+    fn matrix(&self, stem: &str) -> Result<(usize, Tensor<'w>)> {
+        let name = format!("{stem}.weight");
+        let k = self.index(&name).ok_or_else(|| missing(&name))?;
+        Ok((k, self.tensors[k].ok_or_else(|| missing(&name))?))
+    }
+
     /// The tensor named `name` (after `blk.N.`), if the model has it.
     pub fn get(&self, name: &str) -> Option<Tensor<'w>> {
         self.index(name).and_then(|k| self.tensors[k])
@@ -124,11 +132,10 @@ impl<'w> Block<'w> {
         if a.outputs && a.activations && x.dtype() == DType::BF16 && x.is_contiguous() && plain("ffn_gate") && plain("ffn_up") {
             let x2 = ctx.reshape(x, &[ne[0], ne[1] * ne[2] * ne[3]])?; // [d, T·B]
             let product = |stem: &str| -> Result<Tensor<'a>> {
-                let name = format!("{stem}.weight");
-                let k = self.index(&name).ok_or_else(|| missing(&name))?;
+                let (k, w) = self.matrix(stem)?;
                 // an adapter's bf16 term first, so that its sum is the product's epilogue (patch 0055)
                 let term = self.lora[k].map(|l| lora::term_bf16(ctx, l, scale, x2)).transpose()?; // bf16 [d_ff, T·B]
-                let w = operand(ctx, self.tensor(&name)?, self.compact)?; // [d, d_ff]
+                let w = operand(ctx, w, self.compact)?; // [d, d_ff]
                 let y = ctx.mul_mat_bf16(w, x2)?; // bf16 [d_ff, T·B]
                 let y = match term {
                     Some(t) => ctx.add(t, y)?,
@@ -192,9 +199,7 @@ impl<'w> Block<'w> {
     where
         'w: 'a,
     {
-        let name = format!("{stem}.weight");
-        let k = self.index(&name).ok_or_else(|| missing(&name))?;
-        let w = self.tensors[k].ok_or_else(|| missing(&name))?;
+        let (k, w) = self.matrix(stem)?;
         let ne = x.ne();
         let fold = ne[2] * ne[3] > 1 && x.is_contiguous();
         let x2 = if fold { ctx.reshape(x, &[ne[0], ne[1] * ne[2] * ne[3]])? } else { x }; // [in, T·B]
