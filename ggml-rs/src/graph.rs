@@ -13,6 +13,7 @@ use std::ffi::CStr;
 use std::ptr::NonNull;
 
 mod alloc;
+mod order;
 
 /// Where a node of an allocated graph runs.
 #[derive(Clone, Debug, PartialEq, Eq)]

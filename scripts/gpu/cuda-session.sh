@@ -398,6 +398,9 @@ stage_bf16_writes_ab() { AB_CASES=${AB_CASES:-0 1 4} AB_ENV=TOY_CUDA_NO_0053 ab_
 stage_outputs_ab() { AB_CASES=${AB_CASES:-0 1 5} AB_ENV=TOY_F32_OUTPUTS ab_cases; }
 # Patch 0056: the gradient of a LoRA adapter's A·x in bf16, then f32 (LoRA over Q4_1 and over f16 by default).
 stage_dh_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_NO_0056 ab_cases; }
+# Patch 0057: the hoisted casts of LoRA's factors as one launch a run, then a launch
+# each (LoRA over Q4_1 and over f16, full fine-tuning by default).
+stage_cast_list_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_NO_0057 ab_cases; }
 # The cuBLASLt plans one LoRA step makes (TOY_CUDA_LT_LOG), counted.
 stage_lt_log() {
   ab_case_list

@@ -217,3 +217,57 @@ fn a_weight_rewritten_between_evaluations_is_read_anew_under_bf16_products() {
     // copy could not pass the checks above.
     assert!(want[1][0][0] > 4.0 * want[0][0][0], "{} {}", want[0][0][0], want[1][0][0]);
 }
+
+/// Loss and gradients of `x`, `A` and `B` of `y = W·x + B16·((s·A)16·x)`
+/// (`16`: cast to bf16, as toy's LoRA factors under autocast) on `dev`, with
+/// the parameters' casts hoisted to the graph's front or left in place; and
+/// the ops of the graph's first nodes after the parameters.
+fn cast_factors(dev: &ggml_rs::Backend, hoist: bool) -> (Vec<Vec<f32>>, Vec<String>) {
+    let (k, m, n, r) = (64i64, 96i64, 32i64, 8i64);
+    let mut g = rng(7502);
+    let vals = |g: &mut rand::rngs::StdRng, len: i64| uniform(g, len as usize, -0.5, 0.5);
+    let (w, a, b, x, rv) = (vals(&mut g, k * m), vals(&mut g, k * r), vals(&mut g, r * m), vals(&mut g, k * n), vals(&mut g, m * n));
+    let ctx = Context::new(1024).unwrap();
+    let [wt, at, bt, xt, rt] = [[k, m], [k, r], [r, m], [k, n], [m, n]].map(|ne| ctx.new_tensor(DType::F32, &ne).unwrap());
+    for t in [at, bt, xt] {
+        ctx.set_param(t).unwrap();
+    }
+    ctx.allocate(dev).unwrap();
+    for (t, v) in [(wt, &w), (at, &a), (bt, &b), (xt, &x), (rt, &rv)] {
+        t.write(v).unwrap();
+    }
+    let bf16 = |t| ctx.cast(t, DType::BF16).unwrap();
+    let h = ctx.mul_mat(bf16(ctx.scale(at, 0.5).unwrap()), xt).unwrap(); // [r, n]
+    let y = ctx.add(ctx.mul_mat(wt, xt).unwrap(), ctx.mul_mat(bf16(bt), h).unwrap()).unwrap();
+    let loss = ctx.sum(ctx.mul(y, rt).unwrap()).unwrap().set_output();
+    let mut graph = Graph::with_grads(&ctx, 1024).unwrap();
+    graph.set_mul_mat_grad(MulMatGrad::for_backend(dev));
+    graph.expand(loss).unwrap();
+    graph.build_backward(loss).unwrap();
+    let grads: Vec<_> = [xt, at, bt].iter().map(|&t| graph.grad(t).unwrap().set_output()).collect();
+    if hoist {
+        assert_eq!(graph.hoist_param_casts().unwrap(), 3, "s·A, its cast and B's cast");
+    }
+    let ops: Vec<String> = graph.nodes().iter().filter(|t| !t.is_param()).take(3).map(|t| t.op_name()).collect();
+    graph.allocate(&backends(dev)).unwrap();
+    graph.compute().unwrap();
+    let mut out = vec![loss.read_f32().unwrap()];
+    out.extend(grads.iter().map(|t| t.read_f32().unwrap()));
+    (out, ops)
+}
+
+/// `Graph::hoist_param_casts` (toy-rs patch 0057's run of casts): the scale of
+/// `A` and the bf16 casts of the parameters move to the front, SCALE first,
+/// then the casts in one run; the loss and the gradients are bit for bit those
+/// of the graph in its built order (the same ops on the same values).
+#[test]
+fn hoisted_parameter_casts_run_first_and_change_no_value() {
+    let dev = cpu();
+    let (moved, ops) = cast_factors(&dev, true);
+    assert_eq!(ops, ["SCALE", "CPY", "CPY"]);
+    let (kept, ops) = cast_factors(&dev, false);
+    assert_ne!(ops, ["SCALE", "CPY", "CPY"], "built order: each cast next to its product");
+    for (what, (a, b)) in LORA_OUTPUTS.iter().zip(moved.iter().zip(&kept)) {
+        assert!(a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits()), "{what} changed");
+    }
+}

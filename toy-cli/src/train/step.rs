@@ -177,6 +177,7 @@ impl<'a> TrainStep<'a> {
             graph.expand(lg.loss)?;
             graph.build_backward(lg.loss)?;
             let o = Optimizer::adamw(ctx, &mut graph, state, &groups, opt.adamw, opt.grad_clip)?;
+            graph.hoist_param_casts()?; // the bf16 copies of LoRA's factors in one run (CUDA: one launch)
             graph.allocate(backends)?;
             return Ok(TrainStep { lg, split: None, graph, opt: o, chunk, vocab });
         };
@@ -189,6 +190,7 @@ impl<'a> TrainStep<'a> {
         graph.build_backward_accumulate(ctx.mul(lg.loss, weight)?, &pairs)?;
         let sumsq = sum_of_squares(ctx, &graph, &params)?;
         graph.expand(sumsq)?;
+        graph.hoist_param_casts()?;
         graph.allocate(backends)?;
         let ordered: Vec<Tensor<'a>> = groups
             .iter()
