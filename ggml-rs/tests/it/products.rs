@@ -271,3 +271,43 @@ fn hoisted_parameter_casts_run_first_and_change_no_value() {
         assert!(a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits()), "{what} changed");
     }
 }
+
+/// `out_prod` of a bf16 operand and an f32 one over a long inner side into a
+/// narrow result, a LoRA adapter's weight gradients (`dB` `[r, out]`, `dA`
+/// `[in, r]`; CUDA: a bf16 GEMM, split over the inner side): against f64 sums
+/// of the same values (bf16-exact, so the conversion is exact), for narrow
+/// sides 8 to 64, either operand narrow, inner sides of 256 to 4096. On the
+/// CPU, alone in its graph, it needs the row buffer that toy-rs patch 0058
+/// plans for a bf16 operand (it crashed without).
+#[test]
+fn narrow_out_prods_over_long_inner_sides_against_f64() {
+    let dev = cpu();
+    // (m, n, k): the result [m, n] of a [m, k] (bf16) and b [n, k]
+    for (case, &(m, n, k)) in [(16i64, 576i64, 4096i64), (1536, 16, 4096), (24, 104, 1000), (64, 200, 300), (8, 64, 256)].iter().enumerate() {
+        let mut g = rng(7600 + case as u64);
+        let bf = |v: f32| half::bf16::from_f32(v).to_f32();
+        let a: Vec<f32> = uniform(&mut g, (m * k) as usize, -1.0, 1.0).into_iter().map(bf).collect();
+        let b: Vec<f32> = uniform(&mut g, (n * k) as usize, -1.0, 1.0).into_iter().map(bf).collect();
+        let ctx = Context::new(64).unwrap();
+        let (at, bt) = (ctx.new_tensor(DType::F32, &[m, k]).unwrap(), ctx.new_tensor(DType::F32, &[n, k]).unwrap());
+        ctx.allocate(&dev).unwrap();
+        at.write(&a).unwrap();
+        bt.write(&b).unwrap();
+        let out = ctx.out_prod(ctx.cast(at, DType::BF16).unwrap(), bt).unwrap();
+        let got = &eval_on(&dev, &ctx, &[out])[0];
+        let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+        let mut want = vec![0f64; mu * nu];
+        for t in 0..ku {
+            for j in 0..nu {
+                let bj = b[j + t * nu] as f64;
+                for i in 0..mu {
+                    want[i + j * mu] += a[i + t * mu] as f64 * bj;
+                }
+            }
+        }
+        let err = max_rel_err(got, &want);
+        println!("out_prod [{m}, {k}] x [{n}, {k}]: max rel err {err:.2e}");
+        // f32 sums of up to 4096 products of ±1-sized values, relative to max(1, |sum|)
+        assert!(err < 1e-4, "[{m}, {n}] over {k}: {err:e}");
+    }
+}
