@@ -54,10 +54,10 @@ impl Graph<'_> {
 /// The SCALEs and the bf16/f16 casts among `nodes` computed from parameters
 /// alone, in graph order. A SCALE counts only where a cast reads it.
 fn param_copies(nodes: &[RawTensor]) -> (Vec<RawTensor>, Vec<RawTensor>) {
+    // SAFETY (all blocks): tensors of a live graph and their operands are live.
     let is_cast = |t: RawTensor| unsafe {
         (*t).op == sys::GGML_OP_CPY && (*t).src[1] == t && matches!((*t).type_, sys::GGML_TYPE_BF16 | sys::GGML_TYPE_F16)
     };
-    // SAFETY (all blocks): tensors of a live graph and their operands are live.
     let param = |t: RawTensor| unsafe { (*t).op == sys::GGML_OP_NONE && (*t).flags & sys::GGML_TENSOR_FLAG_PARAM as i32 != 0 };
     let mut scaled: HashSet<RawTensor> = HashSet::new();
     for &t in nodes {

@@ -283,7 +283,8 @@ fn hoisted_parameter_casts_run_first_and_change_no_value() {
 fn narrow_out_prods_over_long_inner_sides_against_f64() {
     let dev = cpu();
     // (m, n, k): the result [m, n] of a [m, k] (bf16) and b [n, k]
-    for (case, &(m, n, k)) in [(16i64, 576i64, 4096i64), (1536, 16, 4096), (24, 104, 1000), (64, 200, 300), (8, 64, 256)].iter().enumerate() {
+    for (case, &(m, n, k)) in [(16i64, 576i64, 4096i64), (1536, 16, 4096), (24, 104, 1000), (64, 200, 300), (8, 64, 256)].iter().enumerate()
+    {
         let mut g = rng(7600 + case as u64);
         let bf = |v: f32| half::bf16::from_f32(v).to_f32();
         let a: Vec<f32> = uniform(&mut g, (m * k) as usize, -1.0, 1.0).into_iter().map(bf).collect();

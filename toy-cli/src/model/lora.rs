@@ -170,7 +170,9 @@ pub fn term_bf16<'a>(ctx: &'a Context, l: Adapter<'a>, scale: f32, x: Tensor<'a>
 }
 
 /// `scale·A` `[in, r]` and `B` `[r, out]` cast to bf16, once for the step's
-/// products that read them.
+/// products that read them. A training step moves these casts to the front of
+/// its graph (`Graph::hoist_param_casts`), where CUDA runs them as one launch
+/// (toy-rs patch 0057).
 fn bf16_factors<'a>(ctx: &'a Context, l: Adapter<'a>, scale: f32) -> Result<(Tensor<'a>, Tensor<'a>)> {
     let a = if scale == 1.0 { l.a } else { ctx.scale(l.a, scale)? }; // [in, r]
     Ok((ctx.cast(a, DType::BF16)?, ctx.cast(l.b, DType::BF16)?))
