@@ -9,7 +9,7 @@ use crate::cli::{
 use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::chat_examples::ChatModel;
 use crate::data::Corpus;
-use crate::error::{input, Result};
+use crate::error::{input, Error, Result};
 use crate::formats::checkpoint::{open_checkpoint_on, Checkpoint};
 use crate::run::identity::{corpus_id, embedded_id};
 use std::path::{Path, PathBuf};
@@ -153,6 +153,53 @@ pub const RESUME_FLAGS: [&str; 11] = [
     "--keep",
     "--skip-nonfinite",
 ];
+
+/// `e`, an error of a resumed run's `TrainConfig::validate` (whose messages
+/// name flags), said of the run's config.toml where the values came from it:
+/// every flag named that the resume was not given (all but
+/// [`RESUME_FLAGS`] contradict the run if given) becomes config.toml's key
+/// (`--lr NaN must be ...` → `--resume DIR: config.toml: lr NaN must be ...`;
+/// `--lora-rank` → `lora.rank`). Other errors are returned as they are.
+pub fn config_error(e: Error, a: &TrainArgs, dir: &Path) -> Error {
+    let Error::Input(m) = &e else { return e };
+    let given = |flag: &str| match flag {
+        "--steps" => a.batch.steps.is_some(),
+        "--device" => a.device.device.is_some(),
+        "--threads" => a.device.threads.is_some(),
+        "--matmul-precision" => a.device.matmul_precision.is_some(),
+        "--dtype" => a.device.dtype.is_some(),
+        "--attention" => a.device.attention.is_some(),
+        "--eval-every" => a.log.eval_every.is_some(),
+        "--save-every" => a.log.save_every.is_some(),
+        "--log-every" => a.log.log_every.is_some(),
+        "--keep" => a.log.keep.is_some(),
+        _ => false,
+    };
+    let mut out = String::with_capacity(m.len());
+    let mut renamed = false;
+    let mut rest = m.as_str();
+    while let Some(at) = rest.find("--") {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at + 2..];
+        let len = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).unwrap_or(tail.len());
+        let flag = &rest[at..at + 2 + len];
+        if len == 0 || given(flag) {
+            out.push_str(flag);
+        } else {
+            renamed = true;
+            match &tail[..len] {
+                "lora-rank" | "lora-alpha" | "lora-targets" => out.push_str(&format!("lora.{}", &tail[5..len])),
+                key => out.push_str(&key.replace('-', "_")),
+            }
+        }
+        rest = &tail[len..];
+    }
+    out.push_str(rest);
+    if !renamed {
+        return e;
+    }
+    input(format!("--resume {}: config.toml: {out}", dir.display()))
+}
 
 /// The flags of `a` that contradict the run configured by `cfg` (all but
 /// [`RESUME_FLAGS`]), each as `--flag GIVEN (the run has RUN)`; flags equal

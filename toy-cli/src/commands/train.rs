@@ -160,7 +160,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     }
     cfg.skip_nonfinite |= a.log.skip_nonfinite;
     super::resume::check_corpus(&mut cfg, dir, a.allow_corpus_change)?;
-    cfg.validate()?;
+    cfg.validate().map_err(|e| super::resume::config_error(e, a, dir))?;
     // The id the run started with (its checkpoints carry it), even in a
     // renamed or copied folder; else the folder's name.
     let id =

@@ -268,6 +268,15 @@ fn a_run_config_that_no_longer_describes_its_checkpoint_is_refused() {
     edit("r", "eval_windows = 32", "eval_windows = 0");
     fails(&resume(t, "r", &["--steps", "2"]), "eval_windows must be at least 1");
     std::fs::write(t.join("r/config.toml"), &config).unwrap();
+    // Values the resume was not given are config.toml's keys in the message, not flags.
+    let lr = config.lines().find(|l| l.starts_with("lr = ")).unwrap().to_string();
+    edit("r", &lr, "lr = nan");
+    fails(&resume(t, "r", &["--steps", "2"]), "--resume r: config.toml: lr NaN must be positive and finite");
+    std::fs::write(t.join("r/config.toml"), &config).unwrap();
+    edit("r", "\nsteps = 1\n", "\nsteps = 0\n");
+    fails(&resume(t, "r", &[]), "config.toml: steps must be at least 1");
+    fails(&resume(t, "r", &["--steps", "0"]), "toy train: --steps must be at least 1");
+    std::fs::write(t.join("r/config.toml"), &config).unwrap();
     ok(&resume(t, "r", &["--steps", "2"]));
     let lora = edit("ft", "\"attn_k\", ", "");
     fails(&resume(t, "ft", &["--steps", "2"]), "config.toml's LoRA (rank 2 on attn_q,attn_v,attn_output) is not the checkpoint's");
