@@ -70,8 +70,9 @@ pub fn check_corpus(cfg: &mut TrainConfig, dir: &Path, allow: bool) -> Result<()
 /// the run has now: `--from` may have moved it), checked against the model its
 /// config.toml (`cfg`) describes, which a hand edit may have changed: the same
 /// shape and adapters (fewer layers or targets would train part of the
-/// checkpoint and save an adapter toy cannot read back), and a context the
-/// model takes, as `--context` is checked for a new run.
+/// checkpoint and save an adapter toy cannot read back), the same tied head,
+/// RoPE base and norm epsilon, and the checkpoint's context (a LoRA
+/// checkpoint's: one its base takes, as `--context` is checked for a new run).
 ///
 /// # Errors
 /// [`crate::error::Error::Input`] naming the first field that differs.
@@ -101,6 +102,21 @@ pub fn checkpoint(cfg: &TrainConfig, ck: &Path, dir: &Path) -> Result<Checkpoint
             l.as_ref().map_or("no adapters".to_string(), |l| format!("rank {} on {}", l.rank, l.targets.join(",")))
         };
         return Err(input(format!("{}'s LoRA ({}) is not the checkpoint's ({})", at(), say(&m.lora), say(&c.lora))));
+    }
+    // The model's own numbers: a tied head dropped the trained output.weight, and
+    // another RoPE base or norm epsilon changed the model's arithmetic, silently.
+    if m.tied != c.tied {
+        let say = |t: bool| if t { "tied (the head is the token table)" } else { "not tied (the head is output.weight)" };
+        return Err(input(format!("{}'s head is {}; the checkpoint's is {} ({})", at(), say(m.tied), say(c.tied), ck.display())));
+    }
+    let floats = [("rope_base", m.rope_base, c.rope_base), ("norm_eps", m.norm_eps, c.norm_eps)];
+    if let Some((name, want, got)) = floats.iter().find(|f| f.1.to_bits() != f.2.to_bits()) {
+        return Err(input(format!("{}'s {name} {want} is not the checkpoint's {got} ({})", at(), ck.display())));
+    }
+    // A checkpoint of toy's whole model records the context the run trains at; a
+    // LoRA checkpoint records its base's, which the run may train below.
+    if opened.adapter.is_none() && m.context != c.context {
+        return Err(input(format!("{}'s context {} is not the checkpoint's {} ({})", at(), m.context, c.context, ck.display())));
     }
     if m.context == 0 || m.context > c.context {
         return Err(input(format!("{}'s context {}: the model takes 1 to {} tokens", at(), m.context, c.context)));

@@ -263,10 +263,30 @@ fn a_run_config_that_no_longer_describes_its_checkpoint_is_refused() {
     std::fs::write(t.join("r/config.toml"), &config).unwrap();
     let ctx = config.lines().find_map(|l| l.strip_prefix("context = ")).unwrap().to_string();
     edit("r", &format!("context = {ctx}"), "context = 100000");
-    fails(&resume(t, "r", &["--steps", "2"]), &format!("config.toml's context 100000: the model takes 1 to {ctx} tokens"));
+    fails(&resume(t, "r", &["--steps", "2"]), &format!("config.toml's context 100000 is not the checkpoint's {ctx}"));
     std::fs::write(t.join("r/config.toml"), &config).unwrap();
+    // A LoRA run trains at a context its base takes (its checkpoint records the base's).
+    let ft_config = edit("ft", "context = 16", "context = 100000");
+    fails(&resume(t, "ft", &["--steps", "2"]), &format!("config.toml's context 100000: the model takes 1 to {ctx} tokens"));
+    std::fs::write(t.join("ft/config.toml"), &ft_config).unwrap();
     edit("r", "eval_windows = 32", "eval_windows = 0");
     fails(&resume(t, "r", &["--steps", "2"]), "eval_windows must be at least 1");
+    std::fs::write(t.join("r/config.toml"), &config).unwrap();
+    // The model's own numbers: a tied head (it dropped the trained output.weight),
+    // another RoPE base or norm epsilon, another context were taken as edited.
+    let tied = config.lines().find(|l| l.starts_with("tied = ")).unwrap().to_string();
+    let flipped = if tied.ends_with("true") { "tied = false" } else { "tied = true" };
+    edit("r", &tied, flipped);
+    fails(&resume(t, "r", &["--steps", "2"]), "config.toml's head is ");
+    std::fs::write(t.join("r/config.toml"), &config).unwrap();
+    for key in ["rope_base", "norm_eps"] {
+        let line = config.lines().find(|l| l.starts_with(&format!("{key} = "))).unwrap().to_string();
+        edit("r", &line, &format!("{key} = 2.0"));
+        fails(&resume(t, "r", &["--steps", "2"]), &format!("config.toml's {key} 2 is not the checkpoint's"));
+        std::fs::write(t.join("r/config.toml"), &config).unwrap();
+    }
+    edit("r", &format!("context = {ctx}"), "context = 8");
+    fails(&resume(t, "r", &["--steps", "2"]), &format!("config.toml's context 8 is not the checkpoint's {ctx}"));
     std::fs::write(t.join("r/config.toml"), &config).unwrap();
     // Values the resume was not given are config.toml's keys in the message, not flags.
     let lr = config.lines().find(|l| l.starts_with("lr = ")).unwrap().to_string();
