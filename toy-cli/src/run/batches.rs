@@ -69,21 +69,26 @@ impl Recorder {
     pub fn create(dir: &std::path::Path, t: usize, b: usize, done: u64, chat: bool) -> crate::error::Result<Recorder> {
         use std::io::{Seek, SeekFrom};
         let layout = Layout::new(t, b, chat);
-        let text = serde_json::to_string_pretty(&layout).expect("serializable");
-        crate::files::write_atomic(&dir.join("batches.json"), text.as_bytes())?;
         let path = dir.join("batches.bin");
         let fail = |e: std::io::Error| crate::error::runtime(format!("cannot open {}: {e}", path.display()));
-        let mut file = crate::files::no_follow(std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true))
-            .open(&path)
-            .map_err(|e| crate::files::open_error(&path, e))?;
+        // Refused before anything is written: a failed resume leaves the run as it was.
         let want = done * (layout.values_per_window() * b * 4) as u64;
-        let have = file.metadata().map_err(fail)?.len();
+        let have = std::fs::symlink_metadata(&path).map(|m| m.len()).unwrap_or(0);
         if have < want {
             return Err(crate::error::input(format!(
                 "{} holds {} bytes, fewer than the {want} of the {done} steps done; the recording cannot go on",
                 path.display(),
                 have
             )));
+        }
+        let text = serde_json::to_string_pretty(&layout).expect("serializable");
+        crate::files::write_atomic(&dir.join("batches.json"), text.as_bytes())?;
+        let mut file = crate::files::no_follow(std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true))
+            .open(&path)
+            .map_err(|e| crate::files::open_error(&path, e))?;
+        let have = file.metadata().map_err(fail)?.len();
+        if have < want {
+            return Err(crate::error::input(format!("{} shrank to {have} bytes while it was opened", path.display())));
         }
         file.set_len(want).map_err(fail)?;
         file.seek(SeekFrom::End(0)).map_err(fail)?;

@@ -428,3 +428,20 @@ fn a_dangling_latest_is_named() {
     std::fs::remove_file(t.join("r/weights").join(&target)).unwrap();
     fails(&toy(t, &["describe", "r"]), &format!("r: weights/latest points to {}, which is gone", target.display()));
 }
+
+/// A run that recorded no batches, its config.toml edited to record them, is
+/// refused on resume (its recording would lack the steps done) before a
+/// `batches.bin` or `batches.json` is written (both were left behind).
+#[test]
+fn a_recording_that_cannot_go_on_leaves_no_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&train(t, "r", &["--steps", "2"]));
+    let path = t.join("r/config.toml");
+    let config = std::fs::read_to_string(&path).unwrap();
+    assert!(config.contains("record_batches = false"), "{config}");
+    std::fs::write(&path, config.replacen("record_batches = false", "record_batches = true", 1)).unwrap();
+    let before = names(&t.join("r"));
+    fails(&resume(t, "r", &["--steps", "3"]), "the recording cannot go on");
+    assert_eq!(names(&t.join("r")), before);
+}
