@@ -49,18 +49,20 @@ pub const FINETUNE_CONTEXT: usize = 1024;
 /// Finetune's context when neither --context nor a preset gives one: the
 /// model's own up to [`FINETUNE_CONTEXT`]; for chat data that is not packed
 /// (one conversation a window, padded), no more than its longest conversation
-/// needs, rounded up to a multiple of 64, with a note (conversations of 40
-/// tokens in windows of 1024 would make a step 25× the work).
-fn default_context(base: usize, corpus: &crate::data::Corpus, pack: bool) -> usize {
+/// needs, rounded up to a multiple of 64, with a note to print once the run
+/// starts (conversations of 40 tokens in windows of 1024 would make a step 25×
+/// the work).
+fn default_context(base: usize, corpus: &crate::data::Corpus, pack: bool) -> (usize, Option<String>) {
     let cap = base.min(FINETUNE_CONTEXT);
-    let Some(chat) = corpus.chat.as_ref().filter(|_| !pack) else { return cap };
+    let Some(chat) = corpus.chat.as_ref().filter(|_| !pack) else { return (cap, None) };
     let longest = chat.train.iter().chain(&chat.val).map(|e| e.ids.len()).max().unwrap_or(0);
     let fit = longest.div_ceil(64).max(1) * 64;
     if fit < cap {
-        eprintln!("note: context {fit}: the longest conversation is {longest} tokens (--context to change, --pack to fill windows)");
-        return fit;
+        let note =
+            format!("note: context {fit}: the longest conversation is {longest} tokens (--context to change, --pack to fill windows)");
+        return (fit, Some(note));
     }
-    cap
+    (cap, None)
 }
 
 /// Finetune's peak learning rate when neither `--lr` nor toy.toml gives one:
@@ -212,11 +214,12 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     (cfg.batch, cfg.grad_accum) = (a.batch.batch.unwrap_or(cfg.batch), a.batch.grad_accum.unwrap_or(cfg.grad_accum));
     // --context, else the preset's (flag or toy.toml), else the model's own up to
     // FINETUNE_CONTEXT (SmolLM2's 8192 would be a slow first run), or what chat data needs.
-    // (computed only without --context: default_context notes what it picked)
-    let context = a.batch.context.unwrap_or_else(|| match a.batch.preset {
-        Some(_) => cfg.model.context.min(base.context),
-        None => default_context(base.context, &corpus, a.data.pack),
-    });
+    // (without --context, default_context says what it picked, printed once the run starts)
+    let (context, note) = match (a.batch.context, a.batch.preset) {
+        (Some(c), _) => (c, None),
+        (None, Some(_)) => (cfg.model.context.min(base.context), None),
+        (None, None) => default_context(base.context, &corpus, a.data.pack),
+    };
     check_context(context, base, &path)?;
     cfg.model = finetune_model(&ck, &cfg, context, lora);
     cfg.validate()?;
@@ -227,6 +230,9 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     cfg.text_field = text_field.to_string();
     (cfg.data_format, cfg.pack) = (format, a.data.pack);
     let run = run_dir(a.out.as_ref(), base.arch, how.restart)?;
+    if let Some(note) = note {
+        eprintln!("{note}"); // once the run folder is taken: a refused --out says one line
+    }
     let plan = Plan { recipe: Recipe::Finetune, init: Init::Model(&ck), sampling: Sampling::Random, resume: None };
     finish(a, &run, train(&plan, &cfg, &corpus, &run, opts))
 }
