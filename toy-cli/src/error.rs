@@ -56,7 +56,30 @@ impl From<ggml_rs::Error> for Error {
             ggml_rs::Error::Backend(m) => Error::Input(m),
             // A shape the machine cannot hold is the user's choice to change.
             ggml_rs::Error::OutOfMemory { .. } => Error::Input(format!("{e} (use a smaller --batch, --context or model)")),
+            // A file the user named that cannot be opened (missing, unreadable): as
+            // every command's own checks of its paths say (exit 2).
+            ggml_rs::Error::Io { ref source, .. }
+                if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied) =>
+            {
+                Error::Input(e.to_string())
+            }
             other => Error::Runtime(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    /// A model file that cannot be opened is the user's input (exit 2) in every
+    /// command; a failing write (a full disk) stays a runtime failure (exit 1).
+    #[test]
+    fn unreadable_files_are_input_and_failed_writes_runtime() {
+        let io = |kind| ggml_rs::Error::Io { path: "m.gguf".into(), source: std::io::Error::from(kind) };
+        for kind in [std::io::ErrorKind::PermissionDenied, std::io::ErrorKind::NotFound] {
+            assert!(matches!(Error::from(io(kind)), Error::Input(_)), "{kind:?}");
+        }
+        assert!(matches!(Error::from(io(std::io::ErrorKind::StorageFull)), Error::Runtime(_)));
     }
 }
