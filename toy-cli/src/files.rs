@@ -109,6 +109,10 @@ pub fn resolve_model(p: &Path) -> Result<PathBuf> {
                 p.display()
             )));
         }
+        if p.join("config.toml").is_file() {
+            // a run that is starting, or was stopped, before its first checkpoint
+            return Err(input(format!("{}: the run has saved no checkpoint yet (weights/latest)", p.display())));
+        }
         return Err(input(format!("{} is a folder without weights/latest (not a run folder?)", p.display())));
     }
     if !p.exists() {

@@ -60,12 +60,14 @@ impl Corpus {
     /// [`Error::Input`](crate::error::Error::Input) naming the corpus.
     pub fn check_tokenizer(&self, tok: &Tokenizer) -> Result<()> {
         match &self.tokenizer {
-            Some(theirs) if theirs.tokens() != tok.tokens() => Err(input(format!(
-                "{} was prepared with another tokenizer than the model's ({} vs {} ids); give the raw text instead",
-                self.source.display(),
-                theirs.vocab_size(),
-                tok.vocab_size()
-            ))),
+            Some(theirs) if theirs.tokens() != tok.tokens() => {
+                let (a, b) = (theirs.vocab_size(), tok.vocab_size());
+                let sizes = if a == b { format!("{a} ids each, other tokens") } else { format!("{a} vs {b} ids") };
+                Err(input(format!(
+                    "{} was prepared with another tokenizer than the model's ({sizes}); give the raw text instead",
+                    self.source.display()
+                )))
+            }
             _ => Ok(()),
         }
     }
