@@ -147,6 +147,12 @@ fn warm_start_checks_donors_and_writes_a_plain_llama() {
     ok(&train(t, &["warm-start", "--donor", "donor", "--steps", "1", "--out", "w2"]));
     std::fs::create_dir(t.join("plain")).unwrap();
     fails(&train(t, &["warm-start", "--donor", "plain", "--steps", "1", "--out", "x"]), "train", "a folder without weights/latest");
+    // A run folder that has not saved its first checkpoint; a LoRA run (an adapter).
+    std::fs::create_dir(t.join("early")).unwrap();
+    std::fs::copy(t.join("donor/config.toml"), t.join("early/config.toml")).unwrap();
+    fails(&train(t, &["warm-start", "--donor", "early", "--steps", "1", "--out", "x"]), "train", "the run has saved no checkpoint yet");
+    ok(&toy(t, &["train", "finetune", "--from", "donor", "--lora-rank", "2", "--steps", "1", "--out", "lo", "--threads", "1"]));
+    fails(&train(t, &["warm-start", "--donor", "lo", "--steps", "1", "--out", "x"]), "train", "a LoRA adapter, not a model");
     fails(&train(t, &["warm-start", "--steps", "1", "--out", "x"]), "train", "--donor");
     fails(&train(t, &["warm-start", "--donor", "donor/config.toml", "--steps", "1", "--out", "x"]), "train", "bad magic");
     fails(
