@@ -39,6 +39,8 @@ pub fn run(args: &PrepArgs) -> Result<Manifest> {
     let m = prep(&args.files, &args.out, &opts)?;
     if m.vocab_size < args.vocab_size {
         let why = match m.bpe_sample_bytes {
+            // a sample smaller than --bpe-sample asked for is the whole text
+            Some(b) if b < opts.bpe_sample_bytes => format!("the text ({b} bytes) has too few repeated pairs"),
             Some(b) => format!("its sample of {b} bytes has too few repeated pairs (a larger --bpe-sample may help)"),
             None => "the text has too few repeated pairs".to_string(),
         };
