@@ -71,8 +71,8 @@ pub fn check_corpus(cfg: &mut TrainConfig, dir: &Path, allow: bool) -> Result<()
 /// config.toml (`cfg`) describes, which a hand edit may have changed: the same
 /// shape and adapters (fewer layers or targets would train part of the
 /// checkpoint and save an adapter toy cannot read back), the same tied head,
-/// RoPE base and norm epsilon, and the checkpoint's context (a LoRA
-/// checkpoint's: one its base takes, as `--context` is checked for a new run).
+/// RoPE base and norm epsilon, and the checkpoint's context (a finetune
+/// run's: one its base takes, as `--context` is checked for a new run).
 ///
 /// # Errors
 /// [`crate::error::Error::Input`] naming the first field that differs.
@@ -113,9 +113,10 @@ pub fn checkpoint(cfg: &TrainConfig, ck: &Path, dir: &Path) -> Result<Checkpoint
     if let Some((name, want, got)) = floats.iter().find(|f| f.1.to_bits() != f.2.to_bits()) {
         return Err(input(format!("{}'s {name} {want} is not the checkpoint's {got} ({})", at(), ck.display())));
     }
-    // A checkpoint of toy's whole model records the context the run trains at; a
-    // LoRA checkpoint records its base's, which the run may train below.
-    if opened.adapter.is_none() && m.context != c.context {
+    // A from-scratch or warm-start run's checkpoint records the context it trains
+    // at; a finetune run's (whole model or adapters) its base's, which the run may
+    // train below.
+    if cfg.recipe != Recipe::Finetune && m.context != c.context {
         return Err(input(format!("{}'s context {} is not the checkpoint's {} ({})", at(), m.context, c.context, ck.display())));
     }
     if m.context == 0 || m.context > c.context {

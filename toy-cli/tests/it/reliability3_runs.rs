@@ -265,7 +265,7 @@ fn a_run_config_that_no_longer_describes_its_checkpoint_is_refused() {
     edit("r", &format!("context = {ctx}"), "context = 100000");
     fails(&resume(t, "r", &["--steps", "2"]), &format!("config.toml's context 100000 is not the checkpoint's {ctx}"));
     std::fs::write(t.join("r/config.toml"), &config).unwrap();
-    // A LoRA run trains at a context its base takes (its checkpoint records the base's).
+    // A finetune run trains at a context its base takes (its checkpoint records the base's).
     let ft_config = edit("ft", "context = 16", "context = 100000");
     fails(&resume(t, "ft", &["--steps", "2"]), &format!("config.toml's context 100000: the model takes 1 to {ctx} tokens"));
     std::fs::write(t.join("ft/config.toml"), &ft_config).unwrap();
