@@ -398,6 +398,11 @@ pub fn train_into(
     let (wctx, chat) = (&wctxs[0], chat.as_ref());
     let start =
         Start { plan, cfg, corpus, run, devices: &devices, device: &device, train: &train, memory: &memory, wctx, start_step, chat };
+    if opts.record_batches {
+        // before the run's start or resume is logged: a recording that cannot go on
+        // refuses the resume with the run as it was
+        sink.record_batches(cfg.model.context, cfg.sequences_per_step(), start_step, chat.is_some())?;
+    }
     log_start(sink, &start)?;
     let base_keys = carried_keys(plan)?;
     let name = model_name(cfg); // it may read the base's header: once, not per save

@@ -343,9 +343,6 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
             cfg.warmup_steps, cfg.steps, cfg.lr
         );
     }
-    if l.opts.record_batches {
-        l.sink.record_batches(cfg.model.context, cfg.sequences_per_step(), l.start_step, l.chat.is_some())?;
-    }
     if matches!(l.validation, Validation::Stream(s) if s.is_empty()) && !l.corpus.val.is_empty() {
         eprintln!(
             "note: the validation split ({} tokens) is shorter than one window of {} and its next token: no validation loss (a larger corpus or a smaller --context gives one)",

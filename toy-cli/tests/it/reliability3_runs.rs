@@ -431,7 +431,8 @@ fn a_dangling_latest_is_named() {
 
 /// A run that recorded no batches, its config.toml edited to record them, is
 /// refused on resume (its recording would lack the steps done) before a
-/// `batches.bin` or `batches.json` is written (both were left behind).
+/// `batches.bin` or `batches.json` is written (both were left behind) and
+/// before the resume is logged in `events.jsonl`.
 #[test]
 fn a_recording_that_cannot_go_on_leaves_no_files() {
     let tmp = tempfile::tempdir().unwrap();
@@ -441,7 +442,8 @@ fn a_recording_that_cannot_go_on_leaves_no_files() {
     let config = std::fs::read_to_string(&path).unwrap();
     assert!(config.contains("record_batches = false"), "{config}");
     std::fs::write(&path, config.replacen("record_batches = false", "record_batches = true", 1)).unwrap();
-    let before = names(&t.join("r"));
+    let (before, events) = (names(&t.join("r")), std::fs::read_to_string(t.join("r/events.jsonl")).unwrap());
     fails(&resume(t, "r", &["--steps", "3"]), "the recording cannot go on");
     assert_eq!(names(&t.join("r")), before);
+    assert_eq!(std::fs::read_to_string(t.join("r/events.jsonl")).unwrap(), events, "no resume event");
 }
