@@ -109,7 +109,7 @@ pub fn resolve_model(p: &Path) -> Result<PathBuf> {
                 p.display()
             )));
         }
-        if p.join("config.toml").is_file() {
+        if crate::run::has_config(p) {
             // a run that is starting, or was stopped, before its first checkpoint
             return Err(input(format!("{}: the run has saved no checkpoint yet (weights/latest)", p.display())));
         }

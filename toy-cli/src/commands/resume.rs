@@ -179,19 +179,8 @@ pub const RESUME_FLAGS: [&str; 11] = [
 /// `--lora-rank` → `lora.rank`). Other errors are returned as they are.
 pub fn config_error(e: Error, a: &TrainArgs, dir: &Path) -> Error {
     let Error::Input(m) = &e else { return e };
-    let given = |flag: &str| match flag {
-        "--steps" => a.batch.steps.is_some(),
-        "--device" => a.device.device.is_some(),
-        "--threads" => a.device.threads.is_some(),
-        "--matmul-precision" => a.device.matmul_precision.is_some(),
-        "--dtype" => a.device.dtype.is_some(),
-        "--attention" => a.device.attention.is_some(),
-        "--eval-every" => a.log.eval_every.is_some(),
-        "--save-every" => a.log.save_every.is_some(),
-        "--log-every" => a.log.log_every.is_some(),
-        "--keep" => a.log.keep.is_some(),
-        _ => false,
-    };
+    let flags = a.flags();
+    let given = |flag: &str| flags.iter().any(|f| f.given && f.flag == flag);
     let mut out = String::with_capacity(m.len());
     let mut renamed = false;
     let mut rest = m.as_str();

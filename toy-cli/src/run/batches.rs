@@ -86,10 +86,6 @@ impl Recorder {
         let mut file = crate::files::no_follow(std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true))
             .open(&path)
             .map_err(|e| crate::files::open_error(&path, e))?;
-        let have = file.metadata().map_err(fail)?.len();
-        if have < want {
-            return Err(crate::error::input(format!("{} shrank to {have} bytes while it was opened", path.display())));
-        }
         file.set_len(want).map_err(fail)?;
         file.seek(SeekFrom::End(0)).map_err(fail)?;
         Ok(Recorder { file: std::io::BufWriter::new(file) })

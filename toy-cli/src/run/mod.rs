@@ -39,6 +39,12 @@ pub fn make_run_id(template: &str, arch: &str, runs_dir: &Path) -> String {
     id
 }
 
+/// Whether `path` holds a run's config.toml (a run, resumable, maybe without
+/// a checkpoint yet).
+pub fn has_config(path: &Path) -> bool {
+    path.join("config.toml").is_file()
+}
+
 /// Whether `path` holds nothing but what a run makes before its config.toml
 /// (`.lock`, the write probe, `weights/` with at most temporaries): the folder
 /// of a run killed while it started, which `--out` may take again.
@@ -118,7 +124,7 @@ impl RunDir {
             // A skeleton (a run killed before it wrote config.toml) is reused.
             if !is_skeleton(&path) {
                 // a run (its config.toml) can be resumed; another folder cannot
-                if path.join("config.toml").is_file() {
+                if has_config(&path) {
                     return Err(input(format!(
                         "run folder {} already exists; choose another --out or resume it with --resume",
                         path.display()
