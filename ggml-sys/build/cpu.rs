@@ -29,6 +29,7 @@ const CPU_CXX: &[&str] = &[
     "ggml-cpu/vec.cpp",
     "ggml-cpu/ops.cpp",
     "ggml-cpu/llamafile/sgemm.cpp",
+    "ggml-cpu/llamafile/toy-sgemm.cpp",
     "ggml-cpu/arch/x86/repack.cpp",
 ];
 /// The backend registry (`ggml`), which links the CPU backend in.

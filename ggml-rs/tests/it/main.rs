@@ -18,3 +18,4 @@ mod optim;
 mod optim_many;
 mod products;
 mod quant;
+mod sgemm;
