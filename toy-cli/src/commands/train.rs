@@ -110,7 +110,8 @@ fn install_signal_handlers() -> Arc<AtomicI32> {
 /// What `--resume` found: a checkpoint to go on from, or a run that saved
 /// nothing, to start again from step 0 with these flags.
 enum Resumed {
-    Continue(Box<(TrainConfig, Corpus, RunDir, Plan<'static>)>),
+    /// The run to go on with, and the line that says so once it is set up.
+    Continue(Box<(TrainConfig, Corpus, RunDir, Plan<'static>, String)>),
     Restart(Box<TrainArgs>),
 }
 
@@ -190,15 +191,13 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     }
     let opened = super::resume::checkpoint(&cfg, &ck, dir)?;
     let corpus = super::resume::corpus(&cfg, &ck, &opened)?;
-    if !a.json {
-        crate::outln!(
-            "resuming {} from {}: model, corpus, optimizer and schedule from its config.toml",
-            crate::output::shown(dir),
-            ck.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-        );
-    }
+    let note = format!(
+        "resuming {} from {}: model, corpus, optimizer and schedule from its config.toml",
+        crate::output::shown(dir),
+        ck.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    );
     let plan = Plan { recipe: cfg.recipe, init: Init::Random, sampling: cfg.sampling, resume: Some(ck) };
-    Ok(Resumed::Continue(Box::new((cfg, corpus, run, plan))))
+    Ok(Resumed::Continue(Box::new((cfg, corpus, run, plan, note))))
 }
 
 /// What a run writes besides the essentials, as `a` asks.
@@ -212,6 +211,7 @@ fn run_options(a: &TrainArgs, stop: &Arc<AtomicI32>) -> RunOptions {
         skip_nonfinite: a.log.skip_nonfinite,
         warmup_given: a.optim.warmup_steps.is_some(),
         stop: Some(stop.clone()),
+        announce: None,
     }
 }
 
@@ -230,7 +230,7 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
     let stop = install_signal_handlers();
     if let Some(dir) = &args.resume {
         // The run's config.toml, not toy.toml, says what the run is.
-        let (cfg, corpus, run, plan) = match resume(args, dir)? {
+        let (cfg, corpus, run, plan, note) = match resume(args, dir)? {
             Resumed::Continue(c) => *c,
             Resumed::Restart(r) => return start(&r, &run_options(&r, &stop), Start { cli_preset: None, restart: true }),
         };
@@ -240,6 +240,7 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
             record_batches: cfg.record_batches,
             keep: cfg.keep,
             skip_nonfinite: cfg.skip_nonfinite,
+            announce: Some(note),
             ..run_options(args, &stop)
         };
         // A LoRA run's state holds the adapters only: the base comes from its file

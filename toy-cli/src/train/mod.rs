@@ -58,6 +58,9 @@ pub struct RunOptions {
     pub warmup_given: bool,
     /// Set to a signal number (SIGINT, SIGTERM) to stop after the current step.
     pub stop: Option<Arc<AtomicI32>>,
+    /// A line for stdout (unless `quiet`) once the run is set up, before its
+    /// start is logged: a refusal before then prints only itself.
+    pub announce: Option<String>,
 }
 
 /// How a run ended: `run_end`'s `reason` in events.jsonl.
@@ -402,6 +405,9 @@ pub fn train_into(
         // before the run's start or resume is logged: a recording that cannot go on
         // refuses the resume with the run as it was
         sink.record_batches(cfg.model.context, cfg.sequences_per_step(), start_step, chat.is_some())?;
+    }
+    if let (Some(line), false) = (&opts.announce, opts.quiet) {
+        crate::outln!("{line}");
     }
     log_start(sink, &start)?;
     let base_keys = carried_keys(plan)?;

@@ -132,9 +132,15 @@ fn resume_keeps_every_option_of_the_run() {
     assert!(done.stdout.is_empty(), "refused before the resuming note: {}", String::from_utf8_lossy(&done.stdout));
     let config = std::fs::read_to_string(t.join("r/config.toml")).unwrap();
     assert!(config.contains("keep = 3") && config.contains("steps = 12"), "{config}");
-    // A run that did not record cannot start recording half-way.
+    // A run that did not record cannot start recording half-way; refused
+    // while the run is set up, it prints no resuming note either.
     ok(&train(t, "s", &["--steps", "2"]));
-    fails(&resume(t, "s", &["--steps", "3", "--record-batches"]), "--record-batches");
+    let late = resume(t, "s", &["--steps", "3", "--record-batches"]);
+    fails(&late, "--record-batches");
+    assert!(late.stdout.is_empty(), "a refused resume announced itself: {}", String::from_utf8_lossy(&late.stdout));
+    let going = resume(t, "s", &["--steps", "3"]);
+    ok(&going);
+    assert!(String::from_utf8_lossy(&going.stdout).starts_with("resuming "), "{}", String::from_utf8_lossy(&going.stdout));
 }
 
 /// Class 9: a run that fails before its first save (divergence, a full disk)
