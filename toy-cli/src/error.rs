@@ -55,7 +55,9 @@ impl From<ggml_rs::Error> for Error {
             ggml_rs::Error::Gguf { .. } | ggml_rs::Error::Op { .. } => Error::Input(e.to_string()),
             ggml_rs::Error::Backend(m) => Error::Input(m),
             // A shape the machine cannot hold is the user's choice to change.
-            ggml_rs::Error::OutOfMemory { .. } => Error::Input(format!("{e} (use a smaller --batch, --context or model)")),
+            ggml_rs::Error::OutOfMemory { .. } => {
+                Error::Input(format!("{e} (use a smaller model, --batch or --context, where the command takes them)"))
+            }
             // A file the user named that cannot be opened (missing, unreadable): as
             // every command's own checks of its paths say (exit 2).
             ggml_rs::Error::Io { ref source, .. }

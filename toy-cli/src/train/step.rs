@@ -100,6 +100,14 @@ pub fn capacity(n_layers: usize) -> usize {
     4096 + 2048 * n_layers
 }
 
+/// Capacity (graph nodes) of a forward-only graph (evaluation, decoding) of
+/// `n_layers` layers: ~40 nodes a layer, ~70 with LoRA on seven matrices, with
+/// room to spare. A smaller graph keeps the scheduler's arena small
+/// (`ggml_backend_sched_new` reserves ~22 KiB a node).
+pub fn forward_capacity(n_layers: usize) -> usize {
+    1024 + 256 * n_layers
+}
+
 /// Optimizer settings of a run.
 #[derive(Clone, Copy, Debug)]
 pub struct OptSettings {
@@ -408,7 +416,7 @@ impl<'a> EvalStep<'a> {
     pub fn new(ctx: &'a Context, w: &Weights<'a>, consts: &Consts<'a>, t: usize, b: usize, backends: &[Backend]) -> Result<EvalStep<'a>> {
         let lg = loss_graph(ctx, w, consts, t, b, false)?;
         lg.logits.set_output();
-        let mut graph = Graph::new(ctx, capacity(w.config().n_layers))?;
+        let mut graph = Graph::new(ctx, forward_capacity(w.config().n_layers))?;
         graph.expand(lg.loss)?;
         graph.allocate(backends)?;
         Ok(EvalStep { lg, graph, t, b })
@@ -447,7 +455,7 @@ impl<'a> Forward<'a> {
     pub fn new(ctx: &'a Context, w: &Weights<'a>, consts: &Consts<'a>, t: usize, backends: &[Backend]) -> Result<Forward<'a>> {
         let tokens = ctx.new_tensor_1d(DType::I32, t as i64)?.set_name("tokens")?.set_input();
         let logits = w.forward(ctx, consts.batch(ctx, tokens, t, 1)?)?.set_output(); // [V, T, 1]
-        let mut graph = Graph::new(ctx, capacity(w.config().n_layers))?;
+        let mut graph = Graph::new(ctx, forward_capacity(w.config().n_layers))?;
         graph.expand(logits)?;
         graph.allocate(backends)?;
         Ok(Forward { tokens, logits, graph, t })
