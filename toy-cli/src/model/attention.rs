@@ -89,8 +89,8 @@ pub fn causal_attention<'a>(
         return ctx.reshape(o, &[dh * n_head, t, b]);
     }
     let mask = x.mask;
-    // Contiguous operands let ggml's CPU mul_mat use its tiled sgemm (llamafile)
-    // instead of one dot product per output element.
+    // Contiguous operands let ggml's CPU mul_mat use a blocked GEMM (patch
+    // 0059's, or llamafile's) instead of one dot product per output element.
     let q = ctx.cont(ctx.permute(q, [0, 2, 1, 3])?)?; // [dh, T, H, B]
     let mut k = ctx.cont(ctx.permute(k, [0, 2, 1, 3])?)?; // [dh, T, Hkv, B]
     let mut v = ctx.cont(ctx.permute(v, [1, 2, 0, 3])?)?; // [T, dh, Hkv, B]
