@@ -43,6 +43,20 @@ pub fn building(what: &str, e: ggml_rs::Error) -> Error {
     }
 }
 
+/// What an out-of-memory error advises, for the command that runs: its own
+/// flags only (set once by the command; the default names none).
+static OOM_ADVICE: std::sync::Mutex<&str> = std::sync::Mutex::new("use a smaller model");
+
+/// Make out-of-memory errors of this process advise `advice` (e.g. "use a
+/// smaller --batch or --context"): the command's own flags.
+pub fn set_oom_advice(advice: &'static str) {
+    *OOM_ADVICE.lock().unwrap_or_else(|p| p.into_inner()) = advice;
+}
+
+fn oom_advice() -> &'static str {
+    *OOM_ADVICE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Shorthand for a runtime failure.
 pub fn runtime(msg: impl Into<String>) -> Error {
     Error::Runtime(msg.into())
@@ -55,9 +69,7 @@ impl From<ggml_rs::Error> for Error {
             ggml_rs::Error::Gguf { .. } | ggml_rs::Error::Op { .. } => Error::Input(e.to_string()),
             ggml_rs::Error::Backend(m) => Error::Input(m),
             // A shape the machine cannot hold is the user's choice to change.
-            ggml_rs::Error::OutOfMemory { .. } => {
-                Error::Input(format!("{e} (use a smaller model, --batch or --context, where the command takes them)"))
-            }
+            ggml_rs::Error::OutOfMemory { .. } => Error::Input(format!("{e} ({})", oom_advice())),
             // A file the user named that cannot be opened (missing, unreadable): as
             // every command's own checks of its paths say (exit 2).
             ggml_rs::Error::Io { ref source, .. }
@@ -83,5 +95,17 @@ mod tests {
             assert!(matches!(Error::from(io(kind)), Error::Input(_)), "{kind:?}");
         }
         assert!(matches!(Error::from(io(std::io::ErrorKind::StorageFull)), Error::Runtime(_)));
+    }
+
+    /// Out of memory is input (exit 2) and advises what the running command
+    /// set: its own flags, none by default (generate takes no --batch).
+    #[test]
+    fn out_of_memory_advises_the_commands_own_flags() {
+        let oom = || ggml_rs::Error::OutOfMemory { device: "CPU".into(), what: "x".into(), needed_mib: 2, free_mib: 1 };
+        let e = Error::from(oom());
+        assert!(matches!(e, Error::Input(_)) && e.to_string().ends_with("(use a smaller model)"), "{e}");
+        super::set_oom_advice("use a smaller --batch or --context");
+        assert!(Error::from(oom()).to_string().ends_with("(use a smaller --batch or --context)"));
+        super::set_oom_advice("use a smaller model");
     }
 }

@@ -141,6 +141,7 @@ fn overflow(ck: &Checkpoint, l: f32, place: &str) -> crate::error::Error {
 /// (`eval_chat`). A loss that is not finite is a failure
 /// ([`Error::Runtime`](crate::error::Error::Runtime)), not a result.
 pub fn run(args: &EvalArgs) -> Result<EvalResult> {
+    crate::error::set_oom_advice("use a smaller --batch or --context");
     let ck = open_checkpoint(&resolve_model(&args.model)?)?;
     let ck = match &args.lora {
         Some(l) => ck.with_lora(l)?,

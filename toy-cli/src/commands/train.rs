@@ -228,6 +228,11 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         crate::data::corpus::check_text_field(&corpus, a.data.text_field.as_deref())?;
     }
     let stop = install_signal_handlers();
+    crate::error::set_oom_advice(if args.resume.is_some() {
+        "a run keeps its --batch and --context: resume it where more memory is free"
+    } else {
+        "use a smaller --batch, --context or model"
+    });
     if let Some(dir) = &args.resume {
         // The run's config.toml, not toy.toml, says what the run is.
         let (cfg, corpus, run, plan, note) = match resume(args, dir)? {
