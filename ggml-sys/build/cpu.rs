@@ -11,7 +11,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Sources of `ggml-base` (C, then C++), relative to `src/`.
-const BASE_C: &[&str] = &["ggml.c", "ggml-alloc.c", "ggml-quants.c"];
+const BASE_C: &[&str] = &["ggml.c", "ggml-alloc.c"];
+const QUANTS_C: &[&str] = &["ggml-quants.c"];
 const BASE_CXX: &[&str] = &["ggml.cpp", "ggml-backend.cpp", "ggml-backend-meta.cpp", "ggml-opt.cpp", "ggml-threading.cpp", "gguf.cpp"];
 /// Sources of the CPU backend on x86-64, relative to `src/`.
 const CPU_C: &[&str] = &["ggml-cpu/ggml-cpu.c", "ggml-cpu/quants.c", "ggml-cpu/arch/x86/quants.c"];
@@ -39,6 +40,12 @@ const REG_CXX: &[&str] = &["ggml-backend-dl.cpp", "ggml-backend-reg.cpp"];
 const X86_DEFINES: &[&str] = &["GGML_AVX", "GGML_AVX2", "GGML_BMI2", "GGML_F16C", "GGML_FMA", "GGML_SSE42"];
 const X86_FLAGS: &[&str] = &["-msse4.2", "-mf16c", "-mfma", "-mbmi2", "-mavx", "-mavx2"];
 
+/// ggml-quants.c (ggml-base's reference quantization and dequantization,
+/// which the CPU backend calls to dequantize a frozen base): vectorized for
+/// AVX2 like the CPU backend, without contracting `x*d + m` into FMAs, so
+/// that every value is rounded as in the plain C (bit-identical results).
+const QUANTS_FLAGS: &[&str] = &["-mavx2", "-mfma", "-mf16c", "-ffp-contract=off"];
+
 /// Whether this target is one this module describes (the others use cmake).
 pub fn supported(target_arch: &str, target_env: &str) -> bool {
     target_arch == "x86_64" && target_env != "msvc"
@@ -50,6 +57,7 @@ struct Unit<'a> {
     cxx: bool,
     cpu: bool,
     defines: &'a [&'a str],
+    flags: &'a [&'a str],
 }
 
 /// Compile ggml's CPU build from the patched folder `ggml_dir` into one static
@@ -66,17 +74,21 @@ pub fn build(ggml_dir: &Path, out_dir: &Path) -> Result<(), String> {
 
     let cpu_defs = ["GGML_USE_CPU_REPACK", "GGML_USE_LLAMAFILE"];
     let units = [
-        Unit { files: BASE_C, cxx: false, cpu: false, defines: &[] },
-        Unit { files: BASE_CXX, cxx: true, cpu: false, defines: &[] },
-        Unit { files: CPU_C, cxx: false, cpu: true, defines: &cpu_defs },
-        Unit { files: CPU_CXX, cxx: true, cpu: true, defines: &cpu_defs },
-        Unit { files: REG_CXX, cxx: true, cpu: false, defines: &["GGML_USE_CPU"] },
+        Unit { files: BASE_C, cxx: false, cpu: false, defines: &[], flags: &[] },
+        Unit { files: QUANTS_C, cxx: false, cpu: false, defines: &[], flags: QUANTS_FLAGS },
+        Unit { files: BASE_CXX, cxx: true, cpu: false, defines: &[], flags: &[] },
+        Unit { files: CPU_C, cxx: false, cpu: true, defines: &cpu_defs, flags: &[] },
+        Unit { files: CPU_CXX, cxx: true, cpu: true, defines: &cpu_defs, flags: &[] },
+        Unit { files: REG_CXX, cxx: true, cpu: false, defines: &["GGML_USE_CPU"], flags: &[] },
     ];
     let mut objects: Vec<PathBuf> = Vec::new();
     for u in &units {
         let mut b = compiler(ggml_dir, &gen, u.cxx);
         for d in u.defines {
             b.define(d, None);
+        }
+        for f in u.flags {
+            b.flag(f);
         }
         if u.cpu {
             b.include(ggml_dir).include(src.join("ggml-cpu"));
