@@ -1,7 +1,9 @@
 //! ggml's CPU build without cmake: the `cc` crate compiles the same sources
 //! with the same definitions and flags as ggml's CMakeLists do for our options
 //! (static, `GGML_NATIVE=OFF`, `GGML_LLAMAFILE=ON`, no OpenMP, no BLAS), so a
-//! machine with Rust and a C/C++ compiler alone can build toy.
+//! machine with Rust and a C/C++ compiler alone can build toy. One exception:
+//! `ggml-quants.c` is vectorized for AVX2 too (`QUANTS_FLAGS`, bit-identical
+//! results), as the CPU backend already requires AVX2.
 //!
 //! Read off `compile_commands.json` of the cmake build of ggml 0.26.0 (cmake
 //! 3.25, gcc 12, x86-64). Only x86-64 is described here; other targets and the
