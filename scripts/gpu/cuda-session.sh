@@ -293,6 +293,18 @@ stage_lora_table() {
     --torch ${LORA_TORCH-eager-sdpa,compile-sdpa} --full-torch --work /tmp/lora-bench > "$OUT/lora-table.txt" 2> "$OUT/lora-table.err"
   echo "rc=$?"; cat "$OUT/lora-table.txt"; tail -5 "$OUT/lora-table.err"
 }
+# The CPU LoRA table on this machine's many cores (CPU_THREADS, default all),
+# SmolLM2-135M's shape, context 128, batch 4, against PyTorch on the CPU; then
+# toy's sides again without patch 0059's packed GEMM (TOY_CPU_NO_0059).
+stage_lora_cpu_table() {
+  local n=${CPU_THREADS:-$(nproc)}
+  python3 scripts/bench/lora.py --toy $T --device cpu --threads $n --context 128 --batch 4 --work /tmp/lora-cpu \
+    > "$OUT/lora-cpu-table.txt" 2> "$OUT/lora-cpu-table.err"
+  echo "rc=$?"; cat "$OUT/lora-cpu-table.txt"; tail -5 "$OUT/lora-cpu-table.err"
+  TOY_CPU_NO_0059=1 python3 scripts/bench/lora.py --toy $T --device cpu --threads $n --context 128 --batch 4 --torch '' \
+    --work /tmp/lora-cpu > "$OUT/lora-cpu-table-no0059.txt" 2>&1
+  echo "rc=$?"; cat "$OUT/lora-cpu-table-no0059.txt"
+}
 # Kernel times of LoRA (rank 16, Q4_1 base) against full fine-tuning at
 # SmolLM2-135M's shape, context 512, batch 8: one step of each, from `toy debug
 # bench --from` (no validation passes; scripts/bench/lora.py's random base files).
