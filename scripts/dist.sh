@@ -19,7 +19,8 @@ cp -P "$CARGO_TARGET_DIR"/release/libggml*.so* dist/
 # whose content did not change keep their time stamps, so a CUDA build folder
 # kept from an earlier scripts/cuda-backend.sh run recompiles only what changed.
 src=$(ls -td "$CARGO_TARGET_DIR"/release/build/toy-ggml-sys-*/out/ggml-src/ggml | head -1)
-sync() { if command -v rsync >/dev/null; then rsync -rc --delete "$@"; else cp -r "$@"; fi; }
+# Without rsync: a fresh copy (files a patch no longer makes must not stay behind).
+sync() { if command -v rsync >/dev/null; then rsync -rc --delete "$@"; else rm -rf "$2/$(basename "$1")" && cp -a "$1" "$2"; fi; }
 for f in CMakeLists.txt cmake include; do sync "$src/$f" dist/ggml-src/; done
 # Only the parts the CPU and CUDA builds read.
 for f in "$src"/src/*; do
