@@ -315,6 +315,11 @@ impl<'a> Tensor<'a> {
         self.get().flags & sys::GGML_TENSOR_FLAG_PARAM as i32 != 0
     }
 
+    /// True when flagged for a side stream ([`crate::Graph::flag_side_branches`]).
+    pub fn is_side(&self) -> bool {
+        self.get().flags & sys::GGML_TENSOR_FLAG_SIDE as i32 != 0
+    }
+
     /// True when marked as a graph input ([`set_input`](Self::set_input)).
     pub fn is_input(&self) -> bool {
         self.get().flags & sys::GGML_TENSOR_FLAG_INPUT as i32 != 0

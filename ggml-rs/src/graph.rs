@@ -14,6 +14,7 @@ use std::ptr::NonNull;
 
 mod alloc;
 mod order;
+mod side;
 
 /// Where a node of an allocated graph runs.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -413,6 +413,17 @@ stage_dh_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_NO_0056 ab_cases; }
 # Patch 0057: the hoisted casts of LoRA's factors as one launch a run, then a launch
 # each (LoRA over Q4_1 and over f16, full fine-tuning by default).
 stage_cast_list_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_NO_0057 ab_cases; }
+# Patch 0060: LoRA's weight gradients on a second stream, then all on one
+# (LoRA over Q4_1 and over f16, full fine-tuning by default).
+stage_side_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_NO_0060 ab_cases; }
+# Patch 0060 for every weight gradient (full fine-tuning's too): the default limit
+# (2^16 values a node), then none (TOY_CUDA_0060_MAX).
+stage_side_all_ab() { AB_CASES=${AB_CASES:-5} AB_ENV=TOY_CUDA_0060_MAX AB_VALUE=1000000000 ab_cases; }
+# The side-stream plans of one LoRA step (TOY_CUDA_0060_LOG).
+stage_side_log() {
+  ab_case_list
+  TOY_CUDA_0060_LOG=1 timeout 120 $T debug bench ${CASES[4]} --device cuda --steps 1 --warmup 0 2>&1 >/dev/null | grep "patch 0060" | sort | uniq -c
+}
 # The cuBLASLt plans one LoRA step makes (TOY_CUDA_LT_LOG), counted.
 stage_lt_log() {
   ab_case_list

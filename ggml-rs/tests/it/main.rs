@@ -19,3 +19,4 @@ mod optim_many;
 mod products;
 mod quant;
 mod sgemm;
+mod side;

@@ -100,6 +100,15 @@ pub fn capacity(n_layers: usize) -> usize {
     4096 + 2048 * n_layers
 }
 
+/// The largest gradient branch (values a node) that a training step's graph
+/// flags for a side stream (`Graph::flag_side_branches`, toy-rs patch 0060):
+/// LoRA's adapter gradients (`[in, r]`, `[r, out]`), which alone fill a small
+/// part of a GPU, not a full model's weight gradients. `TOY_CUDA_0060_MAX`
+/// sets it for A/B runs.
+fn side_branch_max() -> usize {
+    std::env::var("TOY_CUDA_0060_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 16)
+}
+
 /// Capacity (graph nodes) of a forward-only graph (evaluation, decoding) of
 /// `n_layers` layers: ~40 nodes a layer, ~70 with LoRA on seven matrices, with
 /// room to spare. A smaller graph keeps the scheduler's arena small
@@ -186,6 +195,7 @@ impl<'a> TrainStep<'a> {
             graph.build_backward(lg.loss)?;
             let o = Optimizer::adamw(ctx, &mut graph, state, &groups, opt.adamw, opt.grad_clip)?;
             graph.hoist_param_casts()?; // the bf16 copies of LoRA's factors in one run (CUDA: one launch)
+            graph.flag_side_branches(side_branch_max())?; // LoRA's weight gradients beside the rest (CUDA)
             graph.allocate(backends)?;
             return Ok(TrainStep { lg, split: None, graph, opt: o, chunk, vocab });
         };
