@@ -25,7 +25,8 @@ impl Graph<'_> {
     /// without data, or marked as inputs); the gradients of activations are
     /// the backward's main path, which the next layer's products wait for,
     /// and stay where they are. A flagged node writes a buffer of its own (not
-    /// in place), or is a view (which writes nothing) read by flagged nodes.
+    /// in place), or is a view (which writes nothing) read only by flagged or
+    /// tail nodes.
     ///
     /// # Errors
     /// [`Error::Compute`] when the graph is already allocated or has no

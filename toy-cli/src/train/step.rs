@@ -103,8 +103,8 @@ pub fn capacity(n_layers: usize) -> usize {
 /// The largest gradient branch (values a node) that a training step's graph
 /// flags for a side stream (`Graph::flag_side_branches`, toy-rs patch 0060):
 /// LoRA's adapter gradients (`[in, r]`, `[r, out]`), which alone fill a small
-/// part of a GPU, not a full model's weight gradients. `TOY_CUDA_0060_MAX`
-/// sets it for A/B runs.
+/// part of a GPU, and the weight gradients of models that small; not those of
+/// SmolLM2-135M or GPT-2 124M. `TOY_CUDA_0060_MAX` sets it for A/B runs.
 fn side_branch_max() -> usize {
     std::env::var("TOY_CUDA_0060_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 16)
 }
