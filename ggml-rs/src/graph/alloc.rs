@@ -36,7 +36,11 @@ impl Graph<'_> {
         check_runnable(&nodes, backends)?;
         let (owned, external): (Vec<RawTensor>, Vec<RawTensor>) =
             nodes.iter().chain(leafs.iter()).copied().partition(|&t| unsafe { (*t).data.is_null() });
-        let sched = new_scheduler(backends, (nodes.len() + leafs.len()).max(self.size) + 64)?;
+        // Sized for this graph, not for the capacity it was built with (the
+        // arena grows with it, ~22 KiB a node): its nodes and leaves twice over,
+        // room for the hash set and for what the scheduler adds (input copies,
+        // a backend's allocation dependencies).
+        let sched = new_scheduler(backends, 2 * (nodes.len() + leafs.len()) + 64)?;
         let alloc = Allocation { sched, backends: backends.to_vec(), owned, external, index_checks };
         let ok = match self.place(sched, backends) {
             Ok(ok) => ok,

@@ -111,8 +111,8 @@ fn side_branch_max() -> usize {
 
 /// Capacity (graph nodes) of a forward-only graph (evaluation, decoding) of
 /// `n_layers` layers: ~40 nodes a layer, ~70 with LoRA on seven matrices, with
-/// room to spare. A smaller graph keeps the scheduler's arena small
-/// (`ggml_backend_sched_new` reserves ~22 KiB a node).
+/// room to spare. (The scheduler's arena, ~22 KiB a node, is sized for the
+/// graph as built, whatever its capacity: `Graph::allocate`.)
 pub fn forward_capacity(n_layers: usize) -> usize {
     1024 + 256 * n_layers
 }
