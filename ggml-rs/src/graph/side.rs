@@ -87,11 +87,11 @@ impl Graph<'_> {
 /// flags, given the parameters' gradients and those of the activations.
 fn side_branches(nodes: &[RawTensor], grads: &HashSet<RawTensor>, main: &HashSet<RawTensor>, max_elements: usize) -> Vec<RawTensor> {
     // SAFETY (all blocks): nodes of a live graph and their operands are live.
-    let srcs = |t: RawTensor| unsafe { (*t).src.iter().copied().filter(|s| !s.is_null()).collect::<Vec<_>>() };
+    let srcs = |t: RawTensor| unsafe { (*t).src }.into_iter().filter(|s| !s.is_null());
     // The tail, in graph order: readers of a gradient or of the tail.
     let mut tail: HashSet<RawTensor> = HashSet::new();
     for &t in nodes {
-        if srcs(t).iter().any(|s| grads.contains(s) || tail.contains(s)) {
+        if srcs(t).any(|s| grads.contains(&s) || tail.contains(&s)) {
             tail.insert(t);
         }
     }
@@ -121,7 +121,7 @@ fn side_branches(nodes: &[RawTensor], grads: &HashSet<RawTensor>, main: &HashSet
     for &t in nodes {
         let op = unsafe { (*t).op };
         let product = matches!(op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_OUT_PROD);
-        if side.contains(&t) && (product || srcs(t).iter().any(|s| kept.contains(s))) {
+        if side.contains(&t) && (product || srcs(t).any(|s| kept.contains(&s))) {
             kept.insert(t);
         }
     }

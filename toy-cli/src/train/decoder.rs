@@ -9,7 +9,7 @@
 //! tokens, re-encoded as one window (llama.cpp's context shift, without its
 //! RoPE rotation of the kept keys).
 
-use super::step::{capacity, forward_capacity, Consts};
+use super::step::{capacity, Consts};
 use crate::error::{runtime, Result};
 use crate::model::attention::CacheStep;
 use crate::model::Weights;
@@ -113,7 +113,7 @@ impl Decoder {
             batch.cache = Some(CacheStep { past: None });
         }
         let logits = w.forward(ctx, batch)?.set_output(); // [V, n, 1]
-        let mut graph = Graph::new(ctx, forward_capacity(self.k.len()))?;
+        let mut graph = Graph::new(ctx, capacity(self.k.len()))?;
         graph.expand(logits)?;
         graph.allocate(backends)?;
         // The layers' new keys and values, found once by name.

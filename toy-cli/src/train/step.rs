@@ -109,14 +109,6 @@ fn side_branch_max() -> usize {
     std::env::var("TOY_CUDA_0060_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 16)
 }
 
-/// Capacity (graph nodes) of a forward-only graph (evaluation, decoding) of
-/// `n_layers` layers: ~40 nodes a layer, ~70 with LoRA on seven matrices, with
-/// room to spare. (The scheduler's arena, ~22 KiB a node, is sized for the
-/// graph as built, whatever its capacity: `Graph::allocate`.)
-pub fn forward_capacity(n_layers: usize) -> usize {
-    1024 + 256 * n_layers
-}
-
 /// Optimizer settings of a run.
 #[derive(Clone, Copy, Debug)]
 pub struct OptSettings {
@@ -426,7 +418,7 @@ impl<'a> EvalStep<'a> {
     pub fn new(ctx: &'a Context, w: &Weights<'a>, consts: &Consts<'a>, t: usize, b: usize, backends: &[Backend]) -> Result<EvalStep<'a>> {
         let lg = loss_graph(ctx, w, consts, t, b, false)?;
         lg.logits.set_output();
-        let mut graph = Graph::new(ctx, forward_capacity(w.config().n_layers))?;
+        let mut graph = Graph::new(ctx, capacity(w.config().n_layers))?;
         graph.expand(lg.loss)?;
         graph.allocate(backends)?;
         Ok(EvalStep { lg, graph, t, b })
@@ -465,7 +457,7 @@ impl<'a> Forward<'a> {
     pub fn new(ctx: &'a Context, w: &Weights<'a>, consts: &Consts<'a>, t: usize, backends: &[Backend]) -> Result<Forward<'a>> {
         let tokens = ctx.new_tensor_1d(DType::I32, t as i64)?.set_name("tokens")?.set_input();
         let logits = w.forward(ctx, consts.batch(ctx, tokens, t, 1)?)?.set_output(); // [V, T, 1]
-        let mut graph = Graph::new(ctx, forward_capacity(w.config().n_layers))?;
+        let mut graph = Graph::new(ctx, capacity(w.config().n_layers))?;
         graph.expand(logits)?;
         graph.allocate(backends)?;
         Ok(Forward { tokens, logits, graph, t })
