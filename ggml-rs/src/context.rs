@@ -320,6 +320,11 @@ impl<'a> Tensor<'a> {
         self.get().flags & sys::GGML_TENSOR_FLAG_SIDE as i32 != 0
     }
 
+    /// True for a cast that the backward reads as it is ([`Context::cast_kept`]).
+    pub fn is_kept(&self) -> bool {
+        self.get().flags & sys::GGML_TENSOR_FLAG_KEEP as i32 != 0
+    }
+
     /// True when marked as a graph input ([`set_input`](Self::set_input)).
     pub fn is_input(&self) -> bool {
         self.get().flags & sys::GGML_TENSOR_FLAG_INPUT as i32 != 0

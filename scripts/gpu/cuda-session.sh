@@ -290,7 +290,7 @@ module_out() { xz -T0 -6 -c "$C/libggml-cuda.so" | split -b 15M - "$OUT/libggml-
 # and PyTorch full fine-tuning, context 512, batch 8.
 stage_lora_table() {
   python3 scripts/bench/lora.py --toy $T --device cuda --context 512 --batch 8 --steps 10 --warmup 3 \
-    --torch ${LORA_TORCH-eager-sdpa,compile-sdpa} --full-torch --work /tmp/lora-bench > "$OUT/lora-table.txt" 2> "$OUT/lora-table.err"
+    --torch ${LORA_TORCH-eager-sdpa,compile-sdpa} ${LORA_FULL_TORCH---full-torch} --work /tmp/lora-bench > "$OUT/lora-table.txt" 2> "$OUT/lora-table.err"
   echo "rc=$?"; cat "$OUT/lora-table.txt"; tail -5 "$OUT/lora-table.err"
 }
 # The CPU LoRA table on this machine's many cores (CPU_THREADS, default all),
@@ -416,6 +416,10 @@ stage_cast_list_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_NO_0057 ab_ca
 # Patch 0060: LoRA's weight gradients on a second stream, then all on one
 # (LoRA over Q4_1 and over f16, full fine-tuning by default).
 stage_side_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_NO_0060 ab_cases; }
+# Patch 0061: a LoRA base dequantized once a step and kept for the backward (toy's
+# TOY_NO_0061: per product, twice a step), then the list launch alone (TOY_CUDA_NO_0061).
+stage_dequant_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_NO_0061 ab_cases; }
+stage_dequant_list_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_CUDA_NO_0061 ab_cases; }
 # Patch 0060 for every weight gradient (full fine-tuning's too): the default limit
 # (2^16 values a node), then none (TOY_CUDA_0060_MAX).
 stage_side_all_ab() { AB_CASES=${AB_CASES:-5} AB_ENV=TOY_CUDA_0060_MAX AB_VALUE=1000000000 ab_cases; }

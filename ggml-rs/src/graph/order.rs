@@ -19,12 +19,17 @@ impl Graph<'_> {
     /// each was a launch of its own, spread through the forward pass. Returns
     /// how many nodes moved.
     ///
-    /// The order is valid whatever the graph: a moved node reads parameters or
-    /// moved nodes only. The copies then live from the graph's start to their
-    /// last use (the backward's), as autocast's cache of cast weights does:
-    /// half the bytes of the f32 parameters they copy, at most. Casts of
-    /// frozen weights (not parameters) stay where they are, next to the
-    /// product that reads them.
+    /// Casts of frozen weights (leaves that are not parameters) move too where
+    /// they are kept for the backward ([`crate::Context::cast_kept`]), after
+    /// the parameters' and grouped by source type (graph order within a type),
+    /// so that each type's copies stand in one run as well (toy-rs patch 0061);
+    /// other casts of frozen weights stay where they are, next to the product
+    /// that reads them.
+    ///
+    /// The order is valid whatever the graph: a moved node reads parameters,
+    /// frozen leaves or moved nodes only. The copies then live from the graph's
+    /// start to their last use (the backward's), as autocast's cache of cast
+    /// weights does: half the bytes of the f32 parameters they copy, at most.
     ///
     /// # Errors
     /// [`crate::Error::Compute`] when the graph is already allocated.
@@ -52,7 +57,8 @@ impl Graph<'_> {
 }
 
 /// The SCALEs and the bf16/f16 casts among `nodes` computed from parameters
-/// alone, in graph order. A SCALE counts only where a cast reads it.
+/// alone, in graph order, then the kept casts of frozen leaves by source type.
+/// A SCALE counts only where a cast reads it.
 fn param_copies(nodes: &[RawTensor]) -> (Vec<RawTensor>, Vec<RawTensor>) {
     // SAFETY (all blocks): tensors of a live graph and their operands are live.
     let is_cast = |t: RawTensor| unsafe {
@@ -65,7 +71,7 @@ fn param_copies(nodes: &[RawTensor]) -> (Vec<RawTensor>, Vec<RawTensor>) {
             scaled.insert(t);
         }
     }
-    let casts: Vec<RawTensor> = nodes
+    let mut casts: Vec<RawTensor> = nodes
         .iter()
         .copied()
         .filter(|&t| {
@@ -75,6 +81,16 @@ fn param_copies(nodes: &[RawTensor]) -> (Vec<RawTensor>, Vec<RawTensor>) {
             }
         })
         .collect();
+    let kept_leaf = |t: RawTensor| unsafe {
+        (*t).op == sys::GGML_OP_CPY
+            && (*t).src[1] == t
+            && (*t).flags & sys::GGML_TENSOR_FLAG_KEEP as i32 != 0
+            && (*(*t).src[0]).op == sys::GGML_OP_NONE
+            && (*(*t).src[0]).flags & sys::GGML_TENSOR_FLAG_PARAM as i32 == 0
+    };
+    let mut kept: Vec<RawTensor> = nodes.iter().copied().filter(|&t| kept_leaf(t)).collect();
+    kept.sort_by_key(|&t| unsafe { (*(*t).src[0]).type_ }); // stable: graph order within a type
+    casts.extend(kept);
     let read: HashSet<RawTensor> = casts.iter().map(|&t| unsafe { (*t).src[0] }).collect();
     let scales = nodes.iter().copied().filter(|t| scaled.contains(t) && read.contains(t)).collect();
     (scales, casts)

@@ -173,6 +173,23 @@ impl Context {
         self.op("cast", |ctx| unsafe { sys::ggml_cast(ctx, a.raw(), dtype.to_raw()) })
     }
 
+    /// [`cast`](Self::cast), flagged so that the backward reads this copy as it
+    /// is (`GGML_TENSOR_FLAG_KEEP`, toy-rs patch 0061) instead of casting again
+    /// for the gradient of a product's `x`: one cast a step instead of two, the
+    /// copy living from the cast to its last use in the backward. For a frozen
+    /// weight's bf16 copy where memory allows; a step's graph makes these
+    /// copies first ([`crate::Graph::hoist_param_casts`]), where CUDA runs each
+    /// run of one source type (q4_0, q4_1, q5_0, q5_1, q8_0, f16) as one launch.
+    ///
+    /// # Errors
+    /// As [`cast`](Self::cast).
+    pub fn cast_kept<'a>(&'a self, a: Tensor<'a>, dtype: DType) -> Result<Tensor<'a>> {
+        let t = self.cast(a, dtype)?;
+        // SAFETY: a live tensor of this context, made just now.
+        unsafe { (*t.raw()).flags |= sys::GGML_TENSOR_FLAG_KEEP as i32 };
+        Ok(t)
+    }
+
     /// Copy `a` into `b`'s memory, converting type (`ggml_cpy`); returns a view of `b`.
     ///
     /// When `b` is a leaf without data (not allocated in a context), the result is

@@ -11,6 +11,7 @@ mod errors;
 mod gguf;
 mod gguf_hostile;
 mod grad;
+mod kept;
 mod kernels;
 mod norm_back;
 mod ops;

@@ -5,7 +5,7 @@
 //! products and activations read, so loss and gradients agree to bf16's
 //! precision, and every parameter still gets its gradient through the casts.
 
-use super::weights::Autocast;
+use super::weights::{Autocast, Compact};
 use super::{init::init_weights, lora::LoraConfig, Arch, ModelConfig, Weights};
 use crate::train::step::{capacity, Consts, GradStep};
 use ggml_rs::{sys, Backend, Context};
@@ -20,15 +20,23 @@ struct Run {
     adapter_casts: usize,
     /// SWIGLU_BACK nodes (patch 0044) and GELU_BACK nodes reading a bf16 input (patch 0045).
     bf16_backs: usize,
+    /// Of `casts`, those of an f16 base's frozen matrices.
+    base_casts: usize,
 }
 
 /// One batch under `autocast`.
 fn run(c: &ModelConfig, autocast: Autocast) -> Run {
+    run_compact(c, autocast, Compact::F32)
+}
+
+/// One batch under `autocast`, the products reading a compact base as `compact` says.
+fn run_compact(c: &ModelConfig, autocast: Autocast, compact: Compact) -> Run {
     let backend = Backend::cpu().unwrap();
     backend.set_n_threads(1);
     let wctx = Context::new(capacity(c.n_layers)).unwrap();
     let mut w = Weights::new(&wctx, c).unwrap();
     w.set_autocast(autocast);
+    w.set_compact(compact);
     let trainable: Vec<_> = w.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
     for &p in &trainable {
         wctx.set_param(p).unwrap();
@@ -37,7 +45,11 @@ fn run(c: &ModelConfig, autocast: Autocast) -> Run {
     let consts = Consts::new(&wctx, t, b).unwrap();
     wctx.allocate(&backend).unwrap();
     consts.fill().unwrap();
-    init_weights(&w, 11).unwrap();
+    if c.base_dtype.is_some() {
+        write_f16_base(&w);
+    } else {
+        init_weights(&w, 11).unwrap();
+    }
     if c.lora.is_some() {
         // B ≠ 0, so that A has a gradient too
         for p in w.params().iter().filter(|p| p.tensor.name().ends_with("lora_b")) {
@@ -62,7 +74,8 @@ fn run(c: &ModelConfig, autocast: Autocast) -> Run {
         .iter()
         .filter(|n| n.op() == sys::GGML_OP_SWIGLU_BACK || (n.op() == sys::GGML_OP_GELU_BACK && n.srcs()[1].dtype() == ggml_rs::DType::BF16))
         .count();
-    Run { loss, grads, casts, adapter_casts, bf16_backs }
+    let base_casts = cast_nodes.iter().filter(|n| n.srcs()[0].dtype() == ggml_rs::DType::F16).count();
+    Run { loss, grads, casts, adapter_casts, bf16_backs, base_casts }
 }
 
 /// Loss and gradients agree to bf16's precision.
@@ -195,4 +208,42 @@ fn step_error(c: &ModelConfig, autocast: Autocast) -> Option<String> {
     wctx.allocate(&backend).unwrap();
     let cctx = Context::new(capacity(c.n_layers)).unwrap();
     GradStep::new(&cctx, &w, &consts, c.context, 2, &[backend]).err().map(|e| e.to_string())
+}
+
+/// Deterministic values for a model whose frozen base is f16 (`base_dtype`):
+/// small values for its matrices, ones for the f32 norms, LoRA's `A` as
+/// [`init_weights`] would draw it and `B` zero (the caller sets `B`).
+fn write_f16_base(w: &Weights<'_>) {
+    for (i, p) in w.params().iter().enumerate() {
+        let n = p.tensor.nelements() as usize;
+        let v: Vec<f32> = (0..n).map(|j| 0.2 * ((j * 31 + i * 7) as f32 * 0.37).sin()).collect();
+        match p.tensor.dtype() {
+            ggml_rs::DType::F16 => p.tensor.write(&v.iter().map(|&x| half::f16::from_f32(x)).collect::<Vec<_>>()).unwrap(),
+            _ if p.tensor.name().contains("norm") => p.tensor.write(&vec![1.0f32; n]).unwrap(),
+            _ => p.tensor.write(&v).unwrap(),
+        }
+    }
+}
+
+/// A frozen f16 base under bf16 products, cast per product ([`Compact::Bf16`]:
+/// again for each gradient of a product's input) or once a step
+/// ([`Compact::Bf16Step`], toy-rs patch 0061: the backward reads the
+/// forward's copy): one cast a matrix instead of two, and the same loss and
+/// gradients bit for bit (the same casts of the same values).
+#[test]
+fn a_compact_base_cast_once_a_step_gives_the_same_step() {
+    let (_, mut c) = configs().into_iter().find(|(w, _)| *w == "llama LoRA").unwrap();
+    c.base_dtype = Some("f16".into());
+    let inputs = Autocast { inputs: true, ..Default::default() };
+    let per_product = run_compact(&c, inputs, Compact::Bf16);
+    let once = run_compact(&c, inputs, Compact::Bf16Step);
+    let matrices = 7 * c.n_layers + 1; // the blocks' matrices and the tied head (the token table)
+    assert_eq!(once.base_casts, matrices, "one cast a matrix");
+    assert!(per_product.base_casts > matrices, "{} casts per product", per_product.base_casts);
+    assert_eq!(per_product.casts - per_product.base_casts, once.casts - once.base_casts, "the same other casts");
+    assert_eq!(per_product.loss.to_bits(), once.loss.to_bits());
+    for (i, (a, b)) in once.grads.iter().zip(&per_product.grads).enumerate() {
+        assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "parameter {i}");
+        assert!(a.iter().any(|&x| x != 0.0), "parameter {i} has a gradient");
+    }
 }

@@ -267,6 +267,13 @@ pub enum Compact {
     /// wrote f32 that the product then converted to bf16 itself. The same
     /// values: the dequantized f32 rounded to nearest bf16 either way.
     Bf16,
+    /// As [`Compact::Bf16`], but converted once a step: the backward's products
+    /// read the forward's copy ([`Context::cast_kept`], toy-rs patch 0061)
+    /// instead of converting again, and CUDA makes a step's copies of one type
+    /// in one launch. The step then holds the compact matrices in bf16 (2 bytes
+    /// a weight) from its start to the backward, as full fine-tuning holds its
+    /// weights' bf16 copies; the stored base stays compact.
+    Bf16Step,
 }
 
 /// A weight as a product's f32 operand: `w` itself when f32, else `w`
@@ -279,9 +286,10 @@ pub fn matrix<'a>(ctx: &'a Context, w: Tensor<'a>) -> Result<Tensor<'a>> {
 /// A weight as a product's operand, read as `how` says when it is not f32.
 pub fn operand<'a>(ctx: &'a Context, w: Tensor<'a>, how: Compact) -> Result<Tensor<'a>> {
     match (w.dtype(), how) {
-        (DType::F32, _) | (_, Compact::Stored) | (DType::BF16, Compact::Bf16) => Ok(w),
+        (DType::F32, _) | (_, Compact::Stored) | (DType::BF16, Compact::Bf16 | Compact::Bf16Step) => Ok(w),
         (_, Compact::F32) => ctx.cast(w, DType::F32),
         (_, Compact::Bf16) => ctx.cast(w, DType::BF16),
+        (_, Compact::Bf16Step) => ctx.cast_kept(w, DType::BF16),
     }
 }
 

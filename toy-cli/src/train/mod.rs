@@ -7,6 +7,7 @@
 pub mod batches;
 pub mod chat_windows;
 pub mod decoder;
+mod dequant;
 pub mod devices;
 pub mod events;
 pub mod memory;
@@ -486,7 +487,7 @@ impl<'w> ReplicaState<'w> {
         // patch 0048, CUDA only: the CPU has no bf16 product result).
         let autocast = |off: &str| cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os(off).is_none();
         if autocast("TOY_NO_0040_CAST") {
-            weights.set_compact(crate::model::weights::Compact::Bf16);
+            weights.set_compact(dequant::bf16_compact(&weights, device, std::env::var_os("TOY_NO_0061").is_none()));
         }
         weights.set_autocast(crate::model::weights::Autocast {
             logits: autocast("TOY_F32_LOGITS"),
