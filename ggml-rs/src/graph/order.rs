@@ -29,7 +29,8 @@ impl Graph<'_> {
     /// The order is valid whatever the graph: a moved node reads parameters,
     /// frozen leaves or moved nodes only. The copies then live from the graph's
     /// start to their last use (the backward's), as autocast's cache of cast
-    /// weights does: half the bytes of the f32 parameters they copy, at most.
+    /// weights does: half the bytes of the f32 parameters they copy, at most,
+    /// and 2 bytes a weight for a frozen weight's kept bf16 copy.
     ///
     /// # Errors
     /// [`crate::Error::Compute`] when the graph is already allocated.
