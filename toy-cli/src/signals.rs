@@ -1,7 +1,7 @@
 //! SIGINT/SIGTERM and SIGPIPE for `toy train`.
 //!
-//! The first SIGINT/SIGTERM asks the loop to stop after the current step and
-//! save; a second one only says that it is on its way (so an impatient double
+//! The first SIGINT/SIGTERM asks the loop to stop after the current step (or
+//! between a step's micro-batches, `--grad-accum`) and save; a second one only says that it is on its way (so an impatient double
 //! Ctrl-C still gets its checkpoint); a third ends the process within 10 ms,
 //! removing a run folder that holds no checkpoint yet ([`on_quit`]) — unless
 //! it lands inside a [`critical`] section (a checkpoint and its state being
@@ -79,8 +79,11 @@ pub fn install(stop: Arc<AtomicI32>) {
                 flag.store(sig, Ordering::SeqCst);
                 let preparing = PREPARING.load(Ordering::SeqCst);
                 match COUNT.fetch_add(1, Ordering::SeqCst) {
-                    0 if preparing => say("toy train: stopping (no step has run: nothing to save)\n"),
-                    0 => say("toy train: stopping after this step to save a checkpoint (twice more to quit without saving)\n"),
+                    // [`interruptible`] ends within 50 ms with its own line.
+                    0 if preparing => {}
+                    0 => say(
+                        "toy train: stopping after this step (or micro-batch) to save a checkpoint (twice more to quit without saving)\n",
+                    ),
                     1 if preparing => say("toy train: still stopping\n"),
                     1 => say("toy train: still stopping; saving the checkpoint first (once more to quit without saving)\n"),
                     _ if CRITICAL.load(Ordering::SeqCst) == 0 => {
@@ -162,7 +165,10 @@ fn wait_for<T: Send + 'static>(
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 let sig = stop.load(Ordering::SeqCst);
                 if sig != 0 {
-                    return Err(crate::error::Error::Interrupted(sig, format!("interrupted while {what}")));
+                    return Err(crate::error::Error::Interrupted(
+                        sig,
+                        format!("interrupted while {what} (no step has run: nothing to save)"),
+                    ));
                 }
             }
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {

@@ -7,6 +7,7 @@ use crate::config::{Preset, Recipe, TrainConfig};
 use crate::data::Corpus;
 use crate::error::{input, Error, Result};
 use crate::run::RunDir;
+use crate::train::schedule::Cosine;
 use crate::train::{train, Init, Outcome, Plan, RunOptions};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -128,7 +129,10 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
         } else if empty() {
             input(format!("--resume {}: an empty folder, not a run folder", dir.display()))
         } else if crate::run::is_skeleton(dir) {
-            input(format!("--resume {}: the run was stopped before it started (no config.toml); start it again with --out", dir.display()))
+            input(format!(
+                "--resume {}: no config.toml, only an empty weights/ (a run stopped before it started, or no run folder); start it again with --out",
+                dir.display()
+            ))
         } else {
             input(format!("--resume {}: no config.toml ({e}); is it a run folder?", dir.display()))
         }
@@ -154,6 +158,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     macro_rules! take {
         ($($g:ident.$f:ident),*) => { $( if let Some(v) = a.$g.$f.clone() { cfg.$f = v; } )* };
     }
+    let planned = cfg.steps;
     take!(batch.steps, device.device, device.threads, device.matmul_precision, device.dtype, device.attention);
     take!(log.eval_every, log.save_every, log.log_every, log.keep);
     if a.device.matmul_precision.is_some() && a.device.dtype.is_none() {
@@ -177,7 +182,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
         }
         return Ok(Resumed::Restart(Box::new(super::resume::restart_args(a, &cfg, dir)?)));
     }
-    let ck = run.latest().ok_or_else(|| input(format!("--resume {}: no checkpoint (weights/latest) to resume from", dir.display())))?;
+    let ck = run.latest().ok_or_else(|| input(format!("--resume {}: {}", dir.display(), run.why_no_latest())))?;
     // Checked before the note below: the checkpoint and its resume state belong
     // together (the training loop relies on it), and the run has steps left.
     let done = crate::formats::state::check_pair(&ck, crate::run::started_as(dir).as_deref())?;
@@ -189,12 +194,24 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
         };
         return Err(input(format!("the run {at}; give a larger --steps to continue")));
     }
+    // The cosine schedule spans the run's steps: a new length moves the rate.
+    let replanned = (planned != cfg.steps).then(|| {
+        let sched = |steps| Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(steps), steps };
+        format!(
+            "; --steps {} re-plans the learning-rate schedule it had for {planned} steps: step {done} ran at {:.3e}, step {} runs at {:.3e}",
+            cfg.steps,
+            sched(planned).at(done),
+            done + 1,
+            sched(cfg.steps).at(done + 1)
+        )
+    });
     let opened = super::resume::checkpoint(&cfg, &ck, dir)?;
     let corpus = super::resume::corpus(&cfg, &ck, &opened)?;
     let note = format!(
-        "resuming {} from {}: model, corpus, optimizer and schedule from its config.toml",
+        "resuming {} from {}: model, corpus, optimizer and schedule from its config.toml{}",
         crate::output::shown(dir),
-        ck.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        ck.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        replanned.unwrap_or_default()
     );
     let plan = Plan { recipe: cfg.recipe, init: Init::Random, sampling: cfg.sampling, resume: Some(ck) };
     Ok(Resumed::Continue(Box::new((cfg, corpus, run, plan, note))))
@@ -209,7 +226,7 @@ fn run_options(a: &TrainArgs, stop: &Arc<AtomicI32>) -> RunOptions {
         record_batches: a.log.record_batches,
         keep: a.log.keep.unwrap_or(0),
         skip_nonfinite: a.log.skip_nonfinite,
-        warmup_given: a.optim.warmup_steps.is_some(),
+        warmup_given: a.optim.warmup_steps.map(|_| "--warmup-steps"),
         stop: Some(stop.clone()),
         announce: None,
     }
@@ -264,7 +281,11 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         }
         return Ok(out);
     }
-    start(&a, &run_options(&a, &stop), Start { cli_preset: args.batch.preset, restart: false }).map_err(|e| toml_origin(e, &from_toml))
+    let mut opts = run_options(&a, &stop);
+    if args.optim.warmup_steps.is_none() && opts.warmup_given.is_some() {
+        opts.warmup_given = Some("toy.toml's warmup_steps");
+    }
+    start(&a, &opts, Start { cli_preset: args.batch.preset, restart: false }).map_err(|e| toml_origin(e, &from_toml))
 }
 
 /// The flags that `toy.toml` (`file`) sets and the command line (`args`) does not.

@@ -64,7 +64,7 @@ impl Corpus {
                 let (a, b) = (theirs.vocab_size(), tok.vocab_size());
                 let sizes = if a == b { format!("{a} ids each, other tokens") } else { format!("{a} vs {b} ids") };
                 Err(input(format!(
-                    "{} was prepared with another tokenizer than the model's ({sizes}); give the raw text instead",
+                    "{} was prepared with another tokenizer than the model's ({sizes}){GIVE_RAW_TEXT}",
                     self.source.display()
                 )))
             }
@@ -72,6 +72,9 @@ impl Corpus {
         }
     }
 }
+
+/// The end of [`Corpus::check_tokenizer`]'s refusal: the advice for a new run.
+pub const GIVE_RAW_TEXT: &str = "; give the raw text instead";
 
 /// How to read a corpus.
 #[derive(Clone, Debug)]

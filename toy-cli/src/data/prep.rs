@@ -83,6 +83,15 @@ fn holds_files(out: &Path) -> bool {
     std::fs::read_dir(out).map(|d| d.flatten().any(|e| !is_leftover(&e.file_name().to_string_lossy()))).unwrap_or(false)
 }
 
+/// The name of a prepared corpus file in `out` that a process holds a shared
+/// lock on (a `toy train` reading it: [`PackedFile`](super::tokens::PackedFile)).
+fn being_read(out: &Path) -> Option<&'static str> {
+    use fs4::FileExt;
+    ["train.bin", "val.bin"]
+        .into_iter()
+        .find(|name| std::fs::File::open(out.join(name)).is_ok_and(|f| matches!(FileExt::try_lock(&f), Err(fs4::TryLockError::WouldBlock))))
+}
+
 /// Make sure `out` can receive a prepared corpus: create it, refuse a
 /// non-empty one without `force`, lock it (`out/.lock`, as `toy train` locks
 /// run folders) so a second prep into it is refused, remove what a prep that
@@ -137,6 +146,11 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
     // Another prep may have finished here between the first look and the lock.
     if !force && holds_files(out) {
         return Err(not_empty());
+    }
+    if let Some(read) = being_read(out) {
+        return Err(undo(input(format!(
+            "--out {o}: {read} is being read by a running toy train (--force would change the corpus under the run); wait for it or stop it"
+        ))));
     }
     let probe = out.join(format!(".toy-write-test-{}", std::process::id()));
     if let Err(e) = crate::files::create_fresh(&probe) {

@@ -367,7 +367,7 @@ impl<'s> Documents<'s> {
                     let conversation = v.get("messages").is_some() || v.get("conversations").is_some();
                     let text = v.get(&self.text_field).ok_or_else(|| match (conversation, prompt, completion) {
                         (true, _, _) | (_, true, true) => input(format!(
-                            "{at}: a chat record (messages, conversations, or prompt and completion), not text with a field {:?}: chat data trains with toy train finetune --from MODEL.gguf and --data-format auto or chat, whose chat template renders it",
+                            "{at}: a chat record (messages, conversations, or prompt and completion), not text with a field {:?}: read it as chat (--data-format auto or chat) with a model whose chat template renders it (a GGUF that has tokenizer.chat_template)",
                             self.text_field
                         )),
                         (_, true, false) | (_, false, true) => {

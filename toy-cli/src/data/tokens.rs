@@ -51,6 +51,10 @@ impl PackedFile {
     /// [`Error::Runtime`](crate::error::Error::Runtime) when its metadata cannot be read.
     pub fn new(file: std::fs::File, path: &Path, width: usize, vocab: usize) -> Result<PackedFile> {
         let meta = file.metadata().map_err(|e| runtime(format!("cannot read {}: {e}", path.display())))?;
+        // A shared lock while it is open: `toy prep --force` refuses to replace
+        // a corpus that a run reads (best effort: a file system without locks
+        // just has none).
+        let _ = fs4::FileExt::try_lock_shared(&file);
         Ok(PackedFile { file, path: path.to_path_buf(), width, vocab, bytes: meta.len(), modified: meta.modified().ok() })
     }
 

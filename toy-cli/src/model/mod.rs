@@ -203,8 +203,14 @@ impl ModelConfig {
             return Err("vocab or context too large".into());
         }
         // Bounds that keep every size computed from the shape far from overflow.
-        if self.d_model > 1 << 16 || self.d_ff > 1 << 18 || self.n_layers > 1 << 10 || self.donor_width.unwrap_or(0) > 1 << 16 {
-            return Err("d_model (max 65536), d_ff (max 262144), n_layers (max 1024) or donor width too large".into());
+        let limits = [
+            ("d_model", self.d_model, 1 << 16),
+            ("d_ff", self.d_ff, 1 << 18),
+            ("n_layers", self.n_layers, 1 << 10),
+            ("donor width", self.donor_width.unwrap_or(0), 1 << 16),
+        ];
+        if let Some((what, v, max)) = limits.iter().find(|(_, v, max)| v > max) {
+            return Err(format!("{what} {v} is too large (at most {max})"));
         }
         Ok(())
     }

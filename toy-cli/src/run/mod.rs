@@ -156,12 +156,19 @@ impl RunDir {
     /// Temporary files of a process that died while writing (`.NAME.tmp-PID`),
     /// and resume states without their checkpoint: with the folder locked, no
     /// one else can be writing them.
+    ///
+    /// A state whose checkpoint `weights/latest` names is kept: that checkpoint
+    /// was removed by someone, not lost in a save, and `--resume` says so.
     fn remove_leftovers(&self) {
+        let latest = std::fs::read_link(self.path.join("weights/latest")).ok().map(|l| l.to_string_lossy().into_owned());
         for dir in [self.path.clone(), self.path.join("weights")] {
             let Ok(rd) = std::fs::read_dir(&dir) else { continue };
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                let orphan_state = name.strip_suffix(".state.gguf").is_some_and(|stem| !dir.join(format!("{stem}.gguf")).exists());
+                let orphan_state = name.strip_suffix(".state.gguf").is_some_and(|stem| {
+                    let ck = format!("{stem}.gguf");
+                    !dir.join(&ck).exists() && latest.as_deref() != Some(ck.as_str())
+                });
                 if (is_leftover(&name) && name != ".lock") || orphan_state {
                     let _ = std::fs::remove_file(e.path());
                 }
@@ -209,6 +216,37 @@ impl RunDir {
         #[cfg(not(unix))]
         std::fs::write(&tmp, format!("step_{step}.gguf")).map_err(|e| runtime(e.to_string()))?;
         std::fs::rename(&tmp, dir.join("latest")).map_err(|e| runtime(format!("cannot update weights/latest: {e}")))
+    }
+
+    /// Why `weights/latest` names no checkpoint, for `--resume`'s refusal: a
+    /// link to a file that is gone, and the newest checkpoint left with its
+    /// state, if any.
+    pub fn why_no_latest(&self) -> String {
+        let weights = self.path.join("weights");
+        let gone = std::fs::read_link(weights.join("latest")).ok().map(|l| l.to_string_lossy().into_owned());
+        let newest = std::fs::read_dir(&weights)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let n: u64 = name.strip_prefix("step_")?.strip_suffix(".gguf")?.parse().ok()?;
+                weights.join(format!("step_{n}.state.gguf")).is_file().then_some(n)
+            })
+            .max();
+        let ours = |g: &str| g.strip_prefix("step_").and_then(|r| r.strip_suffix(".gguf")).is_some_and(|n| n.parse::<u64>().is_ok());
+        let link = match gone {
+            Some(g) if ours(&g) => format!("no checkpoint: weights/latest points to {g}, which is gone"),
+            Some(g) => format!("no checkpoint of its own: weights/latest points to {g}, not to a step_N.gguf of its weights/"),
+            None => "no checkpoint: no weights/latest".to_string(),
+        };
+        match newest {
+            Some(n) => format!(
+                "{link}; step_{n}.gguf is intact: to resume from it, run ln -sfn step_{n}.gguf {}",
+                weights.join("latest").display()
+            ),
+            None => format!("{link}, and no checkpoint is left with its state"),
+        }
     }
 
     /// The checkpoint `weights/latest` points to, if any: a `step_<N>.gguf`

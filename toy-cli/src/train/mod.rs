@@ -55,8 +55,9 @@ pub struct RunOptions {
     pub keep: usize,
     /// Skip steps whose loss or gradients are not finite instead of stopping.
     pub skip_nonfinite: bool,
-    /// `--warmup-steps` was given (a warm-up longer than the run is then noted).
-    pub warmup_given: bool,
+    /// How the warm-up was given, if it was (`--warmup-steps`, or toy.toml's
+    /// `warmup_steps`): a warm-up longer than the run is then noted, naming it.
+    pub warmup_given: Option<&'static str>,
     /// Set to a signal number (SIGINT, SIGTERM) to stop after the current step.
     pub stop: Option<Arc<AtomicI32>>,
     /// A line for stdout (unless `quiet`) once the run is set up, before its

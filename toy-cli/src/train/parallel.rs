@@ -8,10 +8,11 @@
 //! resume state and validation come from the first replica.
 
 use super::batches::target_weights;
-use super::step::{check_chunks, StepStats, TrainStep};
+use super::step::{check_chunks, stopped, StepStats, TrainStep};
 use crate::error::{runtime, Result};
 use ggml_rs::comm::{AllReduceKind, Comm};
 use ggml_rs::{Graph, Tensor};
+use std::sync::atomic::AtomicI32;
 
 /// A training step on one device, or on several in data parallel.
 pub enum Trainer<'a> {
@@ -31,12 +32,26 @@ impl<'a> Trainer<'a> {
     /// A runtime error when the batch is not whole micro-batches; as
     /// [`step_weighted`](Self::step_weighted).
     pub fn step(&mut self, tokens: &[i32], targets: &[i32], lr: f32) -> Result<StepStats> {
+        Ok(self.step_unless(tokens, targets, lr, None)?.expect("no stop flag, no early end"))
+    }
+
+    /// [`step`](Self::step) that gives up between micro-batches once `stop`
+    /// holds a signal's number: `None` then, nothing applied
+    /// ([`TrainStep::step_unless`]).
+    ///
+    /// # Errors
+    /// As [`step`](Self::step).
+    pub fn step_unless(&mut self, tokens: &[i32], targets: &[i32], lr: f32, stop: Option<&AtomicI32>) -> Result<Option<StepStats>> {
         let (chunk, vocab) = (self.lead().chunk(), self.lead().vocab());
         let chunks = tokens.len() / chunk.max(1);
         if chunks == 0 || chunks * chunk != tokens.len() || targets.len() != tokens.len() {
             return Err(runtime(format!("a batch of {} tokens is not whole micro-batches of {chunk}", tokens.len())));
         }
-        self.step_weighted(tokens, targets, &target_weights(targets, chunks, vocab), lr)
+        let weights = target_weights(targets, chunks, vocab);
+        match self {
+            Trainer::Single(s) => Ok(s.step_unless(tokens, targets, &weights, lr, stop)?),
+            Trainer::Parallel(p) => p.step(tokens, targets, &weights, lr, stop),
+        }
     }
 
     /// [`step`](Self::step) with the weights given: one per slice of
@@ -50,7 +65,7 @@ impl<'a> Trainer<'a> {
     pub fn step_weighted(&mut self, tokens: &[i32], targets: &[i32], weights: &[f32], lr: f32) -> Result<StepStats> {
         match self {
             Trainer::Single(s) => Ok(s.step(tokens, targets, weights, lr)?),
-            Trainer::Parallel(p) => p.step(tokens, targets, weights, lr),
+            Trainer::Parallel(p) => Ok(p.step(tokens, targets, weights, lr, None)?.expect("no stop flag, no early end")),
         }
     }
 
@@ -138,7 +153,8 @@ impl<'a> DataParallel<'a> {
     /// Every micro-batch's slices through the replicas' backward graphs (each
     /// replica accumulating its own), then one all-reduce and the same update
     /// on every replica; skipped when the loss or a gradient is not finite.
-    fn step(&mut self, tokens: &[i32], targets: &[i32], weights: &[f32], lr: f32) -> Result<StepStats> {
+    /// `None` when `stop` ended it between micro-batches ([`TrainStep::step_unless`]).
+    fn step(&mut self, tokens: &[i32], targets: &[i32], weights: &[f32], lr: f32, stop: Option<&AtomicI32>) -> Result<Option<StepStats>> {
         let (n, chunk) = (self.replicas.len(), self.replicas[0].step.chunk());
         check_chunks(tokens, targets, weights, chunk)?;
         if weights.len() % n != 0 {
@@ -146,6 +162,9 @@ impl<'a> DataParallel<'a> {
         }
         let (mut loss, mut finite) = (0f64, true);
         for micro in 0..weights.len() / n {
+            if micro > 0 && stopped(stop) {
+                return Ok(None);
+            }
             for (r, rep) in self.replicas.iter_mut().enumerate() {
                 let c = micro * n + r;
                 let at = c * chunk..(c + 1) * chunk;
@@ -160,7 +179,7 @@ impl<'a> DataParallel<'a> {
         }
         let loss = loss as f32;
         if !finite || !loss.is_finite() {
-            return Ok(StepStats { loss, grad_norm: None, skipped: true });
+            return Ok(Some(StepStats { loss, grad_norm: None, skipped: true }));
         }
         let t0 = std::time::Instant::now();
         self.allreduce()?;
@@ -172,7 +191,7 @@ impl<'a> DataParallel<'a> {
             r.step.finish_update();
         }
         let grad_norm = self.replicas[0].step.optimizer().grad_norm().map(|g| g.scalar()).transpose()?;
-        Ok(StepStats { loss, grad_norm, skipped: false })
+        Ok(Some(StepStats { loss, grad_norm, skipped: false }))
     }
 
     /// Sum every parameter's accumulator over the replicas, in place.

@@ -20,6 +20,16 @@ use crate::run::RunDir;
 use ggml_rs::optim::AdamWState;
 use std::sync::atomic::Ordering;
 
+/// What became of one step.
+enum Stepped {
+    /// The update was applied.
+    Applied(StepStats),
+    /// Not finite, skipped (`--skip-nonfinite`): the step counts, nothing changed.
+    Skipped,
+    /// A signal stopped it between micro-batches: nothing applied, its windows put back.
+    Stopped,
+}
+
 /// Everything the loop works on.
 pub struct Loop<'l, 'a> {
     pub cfg: &'l TrainConfig,
@@ -244,20 +254,30 @@ impl Loop<'_, '_> {
     /// micro-batches), the update and its `step` event; None when it was
     /// skipped as non-finite (`--skip-nonfinite`), an error ending the run when
     /// it is non-finite otherwise.
-    fn train_step(&mut self, step: u64, lr: f32, tally: &Tally, report: &Report) -> Result<Option<StepStats>> {
+    fn train_step(&mut self, step: u64, lr: f32, tally: &Tally, report: &Report) -> Result<Stepped> {
         let t0 = std::time::Instant::now();
+        let before = self.sampler.state();
         let (b, new_epoch) = self.next_batch(self.cfg.model.context, tally.done, tally.last_loss)?;
+        let Some(st) = self.train.step_unless(&b.tokens, &b.targets, lr, self.opts.stop.as_deref())? else {
+            // Stopped between micro-batches: the step runs again, on the same windows, on --resume.
+            match self.chat {
+                Some(c) => self.sampler.restore_windows(&before, c.train.len() as u64),
+                None => self.sampler.restore(&before, self.corpus.train.len()),
+            }
+            .map_err(runtime)?;
+            report.say(format!("step {step}: stopped between its micro-batches; it runs again on --resume"));
+            return Ok(Stepped::Stopped);
+        };
         if new_epoch {
             self.sink.send(Event::Epoch(events::Epoch { step, epoch: self.sampler.epoch() }))?;
         }
-        let st = self.train.step(&b.tokens, &b.targets, lr)?;
         let wall_us = t0.elapsed().as_micros() as u64;
         if st.skipped && self.opts.skip_nonfinite {
             let skip = events::Skip { step, loss: st.loss, grad_norm: st.grad_norm, reason: "non-finite" };
             self.sink.send(Event::Skip(skip))?;
             let norm = st.grad_norm.map_or_else(|| "not computed".to_string(), |g| g.to_string());
             report.say(format!("step {step}: skipped (loss {}, gradient norm {norm}: not finite)", st.loss));
-            return Ok(None);
+            return Ok(Stepped::Skipped);
         }
         // Split graphs skip a non-finite update; without --skip-nonfinite that ends the run too.
         if st.skipped || !st.loss.is_finite() || st.grad_norm.is_some_and(|g| !g.is_finite()) {
@@ -271,7 +291,7 @@ impl Loop<'_, '_> {
         let tokens = self.cfg.tokens_per_step();
         let ev = events::Step { phase: Phase::Train, step, loss: st.loss, lr, tokens, wall_us, grad_norm: st.grad_norm };
         self.sink.send(Event::Step(ev))?;
-        Ok(Some(st))
+        Ok(Stepped::Applied(st))
     }
 
     /// [`Self::save`] step `step`, or end the run saying which checkpoint is left.
@@ -337,9 +357,9 @@ impl Loop<'_, '_> {
 pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let cfg = l.cfg;
     let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
-    if l.opts.warmup_given && cfg.warmup_steps > cfg.steps && l.start_step == 0 {
+    if let Some(how) = l.opts.warmup_given.filter(|_| cfg.warmup_steps > cfg.steps && l.start_step == 0) {
         eprintln!(
-            "note: --warmup-steps {} is more than --steps {}: the learning rate rises for the whole run and reaches --lr {:e} only at its last step",
+            "note: {how} {} is more than --steps {}: the learning rate rises for the whole run and reaches --lr {:e} only at its last step",
             cfg.warmup_steps, cfg.steps, cfg.lr
         );
     }
@@ -362,7 +382,18 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let mut reason = End::Completed;
     for step in l.start_step + 1..=cfg.steps {
         // A skipped step still counts: its checkpoint holds the weights as they were.
-        let st = l.train_step(step, sched.at(step), &tally, &report)?;
+        let st = match l.train_step(step, sched.at(step), &tally, &report)? {
+            Stepped::Applied(st) => Some(st),
+            Stepped::Skipped => None,
+            Stepped::Stopped => {
+                // Step `tally.done` is what a checkpoint can hold: save it unless it is saved.
+                if l.sink.latest() != Some(tally.done) {
+                    l.save_or_end(tally.done, tally.last_loss)?;
+                }
+                reason = End::Interrupted;
+                break;
+            }
+        };
         tally.done = step;
         if let Some(st) = &st {
             (tally.applied, tally.last_loss) = (tally.applied + 1, st.loss);

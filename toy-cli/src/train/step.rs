@@ -6,6 +6,7 @@
 use crate::model::{Batch, Param, Weights};
 use ggml_rs::optim::{AdamWConfig, AdamWState, Optimizer, ParamGroup};
 use ggml_rs::{Backend, Context, DType, Graph, MulMatGrad, Result, Tensor};
+use std::sync::atomic::AtomicI32;
 
 /// Constants every graph of a run shares, in a context allocated on the device.
 pub struct Consts<'c> {
@@ -153,6 +154,11 @@ pub struct StepStats {
     pub skipped: bool,
 }
 
+/// Whether `stop` holds a signal's number (`toy train`'s stop request).
+pub(crate) fn stopped(stop: Option<&AtomicI32>) -> bool {
+    stop.is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst) != 0)
+}
+
 impl<'a> TrainStep<'a> {
     /// Build and allocate the step graph(s) for micro-batches of `b` sequences
     /// of `t` tokens. With `accumulators` (one allocated f32 tensor per
@@ -235,6 +241,24 @@ impl<'a> TrainStep<'a> {
     /// `weights.len()` micro-batches, or the one-graph step (no accumulators)
     /// is given more than one micro-batch or a weight other than 1.
     pub fn step(&mut self, tokens: &[i32], targets: &[i32], weights: &[f32], lr: f32) -> Result<StepStats> {
+        Ok(self.step_unless(tokens, targets, weights, lr, None)?.expect("no stop flag, no early end"))
+    }
+
+    /// [`step`](Self::step) that gives up before a micro-batch other than the
+    /// first once `stop` holds a non-zero value (a signal, `toy train`):
+    /// `None` then, with nothing applied (the weights and the optimizer's state
+    /// are as before the step; the partial gradient sums are dropped).
+    ///
+    /// # Errors
+    /// As [`step`](Self::step).
+    pub fn step_unless(
+        &mut self,
+        tokens: &[i32],
+        targets: &[i32],
+        weights: &[f32],
+        lr: f32,
+        stop: Option<&AtomicI32>,
+    ) -> Result<Option<StepStats>> {
         check_chunks(tokens, targets, weights, self.chunk)?;
         if self.split.is_none() {
             if weights != [1.0] {
@@ -245,21 +269,24 @@ impl<'a> TrainStep<'a> {
             self.graph.compute()?;
             let loss = self.lg.loss.scalar()?;
             self.opt.finish_step();
-            return Ok(StepStats { loss, grad_norm: self.opt.grad_norm().map(|g| g.scalar()).transpose()?, skipped: false });
+            return Ok(Some(StepStats { loss, grad_norm: self.opt.grad_norm().map(|g| g.scalar()).transpose()?, skipped: false }));
         }
         let mut loss = 0f64;
         let micro = tokens.chunks_exact(self.chunk).zip(targets.chunks_exact(self.chunk));
         for (i, ((x, y), &wt)) in micro.zip(weights).enumerate() {
+            if i > 0 && stopped(stop) {
+                return Ok(None);
+            }
             self.start_backward(x, y, wt, i == 0)?;
             loss += wt as f64 * self.finish_backward()? as f64;
         }
         let (loss, norm) = (loss as f32, self.sumsq()?.sqrt());
         if !loss.is_finite() || !norm.is_finite() {
-            return Ok(StepStats { loss, grad_norm: Some(norm), skipped: true });
+            return Ok(Some(StepStats { loss, grad_norm: Some(norm), skipped: true }));
         }
         self.start_update(lr)?;
         self.finish_update();
-        Ok(StepStats { loss, grad_norm: Some(norm), skipped: false })
+        Ok(Some(StepStats { loss, grad_norm: Some(norm), skipped: false }))
     }
 
     fn split(&self) -> Result<&Split<'a>> {

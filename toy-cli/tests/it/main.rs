@@ -24,4 +24,5 @@ mod reliability3_models;
 mod reliability3_runs;
 mod reliability4_inputs;
 mod reliability4_output;
+mod reliability5;
 mod run_safety;
