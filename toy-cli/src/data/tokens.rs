@@ -45,7 +45,8 @@ pub struct PackedFile {
 
 impl PackedFile {
     /// `file` (at `path`), whose ids of `width` bytes (2 or 4) were checked
-    /// against `vocab` just now.
+    /// against `vocab` just now. It holds a shared lock on the file while open
+    /// (`toy prep --force` refuses to replace a corpus that is being read).
     ///
     /// # Errors
     /// [`Error::Runtime`](crate::error::Error::Runtime) when its metadata cannot be read.
