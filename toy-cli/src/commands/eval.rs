@@ -48,6 +48,8 @@ fn text_bytes(path: &std::path::Path, text_field: &str) -> Option<usize> {
     let (format, gzip) = crate::data::sources::format_of(path);
     let mut text = String::new();
     crate::data::sources::decoded(std::fs::File::open(path).ok()?, gzip).read_to_string(&mut text).ok()?;
+    // A byte order mark is not text: the reader drops it, so it is not counted either.
+    let text = text.strip_prefix(crate::data::text::BOM).unwrap_or(&text);
     if format == crate::data::sources::Format::JsonLines {
         // The records' texts (and a separator each), not the JSON around them.
         let field = |l: &str| serde_json::from_str::<serde_json::Value>(l).ok()?.get(text_field)?.as_str().map(|t| t.len() + 1);
