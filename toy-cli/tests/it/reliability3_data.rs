@@ -239,6 +239,18 @@ fn byte_order_marks_are_stripped() {
         (ids_of(&c.train), ids_of(&c.val))
     };
     assert_eq!(ids("plain.txt"), ids("bom.txt"));
+    // toy eval counts the text's bytes without the mark: the same bits per byte (stop 47).
+    let toy = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_toy")).current_dir(t).env_remove("TOY_RUN_ID").args(args).output().unwrap();
+    ok(&toy(&["train", "--corpus", "plain", "--preset", "smoke", "--steps", "1", "--threads", "1", "--out", "m"]));
+    let eval = |f: &str| {
+        let o = toy(&["eval", "m", "--corpus", f, "--json", "--threads", "1"]);
+        ok(&o);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v["bytes"].as_u64(), v["bits_per_byte"].as_f64())
+    };
+    let plain = eval("plain.txt");
+    assert!(plain.0.is_some_and(|b| b > 0) && plain.1.is_some(), "{plain:?}");
+    assert_eq!(eval("bom.txt"), plain);
     let jsonl: String = (0..10).map(|i| format!("{{\"text\": \"record {i}\"}}\n")).collect();
     std::fs::write(t.join("plain.jsonl"), &jsonl).unwrap();
     std::fs::write(t.join("bom.jsonl"), format!("\u{feff}{jsonl}")).unwrap();
