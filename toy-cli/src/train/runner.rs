@@ -251,9 +251,10 @@ impl Loop<'_, '_> {
     }
 
     /// Optimizer step `step` at learning rate `lr`: its batch (all its
-    /// micro-batches), the update and its `step` event; None when it was
-    /// skipped as non-finite (`--skip-nonfinite`), an error ending the run when
-    /// it is non-finite otherwise.
+    /// micro-batches), the update and its `step` event; [`Stepped::Skipped`]
+    /// when it was skipped as non-finite (`--skip-nonfinite`), an error ending
+    /// the run when it is non-finite otherwise; [`Stepped::Stopped`] when a
+    /// signal stopped it between micro-batches (its windows put back).
     fn train_step(&mut self, step: u64, lr: f32, tally: &Tally, report: &Report) -> Result<Stepped> {
         let t0 = std::time::Instant::now();
         let before = self.sampler.state();
