@@ -73,7 +73,11 @@ fn bench_base(a: &BenchArgs, cfg: &mut crate::config::TrainConfig) -> Result<Opt
     let context = a.context.unwrap_or(cfg.model.context.min(base.context));
     finetune::check_context(context, base, &path)?;
     let lora = a.lora_rank.map(|rank| finetune::lora_on(base, rank, None, a.lora_targets.as_deref()));
-    cfg.model = finetune::finetune_model(&ck, cfg, context, lora);
+    let note;
+    (cfg.model, note) = finetune::finetune_model(&ck, cfg, context, lora);
+    if let Some(note) = note {
+        eprintln!("{note}");
+    }
     cfg.recipe = crate::config::Recipe::Finetune;
     cfg.validate()?;
     Ok(Some(ck))

@@ -173,20 +173,19 @@ pub(crate) fn finetune_model(
     cfg: &crate::config::TrainConfig,
     context: usize,
     lora: Option<LoraConfig>,
-) -> crate::model::ModelConfig {
+) -> (crate::model::ModelConfig, Option<String>) {
     let (base_dtype, base_dtype_except) = matrix_dtype(&ck.file);
     // matrix_dtype says None when every matrix is f32 already.
-    let (base_dtype, base_dtype_except) = match (&lora, base_dtype) {
-        (Some(_), kept) => (kept, base_dtype_except),
+    let (base_dtype, base_dtype_except, note) = match (&lora, base_dtype) {
+        (Some(_), kept) => (kept, base_dtype_except, None),
         (None, kept) => {
-            if let Some(t) = kept {
-                eprintln!("note: the base's matrices are {t}; full fine-tuning trains them in f32 (--lora-rank keeps them {t})");
-            }
-            (None, Default::default())
+            let note = kept
+                .map(|t| format!("note: the base's matrices are {t}; full fine-tuning trains them in f32 (--lora-rank keeps them {t})"));
+            (None, Default::default(), note)
         }
     };
     let freeze = cfg.model.freeze.clone();
-    crate::model::ModelConfig { context, freeze, lora, base_dtype, base_dtype_except, ..ck.config.clone() }
+    (crate::model::ModelConfig { context, freeze, lora, base_dtype, base_dtype_except, ..ck.config.clone() }, note)
 }
 
 /// Run the finetune recipe for `a`.
@@ -221,7 +220,8 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
         (None, None) => default_context(base.context, &corpus, a.data.pack),
     };
     check_context(context, base, &path)?;
-    cfg.model = finetune_model(&ck, &cfg, context, lora);
+    let dequantized;
+    (cfg.model, dequantized) = finetune_model(&ck, &cfg, context, lora);
     cfg.validate()?;
     cfg.recipe = Recipe::Finetune;
     cfg.from = Some(std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()).display().to_string());
@@ -230,9 +230,8 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     cfg.text_field = text_field.to_string();
     (cfg.data_format, cfg.pack) = (format, a.data.pack);
     let run = run_dir(a.out.as_ref(), base.arch, how.restart)?;
-    if let Some(note) = note {
-        eprintln!("{note}"); // once the run folder is taken: a refused --out says one line
-    }
     let plan = Plan { recipe: Recipe::Finetune, init: Init::Model(&ck), sampling: Sampling::Random, resume: None };
-    finish(a, &run, train(&plan, &cfg, &corpus, &run, opts))
+    // Said once the run has started: a refusal before then says only itself.
+    let opts = RunOptions { notes: [dequantized, note].into_iter().flatten().collect(), ..opts.clone() };
+    finish(a, &run, train(&plan, &cfg, &corpus, &run, &opts))
 }

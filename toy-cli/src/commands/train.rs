@@ -229,6 +229,7 @@ fn run_options(a: &TrainArgs, stop: &Arc<AtomicI32>) -> RunOptions {
         warmup_given: a.optim.warmup_steps.map(|_| "--warmup-steps"),
         stop: Some(stop.clone()),
         announce: None,
+        notes: Vec::new(),
     }
 }
 

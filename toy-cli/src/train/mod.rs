@@ -60,9 +60,12 @@ pub struct RunOptions {
     pub warmup_given: Option<&'static str>,
     /// Set to a signal number (SIGINT, SIGTERM) to stop after the current step.
     pub stop: Option<Arc<AtomicI32>>,
-    /// A line for stdout (unless `quiet`) once the run is set up, before its
-    /// start is logged: a refusal before then prints only itself.
+    /// A line for stdout (unless `quiet`) once the run is set up and its
+    /// start logged: a refusal before then prints only itself.
     pub announce: Option<String>,
+    /// Notes for stderr at the same moment (what the recipe chose for the
+    /// user: a finetune's context, a base dequantized to f32).
+    pub notes: Vec<String>,
 }
 
 /// How a run ended: `run_end`'s `reason` in events.jsonl.
@@ -408,10 +411,13 @@ pub fn train_into(
         // refuses the resume with the run as it was
         sink.record_batches(cfg.model.context, cfg.sequences_per_step(), start_step, chat.is_some())?;
     }
+    log_start(sink, &start)?;
     if let (Some(line), false) = (&opts.announce, opts.quiet) {
         crate::outln!("{line}");
     }
-    log_start(sink, &start)?;
+    for note in &opts.notes {
+        eprintln!("{note}");
+    }
     let base_keys = carried_keys(plan)?;
     let name = model_name(cfg); // it may read the base's header: once, not per save
     let prov = |step| provenance(&run.id, &name, cfg, &base_keys, step);

@@ -119,3 +119,19 @@ fn a_longer_resume_notes_the_new_schedule() {
         "{said}"
     );
 }
+
+/// A `--resume` refused once its folder is opened (here `events.jsonl`
+/// replaced by a link) says only its one line: the `resuming` line on
+/// stdout comes once the run has started.
+#[test]
+fn a_resume_refused_late_says_only_its_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&train(t, &["--preset", "smoke", "--steps", "2", "--out", "r"]).output().unwrap());
+    std::fs::write(t.join("elsewhere.jsonl"), "").unwrap();
+    std::fs::remove_file(t.join("r/events.jsonl")).unwrap();
+    std::os::unix::fs::symlink(t.join("elsewhere.jsonl"), t.join("r/events.jsonl")).unwrap();
+    let o = train(t, &["--resume", "r", "--steps", "3"]).output().unwrap();
+    crate::common::process::fails_with(&o, 2, "symbolic link");
+    assert!(o.stdout.is_empty(), "{}", String::from_utf8_lossy(&o.stdout));
+}
