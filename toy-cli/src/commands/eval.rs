@@ -87,7 +87,7 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
     let text = TextOptions { tokenizer, text_field, ..Default::default() };
     let c = load_corpus_with(path, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(ck.config.vocab) }, &text)?;
     match (&ck.tokenizer, &c.tokenizer) {
-        (Some(ours), _) => c.check_tokenizer(ours)?,
+        (Some(ours), _) => c.check_tokenizer(ours, crate::data::corpus::GIVE_RAW_TEXT)?,
         (None, Some(_)) if !is_prepared(path) => return Err(no_tokenizer(path, "is text")),
         (None, Some(_)) if c.vocab_size != ck.config.vocab => {
             return Err(no_tokenizer(path, &format!("was prepared with {} ids, the model has {}", c.vocab_size, ck.config.vocab)))

@@ -8,6 +8,7 @@ use crate::cli::TrainArgs;
 use crate::config::{Recipe, Sampling};
 use crate::data::chat_examples::ChatModel;
 use crate::data::chat_records::DataFormat;
+use crate::data::corpus::GIVE_RAW_TEXT;
 use crate::data::tokenizer::Tokenizer;
 use crate::error::{input, Result};
 use crate::formats::checkpoint::{matrix_dtype, open_model, Checkpoint, BASE_TYPES};
@@ -199,7 +200,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let text_field = a.data.text_field.as_deref().unwrap_or("text");
     let format = a.data.data_format.unwrap_or_default();
     let model = ChatModel { file: &ck.file, tok: &tok };
-    let corpus = model_corpus(a.data.corpus.as_deref(), &model, base.vocab, text_field, format)?;
+    let corpus = model_corpus(a.data.corpus.as_deref(), &model, base.vocab, text_field, format, GIVE_RAW_TEXT)?;
     check_chat_flags(a, &corpus)?;
     let lora = lora_config(a, base)?;
     let mut args = a.clone();

@@ -8,7 +8,6 @@ use crate::cli::{
 };
 use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::chat_examples::ChatModel;
-use crate::data::corpus::GIVE_RAW_TEXT;
 use crate::data::Corpus;
 use crate::error::{input, Error, Result};
 use crate::formats::checkpoint::{open_checkpoint_on, Checkpoint};
@@ -149,15 +148,12 @@ pub fn corpus(cfg: &TrainConfig, ck: &Path, opened: &Checkpoint) -> Result<Corpu
         Some(tok) => {
             // A LoRA run's checkpoint opens on its base file: the template and ids are the base's.
             let model = ChatModel { file: &opened.file, tok };
-            model_corpus(Some(path), &model, cfg.model.vocab, &cfg.text_field, cfg.data_format).map_err(|e| match e {
-                // The corpus of a run is its own: prepare it again with the run's tokenizer.
-                crate::error::Error::Input(m) if m.ends_with(GIVE_RAW_TEXT) => input(format!(
-                    "{}; a resumed run reads its own corpus only: prepare it as before (toy prep of the same text, --vocab-size {})",
-                    m.trim_end_matches(GIVE_RAW_TEXT),
-                    cfg.model.vocab
-                )),
-                e => e,
-            })
+            // The corpus of a run is its own: it cannot take the raw text instead.
+            let mismatch = format!(
+                "a resumed run reads its own corpus only: prepare it as before (toy prep of the same text, --vocab-size {})",
+                cfg.model.vocab
+            );
+            model_corpus(Some(path), &model, cfg.model.vocab, &cfg.text_field, cfg.data_format, &mismatch)
         }
         None if cfg.recipe == Recipe::Finetune => Err(input(format!("{}: no tokenizer to read the corpus with", ck.display()))),
         // Token ids (toy's .bin/.txt files): no tokenizer to keep.

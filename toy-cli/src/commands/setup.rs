@@ -262,7 +262,16 @@ fn peft_name(name: &str) -> Option<&'static str> {
 /// tokenized with the tokenizer of `model`; a prepared folder must have been
 /// made with it. JSON Lines chat records (`format`, see [`DataFormat`]) are
 /// rendered with the model's chat template (see `data::chat_examples`).
-pub fn model_corpus(path: Option<&Path>, model: &ChatModel<'_>, vocab: usize, text_field: &str, format: DataFormat) -> Result<Corpus> {
+/// `mismatch` ends the refusal of a prepared folder made with another
+/// tokenizer ([`Corpus::check_tokenizer`]).
+pub fn model_corpus(
+    path: Option<&Path>,
+    model: &ChatModel<'_>,
+    vocab: usize,
+    text_field: &str,
+    format: DataFormat,
+    mismatch: &str,
+) -> Result<Corpus> {
     let tok = model.tok;
     let path = path.filter(|p| p.as_os_str() != "<embedded>" && !p.as_os_str().is_empty());
     let Some(path) = path else { return crate::data::embedded::corpus_with(tok.clone()) };
@@ -275,6 +284,6 @@ pub fn model_corpus(path: Option<&Path>, model: &ChatModel<'_>, vocab: usize, te
     }
     let text = TextOptions { tokenizer: Some(tok.clone()), text_field: text_field.to_string(), ..Default::default() };
     let c = load_corpus_with(path, &opts, &text)?;
-    c.check_tokenizer(tok)?;
+    c.check_tokenizer(tok, mismatch)?;
     Ok(c)
 }

@@ -55,26 +55,25 @@ impl Corpus {
 
     /// Refuse a corpus whose ids come from another tokenizer than `tok` (a
     /// prepared folder carries its own): they mean other tokens to the model.
+    /// `advice` ends the refusal ([`GIVE_RAW_TEXT`] where the caller may take
+    /// the raw text instead).
     ///
     /// # Errors
     /// [`Error::Input`](crate::error::Error::Input) naming the corpus.
-    pub fn check_tokenizer(&self, tok: &Tokenizer) -> Result<()> {
+    pub fn check_tokenizer(&self, tok: &Tokenizer, advice: &str) -> Result<()> {
         match &self.tokenizer {
             Some(theirs) if theirs.tokens() != tok.tokens() => {
                 let (a, b) = (theirs.vocab_size(), tok.vocab_size());
                 let sizes = if a == b { format!("{a} ids each, other tokens") } else { format!("{a} vs {b} ids") };
-                Err(input(format!(
-                    "{} was prepared with another tokenizer than the model's ({sizes}){GIVE_RAW_TEXT}",
-                    self.source.display()
-                )))
+                Err(input(format!("{} was prepared with another tokenizer than the model's ({sizes}); {advice}", self.source.display())))
             }
             _ => Ok(()),
         }
     }
 }
 
-/// The end of [`Corpus::check_tokenizer`]'s refusal: the advice for a new run.
-pub const GIVE_RAW_TEXT: &str = "; give the raw text instead";
+/// [`Corpus::check_tokenizer`]'s advice where a command may read the raw text.
+pub const GIVE_RAW_TEXT: &str = "give the raw text instead";
 
 /// How to read a corpus.
 #[derive(Clone, Debug)]

@@ -165,7 +165,7 @@ impl Sink for RunFolder<'_> {
     fn latest(&self) -> Option<u64> {
         let path = self.run.latest()?;
         let name = path.file_name()?.to_str()?;
-        let step = name.strip_prefix("step_")?.strip_suffix(".gguf")?.parse::<u64>().ok()?;
+        let step = super::checkpoint_step(name)?;
         (path == self.run.checkpoint_path(step)).then_some(step)
     }
 
@@ -188,11 +188,7 @@ impl Sink for RunFolder<'_> {
 fn prune(run: &RunDir, keep: usize) {
     let dir = run.path.join("weights");
     let Ok(rd) = std::fs::read_dir(&dir) else { return };
-    let mut steps: Vec<u64> = rd
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("step_")?.strip_suffix(".gguf")?.parse().ok())
-        .filter(|&s| s > 0)
-        .collect();
+    let mut steps: Vec<u64> = rd.flatten().filter_map(|e| super::checkpoint_step(e.file_name().to_str()?)).filter(|&s| s > 0).collect();
     steps.sort_unstable();
     let n = steps.len().saturating_sub(keep);
     for s in &steps[..n] {

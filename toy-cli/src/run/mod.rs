@@ -228,15 +228,11 @@ impl RunDir {
             .into_iter()
             .flatten()
             .flatten()
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let n: u64 = name.strip_prefix("step_")?.strip_suffix(".gguf")?.parse().ok()?;
-                weights.join(format!("step_{n}.state.gguf")).is_file().then_some(n)
-            })
+            .filter_map(|e| checkpoint_step(e.file_name().to_str()?))
+            .filter(|n| weights.join(format!("step_{n}.state.gguf")).is_file())
             .max();
-        let ours = |g: &str| g.strip_prefix("step_").and_then(|r| r.strip_suffix(".gguf")).is_some_and(|n| n.parse::<u64>().is_ok());
         let link = match gone {
-            Some(g) if ours(&g) => format!("no checkpoint: weights/latest points to {g}, which is gone"),
+            Some(g) if checkpoint_step(&g).is_some() => format!("no checkpoint: weights/latest points to {g}, which is gone"),
             Some(g) => format!("no checkpoint of its own: weights/latest points to {g}, not to a step_N.gguf of its weights/"),
             None => "no checkpoint: no weights/latest".to_string(),
         };
@@ -254,10 +250,14 @@ impl RunDir {
     pub fn latest(&self) -> Option<PathBuf> {
         let l = self.path.join("weights/latest");
         let target = std::fs::read_link(&l).ok()?;
-        let name = target.to_str()?;
-        let ours = name.strip_prefix("step_").and_then(|r| r.strip_suffix(".gguf")).is_some_and(|n| n.parse::<u64>().is_ok());
+        let ours = checkpoint_step(target.to_str()?).is_some();
         Some(self.path.join("weights").join(target)).filter(|p| ours && p.is_file())
     }
+}
+
+/// The step of a checkpoint's file name, `step_<N>.gguf` (not its state's).
+pub(crate) fn checkpoint_step(name: &str) -> Option<u64> {
+    name.strip_prefix("step_")?.strip_suffix(".gguf")?.parse().ok()
 }
 
 /// `{name, os, arch}` of this machine.
