@@ -17,7 +17,7 @@ pub enum DebugCommand {
     /// Loss and every parameter's gradient for one recorded batch, as a model-shaped GGUF.
     DumpGrads(DumpArgs),
     /// Loss and logits `[vocab, T·B]` for one recorded batch, as GGUF.
-    DumpLogits(DumpArgs),
+    DumpLogits(DumpLogitsArgs),
     /// Time training steps on random tokens (used by scripts/bench).
     Bench(BenchArgs),
     /// Token ids of a text file with a GGUF's tokenizer, as little-endian i32
@@ -129,9 +129,17 @@ pub struct DumpArgs {
     /// f32 matrix products on CUDA: highest (f32) or high (TF32).
     #[arg(long = "matmul-precision", value_enum, default_value = "high")]
     pub matmul_precision: crate::config::MatmulPrecision,
-    /// dump-logits only: multiply a quantized (or f16/bf16) base's matrices as
-    /// stored, as `toy generate` and llama.cpp do (q4_1 by activations rounded
-    /// to q8_1, ...), instead of dequantizing each for its product as training does.
+}
+
+/// `toy debug dump-logits`: [`DumpArgs`], and how a compact base multiplies.
+#[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)]
+pub struct DumpLogitsArgs {
+    #[command(flatten)]
+    pub dump: DumpArgs,
+    /// Multiply a quantized (or f16/bf16) base's matrices as stored, as `toy
+    /// generate` and llama.cpp do (q4_1 by activations rounded to q8_1, ...),
+    /// instead of dequantizing each for its product as training does.
     #[arg(long)]
     pub stored_types: bool,
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 mod debug;
 mod help;
 mod train;
-pub use debug::{BenchArgs, ChatMasksArgs, DebugArgs, DebugCommand, DumpArgs, TokenizeArgs};
+pub use debug::{BenchArgs, ChatMasksArgs, DebugArgs, DebugCommand, DumpArgs, DumpLogitsArgs, TokenizeArgs};
 pub use help::command_for;
 pub use train::{
     BatchArgs, DataArgs, DeviceArgs, FinetuneArgs, Flag, FlagValue, LogArgs, OptimArgs, ShapeArgs, Shown, TrainArgs, WarmStartArgs,

@@ -260,14 +260,25 @@ pub fn run(args: &DebugArgs) -> Result<()> {
         DebugCommand::Bench(a) => bench(a),
         DebugCommand::Tokenize(a) => tokenize(a),
         DebugCommand::ChatMasks(a) => chat_masks(a),
-        DebugCommand::DumpGrads(a) => dump(a, true),
-        DebugCommand::DumpLogits(a) => dump(a, false),
+        DebugCommand::DumpGrads(a) => dump(a, Dump::Grads),
+        DebugCommand::DumpLogits(a) => dump(&a.dump, if a.stored_types { Dump::StoredLogits } else { Dump::Logits }),
     }
 }
 
-/// `toy debug dump-grads` (`grads`) or `dump-logits`: the loss and every
+/// What `toy debug dump-*` writes.
+#[derive(Clone, Copy, PartialEq)]
+enum Dump {
+    /// dump-grads: the loss and every parameter's gradient.
+    Grads,
+    /// dump-logits: the logits of the training graph (a compact base dequantized).
+    Logits,
+    /// dump-logits --stored-types: the logits of the decoding graph.
+    StoredLogits,
+}
+
+/// `toy debug dump-grads` or `dump-logits` (`what`): the loss and every
 /// parameter's gradient, or the logits, for one recorded batch, as GGUF.
-fn dump(a: &DumpArgs, grads: bool) -> Result<()> {
+fn dump(a: &DumpArgs, what: Dump) -> Result<()> {
     let model = crate::files::resolve_model(&a.model)?;
     crate::files::check_out(&a.out, &[&model, &a.batches], "the dump")?;
     let ck = open_checkpoint(&model)?;
@@ -279,10 +290,7 @@ fn dump(a: &DumpArgs, grads: bool) -> Result<()> {
         return Err(input(format!("windows of {t} tokens exceed the model's context {}", ck.config.context)));
     }
     let backends = backends_for(&a.device, a.threads, a.matmul_precision.ggml())?;
-    if a.stored_types {
-        if grads {
-            return Err(input("--stored-types is for dump-logits (gradients train in the dequantized arithmetic)"));
-        }
+    if what == Dump::StoredLogits {
         return with_loaded(&ck, &backends[0], t, nb, LoadFor::Decode, |w, consts| {
             let cctx = Context::new(capacity(ck.config.n_layers))?;
             let mut step = EvalStep::new(&cctx, w, consts, t, nb, &backends)?;
@@ -297,7 +305,7 @@ fn dump(a: &DumpArgs, grads: bool) -> Result<()> {
         if !loss.is_finite() {
             return Err(runtime(format!("the loss of batch {} is not finite ({loss}); not writing {}", a.step, a.out.display())));
         }
-        if grads {
+        if what == Dump::Grads {
             let prov = Provenance {
                 run_id: "debug".into(),
                 step: a.step as u64,

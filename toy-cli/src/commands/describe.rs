@@ -3,7 +3,7 @@
 use crate::cli::DescribeArgs;
 use crate::error::Result;
 use crate::files::resolve_model;
-use ggml_rs::gguf::{GgufFile, Value};
+use ggml_rs::gguf::{Array, GgufFile, Value};
 use serde_json::json;
 
 fn short(v: &Value) -> String {
@@ -12,6 +12,46 @@ fn short(v: &Value) -> String {
         Value::String(s) if s.len() > 60 => format!("{:?}…", &s[..s.char_indices().nth(60).map(|c| c.0).unwrap_or(s.len())]),
         Value::String(s) => format!("{s:?}"),
         other => format!("{other:?}").split('(').nth(1).map(|x| x.trim_end_matches(')').to_string()).unwrap_or_default(),
+    }
+}
+
+/// A value as JSON: a scalar as its number, bool or whole string (an f32 as
+/// its shortest decimal, `1e-5` rather than `9.99999974e-6`); an array as
+/// `{"type": "<element type>", "len": n}`, as `gguf-dump` summarises one.
+fn json_value(v: &Value) -> serde_json::Value {
+    let f32_json = |x: f32| x.to_string().parse::<f64>().map_or(serde_json::Value::Null, |f| json!(f));
+    match v {
+        Value::U8(x) => json!(x),
+        Value::I8(x) => json!(x),
+        Value::U16(x) => json!(x),
+        Value::I16(x) => json!(x),
+        Value::U32(x) => json!(x),
+        Value::I32(x) => json!(x),
+        Value::U64(x) => json!(x),
+        Value::I64(x) => json!(x),
+        Value::F32(x) => f32_json(*x),
+        Value::F64(x) => json!(x),
+        Value::Bool(x) => json!(x),
+        Value::String(x) => json!(x),
+        Value::Array(a) => json!({ "type": array_type(a), "len": a.len() }),
+    }
+}
+
+/// GGUF's name of an array's element type (`gguf_type_name`: "u32", "str"...).
+fn array_type(a: &Array) -> &'static str {
+    match a {
+        Array::U8(_) => "u8",
+        Array::I8(_) => "i8",
+        Array::U16(_) => "u16",
+        Array::I16(_) => "i16",
+        Array::U32(_) => "u32",
+        Array::I32(_) => "i32",
+        Array::F32(_) => "f32",
+        Array::Bool(_) => "bool",
+        Array::String(_) => "str",
+        Array::U64(_) => "u64",
+        Array::I64(_) => "i64",
+        Array::F64(_) => "f64",
     }
 }
 
@@ -47,7 +87,7 @@ pub fn run(args: &DescribeArgs) -> Result<()> {
     }
     let n_params: i64 = f.tensors().iter().map(|t| t.nelements()).sum();
     if args.json {
-        let meta: serde_json::Map<String, serde_json::Value> = f.metadata().iter().map(|(k, v)| (k.clone(), json!(short(v)))).collect();
+        let meta: serde_json::Map<String, serde_json::Value> = f.metadata().iter().map(|(k, v)| (k.clone(), json_value(v))).collect();
         let tensors: Vec<_> = f
             .tensors()
             .iter()
@@ -55,7 +95,7 @@ pub fn run(args: &DescribeArgs) -> Result<()> {
             .collect();
         return crate::say!(
             "{}",
-            json!({ "format": "toy/describe-v1", "path": path, "version": f.version(), "n_params": n_params, "metadata": meta, "tensors": tensors })
+            json!({ "format": "toy/describe-v2", "path": path, "version": f.version(), "n_params": n_params, "metadata": meta, "tensors": tensors })
         );
     }
     crate::say!(
@@ -91,5 +131,24 @@ mod tests {
     fn counts_read_as_people_write_them() {
         let got: Vec<_> = [0u64, 999, 2_464, 16_384, 134_515_008, 1_235_814_400].iter().map(|&n| super::count(n)).collect();
         assert_eq!(got, ["0", "999", "2.46K", "16.38K", "134.52M", "1.24B"]);
+    }
+
+    #[test]
+    fn json_metadata_is_typed() {
+        use ggml_rs::gguf::{Array, Value};
+        let long = "x".repeat(100);
+        let got: Vec<_> = [
+            Value::F32(1e-5),
+            Value::U32(49152),
+            Value::Bool(false),
+            Value::String(long.clone()),
+            Value::Array(Array::String(vec!["a".into(), "b".into()])),
+        ]
+        .iter()
+        .map(super::json_value)
+        .collect();
+        let want = serde_json::json!([1e-5, 49152, false, long, { "type": "str", "len": 2 }]);
+        assert_eq!(serde_json::Value::Array(got), want);
+        assert_eq!(super::json_value(&Value::F32(1e-5)).as_f64(), Some(1e-5)); // not 9.99999974e-6
     }
 }
