@@ -134,21 +134,8 @@ fn overflow(ck: &Checkpoint, l: f32, place: &str) -> crate::error::Error {
     runtime(format!("the loss is not finite ({l}) on {place}: the model{adapter} overflows on this corpus"))
 }
 
-/// Evaluate `args.model` on `args.corpus`.
-///
-/// A model without tokenizer keys is evaluated on token ids only (an id file,
-/// or a prepared folder of the model's vocabulary size): its loss on text
-/// tokenized any other way would mean nothing. Chat data is read as
-/// finetune reads it (`--data-format`) and scored on the assistant's tokens
-/// (`eval_chat`). A loss that is not finite is a failure
-/// ([`Error::Runtime`](crate::error::Error::Runtime)), not a result.
-pub fn run(args: &EvalArgs) -> Result<EvalResult> {
-    crate::error::set_oom_advice("use a smaller --batch or --context");
-    let ck = open_checkpoint(&resolve_model(&args.model)?)?;
-    let ck = match &args.lora {
-        Some(l) => ck.with_lora(l)?,
-        None => ck,
-    };
+/// `--batch`, `--context` and `--split` against the model `ck` and the corpus.
+fn check_args(args: &EvalArgs, ck: &Checkpoint) -> Result<()> {
     match (args.batch, args.context) {
         (0, _) => return Err(input("--batch must be at least 1")),
         (_, Some(0)) => return Err(input("--context must be at least 1")),
@@ -164,6 +151,25 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
             args.corpus.display()
         )));
     }
+    Ok(())
+}
+
+/// Evaluate `args.model` on `args.corpus`.
+///
+/// A model without tokenizer keys is evaluated on token ids only (an id file,
+/// or a prepared folder of the model's vocabulary size): its loss on text
+/// tokenized any other way would mean nothing. Chat data is read as
+/// finetune reads it (`--data-format`) and scored on the assistant's tokens
+/// (`eval_chat`). A loss that is not finite is a failure
+/// ([`Error::Runtime`](crate::error::Error::Runtime)), not a result.
+pub fn run(args: &EvalArgs) -> Result<EvalResult> {
+    crate::error::set_oom_advice("use a smaller --batch or --context");
+    let ck = open_checkpoint(&resolve_model(&args.model)?)?;
+    let ck = match &args.lora {
+        Some(l) => ck.with_lora(l)?,
+        None => ck,
+    };
+    check_args(args, &ck)?;
     if let Some(chat) = chat_corpus(&ck, args)? {
         return eval_chat(&ck, args, &chat);
     }

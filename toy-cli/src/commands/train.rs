@@ -116,10 +116,8 @@ enum Resumed {
     Restart(Box<TrainArgs>),
 }
 
-/// Continue the run in `dir` (see `--resume`): only
-/// [`RESUME_FLAGS`](super::resume::RESUME_FLAGS) may change;
-/// any other flag that contradicts the run is refused, naming it.
-fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
+/// The run's `config.toml` in `dir`, or why `dir` is no run folder to resume.
+fn run_config(dir: &Path) -> Result<TrainConfig> {
     let text = std::fs::read_to_string(dir.join("config.toml")).map_err(|e| {
         let empty = || std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
         if !dir.exists() {
@@ -137,12 +135,19 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
             input(format!("--resume {}: no config.toml ({e}); is it a run folder?", dir.display()))
         }
     })?;
-    let mut cfg: TrainConfig = toml::from_str(&text).map_err(|e| {
+    toml::from_str(&text).map_err(|e| {
         let message = e.message().trim().replace('\n', "; ");
         // a missing key has no line of its own (the parser points at its table's first)
         let span = e.span().filter(|_| !message.starts_with("missing field"));
         input(format!("{}: {message}", where_in(&dir.join("config.toml"), &text, span)))
-    })?;
+    })
+}
+
+/// Continue the run in `dir` (see `--resume`): only
+/// [`RESUME_FLAGS`](super::resume::RESUME_FLAGS) may change;
+/// any other flag that contradicts the run is refused, naming it.
+fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
+    let mut cfg = run_config(dir)?;
     super::resume::check_recipe(&cfg, dir)?;
     let a = &super::resume::moved_base(a, &mut cfg, dir)?;
     let conflicts = super::resume::conflicts(a, &cfg);
@@ -194,17 +199,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
         };
         return Err(input(format!("the run {at}; give a larger --steps to continue")));
     }
-    // The cosine schedule spans the run's steps: a new length moves the rate.
-    let replanned = (planned != cfg.steps).then(|| {
-        let sched = |steps| Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(steps), steps };
-        format!(
-            "; --steps {} re-plans the learning-rate schedule it had for {planned} steps: step {done} ran at {:.3e}, step {} runs at {:.3e}",
-            cfg.steps,
-            sched(planned).at(done),
-            done + 1,
-            sched(cfg.steps).at(done + 1)
-        )
-    });
+    let replanned = (planned != cfg.steps).then(|| replanned(&cfg, planned, done));
     let opened = super::resume::checkpoint(&cfg, &ck, dir)?;
     let corpus = super::resume::corpus(&cfg, &ck, &opened)?;
     let note = format!(
@@ -215,6 +210,19 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     );
     let plan = Plan { recipe: cfg.recipe, init: Init::Random, sampling: cfg.sampling, resume: Some(ck) };
     Ok(Resumed::Continue(Box::new((cfg, corpus, run, plan, note))))
+}
+
+/// What `--resume --steps` does to the run's schedule: the cosine spans the
+/// run's steps, so a new length moves the rate of the steps to come.
+fn replanned(cfg: &TrainConfig, planned: u64, done: u64) -> String {
+    let sched = |steps| Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(steps), steps };
+    format!(
+        "; --steps {} re-plans the learning-rate schedule it had for {planned} steps: step {done} ran at {:.3e}, step {} runs at {:.3e}",
+        cfg.steps,
+        sched(planned).at(done),
+        done + 1,
+        sched(cfg.steps).at(done + 1)
+    )
 }
 
 /// What a run writes besides the essentials, as `a` asks.

@@ -95,6 +95,21 @@ pub fn backends(devices: &[String], threads: usize, precision: ggml_rs::MatmulPr
     devices.iter().map(|d| replica_backends(d, per, precision)).collect()
 }
 
+/// `--device`'s devices, one replica each, and each one's backends; refused
+/// when the batch does not split evenly over them.
+pub fn replicas(cfg: &crate::config::TrainConfig) -> Result<(Vec<String>, Vec<Vec<Backend>>)> {
+    let devices = parse(&cfg.device)?;
+    let n = devices.len();
+    if cfg.batch % n != 0 {
+        return Err(input(format!(
+            "a batch of {} (--batch, or the preset's) does not divide evenly over the {n} devices of --device {}; give a --batch that does",
+            cfg.batch, cfg.device
+        )));
+    }
+    let backends = backends(&devices, cfg.threads, cfg.dtype.precision(cfg.matmul_precision))?;
+    Ok((devices, backends))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

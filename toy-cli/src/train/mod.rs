@@ -364,15 +364,8 @@ pub fn train_into(
         _ => None,
     };
     check_inputs(cfg, corpus, chat.as_ref(), limit)?;
-    let devices = devices::parse(&cfg.device)?;
+    let (devices, all_backends) = devices::replicas(cfg)?;
     let n = devices.len();
-    if cfg.batch % n != 0 {
-        return Err(input(format!(
-            "a batch of {} (--batch, or the preset's) does not divide evenly over the {n} devices of --device {}; give a --batch that does",
-            cfg.batch, cfg.device
-        )));
-    }
-    let all_backends = devices::backends(&devices, cfg.threads, cfg.dtype.precision(cfg.matmul_precision))?;
     let backends = all_backends[0].clone();
     let device = backends[0].clone();
     let memory = memory::DeviceMemory::start(&device);
@@ -412,12 +405,7 @@ pub fn train_into(
         sink.record_batches(cfg.model.context, cfg.sequences_per_step(), start_step, chat.is_some())?;
     }
     log_start(sink, &start)?;
-    if let (Some(line), false) = (&opts.announce, opts.quiet) {
-        crate::outln!("{line}");
-    }
-    for note in &opts.notes {
-        eprintln!("{note}");
-    }
+    announce(opts);
     let base_keys = carried_keys(plan)?;
     let name = model_name(cfg); // it may read the base's header: once, not per save
     let prov = |step| provenance(&run.id, &name, cfg, &base_keys, step);
@@ -442,6 +430,17 @@ pub fn train_into(
         prov: &prov,
         memory,
     })
+}
+
+/// The run's announce line (stdout, unless quiet) and notes (stderr), said
+/// once its start is logged.
+fn announce(opts: &RunOptions) {
+    if let (Some(line), false) = (&opts.announce, opts.quiet) {
+        crate::outln!("{line}");
+    }
+    for note in &opts.notes {
+        eprintln!("{note}");
+    }
 }
 
 /// The order of a run's windows, a step's micro-batches drawn as one batch of
