@@ -235,9 +235,11 @@ pub struct MergeArgs {
     /// llama.cpp's llama-quantize does (no importance matrix; a matrix whose
     /// rows do not split into the type's blocks falls back as llama-quantize
     /// does: q4_k to q5_0, q5_k to q5_1, q6_k to q8_0, others to f16; norms
-    /// and other vectors stay f32).
-    #[arg(long = "type", value_name = "TYPE", value_enum, default_value = "same")]
-    pub dtype: ExportType,
+    /// and other vectors stay f32). Default: `same` for an f32, f16 or bf16
+    /// base, q8_0 for a quantized one (a 4- or 5-bit grid rounds most of a
+    /// LoRA update away; give `same` to keep the base's type).
+    #[arg(long = "type", value_name = "TYPE", value_enum)]
+    pub dtype: Option<ExportType>,
 }
 
 /// The tensor type of `toy export merge --type` (llama.cpp's names).

@@ -79,6 +79,23 @@ fn lora_over_a_quantized_base_equals_lora_over_its_dequantized_copy() {
     ok(&toy(t, &["export", "merge", "--base", "q.gguf", "--lora", "lq/weights/latest", "--type", "q8_0", "--out", "m8.gguf"]));
     assert_eq!(GgufFile::open(t.join("m8.gguf")).unwrap().tensor("blk.0.attn_q.weight").unwrap().dtype, DType::Q8_0);
     assert!((eval_loss(t, &["m8.gguf"]) - tuned).abs() < 2e-2);
+    // Without --type a quantized base's merge is q8_0 (its own 4-bit grid rounds
+    // much of an update away), said in a note; --type same keeps q4_1, with a note.
+    let merge = |extra: &[&str], out: &str| {
+        let mut a = vec!["export", "merge", "--base", "q.gguf", "--lora", "lq/weights/latest", "--out", out];
+        a.extend_from_slice(extra);
+        let o = toy(t, &a);
+        ok(&o);
+        let ty = GgufFile::open(t.join(out)).unwrap().tensor("blk.0.attn_q.weight").unwrap().dtype;
+        (ty, String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (ty, err) = merge(&[], "md.gguf");
+    assert_eq!(ty, DType::Q8_0);
+    assert!(err.contains("the base's matrices are q4_1; wrote q8_0"), "{err}");
+    let (ty, err) = merge(&["--type", "same"], "ms.gguf");
+    assert_eq!(ty, DType::Q4_1);
+    assert!(err.contains("note: q4_1 rounds the merged weights"), "{err}");
+    assert!(merge(&["--type", "q8_0"], "m8b.gguf").1.is_empty());
     // dump-logits --stored-types multiplies the base as stored (q4_1 by q8_1
     // activations, as llama.cpp and generate do): close to, not equal to, the
     // dequantized arithmetic. Gradients have no such mode.
