@@ -39,6 +39,41 @@ pub fn temp_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 
+/// Remove the temporaries of `path` ([`temp_path`]: `.NAME.tmp-PID`) that
+/// processes which no longer run left beside it (killed while writing). A
+/// live process's temporary is left alone: it may be writing `path` now.
+pub fn remove_stale_temps(path: &Path) {
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let prefix = format!(".{name}.tmp-");
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let entry = e.file_name().to_string_lossy().into_owned();
+        let pid = entry.strip_prefix(&prefix).and_then(|p| p.parse::<i32>().ok());
+        if pid.is_some_and(|p| p > 0 && !process_runs(p)) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Whether a process `pid` exists (`kill(pid, 0)`; one of another user's
+/// counts as running).
+fn process_runs(pid: i32) -> bool {
+    // SAFETY: signal 0 sends nothing; it only checks the process.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// The bytes of the regular file `path` (`what` names it in errors): a
+/// folder, a FIFO or a device is refused before it is opened (reading a FIFO
+/// would wait for a writer for ever).
+pub fn read_regular(path: &Path, what: &str) -> Result<Vec<u8>> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => Err(input(format!("{what} {}: not a regular file", path.display()))),
+        _ => std::fs::read(path).map_err(|e| input(format!("cannot read {what} {}: {e}", path.display()))),
+    }
+}
+
 /// Whether `name` is what a toy process leaves in a run or prep folder besides
 /// its results: the lock, a write probe, or a temporary ([`temp_path`]) of a
 /// process that died while writing.

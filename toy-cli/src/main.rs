@@ -82,7 +82,9 @@ fn dispatch(command: &Command) -> toy::error::Result<()> {
         }),
         Command::Describe(a) => toy::commands::describe::run(a),
         Command::Devices(a) => toy::commands::devices::run(a),
-        Command::New(a) => toy::commands::new::run(a).and_then(|d| say!("created {} (cd {} && toy train)", shown(&d), shown(&d))),
+        Command::New(a) => {
+            toy::commands::new::run(a).and_then(|d| say!("created {} (cd {} && toy train)", shown(&d), toy::output::shell_quoted(&d)))
+        }
         Command::Prep(a) => toy::commands::prep::run(a).and_then(|m| {
             if a.json {
                 say!("{}", serde_json::to_string(&m).unwrap_or_default())
@@ -171,10 +173,13 @@ fn main() -> ExitCode {
         }
     };
     let name = command_name(&cli.command);
-    let dir = cli.backend_dir.clone().or_else(|| std::env::var_os("TOY_BACKEND_DIR").map(Into::into));
-    if let Some(dir) = dir {
+    // Backend modules for the commands that compute; an empty $TOY_BACKEND_DIR is unset.
+    let env = std::env::var_os("TOY_BACKEND_DIR").filter(|v| !v.is_empty()).map(|v| (std::path::PathBuf::from(v), "$TOY_BACKEND_DIR"));
+    let dir = cli.backend_dir.clone().map(|d| (d, "--backend-dir")).or(env);
+    let computes = !matches!(cli.command, Command::Prep(_) | Command::New(_) | Command::Describe(_) | Command::Export(_));
+    if let (Some((dir, from)), true) = (dir, computes) {
         if let Err(e) = ggml_rs::backend::load_backends_from(&dir) {
-            eprintln!("toy {name}: --backend-dir: {}", one_line(&e.to_string()));
+            eprintln!("toy {name}: {from}: {}", one_line(&e.to_string()));
             return ExitCode::from(2);
         }
     }

@@ -43,10 +43,34 @@ pub fn shown(path: &Path) -> String {
     one_line(&path.to_string_lossy())
 }
 
+/// A path as a shell command takes it: as it is when it holds only
+/// characters no shell treats specially (letters, digits, `/._-+,:@%=`), else
+/// in single quotes (a `'` inside as `'\''`), as Python's `shlex.quote` does.
+pub fn shell_quoted(path: &Path) -> String {
+    let s = shown(path);
+    let plain = !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c));
+    if plain {
+        s
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 /// A progress bar of `total` units drawn with indicatif's `template` (the
 /// default bar if the template does not parse).
 pub fn progress_bar(total: u64, template: &str) -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::new(total);
     pb.set_style(indicatif::ProgressStyle::with_template(template).unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()));
     pb
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn paths_are_quoted_for_a_shell_where_needed() {
+        use std::path::Path;
+        assert_eq!(super::shell_quoted(Path::new("runs/a-1.x")), "runs/a-1.x");
+        assert_eq!(super::shell_quoted(Path::new("pr ü 空")), "'pr ü 空'");
+        assert_eq!(super::shell_quoted(Path::new("it's")), "'it'\\''s'");
+    }
 }

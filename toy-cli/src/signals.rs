@@ -1,4 +1,5 @@
-//! SIGINT/SIGTERM and SIGPIPE for `toy train`.
+//! SIGINT/SIGTERM and SIGPIPE for `toy train` (and, for commands that write
+//! one file, [`remove_on_interrupt`]).
 //!
 //! The first SIGINT/SIGTERM asks the loop to stop after the current step (or
 //! between a step's micro-batches, `--grad-accum`) and save; a second one only says that it is on its way (so an impatient double
@@ -10,6 +11,7 @@
 //! (`toy train | head -1`) does not kill a run: its lines are dropped
 //! ([`outln!`](crate::outln)) and training goes on.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -43,10 +45,36 @@ fn watch_quit() {
             continue;
         }
         if let Some(note) = ON_QUIT.lock().ok().and_then(|f| f.as_ref().and_then(|f| f())) {
-            say(&format!("toy train: {note}\n"));
+            let cmd = COMMAND.lock().map_or("train", |c| *c);
+            say(&format!("toy {cmd}: {note}\n"));
         }
         signal_hook::low_level::exit(128 + sig);
     }
+}
+
+/// The command whose name [`watch_quit`]'s note starts with.
+static COMMAND: Mutex<&str> = Mutex::new("train");
+
+/// For a command that writes one file (`toy export merge`, the debug dumps)
+/// to `temp` and renames it: SIGINT or SIGTERM ends it within 10 ms, with
+/// `temp` removed and the line `toy <cmd>: interrupted; <out> not written`,
+/// where the default disposition left a half-written temporary behind.
+/// (A temporary created in the instant between the removal and the exit is
+/// one that [`crate::files::remove_stale_temps`] removes on the next write.)
+pub fn remove_on_interrupt(cmd: &'static str, temp: PathBuf, out: &Path) {
+    if let Ok(mut c) = COMMAND.lock() {
+        *c = cmd;
+    }
+    let note = format!("interrupted; {} not written", out.display());
+    on_quit(Box::new(move || {
+        let _ = std::fs::remove_file(&temp);
+        Some(note.clone())
+    }));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        // SAFETY: the handler stores to an atomic, which is async-signal-safe.
+        let _ = unsafe { signal_hook::low_level::register(sig, move || QUIT.store(sig, Ordering::SeqCst)) };
+    }
+    std::thread::spawn(watch_quit);
 }
 
 /// Whether stderr is a terminal, where a message starts on a line of its own

@@ -364,7 +364,9 @@ flag_group! {
     #[serde(default)]
     #[command(next_help_heading = "Logging and checkpoints")]
     pub struct LogArgs {
-        /// Validation loss every N steps (default 100; 0: only at the end).
+        /// Validation loss every N steps, and before the first step and after
+        /// the last one (or the one a stop signal ends the run on) (default
+        /// 100; 0: only those two).
         #[arg(long = "eval-every", value_parser = count_u64)]
         pub eval_every: Option<u64>,
         /// Checkpoint every N steps (default 0: only at the end).

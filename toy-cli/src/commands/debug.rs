@@ -204,7 +204,7 @@ fn tokenize(a: &TokenizeArgs) -> Result<()> {
     let what = model.display();
     let file = ggml_rs::gguf::GgufFile::open(&model).map_err(|e| input(e.to_string()))?;
     let tok = crate::data::Tokenizer::read_gguf(&file)?.ok_or_else(|| input(format!("{what}: no tokenizer (tokenizer.ggml.*)")))?;
-    let bytes = std::fs::read(&a.text).map_err(|e| input(format!("cannot read {}: {e}", a.text.display())))?;
+    let bytes = crate::files::read_regular(&a.text, "--text")?;
     let text = String::from_utf8(bytes).map_err(|e| input(format!("{}: not UTF-8 ({e})", a.text.display())))?;
     let encode = |t: &str| if a.special { tok.encode(t) } else { tok.encode_document(t) };
     let pieces: Vec<&str> = if a.lines { text.split_inclusive('\n').collect() } else { vec![text.as_str()] };
@@ -217,6 +217,8 @@ fn tokenize(a: &TokenizeArgs) -> Result<()> {
     }
     let out: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
     crate::files::make_parent(&a.out)?;
+    crate::files::remove_stale_temps(&a.out);
+    crate::signals::remove_on_interrupt("debug", crate::files::temp_path(&a.out), &a.out);
     crate::files::write_atomic(&a.out, &out)?;
     crate::say!(
         "{}",
@@ -281,6 +283,8 @@ enum Dump {
 fn dump(a: &DumpArgs, what: Dump) -> Result<()> {
     let model = crate::files::resolve_model(&a.model)?;
     crate::files::check_out(&a.out, &[&model, &a.batches], "the dump")?;
+    crate::files::remove_stale_temps(&a.out);
+    crate::signals::remove_on_interrupt("debug", crate::files::temp_path(&a.out), &a.out);
     let ck = open_checkpoint(&model)?;
     let rec = Recorded::open(&a.batches)?;
     let b = rec.batch(a.step)?;

@@ -78,24 +78,22 @@ pub fn default_lr(lora: bool) -> f32 {
     }
 }
 
-/// Refuse a `--preset` (given on the command line) whose model shape is not
-/// that of the base `base` at `path`: finetune keeps the model's shape, and
-/// takes only a preset's batch and context.
-fn check_preset(preset: Option<crate::config::Preset>, base: &crate::model::ModelConfig, path: &Path) -> Result<()> {
-    let Some(p) = preset else { return Ok(()) };
+/// The note for a `--preset` (given on the command line) whose model shape is
+/// not that of the base `base`: finetune keeps the model's shape and takes only
+/// the preset's batch and context (as `debug bench --from` does).
+fn preset_note(preset: Option<crate::config::Preset>, base: &crate::model::ModelConfig) -> Option<String> {
+    let p = preset?;
     let (d, h, f, l, _, _) = p.shape();
-    if (d, h, f, l) != (base.d_model, base.n_heads, base.d_ff, base.n_layers) {
-        return Err(input(format!(
-            "--preset {}: its shape (d_model {d}, {l} layers, {h} heads, d_ff {f}) is not that of the model at {} (d_model {}, {} layers, {} heads, d_ff {}); finetune keeps the model's shape: give --batch and --context instead",
+    ((d, h, f, l) != (base.d_model, base.n_heads, base.d_ff, base.n_layers)).then(|| {
+        format!(
+            "note: --preset {} gives the batch and the context; the model keeps its own shape (d_model {}, {} layers, {} heads, d_ff {})",
             p.name(),
-            path.display(),
             base.d_model,
             base.n_layers,
             base.n_heads,
             base.d_ff
-        )));
-    }
-    Ok(())
+        )
+    })
 }
 
 /// Refuse flags that do not apply to what `corpus` holds: `--pack` and
@@ -196,7 +194,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     check_flags(a, &path)?;
     let (ck, tok) = open_base(&path)?;
     let base = &ck.config;
-    check_preset(how.cli_preset, base, &path)?;
+    let shape_note = preset_note(how.cli_preset, base);
     let text_field = a.data.text_field.as_deref().unwrap_or("text");
     let format = a.data.data_format.unwrap_or_default();
     let model = ChatModel { file: &ck.file, tok: &tok };
@@ -233,6 +231,6 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let run = run_dir(a.out.as_ref(), base.arch, how.restart)?;
     let plan = Plan { recipe: Recipe::Finetune, init: Init::Model(&ck), sampling: Sampling::Random, resume: None };
     // Said once the run has started: a refusal before then says only itself.
-    let opts = RunOptions { notes: [dequantized, note].into_iter().flatten().collect(), ..opts.clone() };
+    let opts = RunOptions { notes: [shape_note, dequantized, note].into_iter().flatten().collect(), ..opts.clone() };
     finish(a, &run, train(&plan, &cfg, &corpus, &run, &opts))
 }

@@ -181,13 +181,14 @@ pub const RESUME_FLAGS: [&str; 11] = [
 /// every flag named that the resume was not given (all but
 /// [`RESUME_FLAGS`] contradict the run if given) becomes config.toml's key
 /// (`--lr NaN must be ...` → `--resume DIR: config.toml: lr NaN must be ...`;
-/// `--lora-rank` → `lora.rank`). Other errors are returned as they are.
+/// `--lora-rank` → `lora.rank`), as is one that names no flag (`n_layers must
+/// be at least 1`). Other errors are returned as they are.
 pub fn config_error(e: Error, a: &TrainArgs, dir: &Path) -> Error {
     let Error::Input(m) = &e else { return e };
     let flags = a.flags();
     let given = |flag: &str| flags.iter().any(|f| f.given && f.flag == flag);
     let mut out = String::with_capacity(m.len());
-    let mut renamed = false;
+    let (mut renamed, mut kept) = (false, false);
     let mut rest = m.as_str();
     while let Some(at) = rest.find("--") {
         out.push_str(&rest[..at]);
@@ -195,6 +196,7 @@ pub fn config_error(e: Error, a: &TrainArgs, dir: &Path) -> Error {
         let len = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).unwrap_or(tail.len());
         let flag = &rest[at..at + 2 + len];
         if len == 0 || given(flag) {
+            kept |= len > 0;
             out.push_str(flag);
         } else {
             renamed = true;
@@ -206,7 +208,9 @@ pub fn config_error(e: Error, a: &TrainArgs, dir: &Path) -> Error {
         rest = &tail[len..];
     }
     out.push_str(rest);
-    if !renamed {
+    // Only flags the resume was given: theirs. No flag at all (`bad model
+    // shape: n_layers ...`): config.toml's, the only other source.
+    if !renamed && kept {
         return e;
     }
     input(format!("--resume {}: config.toml: {out}", dir.display()))

@@ -190,6 +190,11 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     let ck = run.latest().ok_or_else(|| input(format!("--resume {}: {}", dir.display(), run.why_no_latest())))?;
     // Checked before the note below: the checkpoint and its resume state belong
     // together (the training loop relies on it), and the run has steps left.
+    if !crate::formats::state::state_path(&ck).is_file() {
+        let step = ck.file_name().and_then(|n| crate::run::checkpoint_step(n.to_str()?)).unwrap_or(u64::MAX);
+        let advice = run.newest_intact(step).map(|n| format!("; {}", run.resume_from(n))).unwrap_or_default();
+        return Err(input(format!("--resume {}: {} has no resume state beside it{advice}", dir.display(), ck.display())));
+    }
     let done = crate::formats::state::check_pair(&ck, crate::run::started_as(dir).as_deref())?;
     if done >= cfg.steps {
         let at = if done == cfg.steps {

@@ -277,6 +277,14 @@ pub fn open_checkpoint_on(path: &Path, base: Option<&Path>) -> Result<Checkpoint
         return Err(input(format!("{}: not a regular file, not a checkpoint", path.display())));
     }
     let file = GgufFile::open(path)?;
+    if file.get("toy.state.format").is_some() {
+        let ck = super::state::checkpoint_of(path);
+        return Err(input(format!(
+            "{}: a resume state (optimizer moments, for toy train --resume), not a model; its checkpoint is {}",
+            path.display(),
+            ck.display()
+        )));
+    }
     if super::adapter::is_adapter(&file) {
         // A LoRA run's checkpoint: the adapter, on the base it names (relative to
         // the adapter's folder), which must be a model, not another adapter.

@@ -41,6 +41,16 @@ pub fn state_path(checkpoint: &Path) -> PathBuf {
     checkpoint.with_extension("state.gguf")
 }
 
+/// The checkpoint `weights/step_<N>.gguf` of the state `weights/step_<N>.state.gguf`
+/// ([`state_path`]'s inverse; another name is returned as it is).
+pub fn checkpoint_of(state: &Path) -> PathBuf {
+    let name = state.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    match name.strip_suffix(".state.gguf") {
+        Some(stem) => state.with_file_name(format!("{stem}.gguf")),
+        None => state.to_path_buf(),
+    }
+}
+
 fn key(i: usize, t: Tensor<'_>, suffix: &str) -> String {
     let n = format!("{}{suffix}", t.name());
     if n.len() < 64 {
@@ -94,6 +104,13 @@ pub fn load(path: &Path, w: &Weights<'_>, moments: &AdamWState<'_>) -> Result<Pr
         let info = f.tensor(name).ok_or_else(|| bad(format!("missing tensor {name}")))?;
         if info.shape() != t.shape() {
             return Err(bad(format!("tensor {name} is {:?}, the model needs {:?}", info.shape(), t.shape())));
+        }
+        // A NaN or an infinity in a moment (a negative second moment) would
+        // surface a step later as a non-finite loss blamed on --lr.
+        let values = f.tensor_f32(name)?;
+        let broken = values.iter().position(|x| !x.is_finite() || (name.ends_with(".adam_v") && *x < 0.0));
+        if let Some(i) = broken {
+            return Err(bad(format!("tensor {name} holds {} at element {i}; the resume state is broken", values[i])));
         }
         Ok(f.load_into(name, t)?)
     };

@@ -53,11 +53,19 @@ impl Layout {
         }
     }
 
-    /// A layout this build reads back ([`Recorded`]).
-    fn known(&self) -> bool {
-        self.window >= 2
-            && self.batch > 0
-            && matches!((self.format.as_str(), self.dtype.as_str()), (TEXT_BATCHES, "u32") | (CHAT_BATCHES, "i32"))
+    /// Why this build cannot read a recording of this layout back
+    /// ([`Recorded`]), if it cannot.
+    fn unknown(&self) -> Option<String> {
+        if !matches!((self.format.as_str(), self.dtype.as_str()), (TEXT_BATCHES, "u32") | (CHAT_BATCHES, "i32")) {
+            return Some(format!(
+                "format {:?} with dtype {:?} (known: {TEXT_BATCHES:?} with u32, {CHAT_BATCHES:?} with i32)",
+                self.format, self.dtype
+            ));
+        }
+        if self.window < 2 {
+            return Some(format!("window {} (at least 2: a token and its next)", self.window));
+        }
+        (self.batch == 0).then(|| "batch 0".to_string())
     }
 }
 
@@ -128,8 +136,11 @@ impl Recorded {
     pub fn open(bin: &std::path::Path) -> crate::error::Result<Recorded> {
         use crate::error::input;
         let bin = if bin.is_dir() { bin.join("batches.bin") } else { bin.to_path_buf() };
-        if !bin.is_file() {
+        if !bin.exists() {
             return Err(input(format!("{}: no such file (a run's batches.bin, from --record-batches)", bin.display())));
+        }
+        if !bin.is_file() {
+            return Err(input(format!("{}: not a regular file (a run's batches.bin, from --record-batches)", bin.display())));
         }
         let bin = bin.as_path();
         let json = bin.with_file_name("batches.json");
@@ -137,10 +148,20 @@ impl Recorded {
             input(format!("{}: no layout beside it ({}: {e}); a run's batches.bin, from --record-batches?", bin.display(), json.display()))
         })?;
         let layout: Layout = serde_json::from_str(&text).map_err(|e| input(format!("{}: {e}", json.display())))?;
+        if let Some(why) = layout.unknown() {
+            return Err(input(format!("{}: a layout this build does not read: {why}", json.display())));
+        }
         let bytes = std::fs::read(bin).map_err(|e| input(format!("{}: {e}", bin.display())))?;
         let per_step = layout.values_per_window().checked_mul(layout.batch).and_then(|n| n.checked_mul(4)).unwrap_or(0);
-        if !layout.known() || per_step == 0 || bytes.len() % per_step != 0 || bytes.is_empty() {
-            return Err(input(format!("{}: not a batch recording matching {}", bin.display(), json.display())));
+        if per_step == 0 || bytes.len() % per_step != 0 || bytes.is_empty() {
+            return Err(input(format!(
+                "{}: {} bytes, not whole steps of {per_step} bytes ({} windows of {} ids) as {} says",
+                bin.display(),
+                bytes.len(),
+                layout.batch,
+                layout.values_per_window(),
+                json.display()
+            )));
         }
         let windows = bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         Ok(Recorded { layout, windows })

@@ -224,25 +224,34 @@ impl RunDir {
     pub fn why_no_latest(&self) -> String {
         let weights = self.path.join("weights");
         let gone = std::fs::read_link(weights.join("latest")).ok().map(|l| l.to_string_lossy().into_owned());
-        let newest = std::fs::read_dir(&weights)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| checkpoint_step(e.file_name().to_str()?))
-            .filter(|n| weights.join(format!("step_{n}.state.gguf")).is_file())
-            .max();
+        let newest = self.newest_intact(u64::MAX);
         let link = match gone {
             Some(g) if checkpoint_step(&g).is_some() => format!("no checkpoint: weights/latest points to {g}, which is gone"),
             Some(g) => format!("no checkpoint of its own: weights/latest points to {g}, not to a step_N.gguf of its weights/"),
             None => "no checkpoint: no weights/latest".to_string(),
         };
         match newest {
-            Some(n) => format!(
-                "{link}; step_{n}.gguf is intact: to resume from it, run ln -sfn step_{n}.gguf {}",
-                weights.join("latest").display()
-            ),
+            Some(n) => format!("{link}; {}", self.resume_from(n)),
             None => format!("{link}, and no checkpoint is left with its state"),
         }
+    }
+
+    /// The newest step below `below` whose checkpoint and resume state are
+    /// both in `weights/`.
+    pub fn newest_intact(&self, below: u64) -> Option<u64> {
+        let weights = self.path.join("weights");
+        std::fs::read_dir(&weights)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| checkpoint_step(e.file_name().to_str()?))
+            .filter(|&n| n < below && weights.join(format!("step_{n}.state.gguf")).is_file())
+            .max()
+    }
+
+    /// The advice to resume from step `n`'s checkpoint: the link to make.
+    pub fn resume_from(&self, n: u64) -> String {
+        format!("step_{n}.gguf is intact: to resume from it, run ln -sfn step_{n}.gguf {}", self.path.join("weights/latest").display())
     }
 
     /// The checkpoint `weights/latest` points to, if any: a `step_<N>.gguf`

@@ -37,6 +37,8 @@ pub struct Fit {
     pub windows: usize,
     /// Trained tokens (targets that count) over all windows.
     pub trained_tokens: usize,
+    /// Input positions holding a token rather than padding, over all windows.
+    pub filled: usize,
 }
 
 impl std::ops::Add for Fit {
@@ -48,6 +50,7 @@ impl std::ops::Add for Fit {
             dropped: self.dropped + o.dropped,
             windows: self.windows + o.windows,
             trained_tokens: self.trained_tokens + o.trained_tokens,
+            filled: self.filled + o.filled,
         }
     }
 }
@@ -100,6 +103,7 @@ impl Windows {
                 trained.extend_from_slice(masks[i]);
             }
             fit.trained_tokens += w.push(&ids, &trained);
+            fit.filled += ids.len().min(t);
         }
         fit.windows = groups.len();
         (w, fit)
@@ -196,6 +200,24 @@ impl ChatRun {
         })
     }
 
+    /// What a run says of its chat data as it starts: the split, the trained
+    /// tokens, and the padding (with a hint at `--pack` when most of a window
+    /// is padding: steps then cost mostly nothing).
+    pub fn summary(&self) -> String {
+        let (f, t) = (&self.fit, self.train.t);
+        let padding = 1.0 - f.filled as f64 / (f.windows * t).max(1) as f64;
+        let hint = if !self.pack && padding > 0.5 { "; --pack puts several conversations in a window" } else { "" };
+        format!(
+            "chat data: {} conversations ({} records): {} windows of {t} tokens for training, {} held out for validation; {} trained tokens, {:.0}% of the windows padding{hint}",
+            f.conversations,
+            self.kind,
+            self.train.len(),
+            self.val.len(),
+            f.trained_tokens,
+            100.0 * padding
+        )
+    }
+
     /// The `chat` object of `run_start`.
     pub fn event(&self) -> super::events::Chat {
         let f = &self.fit;
@@ -253,7 +275,7 @@ mod tests {
         let long = ex(&[5, 6, 7, 8, 9, 10, 11], &[false, true, false, false, false, false, true]);
         let prompt_only_after_cut = ex(&[1, 1, 1, 1, 1, 1, 7], &[false, false, false, false, false, false, true]);
         let (w, fit) = Windows::build(&[a, long, prompt_only_after_cut], 4, false, Some(0));
-        assert_eq!(fit, Fit { conversations: 3, truncated: 2, dropped: 1, windows: 2, trained_tokens: 3 });
+        assert_eq!(fit, Fit { conversations: 3, truncated: 2, dropped: 1, windows: 2, trained_tokens: 3, filled: 8 });
         let b = w.batch(&[0, 1]);
         assert_eq!(b.tokens, [1, 2, 3, 4, 5, 6, 7, 8]);
         assert_eq!(b.targets, [-1, 3, 4, -1, 6, -1, -1, -1]);

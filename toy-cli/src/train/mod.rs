@@ -283,8 +283,11 @@ fn oversized_step_note(cfg: &TrainConfig, corpus: &Corpus) -> Option<String> {
 /// Begin `sink` and send `run_start` for a new run, `resume` for a resumed
 /// one, and `fallback` (with a warning) when graph nodes run on the CPU.
 fn log_start(sink: &mut dyn Sink, s: &Start<'_, '_>) -> Result<()> {
-    let Start { plan, cfg, corpus, device, train, memory, wctx, start_step, .. } = *s;
+    let Start { plan, cfg, corpus, device, train, memory, wctx, start_step, chat, .. } = *s;
     sink.begin(train.graph(), plan.resume.is_some())?;
+    if let Some(c) = chat.filter(|_| plan.resume.is_none()) {
+        eprintln!("{}", c.summary());
+    }
     if let Some(note) = oversized_step_note(cfg, corpus) {
         eprintln!("{note}");
     }

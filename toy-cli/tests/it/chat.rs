@@ -130,8 +130,8 @@ fn packed_windows_hold_whole_conversations_separated_by_eos() {
     let b = ex(&[4, 5, 6, 7], &[0, 0, 1, 1]);
     let c = ex(&[8, 9, 10, 11, 12], &[0, 1, 1, 0, 1]);
     let (w, fit) = Windows::build(&[a.clone(), b.clone(), c.clone()], t, true, Some(eos));
-    assert_eq!(fit, Fit { conversations: 3, truncated: 0, dropped: 0, windows: 2, trained_tokens: 6 });
-    // Best fit, longest first: c, then b beside it (5 + 1 + 4 = 10); a in a window of its own.
+    assert_eq!(fit, Fit { conversations: 3, truncated: 0, dropped: 0, windows: 2, trained_tokens: 6, filled: 12 });
+    // Best fit, longest first: c, then b beside it (5 + 1 + 4 = 10; 9 inputs filled); a in a window of its own (3).
     let bt = w.batch(&[0, 1]);
     assert_eq!(bt.tokens[..9], [8, 9, 10, 11, 12, 99, 4, 5, 6]);
     assert_eq!(bt.targets[..9], [9, 10, -1, 12, -1, -1, -1, 6, 7], "the EOS between them and prompt tokens count nothing");
@@ -293,6 +293,10 @@ fn a_chat_finetune_learns_the_answers_and_keeps_the_template() {
         err.contains("note: 2 of 62 conversations truncated to 129 tokens") && err.contains("1 of them had no trained token left"),
         "{err}"
     );
+    // The split, the trained tokens and the padding are said as the run starts.
+    let summary =
+        err.lines().find(|l| l.starts_with("chat data: 62 conversations (messages records): ")).unwrap_or_else(|| panic!("{err}"));
+    assert!(summary.contains("for training, 3 held out for validation;") && summary.contains("--pack puts several"), "{summary}");
     let start = &events(&t.join("ft"))[0];
     let c = &start["chat"];
     assert_eq!(

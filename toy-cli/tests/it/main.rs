@@ -25,4 +25,5 @@ mod reliability3_runs;
 mod reliability4_inputs;
 mod reliability4_output;
 mod reliability5;
+mod reliability6;
 mod run_safety;

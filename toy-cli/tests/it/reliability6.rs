@@ -1,0 +1,144 @@
+//! The sixth reliability pass (fresh users' trials, stop 48): temporaries a
+//! killed writer left, inputs that are not regular files, broken resume
+//! states, and messages that named the wrong source or no remedy.
+
+use crate::common::process::{fails, ok, toy};
+use ggml_rs::gguf::{GgufFile, GgufWriter};
+use std::path::Path;
+use std::process::Command;
+
+/// A smoke run in `dir/R` of `steps` steps, saving every step, its batches recorded.
+fn trained(dir: &Path, steps: &str) {
+    let args = ["train", "--preset", "smoke", "--steps", steps, "--save-every", "1", "--keep", "0"];
+    ok(&toy(dir, &[&args[..], &["--threads", "1", "--log-every", "1000", "--record-batches", "--out", "R"]].concat()));
+}
+
+/// A process id that no process has now (a child that ran and was reaped).
+fn dead_pid() -> u32 {
+    let mut c = Command::new("true").spawn().unwrap();
+    let pid = c.id();
+    c.wait().unwrap();
+    pid
+}
+
+/// A writer killed mid-write leaves `.NAME.tmp-PID`; the next write of NAME
+/// removes it, and leaves a live process's temporary alone.
+#[test]
+fn the_next_write_removes_a_dead_writers_temporary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    trained(t, "1");
+    let (dead, live) = (t.join(format!(".d.gguf.tmp-{}", dead_pid())), t.join(format!(".d.gguf.tmp-{}", std::process::id())));
+    std::fs::write(&dead, b"half").unwrap();
+    std::fs::write(&live, b"busy").unwrap();
+    ok(&toy(t, &["debug", "dump-logits", "R", "--batches", "R/batches.bin", "--out", "d.gguf", "--threads", "1"]));
+    assert!(!dead.exists() && live.exists() && t.join("d.gguf").is_file());
+}
+
+/// A FIFO given as a file to read is refused at once (reading it waited for a
+/// writer for ever); a batch layout this build cannot read says why.
+#[test]
+fn fifos_and_bad_layouts_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    trained(t, "1");
+    assert!(Command::new("mkfifo").arg(t.join("fifo")).status().unwrap().success());
+    fails(&toy(t, &["debug", "tokenize", "R", "--text", "fifo", "--out", "ids.bin"]), "debug", "--text fifo: not a regular file");
+    let dump = |batches: &str| toy(t, &["debug", "dump-logits", "R", "--batches", batches, "--out", "d.gguf", "--threads", "1"]);
+    fails(&dump("fifo"), "debug", "fifo: not a regular file");
+    let json = std::fs::read_to_string(t.join("R/batches.json")).unwrap();
+    let mut layout: serde_json::Value = serde_json::from_str(&json).unwrap();
+    layout["window"] = 1.into();
+    std::fs::write(t.join("R/batches.json"), layout.to_string()).unwrap();
+    fails(&dump("R/batches.bin"), "debug", "a layout this build does not read: window 1 (at least 2");
+    assert!(!t.join("d.gguf").exists());
+}
+
+/// A resume state with a NaN moment is refused as it loads, naming the file
+/// and the tensor (it surfaced a step later as a loss blamed on --lr); one
+/// whose state is gone names the intact checkpoint to resume from.
+#[test]
+fn a_broken_or_missing_resume_state_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    trained(t, "3");
+    let state = t.join("R/weights/step_3.state.gguf");
+    let f = GgufFile::open(&state).unwrap();
+    let mut g = GgufWriter::new();
+    for (k, v) in f.metadata() {
+        if k != "general.alignment" {
+            g.set(k, v.clone()).unwrap();
+        }
+    }
+    let moment = f.tensors().iter().find(|i| i.name.ends_with(".adam_m")).unwrap().name.clone();
+    for info in f.tensors() {
+        let mut v = f.tensor_f32(&info.name).unwrap();
+        if info.name == moment {
+            v[1] = f32::NAN;
+        }
+        g.add_tensor_data(&info.name, &info.shape(), &v).unwrap();
+    }
+    drop(f);
+    g.write(&state).unwrap();
+    let resume = || toy(t, &["train", "--resume", "R", "--steps", "5", "--threads", "1"]);
+    fails(&resume(), "train", &format!("tensor {moment} holds NaN at element 1; the resume state is broken"));
+    std::fs::remove_file(&state).unwrap();
+    fails(&resume(), "train", "has no resume state beside it; step_2.gguf is intact: to resume from it, run ln -sfn step_2.gguf");
+    // A state given where a model goes says what it is.
+    let o = toy(t, &["generate", "R/weights/step_2.state.gguf", "-n", "1"]);
+    fails(
+        &o,
+        "generate",
+        "a resume state (optimizer moments, for toy train --resume), not a model; its checkpoint is R/weights/step_2.gguf",
+    );
+}
+
+/// A value from a run's config.toml that fails validation is said of
+/// config.toml, even when the message names no flag.
+#[test]
+fn a_bad_value_in_config_toml_is_said_of_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    trained(t, "1");
+    let cfg = std::fs::read_to_string(t.join("R/config.toml")).unwrap();
+    let edited: String =
+        cfg.lines().map(|l| if l.starts_with("n_layers = ") { "n_layers = 0\n".to_string() } else { format!("{l}\n") }).collect();
+    std::fs::write(t.join("R/config.toml"), edited).unwrap();
+    fails(&toy(t, &["train", "--resume", "R", "--steps", "3", "--threads", "1"]), "train", "--resume R: config.toml: ");
+}
+
+/// An empty $TOY_BACKEND_DIR is unset; a set one is named as such, and does
+/// not stop the commands that compute nothing.
+#[test]
+fn toy_backend_dir_is_named_and_empty_is_unset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let run = |value: &str, args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_toy")).args(args).current_dir(t).env("TOY_BACKEND_DIR", value).output().unwrap()
+    };
+    ok(&run("", &["devices"]));
+    ok(&run(".", &["new", "p"]));
+    if cfg!(not(feature = "dynamic")) {
+        fails(&run(".", &["devices"]), "devices", "$TOY_BACKEND_DIR: ");
+    }
+}
+
+/// finetune takes a preset's batch and context, as its help says, whatever the
+/// preset's shape, with a note; `toy new`'s follow-up command is quoted for a shell.
+#[test]
+fn a_finetune_preset_gives_batch_and_context_and_new_quotes_its_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    trained(t, "1");
+    std::fs::write(t.join("c.txt"), toy_stories::generate_with(3, 30)).unwrap();
+    let o = toy(
+        t,
+        &["train", "finetune", "--from", "R", "--corpus", "c.txt", "--preset", "tiny", "--steps", "1", "--threads", "1", "--out", "F"],
+    );
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("note: --preset tiny gives the batch and the context; the model keeps its own shape (d_model 64"), "{err}");
+    let o = toy(t, &["new", "my project"]);
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("(cd 'my project' && toy train)"));
+}
