@@ -64,11 +64,13 @@ fn count_u64(text: &str) -> Result<u64, String> {
 
 /// A 32-bit float flag: what `f32` parses (inf and NaN too, for the flag's own
 /// check to name), but a finite number beyond f32's range (`1e300`) is refused
-/// as such instead of becoming inf.
+/// as such instead of becoming inf, and one too small for it (`1e-300`) as
+/// such instead of becoming 0.
 pub(crate) fn float32(text: &str) -> Result<f32, String> {
     let v: f32 = text.trim().parse().map_err(|_| "not a number".to_string())?;
     match text.trim().parse::<f64>() {
         Ok(w) if w.is_finite() && !v.is_finite() => Err(format!("beyond a 32-bit float's range (±{:e})", f32::MAX)),
+        Ok(w) if w != 0.0 && v == 0.0 => Err(format!("too small for a 32-bit float (the smallest is {:e})", f32::from_bits(1))),
         _ => Ok(v),
     }
 }

@@ -224,6 +224,7 @@ fn trial_39_messages() {
     ok(&toy(t, &["generate", "r", "--prompt-ids", "1, 2", "-n", "1", "--greedy"]));
     fails(&train(t, &["--rope-base", "0", "--out", "a"]), "train", "rope_base 0 must be above 1");
     fails(&train(t, &["--lr", "1e300", "--out", "a"]), "train", "'1e300' for '--lr <LR>': beyond a 32-bit float's range");
+    fails(&train(t, &["--lr", "1e-300", "--out", "a"]), "train", "'1e-300' for '--lr <LR>': too small for a 32-bit float");
     fails(&toy(t, &["generate", "r", "--temperature", "-1e39"]), "generate", "beyond a 32-bit float's range");
     fails(&train(t, &["--device", "cpu,cpu", "--out", "a"]), "train", "a batch of 1 (--batch, or the preset's) does not divide");
     // prep's --out through a file, and a prepared folder whose prep never finished.
