@@ -212,32 +212,47 @@ impl std::fmt::Display for DType {
 
 /// A Rust scalar that is the element of a plain (non-quantized) ggml type, so
 /// tensor data can be copied to and from slices of it.
-pub trait Element: Copy + Default + 'static {
+///
+/// Implemented for `f32`, `f64`, `i8`, `i16`, `i32`, `i64`, [`half::f16`] and
+/// [`half::bf16`] only. The trait is sealed: [`Tensor::read`](crate::Tensor::read)
+/// and [`write`](crate::Tensor::write) copy raw bytes on the promise that
+/// `size_of::<T>()` is the byte size of [`DTYPE`](Self::DTYPE) and that every
+/// bit pattern is a valid `T`, which an outside type could break.
+///
+/// ```compile_fail
+/// #[derive(Clone, Copy, Default)]
+/// struct Small(u8);
+/// impl ggml_rs::Element for Small {
+///     const DTYPE: ggml_rs::DType = ggml_rs::DType::F32;
+/// }
+/// ```
+pub trait Element: sealed::Sealed + Copy + Default + 'static {
     /// The matching ggml type.
     const DTYPE: DType;
 }
 
-impl Element for f32 {
-    const DTYPE: DType = DType::F32;
+mod sealed {
+    /// Only this crate can name (and so implement) this trait, which keeps
+    /// [`Element`](super::Element) to the plain scalars below.
+    pub trait Sealed {}
 }
-impl Element for f64 {
-    const DTYPE: DType = DType::F64;
+
+macro_rules! element {
+    ($($t:ty => $d:ident),* $(,)?) => {$(
+        impl sealed::Sealed for $t {}
+        impl Element for $t {
+            const DTYPE: DType = DType::$d;
+        }
+    )*};
 }
-impl Element for i32 {
-    const DTYPE: DType = DType::I32;
-}
-impl Element for i8 {
-    const DTYPE: DType = DType::I8;
-}
-impl Element for i16 {
-    const DTYPE: DType = DType::I16;
-}
-impl Element for i64 {
-    const DTYPE: DType = DType::I64;
-}
-impl Element for half::f16 {
-    const DTYPE: DType = DType::F16;
-}
-impl Element for half::bf16 {
-    const DTYPE: DType = DType::BF16;
+
+element! {
+    f32 => F32,
+    f64 => F64,
+    i32 => I32,
+    i8 => I8,
+    i16 => I16,
+    i64 => I64,
+    half::f16 => F16,
+    half::bf16 => BF16,
 }

@@ -19,5 +19,6 @@ mod optim;
 mod optim_many;
 mod products;
 mod quant;
+mod sealed;
 mod sgemm;
 mod side;
