@@ -8,6 +8,7 @@
 //! handle to freed metadata can exist in safe code; data is reachable only while
 //! the buffer holding it is alive (see [`Tensor::read`]).
 
+use crate::arena::Arena;
 use crate::backend::Backend;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
@@ -32,22 +33,34 @@ pub struct Context {
     ptr: NonNull<sys::ggml_context>,
     max_tensors: usize,
     buffers: RefCell<Vec<OwnedBuffer>>,
+    /// The host memory of the descriptions; dropped after `ggml_free`.
+    _arena: Arena,
 }
 
 impl Context {
     /// A context with room for `max_tensors` tensor descriptions (views and op
-    /// results included). Creating more returns [`Error::Capacity`].
+    /// results included; about 370 bytes of host memory each). Creating more
+    /// returns [`Error::Capacity`].
+    ///
+    /// # Errors
+    /// [`Error::Capacity`] when the descriptions' size overflows or the host
+    /// cannot allocate it; [`Error::OutOfMemory`] past the process's
+    /// address-space limit.
     pub fn new(max_tensors: usize) -> Result<Context> {
         log::init();
         let max_tensors = max_tensors.max(1);
         // SAFETY: pure size computation.
-        let mem_size = max_tensors * unsafe { sys::ggml_tensor_overhead() };
-        crate::backend::check_host_arena(mem_size, "the tensors of a context")?;
-        let params = sys::ggml_init_params { mem_size, mem_buffer: std::ptr::null_mut(), no_alloc: true };
-        // SAFETY: ggml allocates the arena; NULL on failure.
-        let ptr = unsafe { sys::ggml_init(params) };
+        let per = unsafe { sys::ggml_tensor_overhead() };
+        let mem_size = max_tensors
+            .checked_mul(per)
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or_else(|| Error::Capacity(format!("a context of {max_tensors} tensors ({per} bytes each) is too large")))?;
+        let mut arena = Arena::new(mem_size, "the tensors of a context")?;
+        // SAFETY: the arena is aligned and at least mem_size bytes, and lives as
+        // long as the context (a field dropped after ggml_free).
+        let ptr = unsafe { sys::ggml_init(arena.params()) };
         let ptr = NonNull::new(ptr).ok_or_else(|| Error::Capacity(format!("cannot allocate a context of {mem_size} bytes")))?;
-        Ok(Context { ptr, max_tensors, buffers: RefCell::new(Vec::new()) })
+        Ok(Context { ptr, max_tensors, buffers: RefCell::new(Vec::new()), _arena: arena })
     }
 
     /// The number of tensors this context can hold.

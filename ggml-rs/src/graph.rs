@@ -1,6 +1,7 @@
 //! Compute graphs: build (forward and backward), allocate through the backend
 //! scheduler, compute, and report where each node ran.
 
+use crate::arena::Arena;
 use crate::backend::Backend;
 use crate::backward;
 use crate::context::{Context, Tensor};
@@ -95,6 +96,8 @@ pub struct Graph<'a> {
     cont_grads: HashMap<*mut sys::ggml_tensor, *mut sys::ggml_tensor>,
     mul_mat_grad: MulMatGrad,
     alloc: Option<Allocation>,
+    /// The host memory of the graph object; dropped after `ggml_free`.
+    _arena: Arena,
 }
 
 impl<'a> Graph<'a> {
@@ -112,11 +115,10 @@ impl<'a> Graph<'a> {
     fn create(ctx: &'a Context, size: usize, grads: bool) -> Result<Graph<'a>> {
         log::init();
         let size = size.max(16);
-        // SAFETY: size computation, then a context just big enough for the graph object.
-        let mem = unsafe { sys::ggml_graph_overhead_custom(size, grads) } + 1024;
-        crate::backend::check_host_arena(mem, "the graph's nodes")?;
-        let params = sys::ggml_init_params { mem_size: mem, mem_buffer: std::ptr::null_mut(), no_alloc: true };
-        let gctx = NonNull::new(unsafe { sys::ggml_init(params) }).ok_or_else(|| Error::Capacity("cannot allocate a graph".into()))?;
+        let mut arena = Arena::new(graph_bytes(size, grads)?, "the graph's nodes")?;
+        // SAFETY: the arena is aligned, sized for the graph object, and lives as
+        // long as the graph's context (a field dropped after ggml_free).
+        let gctx = NonNull::new(unsafe { sys::ggml_init(arena.params()) }).ok_or_else(|| Error::Capacity("cannot allocate a graph".into()))?;
         // SAFETY: the context was sized for exactly this graph.
         let ptr = unsafe { sys::ggml_new_graph_custom(gctx.as_ptr(), size, grads) };
         let ptr = NonNull::new(ptr).ok_or_else(|| Error::Capacity("cannot allocate a graph".into()))?;
@@ -131,6 +133,7 @@ impl<'a> Graph<'a> {
             cont_grads: HashMap::new(),
             mul_mat_grad: MulMatGrad::default(),
             alloc: None,
+            _arena: arena,
         })
     }
 
@@ -501,6 +504,25 @@ impl<'a> Graph<'a> {
             }
         }
     }
+}
+
+/// Bytes of the arena for a graph of `size` nodes: ggml's own count
+/// (`ggml_graph_overhead_custom`) once a bound on it is known not to overflow.
+///
+/// # Errors
+/// [`Error::Capacity`] past ggml's limit of `i32::MAX` nodes or when the size overflows.
+fn graph_bytes(size: usize, grads: bool) -> Result<usize> {
+    let too_large = || Error::Capacity(format!("a graph of {size} nodes is too large; ggml graphs hold at most {} nodes", i32::MAX));
+    if size > i32::MAX as usize {
+        return Err(too_large());
+    }
+    // Nodes and leafs (a pointer each), and a hash set of at most 4·size slots
+    // (ggml_hash_size(2·size)) with a count, a key and two gradient pointers each.
+    let ptr = std::mem::size_of::<*mut sys::ggml_tensor>();
+    let per_node = 2 * ptr + 4 * (4 + 3 * ptr + 1);
+    size.checked_mul(per_node).and_then(|b| b.checked_add(1 << 16)).filter(|&b| b <= isize::MAX as usize).ok_or_else(too_large)?;
+    // SAFETY: a pure size computation, which cannot overflow below the bound above.
+    Ok(unsafe { sys::ggml_graph_overhead_custom(size, grads) } + 1024)
 }
 
 impl Drop for Graph<'_> {

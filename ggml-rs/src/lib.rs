@@ -38,6 +38,7 @@
 pub mod backend;
 mod backward;
 pub mod comm;
+mod arena;
 mod context;
 mod dtype;
 mod error;

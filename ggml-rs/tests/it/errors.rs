@@ -24,7 +24,7 @@ fn op_err<T: Debug>(r: ggml_rs::Result<T>, op: &str) -> String {
 }
 
 /// `r` must be an error whose message contains `needle`.
-fn err_with<T: Debug>(r: ggml_rs::Result<T>, needle: &str) -> Error {
+pub(crate) fn err_with<T: Debug>(r: ggml_rs::Result<T>, needle: &str) -> Error {
     match r {
         Err(e) => {
             println!("{e}");
@@ -36,7 +36,7 @@ fn err_with<T: Debug>(r: ggml_rs::Result<T>, needle: &str) -> Error {
 }
 
 /// The library still works: a small matrix product on the CPU.
-fn still_works() {
+pub(crate) fn still_works() {
     let cpu = cpu();
     let ctx = Context::new(8).unwrap();
     let a = leaf(&ctx, &cpu, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);

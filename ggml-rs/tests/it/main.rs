@@ -13,6 +13,7 @@ mod gguf_hostile;
 mod grad;
 mod kept;
 mod kernels;
+mod misuse;
 mod norm_back;
 mod ops;
 mod optim;
