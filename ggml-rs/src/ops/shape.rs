@@ -28,14 +28,27 @@ impl Context {
     }
 
     /// A strided view into `a`'s data (`ggml_view_{1,2,3,4}d`): shape `ne`, row
-    /// strides `nb` (bytes, `nb.len() == ne.len() − 1`), starting `offset` bytes in.
-    /// Every addressed byte must lie inside `a`.
+    /// strides `nb` (bytes, `nb.len() == ne.len() − 1`: the strides of
+    /// dimensions 1, 2, 3), starting `offset` bytes in. Every addressed byte
+    /// must lie inside `a`.
+    ///
+    /// # Errors
+    /// [`Error::Op`] for a bad shape, a wrong number of strides, an offset or a
+    /// stride that is not a multiple of the type's size (its block's bytes for
+    /// quantized types: 4 for f32, 34 for q8_0), or a view running past `a`.
     pub fn view<'a>(&'a self, a: Tensor<'a>, ne: &[i64], nb: &[usize], offset: usize) -> Result<Tensor<'a>> {
         check_shape("view", a.dtype(), ne)?;
         if nb.len() + 1 != ne.len() {
             return Err(Error::op("view", format!("{} dims need {} strides, got {}", ne.len(), ne.len() - 1, nb.len())));
         }
         let dt = a.dtype();
+        let size = dt.type_size();
+        if offset % size != 0 {
+            return Err(Error::op("view", format!("offset {offset} is not a multiple of the {size}-byte {dt} element (or block)")));
+        }
+        if let Some(s) = nb.iter().find(|&&s| s % size != 0) {
+            return Err(Error::op("view", format!("stride {s} in {nb:?} is not a multiple of the {size}-byte {dt} element (or block)")));
+        }
         // Last byte actually addressed, and the contiguous size ggml checks.
         let mut end = offset as u128 + dt.row_size(ne[0]) as u128;
         for (i, &s) in nb.iter().enumerate() {

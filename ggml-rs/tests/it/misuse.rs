@@ -2,7 +2,8 @@
 //! results, or aborted the process in ggml, and is now an `Err` with one line.
 
 use crate::errors::{err_with, still_works};
-use ggml_rs::{Context, Error, Graph};
+use crate::common::*;
+use ggml_rs::{Context, DType, Error, Graph};
 
 #[test]
 fn huge_contexts_and_graphs_are_errors() {
@@ -25,5 +26,26 @@ fn huge_contexts_and_graphs_are_errors() {
     let g = Graph::new(&ctx, 1 << 16).unwrap();
     assert_eq!(g.n_nodes(), 0);
     assert_eq!(Context::new(1 << 16).unwrap().capacity(), 1 << 16);
+    still_works();
+}
+
+#[test]
+fn views_must_be_aligned_to_the_element() {
+    let cpu = cpu();
+    let ctx = Context::new(16).unwrap();
+    let a = leaf(&ctx, &cpu, &[4, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+    // Offset 1 byte into an f32 tensor read garbage.
+    err_with(ctx.view(a, &[2], &[], 1), "offset 1");
+    err_with(ctx.view(a, &[2, 2], &[6], 0), "stride 6");
+    // A q8_0 tensor: rows are whole blocks of 34 bytes.
+    let q = ctx.new_tensor(DType::Q8_0, &[64, 2]).unwrap();
+    err_with(ctx.view(q, &[32], &[], 4), "offset 4");
+    err_with(ctx.view(q, &[32, 2], &[40], 0), "stride 40");
+    ctx.view(q, &[32, 2], &[68], 34).unwrap();
+    // Aligned views read what they should.
+    let v = ctx.view(a, &[2], &[], 4).unwrap();
+    assert_eq!(v.read::<f32>().unwrap(), vec![2.0, 3.0]);
+    let w = ctx.view(a, &[2, 2], &[16], 8).unwrap();
+    assert_eq!(eval(&ctx, &[ctx.cont(w).unwrap()])[0], vec![3.0, 4.0, 7.0, 8.0]);
     still_works();
 }
