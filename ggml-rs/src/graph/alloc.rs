@@ -19,10 +19,15 @@ impl Graph<'_> {
     /// [`compute`](Self::compute). Leaves without data (not allocated in a
     /// context) get their memory here and count as inputs, marked or not.
     ///
+    /// Parameters and AdamW moments are state that must persist across runs:
+    /// they need memory from their context ([`Context::allocate`](crate::Context::allocate))
+    /// first, or the graph would hand them scratch memory it reuses.
+    ///
     /// # Errors
-    /// [`Error::Backend`] when the backend list is empty or does not end with the
-    /// CPU, or a pre-allocated tensor sits on a backend that cannot run its op;
-    /// [`Error::Compute`] when allocation fails (out of memory).
+    /// [`Error::Tensor`] when a parameter or an AdamW moment of the graph has no
+    /// memory yet; [`Error::Backend`] when the backend list is empty or does not
+    /// end with the CPU, or a pre-allocated tensor sits on a backend that cannot
+    /// run its op; [`Error::Compute`] when allocation fails (out of memory).
     pub fn allocate(&mut self, backends: &[Backend]) -> Result<()> {
         self.not_allocated("allocate")?;
         check_backend_list(backends)?;
@@ -30,6 +35,7 @@ impl Graph<'_> {
         if nodes.is_empty() {
             return Err(Error::Compute("the graph has no nodes".into()));
         }
+        check_state_allocated(&nodes, &leafs)?;
         mark_inputs_and_outputs(&nodes, &leafs);
         let index_checks = index_checks(&nodes);
         self.check_preallocated(&nodes, backends)?;
@@ -158,6 +164,35 @@ fn check_backend_list(backends: &[Backend]) -> Result<()> {
     }
     if backends.len() > 16 {
         return Err(Error::Backend("at most 16 backends".into()));
+    }
+    Ok(())
+}
+
+/// Refuse a parameter, or an AdamW moment (operands 2 and 3 of
+/// `opt_step_adamw`), that has no memory: the scheduler would treat it as an
+/// input and give it scratch memory, so training would run on garbage.
+fn check_state_allocated(nodes: &[RawTensor], leafs: &[RawTensor]) -> Result<()> {
+    let unallocated = |t: RawTensor| {
+        // SAFETY: live tensors of the graph and their view sources.
+        unsafe {
+            let root = if (*t).view_src.is_null() { t } else { (*t).view_src };
+            (*root).data.is_null()
+        }
+    };
+    let name = |t: RawTensor| unsafe { CStr::from_ptr((*t).name.as_ptr()) }.to_string_lossy().into_owned();
+    for &t in nodes.iter().chain(leafs) {
+        // SAFETY: live tensors of the graph.
+        let (flags, op, src) = unsafe { ((*t).flags, (*t).op, (*t).src) };
+        if flags & sys::GGML_TENSOR_FLAG_PARAM as i32 != 0 && unallocated(t) {
+            let msg = "parameter without memory: allocate its context (Context::allocate) before allocating the graph";
+            return Err(Error::Tensor { name: name(t), msg: msg.into() });
+        }
+        if op == sys::GGML_OP_OPT_STEP_ADAMW {
+            if let Some(&m) = src[2..4].iter().find(|&&m| !m.is_null() && unallocated(m)) {
+                let msg = "AdamW moment without memory: allocate the context of the AdamWState (Context::allocate) before allocating the graph";
+                return Err(Error::Tensor { name: name(m), msg: msg.into() });
+            }
+        }
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 use crate::errors::{err_with, still_works};
 use crate::common::*;
+use ggml_rs::optim::{AdamWConfig, AdamWState, Optimizer, ParamGroup};
 use ggml_rs::{Context, DType, Error, Graph};
 
 #[test]
@@ -47,5 +48,46 @@ fn views_must_be_aligned_to_the_element() {
     assert_eq!(v.read::<f32>().unwrap(), vec![2.0, 3.0]);
     let w = ctx.view(a, &[2, 2], &[16], 8).unwrap();
     assert_eq!(eval(&ctx, &[ctx.cont(w).unwrap()])[0], vec![3.0, 4.0, 7.0, 8.0]);
+    still_works();
+}
+
+#[test]
+fn parameters_and_moments_need_their_context_allocated() {
+    let cpu = cpu();
+    // A parameter whose context was never allocated: the graph gave it scratch
+    // memory as an input, and training ran on garbage with Ok everywhere.
+    let ctx = Context::new(256).unwrap();
+    let w = ctx.new_tensor_1d(DType::F32, 4).unwrap().set_name("w").unwrap();
+    ctx.set_param(w).unwrap();
+    let loss = ctx.sum(ctx.sqr(w).unwrap()).unwrap().set_output();
+    let mut g = Graph::with_grads(&ctx, 256).unwrap();
+    g.build_backward(loss).unwrap();
+    let e = err_with(g.allocate(&backends(&cpu)), "allocate its context");
+    assert!(e.to_string().contains("\"w\""), "names the parameter: {e}");
+
+    // Moments in a context that was never allocated.
+    let wctx = Context::new(8).unwrap();
+    let w = wctx.new_tensor_1d(DType::F32, 4).unwrap().set_name("w").unwrap();
+    wctx.set_param(w).unwrap();
+    wctx.allocate(&cpu).unwrap();
+    w.write(&[1.0f32, -1.0, 2.0, -2.0]).unwrap();
+    let sctx = Context::new(8).unwrap();
+    let state = AdamWState::new(&sctx, &[w]).unwrap();
+    let ctx = Context::new(256).unwrap();
+    let loss = ctx.sum(ctx.sqr(w).unwrap()).unwrap().set_output();
+    let mut g = Graph::with_grads(&ctx, 256).unwrap();
+    g.build_backward(loss).unwrap();
+    let groups = [ParamGroup { params: vec![w], weight_decay: 0.0 }];
+    let mut opt = Optimizer::adamw(&ctx, &mut g, &state, &groups, AdamWConfig::default(), None).unwrap();
+    let e = err_with(g.allocate(&backends(&cpu)), "AdamW moment without memory");
+    assert!(e.to_string().contains("\"w.m\""), "names the moment: {e}");
+    // Allocated, the same graph trains: w moves towards 0.
+    sctx.allocate(&cpu).unwrap();
+    g.allocate(&backends(&cpu)).unwrap();
+    opt.prepare_step(0.1).unwrap();
+    g.compute().unwrap();
+    opt.finish_step();
+    let after = w.read::<f32>().unwrap();
+    assert!(after[0] < 1.0 && after[1] > -1.0, "one AdamW step moves w towards 0: {after:?}");
     still_works();
 }
