@@ -13,11 +13,22 @@ use crate::graph::Graph;
 
 /// AdamW hyper-parameters, with PyTorch's names and defaults
 /// (`torch.optim.AdamW`: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01).
+///
+/// The learning rate of each step is the one given to
+/// [`Optimizer::prepare_step`], which wins over [`lr`](Self::lr) (so that a
+/// schedule can change it without rebuilding the graph).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AdamWConfig {
+    /// The base learning rate, checked to be finite and ≥ 0 and otherwise only
+    /// kept for the caller (a schedule's peak, say): the steps use the rate
+    /// passed to [`Optimizer::prepare_step`], not this one.
     pub lr: f32,
+    /// The decay rates (β₁, β₂) of the first and second moment averages, each in `[0, 1)`.
     pub betas: (f32, f32),
+    /// Added to `√v̂` in the update's denominator; > 0.
     pub eps: f32,
+    /// Decoupled weight decay, checked to be ≥ 0 and otherwise only kept for
+    /// the caller: the steps use each [`ParamGroup::weight_decay`], not this one.
     pub weight_decay: f32,
 }
 
@@ -31,7 +42,9 @@ impl Default for AdamWConfig {
 /// biases not, as nanoGPT's `configure_optimizers` does).
 #[derive(Clone, Debug)]
 pub struct ParamGroup<'a> {
+    /// The parameters (tensors flagged by [`Context::set_param`], each with a gradient).
     pub params: Vec<Tensor<'a>>,
+    /// Decoupled weight decay for these parameters (`w ← w·(1 − lr·wd)` each step), ≥ 0.
     pub weight_decay: f32,
 }
 
@@ -88,6 +101,8 @@ pub struct Optimizer<'a> {
     clip: Option<(Tensor<'a>, f32)>,
     grad_norm: Option<Tensor<'a>>,
     t: u64,
+    /// A step was prepared and not yet finished.
+    pending: bool,
 }
 
 impl<'a> Optimizer<'a> {
@@ -207,15 +222,28 @@ impl<'a> Optimizer<'a> {
             }
             out_groups.push((g.weight_decay, hp));
         }
-        Ok(Optimizer { kind, groups: out_groups, clip, grad_norm, t: 0 })
+        Ok(Optimizer { kind, groups: out_groups, clip, grad_norm, t: 0, pending: false })
     }
 
     /// Write the hyper-parameters of the next step (step `t+1`, bias correction
-    /// `1/(1−βᵗ⁺¹)`) with learning rate `lr`. Call after allocating the graph and
-    /// before each compute.
+    /// `1/(1−βᵗ⁺¹)`) with learning rate `lr`, which is the rate the step uses
+    /// (not [`AdamWConfig::lr`]). Call after allocating the graph and before
+    /// each compute, then [`finish_step`](Self::finish_step) once the step ran.
+    ///
+    /// # Errors
+    /// [`Error::Op`] for a negative or non-finite `lr`, or when the step
+    /// prepared before was not finished (without `finish_step` the step count,
+    /// and so the bias correction, would stay at step 1 forever); errors of
+    /// writing the hyper-parameter inputs (graph not allocated).
     pub fn prepare_step(&mut self, lr: f32) -> Result<()> {
         if !lr.is_finite() || lr < 0.0 {
             return Err(Error::op("optimizer", format!("learning rate {lr} must be finite and ≥ 0")));
+        }
+        if self.pending {
+            return Err(Error::op(
+                "optimizer",
+                format!("step {} was prepared but not finished: call finish_step after computing each step", self.t + 1),
+            ));
         }
         let t = (self.t + 1) as i32;
         for &(wd, hp) in &self.groups {
@@ -232,12 +260,15 @@ impl<'a> Optimizer<'a> {
         if let Some((input, max_norm)) = self.clip {
             input.write(&[max_norm])?;
         }
+        self.pending = true;
         Ok(())
     }
 
-    /// Record that the step prepared by [`prepare_step`](Self::prepare_step) ran.
+    /// Record that the step prepared by [`prepare_step`](Self::prepare_step) ran:
+    /// the step count goes up by one and the next step can be prepared.
     pub fn finish_step(&mut self) {
         self.t += 1;
+        self.pending = false;
     }
 
     /// Steps taken so far (the `t` of bias correction).

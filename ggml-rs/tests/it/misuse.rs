@@ -91,3 +91,38 @@ fn parameters_and_moments_need_their_context_allocated() {
     assert!(after[0] < 1.0 && after[1] > -1.0, "one AdamW step moves w towards 0: {after:?}");
     still_works();
 }
+
+#[test]
+fn a_prepared_step_must_be_finished() {
+    let cpu = cpu();
+    let wctx = Context::new(8).unwrap();
+    let w = wctx.new_tensor_1d(DType::F32, 1).unwrap().set_name("w").unwrap();
+    wctx.set_param(w).unwrap();
+    let state = AdamWState::new(&wctx, &[w]).unwrap();
+    wctx.allocate(&cpu).unwrap();
+    w.write(&[5.0f32]).unwrap();
+    let ctx = Context::new(256).unwrap();
+    let loss = ctx.sum(ctx.sqr(w).unwrap()).unwrap().set_output();
+    let mut g = Graph::with_grads(&ctx, 256).unwrap();
+    g.build_backward(loss).unwrap();
+    let groups = [ParamGroup { params: vec![w], weight_decay: 0.0 }];
+    // cfg.lr is not the rate of the steps: prepare_step's is (documented).
+    let cfg = AdamWConfig { lr: 123.0, ..Default::default() };
+    let mut opt = Optimizer::adamw(&ctx, &mut g, &state, &groups, cfg, None).unwrap();
+    g.allocate(&backends(&cpu)).unwrap();
+    opt.prepare_step(0.1).unwrap();
+    g.compute().unwrap();
+    // Forgetting finish_step left the step count at 0 forever, silently.
+    err_with(opt.prepare_step(0.1), "call finish_step");
+    assert_eq!(opt.step_count(), 0);
+    opt.finish_step();
+    assert_eq!(opt.step_count(), 1);
+    opt.prepare_step(0.1).unwrap();
+    g.compute().unwrap();
+    opt.finish_step();
+    assert_eq!(opt.step_count(), 2);
+    // Two AdamW steps of rate 0.1 (not 123) from 5: about 4.8.
+    let after = w.read::<f32>().unwrap()[0];
+    assert!((after - 4.8).abs() < 1e-3, "w after two steps of lr 0.1: {after}");
+    still_works();
+}
