@@ -407,6 +407,17 @@ impl<'a> Tensor<'a> {
         }
     }
 
+    /// True for an op result whose memory comes from a graph's compute buffer
+    /// and that is flagged neither output, input nor parameter (nor is its
+    /// source, for a view): after a compute that memory may hold a later node.
+    fn is_scratch(&self) -> bool {
+        let keep = (sys::GGML_TENSOR_FLAG_OUTPUT | sys::GGML_TENSOR_FLAG_INPUT | sys::GGML_TENSOR_FLAG_PARAM) as i32;
+        let root = self.root();
+        // SAFETY: allocated, so the root's buffer is live (see the module docs).
+        let compute = unsafe { sys::ggml_backend_buffer_get_usage(root.buffer) } == sys::GGML_BACKEND_BUFFER_USAGE_COMPUTE;
+        compute && root.op != sys::GGML_OP_NONE && (self.get().flags | root.flags) & keep == 0
+    }
+
     fn root_offset(&self) -> usize {
         if self.get().view_src.is_null() {
             0
@@ -418,6 +429,12 @@ impl<'a> Tensor<'a> {
     fn check_io(&self, op: &'static str, bytes: usize) -> Result<()> {
         if !self.is_allocated() {
             return Err(self.err(format!("{op}: not allocated (allocate its context or compute its graph first)")));
+        }
+        if op == "read" && self.is_scratch() {
+            return Err(self.err(
+                "read: an intermediate result whose memory the graph reuses for later nodes; \
+                 mark it with set_output() before allocating the graph",
+            ));
         }
         if !self.is_contiguous() {
             return Err(self.err(format!("{op}: not contiguous (use cont first)")));
@@ -463,6 +480,12 @@ impl<'a> Tensor<'a> {
     }
 
     /// Read the data as a vector of its element type.
+    ///
+    /// # Errors
+    /// [`Error::Tensor`] when `T` is not the tensor's type, the tensor is not
+    /// allocated or not contiguous, or it is an intermediate result of a graph
+    /// that was not marked with [`set_output`](Self::set_output) before the
+    /// graph was allocated (its memory is reused by later nodes).
     pub fn read<T: Element>(&self) -> Result<Vec<T>> {
         if self.dtype() != T::DTYPE {
             return Err(self.err(format!("read: tensor is {}, asked for {}", self.dtype(), T::DTYPE)));

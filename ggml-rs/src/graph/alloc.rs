@@ -7,6 +7,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::log;
 use ggml_sys as sys;
+use std::collections::HashSet;
 use std::ffi::CStr;
 use std::ptr::NonNull;
 
@@ -18,6 +19,10 @@ impl Graph<'_> {
     /// op the others cannot). Done once; afterwards write inputs and
     /// [`compute`](Self::compute). Leaves without data (not allocated in a
     /// context) get their memory here and count as inputs, marked or not.
+    /// Nodes that no other node reads count as outputs, marked or not; the
+    /// memory of other intermediate results is reused by later nodes, so only
+    /// those marked with [`Tensor::set_output`](crate::Tensor::set_output)
+    /// before this call can be read after a compute.
     ///
     /// Parameters and AdamW moments are state that must persist across runs:
     /// they need memory from their context ([`Context::allocate`](crate::Context::allocate))
@@ -210,6 +215,18 @@ fn mark_inputs_and_outputs(nodes: &[RawTensor], leafs: &[RawTensor]) {
                 sys::ggml_set_input(t);
             }
         }
+    }
+    // A node that no other node reads is a result the graph was built for:
+    // ggml never frees its memory, so flag it an output (readable after compute).
+    let read: HashSet<RawTensor> = nodes
+        .iter()
+        // SAFETY: live tensors of the graph.
+        .flat_map(|&t| unsafe { (*t).src.into_iter().chain([(*t).view_src]) })
+        .filter(|s| !s.is_null())
+        .collect();
+    for &t in nodes.iter().filter(|t| !read.contains(t)) {
+        // SAFETY: a live node; flag update only (its view sources included).
+        unsafe { sys::ggml_set_output(t) };
     }
     // An output that is a view (a reshape, a cpy into another tensor) reads its
     // source's memory: keep that memory from being reused by later nodes.

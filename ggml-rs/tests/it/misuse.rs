@@ -126,3 +126,29 @@ fn a_prepared_step_must_be_finished() {
     assert!((after - 4.8).abs() < 1e-3, "w after two steps of lr 0.1: {after}");
     still_works();
 }
+
+#[test]
+fn unmarked_intermediates_cannot_be_read() {
+    let cpu = cpu();
+    let ctx = Context::new(64).unwrap();
+    let a = leaf(&ctx, &cpu, &[4], &[1.0, 2.0, 3.0, 4.0]);
+    let h = ctx.scale(a, 2.0).unwrap().set_name("h").unwrap(); // not marked
+    let h2 = ctx.sqr(h).unwrap().set_name("h2").unwrap();
+    let kept = ctx.scale(h2, 10.0).unwrap().set_output();
+    let out = ctx.add(kept, kept).unwrap(); // read by nothing: an output anyway
+    let mut g = Graph::new(&ctx, 16).unwrap();
+    g.expand(out).unwrap();
+    g.allocate(&backends(&cpu)).unwrap();
+    g.compute().unwrap();
+    // h's memory held later nodes: reading it returned whatever was there.
+    let e = err_with(h.read::<f32>(), "set_output");
+    assert!(e.to_string().contains("\"h\""), "names the tensor: {e}");
+    err_with(h2.read_f32(), "set_output");
+    err_with(ctx.view(h2, &[2], &[], 0).unwrap().read::<f32>(), "set_output");
+    assert_eq!(kept.read::<f32>().unwrap(), vec![40.0, 160.0, 360.0, 640.0]);
+    assert_eq!(out.read::<f32>().unwrap(), vec![80.0, 320.0, 720.0, 1280.0]);
+    assert_eq!(ctx.view(kept, &[2], &[], 8).unwrap().read::<f32>().unwrap(), vec![360.0, 640.0]);
+    // Leaves and context tensors read as before.
+    assert_eq!(a.read::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    still_works();
+}
