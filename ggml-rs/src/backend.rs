@@ -15,10 +15,15 @@ use std::rc::Rc;
 /// What kind of hardware a device is (`ggml_backend_dev_type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceKind {
+    /// The host CPU (`GGML_BACKEND_DEVICE_TYPE_CPU`).
     Cpu,
+    /// A GPU with its own memory (`GGML_BACKEND_DEVICE_TYPE_GPU`).
     Gpu,
+    /// A GPU sharing the host's memory (`GGML_BACKEND_DEVICE_TYPE_IGPU`).
     IntegratedGpu,
+    /// An accelerator that works with the CPU, such as BLAS (`GGML_BACKEND_DEVICE_TYPE_ACCEL`).
     Accelerator,
+    /// A kind this crate does not know.
     Other,
 }
 

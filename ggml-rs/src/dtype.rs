@@ -8,23 +8,41 @@ use ggml_sys as sys;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DType {
+    /// 32-bit IEEE float (4 bytes).
     F32,
+    /// 16-bit IEEE half float (2 bytes).
     F16,
+    /// bfloat16: the upper half of an f32 (2 bytes).
     BF16,
+    /// 64-bit IEEE float (8 bytes).
     F64,
+    /// 8-bit signed integer.
     I8,
+    /// 16-bit signed integer.
     I16,
+    /// 32-bit signed integer (token ids, `get_rows` indices).
     I32,
+    /// 64-bit signed integer.
     I64,
+    /// 4-bit quantized, blocks of 32 with an f16 scale (18 bytes a block).
     Q4_0,
+    /// 4-bit quantized, blocks of 32 with an f16 scale and minimum (20 bytes a block).
     Q4_1,
+    /// 5-bit quantized, blocks of 32 with an f16 scale (22 bytes a block).
     Q5_0,
+    /// 5-bit quantized, blocks of 32 with an f16 scale and minimum (24 bytes a block).
     Q5_1,
+    /// 8-bit quantized, blocks of 32 with an f16 scale (34 bytes a block).
     Q8_0,
+    /// 2-bit k-quant, super-blocks of 256 (`q2_K`).
     Q2K,
+    /// 3-bit k-quant, super-blocks of 256 (`q3_K`).
     Q3K,
+    /// 4-bit k-quant, super-blocks of 256 (`q4_K`).
     Q4K,
+    /// 5-bit k-quant, super-blocks of 256 (`q5_K`).
     Q5K,
+    /// 6-bit k-quant, super-blocks of 256 (`q6_K`).
     Q6K,
     /// Any other type ggml knows, by its `ggml_type` number.
     Other(u32),

@@ -8,7 +8,12 @@ use std::path::PathBuf;
 pub enum Error {
     /// An op's operands do not satisfy its preconditions (shapes in ggml `ne` order).
     #[error("{op}: {msg}")]
-    Op { op: &'static str, msg: String },
+    Op {
+        /// The op (method) that refused its operands (`"mul_mat"`, `"view"`, ...).
+        op: &'static str,
+        /// What is wrong.
+        msg: String,
+    },
 
     /// A context, graph or buffer has no room left.
     #[error("capacity: {0}")]
@@ -16,7 +21,12 @@ pub enum Error {
 
     /// A tensor was used in a way its state does not allow (not allocated, wrong dtype, ...).
     #[error("tensor {name:?}: {msg}")]
-    Tensor { name: String, msg: String },
+    Tensor {
+        /// The tensor's name (empty when unset).
+        name: String,
+        /// What is wrong.
+        msg: String,
+    },
 
     /// No such device or backend, or a backend could not be started.
     #[error("backend: {0}")]
@@ -32,15 +42,34 @@ pub enum Error {
 
     /// A buffer would not fit in a device's free memory (checked before asking ggml).
     #[error("out of memory on {device}: {what} need {needed_mib} MiB, {free_mib} MiB are free")]
-    OutOfMemory { device: String, what: String, needed_mib: u64, free_mib: u64 },
+    OutOfMemory {
+        /// The device (`"CPU"`, `"CUDA0"`).
+        device: String,
+        /// What the memory was for.
+        what: String,
+        /// MiB (2²⁰ bytes) needed, rounded up.
+        needed_mib: u64,
+        /// MiB free on the device (or left under the process's address-space limit).
+        free_mib: u64,
+    },
 
     /// A GGUF file is malformed or unsupported.
     #[error("{path}: {msg}", path = path.display())]
-    Gguf { path: PathBuf, msg: String },
+    Gguf {
+        /// The file (empty when the error concerns data not yet written).
+        path: PathBuf,
+        /// What is wrong.
+        msg: String,
+    },
 
     /// An I/O error, with the file it concerns.
     #[error("{path}: {source}", path = path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
 }
 
 /// `Result` with [`Error`].

@@ -13,9 +13,13 @@ use std::sync::{Mutex, Once};
 /// Severity of a ggml log line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum LogLevel {
+    /// Detail for debugging ggml (`GGML_LOG_LEVEL_DEBUG`).
     Debug,
+    /// Progress and configuration (`GGML_LOG_LEVEL_INFO`).
     Info,
+    /// Something unexpected that ggml worked around (`GGML_LOG_LEVEL_WARN`).
     Warn,
+    /// A failure ggml reports (`GGML_LOG_LEVEL_ERROR`).
     Error,
 }
 

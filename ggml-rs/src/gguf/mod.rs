@@ -20,35 +20,60 @@ pub const DEFAULT_ALIGNMENT: usize = 32;
 /// supported by ggml's reader, so they are refused).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// GGUF type `uint8`.
     U8(u8),
+    /// GGUF type `int8`.
     I8(i8),
+    /// GGUF type `uint16`.
     U16(u16),
+    /// GGUF type `int16`.
     I16(i16),
+    /// GGUF type `uint32`.
     U32(u32),
+    /// GGUF type `int32`.
     I32(i32),
+    /// GGUF type `float32`.
     F32(f32),
+    /// GGUF type `bool`.
     Bool(bool),
+    /// GGUF type `string`.
     String(String),
+    /// GGUF type `uint64`.
     U64(u64),
+    /// GGUF type `int64`.
     I64(i64),
+    /// GGUF type `float64`.
     F64(f64),
+    /// GGUF type `array`: elements of one type.
     Array(Array),
 }
 
 /// A homogeneous metadata array.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Array {
+    /// Elements of GGUF type `uint8`.
     U8(Vec<u8>),
+    /// Elements of GGUF type `int8`.
     I8(Vec<i8>),
+    /// Elements of GGUF type `uint16`.
     U16(Vec<u16>),
+    /// Elements of GGUF type `int16`.
     I16(Vec<i16>),
+    /// Elements of GGUF type `uint32`.
     U32(Vec<u32>),
+    /// Elements of GGUF type `int32`.
     I32(Vec<i32>),
+    /// Elements of GGUF type `float32`.
     F32(Vec<f32>),
+    /// Elements of GGUF type `bool`.
     Bool(Vec<bool>),
+    /// Elements of GGUF type `string`.
     String(Vec<String>),
+    /// Elements of GGUF type `uint64`.
     U64(Vec<u64>),
+    /// Elements of GGUF type `int64`.
     I64(Vec<i64>),
+    /// Elements of GGUF type `float64`.
     F64(Vec<f64>),
 }
 

@@ -14,9 +14,11 @@ use std::path::{Path, PathBuf};
 /// A tensor described in a GGUF file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TensorInfo {
+    /// The tensor's name in the file.
     pub name: String,
+    /// The element type of its data.
     pub dtype: DType,
-    /// Shape in ggml order, trailing 1s kept to 4 dims.
+    /// Shape in ggml `ne` order (`ne[0]` contiguous), trailing 1s kept to 4 dims.
     pub ne: [i64; 4],
     /// Byte offset from the start of the file.
     pub offset: usize,
@@ -63,6 +65,12 @@ fn s(p: *const std::ffi::c_char) -> String {
 
 impl GgufFile {
     /// Open and validate `path`.
+    ///
+    /// The file is memory-mapped, not read: tensor data are slices of the
+    /// mapping. As with any reader of a mapped file, truncating (or rewriting
+    /// in place) the file while the `GgufFile` is open makes later accesses to
+    /// the lost pages kill the process with `SIGBUS`; replace such files by
+    /// renaming a new one over them (as [`GgufWriter`](super::GgufWriter) does).
     ///
     /// # Errors
     /// [`Error::Io`] when the file cannot be read, [`Error::Gguf`] naming the

@@ -10,9 +10,14 @@ use crate::dtype::DType;
 /// What the header says, once validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// The GGUF format version (2 or 3).
     pub version: u32,
+    /// Number of metadata key-value pairs.
     pub n_kv: u64,
+    /// Number of tensors.
     pub n_tensors: u64,
+    /// Alignment of tensor data in bytes (`general.alignment`, or
+    /// [`DEFAULT_ALIGNMENT`](super::DEFAULT_ALIGNMENT)).
     pub alignment: usize,
     /// Byte offset of the data section (tensor offsets are relative to it).
     pub data_offset: usize,
