@@ -32,9 +32,8 @@ impl Arena {
         crate::backend::check_host_arena(bytes, what)?;
         let blocks = bytes.div_ceil(std::mem::size_of::<Block>()).max(1);
         let mut buf = Vec::new();
-        buf.try_reserve_exact(blocks).map_err(|_| {
-            Error::Capacity(format!("cannot allocate {} MiB of host memory for {what}", (bytes as u64).div_ceil(1 << 20)))
-        })?;
+        buf.try_reserve_exact(blocks)
+            .map_err(|_| Error::Capacity(format!("cannot allocate {} MiB of host memory for {what}", (bytes as u64).div_ceil(1 << 20))))?;
         Ok(Arena { buf, bytes: blocks * std::mem::size_of::<Block>() })
     }
 

@@ -118,7 +118,8 @@ impl<'a> Graph<'a> {
         let mut arena = Arena::new(graph_bytes(size, grads)?, "the graph's nodes")?;
         // SAFETY: the arena is aligned, sized for the graph object, and lives as
         // long as the graph's context (a field dropped after ggml_free).
-        let gctx = NonNull::new(unsafe { sys::ggml_init(arena.params()) }).ok_or_else(|| Error::Capacity("cannot allocate a graph".into()))?;
+        let gctx =
+            NonNull::new(unsafe { sys::ggml_init(arena.params()) }).ok_or_else(|| Error::Capacity("cannot allocate a graph".into()))?;
         // SAFETY: the context was sized for exactly this graph.
         let ptr = unsafe { sys::ggml_new_graph_custom(gctx.as_ptr(), size, grads) };
         let ptr = NonNull::new(ptr).ok_or_else(|| Error::Capacity("cannot allocate a graph".into()))?;

@@ -37,10 +37,10 @@
 
 #![warn(missing_docs)]
 
+mod arena;
 pub mod backend;
 mod backward;
 pub mod comm;
-mod arena;
 mod context;
 mod dtype;
 mod error;

@@ -194,7 +194,8 @@ fn check_state_allocated(nodes: &[RawTensor], leafs: &[RawTensor]) -> Result<()>
         }
         if op == sys::GGML_OP_OPT_STEP_ADAMW {
             if let Some(&m) = src[2..4].iter().find(|&&m| !m.is_null() && unallocated(m)) {
-                let msg = "AdamW moment without memory: allocate the context of the AdamWState (Context::allocate) before allocating the graph";
+                let msg =
+                    "AdamW moment without memory: allocate the context of the AdamWState (Context::allocate) before allocating the graph";
                 return Err(Error::Tensor { name: name(m), msg: msg.into() });
             }
         }

@@ -1,8 +1,8 @@
 //! Misuse a new user of the library reported: each returned `Ok` with wrong
 //! results, or aborted the process in ggml, and is now an `Err` with one line.
 
-use crate::errors::{err_with, still_works};
 use crate::common::*;
+use crate::errors::{err_with, still_works};
 use ggml_rs::optim::{AdamWConfig, AdamWState, Optimizer, ParamGroup};
 use ggml_rs::{Context, DType, Error, Graph};
 
