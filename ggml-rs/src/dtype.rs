@@ -237,7 +237,7 @@ impl std::fmt::Display for DType {
 /// `size_of::<T>()` is the byte size of [`DTYPE`](Self::DTYPE) and that every
 /// bit pattern is a valid `T`, which an outside type could break.
 ///
-/// ```compile_fail
+/// ```compile_fail,E0277
 /// #[derive(Clone, Copy, Default)]
 /// struct Small(u8);
 /// impl ggml_rs::Element for Small {

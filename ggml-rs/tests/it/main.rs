@@ -20,6 +20,5 @@ mod optim;
 mod optim_many;
 mod products;
 mod quant;
-mod sealed;
 mod sgemm;
 mod side;
