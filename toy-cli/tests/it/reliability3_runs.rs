@@ -201,19 +201,26 @@ fn duplicated_lora_targets_are_deduplicated_and_resume() {
 }
 
 /// Smaller class: `finetune --preset medium` silently trained the base's
-/// shape under the preset's name; a preset whose shape is not the model's is
-/// refused with one line (one of the same shape still sets batch and context).
+/// shape under the preset's name. finetune takes a preset's batch and context
+/// (its help says so; `debug bench --from` does the same) and keeps the
+/// model's shape, with a note when the preset's shape is another.
 #[test]
-fn finetune_refuses_a_preset_of_another_shape() {
+fn finetune_takes_a_presets_batch_and_context_with_a_note() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     ok(&train(t, "base", &["--steps", "1"]));
-    let ft = |preset: &str| {
-        toy(t, &["train", "finetune", "--from", "base/weights/latest", "--out", "ft", "--steps", "1", "--threads", "1", "--preset", preset])
+    let ft = |preset: &str, out: &str| {
+        toy(t, &["train", "finetune", "--from", "base/weights/latest", "--out", out, "--steps", "1", "--threads", "1", "--preset", preset])
     };
-    fails(&ft("medium"), "--preset medium");
-    assert!(!t.join("ft").exists());
-    ok(&ft("smoke"));
+    let o = ft("medium", "ft");
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("note: --preset medium gives the batch and the context; the model keeps its own shape"), "{err}");
+    let cfg: toml::Value = toml::from_str(&std::fs::read_to_string(t.join("ft/config.toml")).unwrap()).unwrap();
+    assert_eq!((cfg["batch"].as_integer(), cfg["model"]["d_model"].as_integer()), (Some(32), Some(64)), "{cfg}");
+    let o = ft("smoke", "ft2");
+    ok(&o);
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("--preset smoke gives"));
 }
 
 /// Smaller class: a run's config.toml with an unknown key (a typo) was
