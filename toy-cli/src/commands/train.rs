@@ -299,7 +299,14 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
     if args.optim.warmup_steps.is_none() && opts.warmup_given.is_some() {
         opts.warmup_given = Some("toy.toml's warmup_steps");
     }
-    start(&a, &opts, Start { cli_preset: args.batch.preset, restart: false }).map_err(|e| toml_origin(e, &from_toml))
+    // A recipe that toy.toml chose, refused for what it needs, says where it came from.
+    let toml_recipe = a.recipe.filter(|_| args.recipe.is_none());
+    start(&a, &opts, Start { cli_preset: args.batch.preset, restart: false }).map_err(|e| match (toml_origin(e, &from_toml), toml_recipe) {
+        (Error::Input(m), Some(r)) if m.starts_with(&format!("{} needs ", r.name())) => {
+            Error::Input(format!("{m} (toy.toml sets recipe = \"{}\")", r.name()))
+        }
+        (e, _) => e,
+    })
 }
 
 /// The flags that `toy.toml` (`file`) sets and the command line (`args`) does not.

@@ -142,3 +142,13 @@ fn a_finetune_preset_gives_batch_and_context_and_new_quotes_its_path() {
     ok(&o);
     assert!(String::from_utf8_lossy(&o.stdout).contains("(cd 'my project' && toy train)"));
 }
+
+/// A recipe chosen by toy.toml and refused for what it lacks says so.
+#[test]
+fn a_recipe_from_toy_toml_is_named_when_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    std::fs::write(t.join("toy.toml"), "[train]\nrecipe = \"finetune\"\n").unwrap();
+    fails(&toy(t, &["train"]), "train", "finetune needs --from MODEL.gguf (toy.toml sets recipe = \"finetune\")");
+    fails(&toy(t, &["train", "warm-start"]), "train", "warm-start needs --donor MODEL.gguf");
+}
