@@ -200,6 +200,23 @@ impl GgufWriter {
         result
     }
 
+    /// Write the file to `path` as a new file, flushed and fsynced, without a
+    /// temporary of its own: for a caller that writes to its own temporary
+    /// and renames it (say, two files that must appear together). Whatever has
+    /// the name `path` (a stale file, a planted link) is removed first, and the
+    /// file is created with `O_EXCL`, which never follows a link.
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming `path` when any step fails; a partial file is removed.
+    pub fn write_new(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let result = self.write_to(path);
+        if result.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        result
+    }
+
     fn write_to(&self, tmp: &Path) -> Result<()> {
         // A fresh file: whatever has the temporary's name (a stale file, a
         // planted link) is removed, and O_EXCL never follows a link.

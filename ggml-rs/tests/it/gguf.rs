@@ -151,6 +151,25 @@ fn atomic_overwrite() {
     assert!(matches!(e, Error::Io { .. }), "{e}");
 }
 
+/// `write_new` writes the file itself (no temporary of its own, for a caller
+/// that renames its own), replacing a planted link rather than writing through it.
+#[cfg(unix)]
+#[test]
+fn write_new_writes_in_place_without_following_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, target) = (dir.path().join(".a.gguf.tmp-1"), dir.path().join("elsewhere"));
+    std::fs::write(&target, b"keep").unwrap();
+    std::os::unix::fs::symlink(&target, &path).unwrap();
+    let mut w = GgufWriter::new();
+    w.add_tensor_data("t", &[2], &[1.0f32, 2.0]).unwrap();
+    w.write_new(&path).unwrap();
+    assert_eq!(GgufFile::open(&path).unwrap().tensor_f32("t").unwrap(), vec![1.0, 2.0]);
+    assert_eq!(std::fs::read(&target).unwrap(), b"keep", "the link's target is untouched");
+    let mut left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    left.sort();
+    assert_eq!(left, [".a.gguf.tmp-1", "elsewhere"], "no temporary of its own");
+}
+
 #[test]
 fn writer_refuses_bad_input() {
     let mut w = GgufWriter::new();

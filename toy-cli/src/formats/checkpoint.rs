@@ -119,7 +119,8 @@ pub const BASE_KEYS: [&str; 6] = [
     "tokenizer.ggml.padding_token_id",
 ];
 
-/// Write `w` (allocated) with `tok` and `prov` to `path`, atomically.
+/// Write `w` (allocated) with `tok` and `prov` to `path`, a new file (a
+/// temporary the caller renames into place: `GgufWriter::write_new`).
 pub fn write_checkpoint(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, prov: &Provenance) -> Result<()> {
     if w.config().lora.is_some() {
         // A LoRA run's checkpoints are its adapters; the base stays where it is.
@@ -152,7 +153,7 @@ pub fn write_model(path: &Path, w: &Weights<'_>, tok: Option<&Tokenizer>, prov: 
     for st in w.table().stored(c) {
         add(&mut g, w, &st, src)?;
     }
-    g.write(path).map_err(|e| crate::error::runtime(format!("cannot write checkpoint: {e}")))
+    g.write_new(path).map_err(|e| crate::error::runtime(format!("cannot write checkpoint: {e}")))
 }
 
 /// A checkpoint opened for reading.

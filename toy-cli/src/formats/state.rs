@@ -66,7 +66,8 @@ fn in_state(w: &Weights<'_>, p: &crate::model::Param<'_>) -> bool {
     p.trainable || w.config().lora.is_none()
 }
 
-/// Write the state (atomically) for the weights and moments as they are now,
+/// Write the state to `path`, a new file (a temporary the caller renames into
+/// place), for the weights and moments as they are now,
 /// paired with the checkpoint of run `run_id` that carries `save_id` (see [`check_pair`]).
 pub fn save(path: &Path, w: &Weights<'_>, moments: &AdamWState<'_>, p: &Progress, run_id: &str, save_id: &str) -> Result<()> {
     let mut g = GgufWriter::new();
@@ -83,7 +84,7 @@ pub fn save(path: &Path, w: &Weights<'_>, moments: &AdamWState<'_>, p: &Progress
         g.add_tensor(&key(i, *prm, ".adam_m"), *m)?;
         g.add_tensor(&key(i, *prm, ".adam_v"), *v)?;
     }
-    g.write(path).map_err(|e| runtime(format!("cannot write resume state: {e}")))
+    g.write_new(path).map_err(|e| runtime(format!("cannot write resume state: {e}")))
 }
 
 /// Restore weights and moments from `path`; returns the counters.

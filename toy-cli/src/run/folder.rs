@@ -133,7 +133,22 @@ impl Sink for RunFolder<'_> {
 
     /// `weights/step_0.gguf`.
     fn save_initial(&mut self, weights: &Weights<'_>, provenance: &Provenance) -> Result<()> {
-        write_checkpoint(&self.run.checkpoint_path(0), weights, self.tokenizer, provenance)
+        let path = self.run.checkpoint_path(0);
+        let tmp = crate::files::temp_path(&path);
+        let written = write_checkpoint(&tmp, weights, self.tokenizer, provenance)
+            .and_then(|_| std::fs::rename(&tmp, &path).map_err(|e| runtime(format!("cannot write {}: {e}", path.display()))));
+        match written {
+            Ok(()) => {
+                if let Ok(d) = std::fs::File::open(self.run.path.join("weights")) {
+                    let _ = d.sync_all();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
     }
 
     /// `weights/step_<N>.gguf` and its `.state.gguf` as one unit (see
