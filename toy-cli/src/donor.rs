@@ -177,6 +177,7 @@ fn open_table(o: &DonorOptions<'_>) -> Result<(GgufFile, usize, usize)> {
         return Err(input(format!("--donor {p}: not a regular file")));
     }
     let f = GgufFile::open(&path).map_err(|e| input(format!("--donor {e}")))?;
+    crate::formats::checkpoint::refuse_state(&f, &path).map_err(|e| input(format!("--donor {e}")))?;
     if crate::formats::adapter::is_adapter(&f) {
         return Err(input(format!("--donor {p}: a LoRA adapter, not a model; merge it first (toy export merge)")));
     }

@@ -176,7 +176,11 @@ fn main() -> ExitCode {
     // Backend modules for the commands that compute; an empty $TOY_BACKEND_DIR is unset.
     let env = std::env::var_os("TOY_BACKEND_DIR").filter(|v| !v.is_empty()).map(|v| (std::path::PathBuf::from(v), "$TOY_BACKEND_DIR"));
     let dir = cli.backend_dir.clone().map(|d| (d, "--backend-dir")).or(env);
-    let computes = !matches!(cli.command, Command::Prep(_) | Command::New(_) | Command::Describe(_) | Command::Export(_));
+    let computes = match &cli.command {
+        Command::Prep(_) | Command::New(_) | Command::Describe(_) | Command::Export(_) => false,
+        Command::Debug(d) => !matches!(d.command, toy::cli::DebugCommand::Tokenize(_) | toy::cli::DebugCommand::ChatMasks(_)),
+        _ => true,
+    };
     if let (Some((dir, from)), true) = (dir, computes) {
         if let Err(e) = ggml_rs::backend::load_backends_from(&dir) {
             eprintln!("toy {name}: {from}: {}", one_line(&e.to_string()));

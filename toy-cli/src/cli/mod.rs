@@ -20,7 +20,9 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
     /// Load ggml backend modules (libggml-cuda.so, ...) from this folder; also
-    /// $TOY_BACKEND_DIR. Needs a build with `--features dynamic`.
+    /// $TOY_BACKEND_DIR. Needs a build with `--features dynamic`. Commands that
+    /// compute nothing (prep, new, describe, export, debug tokenize/chat-masks)
+    /// do not load them.
     #[arg(long = "backend-dir", global = true)]
     pub backend_dir: Option<PathBuf>,
 }

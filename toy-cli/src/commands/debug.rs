@@ -201,8 +201,11 @@ fn bench(a: &BenchArgs) -> Result<()> {
 fn tokenize(a: &TokenizeArgs) -> Result<()> {
     let model = crate::files::resolve_model(&a.model)?;
     crate::files::check_out(&a.out, &[&model, &a.text], "the ids")?;
+    crate::files::remove_stale_temps(&a.out);
+    crate::signals::remove_on_interrupt("debug", crate::files::temp_path(&a.out), &a.out);
     let what = model.display();
     let file = ggml_rs::gguf::GgufFile::open(&model).map_err(|e| input(e.to_string()))?;
+    crate::formats::checkpoint::refuse_state(&file, &model)?;
     let tok = crate::data::Tokenizer::read_gguf(&file)?.ok_or_else(|| input(format!("{what}: no tokenizer (tokenizer.ggml.*)")))?;
     let bytes = crate::files::read_regular(&a.text, "--text")?;
     let text = String::from_utf8(bytes).map_err(|e| input(format!("{}: not UTF-8 ({e})", a.text.display())))?;
@@ -217,8 +220,6 @@ fn tokenize(a: &TokenizeArgs) -> Result<()> {
     }
     let out: Vec<u8> = ids.iter().flat_map(|i| i.to_le_bytes()).collect();
     crate::files::make_parent(&a.out)?;
-    crate::files::remove_stale_temps(&a.out);
-    crate::signals::remove_on_interrupt("debug", crate::files::temp_path(&a.out), &a.out);
     crate::files::write_atomic(&a.out, &out)?;
     crate::say!(
         "{}",

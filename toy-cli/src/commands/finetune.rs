@@ -202,7 +202,10 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     check_chat_flags(a, &corpus)?;
     let lora = lora_config(a, base)?;
     let mut args = a.clone();
-    (args.shape.arch, args.batch.context) = (Some(base.arch), None);
+    // The base's arch, unless a preset of another arch gives the batch and
+    // context (its arch is resolve()'s only; the model is the base's below).
+    let other_arch = a.batch.preset.and_then(|p| p.arch()).is_some_and(|p| p != base.arch);
+    (args.shape.arch, args.batch.context) = ((!other_arch).then_some(base.arch), None);
     // resolve derives --min-lr from the learning rate
     args.optim.lr = args.optim.lr.or(Some(default_lr(lora.is_some())));
     // --batch and --grad-accum are checked against the finetune's own context,

@@ -278,14 +278,7 @@ pub fn open_checkpoint_on(path: &Path, base: Option<&Path>) -> Result<Checkpoint
         return Err(input(format!("{}: not a regular file, not a checkpoint", path.display())));
     }
     let file = GgufFile::open(path)?;
-    if file.get("toy.state.format").is_some() {
-        let ck = super::state::checkpoint_of(path);
-        return Err(input(format!(
-            "{}: a resume state (optimizer moments, for toy train --resume), not a model; its checkpoint is {}",
-            path.display(),
-            ck.display()
-        )));
-    }
+    refuse_state(&file, path)?;
     if super::adapter::is_adapter(&file) {
         // A LoRA run's checkpoint: the adapter, on the base it names (relative to
         // the adapter's folder), which must be a model, not another adapter.
@@ -343,12 +336,26 @@ pub const BASE_TYPES: [DType; 13] = [
     DType::Q6K,
 ];
 
-/// Open the model at `path`, refusing an adapter.
+/// Refuse the file `f` (at `path`) when it is a resume state (`toy.state.*`),
+/// which a command took for a model, naming its checkpoint.
+pub fn refuse_state(f: &GgufFile, path: &Path) -> Result<()> {
+    if f.get("toy.state.format").is_none() {
+        return Ok(());
+    }
+    Err(input(format!(
+        "{}: a resume state (optimizer moments, for toy train --resume), not a model; its checkpoint is {}",
+        path.display(),
+        super::state::checkpoint_of(path).display()
+    )))
+}
+
+/// Open the model at `path`, refusing an adapter or a resume state.
 pub fn open_model(path: &Path) -> Result<Checkpoint> {
     if !path.exists() {
         return Err(input(format!("{}: no such checkpoint file", path.display())));
     }
     let file = GgufFile::open(path)?;
+    refuse_state(&file, path)?;
     if super::adapter::is_adapter(&file) {
         return Err(input(format!("{}: a LoRA adapter, not a model", path.display())));
     }

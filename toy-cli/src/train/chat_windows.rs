@@ -164,6 +164,8 @@ pub struct ChatRun {
     pub val: Windows,
     /// Both splits together.
     pub fit: Fit,
+    /// The training split's.
+    pub train_fit: Fit,
     pub pack: bool,
     /// What the records are (`messages`, `sharegpt`, `prompt-completion`), for events.
     pub kind: &'static str,
@@ -179,7 +181,7 @@ impl ChatRun {
             Some(RecordKind::ShareGpt) => "sharegpt",
             _ => "messages",
         };
-        ChatRun { train, val, fit: f1 + f2, pack, kind }
+        ChatRun { train, val, fit: f1 + f2, train_fit: f1, pack, kind }
     }
 
     /// What a run says on stderr when conversations were cut, never silently.
@@ -208,12 +210,12 @@ impl ChatRun {
         let padding = 1.0 - f.filled as f64 / (f.windows * t).max(1) as f64;
         let hint = if !self.pack && padding > 0.5 { "; --pack puts several conversations in a window" } else { "" };
         format!(
-            "chat data: {} conversations ({} records): {} windows of {t} tokens for training, {} held out for validation; {} trained tokens, {:.0}% of the windows padding{hint}",
+            "chat data: {} conversations ({} records): {} windows of {t} tokens for training, {} held out for validation; {} trained tokens in the training windows, {:.0}% of the windows padding{hint}",
             f.conversations,
             self.kind,
             self.train.len(),
             self.val.len(),
-            f.trained_tokens,
+            self.train_fit.trained_tokens,
             100.0 * padding
         )
     }
@@ -229,7 +231,7 @@ impl ChatRun {
             dropped: f.dropped,
             train_windows: self.train.len(),
             val_windows: self.val.len(),
-            trained_tokens: f.trained_tokens,
+            trained_tokens: self.train_fit.trained_tokens,
         }
     }
 }

@@ -201,12 +201,19 @@ pub struct Config {
 pub struct Chat {
     /// What the records are (`messages`, `prompt-completion`).
     pub records: &'static str,
+    /// Several conversations a window (`--pack`).
     pub pack: bool,
+    /// Conversations in both splits.
     pub conversations: usize,
+    /// Of them, cut to the window.
     pub truncated: usize,
+    /// Of them, left out: no trained token within the window.
     pub dropped: usize,
+    /// Windows of the training split.
     pub train_windows: usize,
+    /// Windows held out for the validation loss.
     pub val_windows: usize,
+    /// Tokens trained on (counted targets) in the training windows.
     pub trained_tokens: usize,
 }
 

@@ -299,6 +299,8 @@ fn a_chat_finetune_learns_the_answers_and_keeps_the_template() {
     assert!(summary.contains("for training, 3 held out for validation;") && summary.contains("--pack puts several"), "{summary}");
     let start = &events(&t.join("ft"))[0];
     let c = &start["chat"];
+    // The training windows' trained tokens, not the held-out ones too.
+    assert!(summary.contains(&format!("; {} trained tokens in the training windows,", c["trained_tokens"])), "{summary} {c}");
     assert_eq!(
         (c["records"].as_str(), c["truncated"].as_u64(), c["dropped"].as_u64(), c["pack"].as_bool()),
         (Some("messages"), Some(2), Some(1), Some(false))

@@ -84,13 +84,13 @@ fn a_broken_or_missing_resume_state_is_named() {
     fails(&resume(), "train", &format!("tensor {moment} holds NaN at element 1; the resume state is broken"));
     std::fs::remove_file(&state).unwrap();
     fails(&resume(), "train", "has no resume state beside it; step_2.gguf is intact: to resume from it, run ln -sfn step_2.gguf");
-    // A state given where a model goes says what it is.
-    let o = toy(t, &["generate", "R/weights/step_2.state.gguf", "-n", "1"]);
-    fails(
-        &o,
-        "generate",
-        "a resume state (optimizer moments, for toy train --resume), not a model; its checkpoint is R/weights/step_2.gguf",
-    );
+    // A state given where a model goes says what it is, to every command.
+    let st = "R/weights/step_2.state.gguf";
+    let said = "a resume state (optimizer moments, for toy train --resume), not a model; its checkpoint is R/weights/step_2.gguf";
+    fails(&toy(t, &["generate", st, "-n", "1"]), "generate", said);
+    fails(&toy(t, &["train", "warm-start", "--donor", st, "--match-by", "index", "--preset", "smoke", "--steps", "1"]), "train", said);
+    fails(&toy(t, &["train", "finetune", "--from", st, "--steps", "1"]), "train", said);
+    fails(&toy(t, &["debug", "tokenize", st, "--text", "R/config.toml", "--out", "ids.bin"]), "debug", said);
 }
 
 /// A value from a run's config.toml that fails validation is said of
@@ -105,6 +105,13 @@ fn a_bad_value_in_config_toml_is_said_of_it() {
         cfg.lines().map(|l| if l.starts_with("n_layers = ") { "n_layers = 0\n".to_string() } else { format!("{l}\n") }).collect();
     std::fs::write(t.join("R/config.toml"), edited).unwrap();
     fails(&toy(t, &["train", "--resume", "R", "--steps", "3", "--threads", "1"]), "train", "--resume R: config.toml: ");
+    // A device that cannot be used, opened as the run starts, is said of config.toml too.
+    let edited: String =
+        cfg.lines().map(|l| if l.starts_with("device = ") { "device = \"tpu\"\n".to_string() } else { format!("{l}\n") }).collect();
+    std::fs::write(t.join("R/config.toml"), edited).unwrap();
+    let o = toy(t, &["train", "--resume", "R", "--steps", "3", "--threads", "1"]);
+    fails(&o, "train", "--resume R: config.toml: device tpu: ");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("(--device overrides it on resume)"));
 }
 
 /// An empty $TOY_BACKEND_DIR is unset; a set one is named as such, and does
@@ -116,8 +123,10 @@ fn toy_backend_dir_is_named_and_empty_is_unset() {
     let run = |value: &str, args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_toy")).args(args).current_dir(t).env("TOY_BACKEND_DIR", value).output().unwrap()
     };
+    trained(t, "1");
     ok(&run("", &["devices"]));
     ok(&run(".", &["new", "p"]));
+    ok(&run(".", &["debug", "tokenize", "p/../R", "--text", "p/toy.toml", "--out", "ids.bin"]));
     if cfg!(not(feature = "dynamic")) {
         fails(&run(".", &["devices"]), "devices", "$TOY_BACKEND_DIR: ");
     }
@@ -131,13 +140,18 @@ fn a_finetune_preset_gives_batch_and_context_and_new_quotes_its_path() {
     let t = tmp.path();
     trained(t, "1");
     std::fs::write(t.join("c.txt"), toy_stories::generate_with(3, 30)).unwrap();
-    let o = toy(
-        t,
-        &["train", "finetune", "--from", "R", "--corpus", "c.txt", "--preset", "tiny", "--steps", "1", "--threads", "1", "--out", "F"],
-    );
-    ok(&o);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("note: --preset tiny gives the batch and the context; the model keeps its own shape (d_model 64"), "{err}");
+    // A preset of another architecture too (gpt2-124m over a llama).
+    for (preset, out) in [("tiny", "F"), ("gpt2-124m", "G")] {
+        let args =
+            ["train", "finetune", "--from", "R", "--corpus", "c.txt", "--preset", preset, "--steps", "1", "--threads", "1", "--out", out];
+        let o = toy(t, &args);
+        ok(&o);
+        let err = String::from_utf8_lossy(&o.stderr);
+        let note = format!("note: --preset {preset} gives the batch and the context; the model keeps its own shape (d_model 64");
+        assert!(err.contains(&note), "{err}");
+    }
+    let cfg = std::fs::read_to_string(t.join("G/config.toml")).unwrap();
+    assert!(cfg.contains("arch = \"llama\"") && cfg.contains("batch = 16"), "{cfg}");
     let o = toy(t, &["new", "my project"]);
     ok(&o);
     assert!(String::from_utf8_lossy(&o.stdout).contains("(cd 'my project' && toy train)"));
