@@ -195,6 +195,20 @@ pub fn make_parent(out: &Path) -> Result<()> {
     }
 }
 
+/// What a file that is not a regular one is, as messages name it.
+fn kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    match () {
+        _ if t.is_dir() => "a folder",
+        _ if t.is_symlink() => "a link",
+        _ if t.is_fifo() => "a FIFO",
+        _ if t.is_socket() => "a socket",
+        _ if t.is_block_device() || t.is_char_device() => "a device",
+        _ => "a special file",
+    }
+}
+
 /// Refuse an output path `out` that would replace one of `inputs` (a run
 /// folder's: the checkpoint its `weights/latest` names), a folder, a
 /// link, a run's resume state or anything but a regular file, or whose folder
@@ -205,7 +219,7 @@ pub fn check_out(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
     let o = out.display();
     if let Ok(meta) = std::fs::symlink_metadata(out) {
         if !meta.is_file() {
-            return Err(input(format!("--out {o}: exists and is not a regular file (a folder or a link?)")));
+            return Err(input(format!("--out {o}: exists and is {}, not a regular file", kind(&meta))));
         }
         // An input given as a run folder is read through its `weights/latest` ([`file_or_run`]).
         let real = std::fs::canonicalize(out).ok();

@@ -193,10 +193,7 @@ fn wait_for<T: Send + 'static>(
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                 let sig = stop.load(Ordering::SeqCst);
                 if sig != 0 {
-                    return Err(crate::error::Error::Interrupted(
-                        sig,
-                        format!("interrupted while {what} (no step has run: nothing to save)"),
-                    ));
+                    return Err(crate::error::Error::Interrupted(sig, format!("interrupted while {what}; nothing was saved")));
                 }
             }
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {

@@ -46,6 +46,9 @@ fn fifos_and_bad_layouts_are_named() {
     fails(&toy(t, &["debug", "tokenize", "R", "--text", "fifo", "--out", "ids.bin"]), "debug", "--text fifo: not a regular file");
     let dump = |batches: &str| toy(t, &["debug", "dump-logits", "R", "--batches", batches, "--out", "d.gguf", "--threads", "1"]);
     fails(&dump("fifo"), "debug", "fifo: not a regular file");
+    let o = toy(t, &["debug", "dump-logits", "R", "--batches", "R/batches.bin", "--out", "fifo", "--threads", "1"]);
+    fails(&o, "debug", "--out fifo: exists and is a FIFO, not a regular file");
+    fails(&toy(t, &["debug", "tokenize", "R", "--text", "R/config.toml", "--out", "R"]), "debug", "--out R: exists and is a folder");
     let json = std::fs::read_to_string(t.join("R/batches.json")).unwrap();
     let mut layout: serde_json::Value = serde_json::from_str(&json).unwrap();
     layout["window"] = 1.into();

@@ -499,9 +499,9 @@ fn sigint_while_reading_a_raw_corpus_ends_at_once() {
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(err.contains("interrupted while reading the corpus"), "{err}");
     // Nothing is promised that will not happen: no step, no checkpoint.
-    assert!(err.contains("nothing to save") && !err.contains("checkpoint"), "{err}");
+    assert!(err.contains("nothing was saved") && !err.contains("checkpoint"), "{err}");
     // One line says it (the first signal's own note is that line).
-    assert_eq!(err.matches("nothing to save").count(), 1, "{err}");
+    assert_eq!(err.matches("nothing was saved").count(), 1, "{err}");
     // stderr is no terminal: no blank line before the messages.
     assert!(!err.starts_with('\n') && !err.contains("\n\n"), "{err:?}");
     assert!(t0.elapsed() < Duration::from_secs(5), "took {:?}", t0.elapsed());
