@@ -297,6 +297,12 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
                 dir.display(),
                 &m["--device".len()..]
             )),
+            // A state found broken as it loads: the checkpoint before it may be whole.
+            Error::Input(m) if m.ends_with("the resume state is broken") => {
+                let at = plan.resume.as_deref().and_then(|ck| crate::run::checkpoint_step(ck.file_name()?.to_str()?)).unwrap_or(u64::MAX);
+                let advice = run.newest_intact(at).map(|n| format!("; {}", run.resume_from(n))).unwrap_or_default();
+                Error::Input(format!("{m}{advice}"))
+            }
             e => e,
         })?;
         if !a.json {

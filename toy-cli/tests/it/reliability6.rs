@@ -84,7 +84,8 @@ fn a_broken_or_missing_resume_state_is_named() {
     drop(f);
     g.write(&state).unwrap();
     let resume = || toy(t, &["train", "--resume", "R", "--steps", "5", "--threads", "1"]);
-    fails(&resume(), "train", &format!("tensor {moment} holds NaN at element 1; the resume state is broken"));
+    let broken = format!("tensor {moment} holds NaN at element 1; the resume state is broken; step_2.gguf is intact: to resume from it");
+    fails(&resume(), "train", &broken);
     std::fs::remove_file(&state).unwrap();
     fails(&resume(), "train", "has no resume state beside it; step_2.gguf is intact: to resume from it, run ln -sfn step_2.gguf");
     // A state given where a model goes says what it is, to every command.
