@@ -330,13 +330,18 @@ fn set_in_toml(args: &TrainArgs, file: &TrainArgs) -> Vec<String> {
     file.flags().into_iter().filter(|f| f.given && !given.contains(&f.flag)).map(|f| f.flag).collect()
 }
 
-/// An input error about a flag whose value came from `toy.toml` says so (its
-/// message names the flag, as for one given on the command line).
+/// An input error about a flag whose value came from `toy.toml` says so: its
+/// message starts with the flag (as for one given on the command line), or
+/// names the key as a word (`bad model shape: context must be at least 1`,
+/// `corpus X is not a regular file`).
 fn toml_origin(e: Error, from_toml: &[String]) -> Error {
+    let names = |m: &str, flag: &str| {
+        let key = flag.trim_start_matches("--").replace('-', "_");
+        m.strip_prefix(flag).is_some_and(|r| r.starts_with([' ', ':', '=']))
+            || m.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-')).any(|w| w == key || w == flag)
+    };
     match e {
-        Error::Input(m) if from_toml.iter().any(|f| m.strip_prefix(f.as_str()).is_some_and(|r| r.starts_with([' ', ':', '=']))) => {
-            Error::Input(format!("{m} (set in toy.toml)"))
-        }
+        Error::Input(m) if from_toml.iter().any(|f| names(&m, f)) => Error::Input(format!("{m} (set in toy.toml)")),
         e => e,
     }
 }

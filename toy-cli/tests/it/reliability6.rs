@@ -169,4 +169,7 @@ fn a_recipe_from_toy_toml_is_named_when_refused() {
     std::fs::write(t.join("toy.toml"), "[train]\nrecipe = \"finetune\"\n").unwrap();
     fails(&toy(t, &["train"]), "train", "finetune needs --from MODEL.gguf (toy.toml sets recipe = \"finetune\")");
     fails(&toy(t, &["train", "warm-start"]), "train", "warm-start needs --donor MODEL.gguf");
+    // A value whose message names its key, not its flag, is said of toy.toml too.
+    std::fs::write(t.join("toy.toml"), "[train]\ncontext = 0\n").unwrap();
+    fails(&toy(t, &["train", "--steps", "1"]), "train", "context must be at least 1 (set in toy.toml)");
 }
