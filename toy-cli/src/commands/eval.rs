@@ -42,6 +42,11 @@ pub struct EvalResult {
 /// UTF-8 bytes of the documents of a raw text file, gzipped or not (separator lines excluded),
 /// or `None` for id files and prepared folders.
 fn text_bytes(path: &std::path::Path, text_field: &str) -> Option<usize> {
+    if path.is_dir() && !is_prepared(path) {
+        // A folder of text: its files' bytes, as they are read (discover's walk).
+        let files = crate::data::discover::discover(&[path.to_path_buf()]).ok()?;
+        return files.iter().map(|s| text_bytes(&s.path, text_field)).sum();
+    }
     if !path.is_file() || path.extension().is_some_and(|e| e == "bin") {
         return None;
     }
@@ -180,13 +185,9 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     let t = args.context.unwrap_or_else(|| ck.config.context.min(ids.len().saturating_sub(1)).max(1));
     let starts = eval_starts(ids.len(), t, args.max_windows.unwrap_or(usize::MAX));
     if starts.is_empty() {
-        let hint = if args.context.is_some() { " (try a smaller --context)" } else { "" };
-        return Err(input(format!(
-            "{} has {} token(s), fewer than one window of {} and its next token{hint}",
-            path.display(),
-            ids.len(),
-            t
-        )));
+        let hint = if args.context.is_some_and(|c| c > 1) { " (try a smaller --context)" } else { "" };
+        let n = if ids.len() == 1 { "token" } else { "tokens" };
+        return Err(input(format!("{} has {} {n}, fewer than one window of {} and its next token{hint}", path.display(), ids.len(), t)));
     }
     let b = args.batch.clamp(1, starts.len());
     let backends = backends_for(&args.on.device, args.on.threads, args.on.matmul_precision.ggml())?;

@@ -79,7 +79,7 @@ pub fn read_toml(dir: &Path) -> Result<Option<TrainArgs>> {
     let f: File = toml::from_str(&text).map_err(|e| {
         let (span, message) = refused_key(&text).map_or((e.span(), e.message().to_string()), |(s, m)| (Some(s), m));
         // toml's messages run over lines ("invalid table header\nexpected ..."): one line here.
-        let message = message.trim().replace('\n', "; ");
+        let message = plain_types(&message.trim().replace('\n', "; "));
         input(format!("{}: {message}", where_in(&path, &text, span)))
     })?;
     let mut t = f.train;
@@ -136,7 +136,7 @@ fn run_config(dir: &Path) -> Result<TrainConfig> {
         }
     })?;
     toml::from_str(&text).map_err(|e| {
-        let message = e.message().trim().replace('\n', "; ");
+        let message = plain_types(&e.message().trim().replace('\n', "; "));
         // a missing key has no line of its own (the parser points at its table's first)
         let span = e.span().filter(|_| !message.starts_with("missing field"));
         input(format!("{}: {message}", where_in(&dir.join("config.toml"), &text, span)))
@@ -328,6 +328,26 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
 fn set_in_toml(args: &TrainArgs, file: &TrainArgs) -> Vec<String> {
     let given: Vec<String> = args.flags().into_iter().filter(|f| f.given).map(|f| f.flag).collect();
     file.flags().into_iter().filter(|f| f.given && !given.contains(&f.flag)).map(|f| f.flag).collect()
+}
+
+/// serde's names of Rust types in a toml message (`expected u64`, `expected
+/// struct TrainArgs`) as what to write instead.
+fn plain_types(message: &str) -> String {
+    let mut m = message.to_string();
+    for (rust, plain) in [
+        ("expected u64", "expected a whole number, 0 or more"),
+        ("expected usize", "expected a whole number, 0 or more"),
+        ("expected u32", "expected a whole number, 0 or more"),
+        ("expected f32", "expected a number"),
+        ("expected a boolean", "expected true or false"),
+        ("number too large to fit in target type", "number too large"),
+    ] {
+        m = m.replace(rust, plain);
+    }
+    match m.find("expected struct ") {
+        Some(i) => format!("{}expected a table of keys", &m[..i]),
+        None => m,
+    }
 }
 
 /// An input error about a flag whose value came from `toy.toml` says so: its

@@ -172,4 +172,24 @@ fn a_recipe_from_toy_toml_is_named_when_refused() {
     // A value whose message names its key, not its flag, is said of toy.toml too.
     std::fs::write(t.join("toy.toml"), "[train]\ncontext = 0\n").unwrap();
     fails(&toy(t, &["train", "--steps", "1"]), "train", "context must be at least 1 (set in toy.toml)");
+    // A wrong type says what to write, not serde's names of Rust types.
+    std::fs::write(t.join("toy.toml"), "[train]\nsteps = -5\n").unwrap();
+    fails(&toy(t, &["train"]), "train", "line 2 (`steps = -5`): invalid value: integer `-5`, expected a whole number, 0 or more");
+}
+
+/// A folder of text is evaluated with its bits per byte, as its one file is.
+#[test]
+fn eval_of_a_text_folder_gives_bits_per_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    trained(t, "1");
+    std::fs::create_dir(t.join("sf")).unwrap();
+    std::fs::write(t.join("sf/story.txt"), toy_stories::generate_with(4, 20)).unwrap();
+    let bpb = |corpus: &str| {
+        let o = toy(t, &["eval", "R", "--corpus", corpus, "--threads", "1", "--json"]);
+        ok(&o);
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["bits_per_byte"].as_f64()
+    };
+    let file = bpb("sf/story.txt");
+    assert!(file.is_some() && bpb("sf") == file);
 }
