@@ -150,6 +150,10 @@ pub struct Documents<'s> {
     doc: usize,
     /// The document being gathered (text format), and whether a piece of it was handed out.
     pending: String,
+    /// `pending` has no safe cut before this offset (searched already: a
+    /// document of lines that all end in a space, say, is not searched again
+    /// from its start after every line it grows by).
+    searched: usize,
     started: bool,
     /// `pending` holds a whole JSON Lines record, to hand out (in pieces if long).
     record_done: bool,
@@ -194,6 +198,7 @@ impl<'s> Documents<'s> {
             carry: Vec::new(),
             doc: 0,
             pending: String::new(),
+            searched: 0,
             started: false,
             record_done: false,
             bytes_read: Default::default(),
@@ -287,6 +292,7 @@ impl<'s> Documents<'s> {
     /// first piece, at the end when it is its last; None when that leaves nothing.
     fn emit(&mut self, last: bool) -> Option<Piece> {
         let mut text = std::mem::take(&mut self.pending);
+        self.searched = 0;
         if last {
             text.truncate(text.trim_end().len());
         }
@@ -311,14 +317,18 @@ impl<'s> Documents<'s> {
     /// gone on that long without one (None: wait for more text).
     fn cut(&mut self) -> Option<Piece> {
         let len = self.pending.len();
-        let at = match super::text::last_between(&self.pending, b'\n', 1, MAX_UNCUT_BYTES) {
+        let at = match super::text::last_between(&self.pending, b'\n', self.searched.max(1), MAX_UNCUT_BYTES) {
             Some(i) => i + 1,
             None if len > MAX_UNCUT_BYTES => super::text::fallback_cut(&self.pending, 0, MAX_UNCUT_BYTES),
-            None => return None,
+            None => {
+                // Every newline before the last byte has both its neighbours: none is a cut.
+                self.searched = len.saturating_sub(1).min(MAX_UNCUT_BYTES);
+                return None;
+            }
         };
         let rest = self.pending.split_off(at);
         let piece = self.emit(false);
-        self.pending = rest;
+        (self.pending, self.searched) = (rest, 0);
         piece
     }
 
@@ -377,7 +387,7 @@ impl<'s> Documents<'s> {
                     })?
                         .as_str()
                         .ok_or_else(|| input(format!("{at}: field {:?} is not a string", self.text_field)))?;
-                    self.pending = text.to_string();
+                    (self.pending, self.searched) = (text.to_string(), 0);
                     self.started = false;
                     // Handed out at the top of the loop, in pieces if long.
                     self.record_done = true;
