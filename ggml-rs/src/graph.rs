@@ -517,11 +517,10 @@ fn graph_bytes(size: usize, grads: bool) -> Result<usize> {
     if size > i32::MAX as usize {
         return Err(too_large());
     }
-    // Nodes and leafs (a pointer each), and a hash set of at most 4·size slots
-    // (ggml_hash_size(2·size)) with a count, a key and two gradient pointers each.
-    let ptr = std::mem::size_of::<*mut sys::ggml_tensor>();
-    let per_node = 2 * ptr + 4 * (4 + 3 * ptr + 1);
-    size.checked_mul(per_node).and_then(|b| b.checked_add(1 << 16)).filter(|&b| b <= isize::MAX as usize).ok_or_else(too_large)?;
+    // ggml's count is under 1 KiB a node (node and leaf pointers, a hash set of
+    // at most 4·size slots with its gradient pointers): where that bound does not
+    // overflow, neither does ggml's own sum.
+    size.checked_mul(1 << 10).filter(|&b| b <= isize::MAX as usize).ok_or_else(too_large)?;
     // SAFETY: a pure size computation, which cannot overflow below the bound above.
     Ok(unsafe { sys::ggml_graph_overhead_custom(size, grads) } + 1024)
 }

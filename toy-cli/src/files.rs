@@ -33,7 +33,9 @@ pub fn create_fresh(path: &Path) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new().write(true).create_new(true).open(path)
 }
 
-/// The temporary beside `path` that a write goes to first: `.NAME.tmp-PID`.
+/// The temporary beside `path` that a write goes to first: `.NAME.tmp-PID`
+/// (the name `ggml_rs::gguf::GgufWriter::write` gives its own, which
+/// [`crate::signals::remove_on_interrupt`] relies on).
 pub fn temp_path(path: &Path) -> PathBuf {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))

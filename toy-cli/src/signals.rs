@@ -11,7 +11,7 @@
 //! (`toy train | head -1`) does not kill a run: its lines are dropped
 //! ([`outln!`](crate::outln)) and training goes on.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -55,13 +55,17 @@ fn watch_quit() {
 /// The command whose name [`watch_quit`]'s note starts with.
 static COMMAND: Mutex<&str> = Mutex::new("train");
 
-/// For a command that writes one file (`toy export merge`, the debug dumps)
-/// to `temp` and renames it: SIGINT or SIGTERM ends it within 10 ms, with
-/// `temp` removed and the line `toy <cmd>: interrupted; <out> not written`,
-/// where the default disposition left a half-written temporary behind.
-/// (A temporary created in the instant between the removal and the exit is
-/// one that [`crate::files::remove_stale_temps`] removes on the next write.)
-pub fn remove_on_interrupt(cmd: &'static str, temp: PathBuf, out: &Path) {
+/// For a command that writes one file `out` (`toy export merge`, the debug
+/// dumps) to its temporary ([`crate::files::temp_path`]) and renames it: the
+/// temporaries that killed writers left beside `out` are removed
+/// ([`crate::files::remove_stale_temps`]), and SIGINT or SIGTERM ends the
+/// command within 10 ms with this one's removed and the line `toy <cmd>:
+/// interrupted; <out> not written`, where the default disposition left a
+/// half-written temporary behind. (A temporary created in the instant between
+/// the removal and the exit is one that the next write of `out` removes.)
+pub fn remove_on_interrupt(cmd: &'static str, out: &Path) {
+    crate::files::remove_stale_temps(out);
+    let temp = crate::files::temp_path(out);
     if let Ok(mut c) = COMMAND.lock() {
         *c = cmd;
     }

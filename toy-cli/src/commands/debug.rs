@@ -201,8 +201,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
 fn tokenize(a: &TokenizeArgs) -> Result<()> {
     let model = crate::files::resolve_model(&a.model)?;
     crate::files::check_out(&a.out, &[&model, &a.text], "the ids")?;
-    crate::files::remove_stale_temps(&a.out);
-    crate::signals::remove_on_interrupt("debug", crate::files::temp_path(&a.out), &a.out);
+    crate::signals::remove_on_interrupt("debug", &a.out);
     let what = model.display();
     let file = ggml_rs::gguf::GgufFile::open(&model).map_err(|e| input(e.to_string()))?;
     crate::formats::checkpoint::refuse_state(&file, &model)?;
@@ -284,8 +283,7 @@ enum Dump {
 fn dump(a: &DumpArgs, what: Dump) -> Result<()> {
     let model = crate::files::resolve_model(&a.model)?;
     crate::files::check_out(&a.out, &[&model, &a.batches], "the dump")?;
-    crate::files::remove_stale_temps(&a.out);
-    crate::signals::remove_on_interrupt("debug", crate::files::temp_path(&a.out), &a.out);
+    crate::signals::remove_on_interrupt("debug", &a.out);
     let ck = open_checkpoint(&model)?;
     let rec = Recorded::open(&a.batches)?;
     let b = rec.batch(a.step)?;

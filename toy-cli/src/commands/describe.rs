@@ -19,7 +19,6 @@ fn short(v: &Value) -> String {
 /// its shortest decimal, `1e-5` rather than `9.99999974e-6`); an array as
 /// `{"type": "<element type>", "len": n}`, as `gguf-dump` summarises one.
 fn json_value(v: &Value) -> serde_json::Value {
-    let f32_json = |x: f32| x.to_string().parse::<f64>().map_or(serde_json::Value::Null, |f| json!(f));
     match v {
         Value::U8(x) => json!(x),
         Value::I8(x) => json!(x),
@@ -29,7 +28,7 @@ fn json_value(v: &Value) -> serde_json::Value {
         Value::I32(x) => json!(x),
         Value::U64(x) => json!(x),
         Value::I64(x) => json!(x),
-        Value::F32(x) => f32_json(*x),
+        Value::F32(x) => json!(crate::model::as_written(*x)),
         Value::F64(x) => json!(x),
         Value::Bool(x) => json!(x),
         Value::String(x) => json!(x),

@@ -151,8 +151,7 @@ fn coarse_note(dtype: DType) -> Option<String> {
 fn merge(m: &MergeArgs) -> Result<PathBuf> {
     let base_path = crate::files::file_or_run(&m.base, "--base")?;
     crate::files::check_out(&m.out, &[&base_path, &m.lora], "the merged model")?;
-    crate::files::remove_stale_temps(&m.out);
-    crate::signals::remove_on_interrupt("export", crate::files::temp_path(&m.out), &m.out);
+    crate::signals::remove_on_interrupt("export", &m.out);
     let base = open_checkpoint(&base_path).map_err(|e| input(format!("--base {e}")))?;
     if base.adapter.is_some() {
         return Err(input(format!("--base {}: a LoRA adapter, not a model", m.base.display())));

@@ -48,7 +48,7 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     set!(o.lr => c.lr, o.warmup_steps => c.warmup_steps, o.weight_decay => c.weight_decay, o.grad_clip => c.grad_clip);
     set!(l.eval_every => c.eval_every, l.save_every => c.save_every, l.log_every => c.log_every, a.device.threads => c.threads);
     // lr / 10 of the decimal given (1e-3 → 1e-4, not f32's 0.000100000005).
-    c.min_lr = a.optim.min_lr.unwrap_or_else(|| c.lr.to_string().parse::<f64>().map_or(c.lr / 10.0, |x| (x / 10.0) as f32));
+    c.min_lr = a.optim.min_lr.unwrap_or((crate::model::as_written(c.lr) / 10.0) as f32);
     if a.log.log_every.is_none() {
         // A terminal shows the progress bar: a loss line every 10 steps above it.
         // Scripts reading a pipe get every step, as before.

@@ -191,8 +191,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     // Checked before the note below: the checkpoint and its resume state belong
     // together (the training loop relies on it), and the run has steps left.
     if !crate::formats::state::state_path(&ck).is_file() {
-        let step = ck.file_name().and_then(|n| crate::run::checkpoint_step(n.to_str()?)).unwrap_or(u64::MAX);
-        let advice = run.newest_intact(step).map(|n| format!("; {}", run.resume_from(n))).unwrap_or_default();
+        let advice = run.fall_back_from(&ck);
         return Err(input(format!("--resume {}: {} has no resume state beside it{advice}", dir.display(), ck.display())));
     }
     let done = crate::formats::state::check_pair(&ck, crate::run::started_as(dir).as_deref())?;
@@ -297,12 +296,6 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
                 dir.display(),
                 &m["--device".len()..]
             )),
-            // A state found broken as it loads: the checkpoint before it may be whole.
-            Error::Input(m) if m.ends_with("the resume state is broken") => {
-                let at = plan.resume.as_deref().and_then(|ck| crate::run::checkpoint_step(ck.file_name()?.to_str()?)).unwrap_or(u64::MAX);
-                let advice = run.newest_intact(at).map(|n| format!("; {}", run.resume_from(n))).unwrap_or_default();
-                Error::Input(format!("{m}{advice}"))
-            }
             e => e,
         })?;
         if !a.json {

@@ -332,8 +332,8 @@ pub struct TrainConfig {
 fn short_f32_pair<S: serde::Serializer>(x: &(f32, f32), s: S) -> std::result::Result<S::Ok, S::Error> {
     use serde::ser::SerializeTuple;
     let mut t = s.serialize_tuple(2)?;
-    t.serialize_element(&x.0.to_string().parse::<f64>().unwrap_or(x.0 as f64))?;
-    t.serialize_element(&x.1.to_string().parse::<f64>().unwrap_or(x.1 as f64))?;
+    t.serialize_element(&crate::model::as_written(x.0))?;
+    t.serialize_element(&crate::model::as_written(x.1))?;
     t.end()
 }
 

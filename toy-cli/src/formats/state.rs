@@ -7,7 +7,7 @@ use crate::error::{input, runtime, Result};
 use crate::model::Weights;
 use ggml_rs::gguf::{GgufFile, GgufWriter};
 use ggml_rs::optim::AdamWState;
-use ggml_rs::Tensor;
+use ggml_rs::{DType, Tensor};
 use std::path::{Path, PathBuf};
 
 /// Format tag of state files.
@@ -107,11 +107,13 @@ pub fn load(path: &Path, w: &Weights<'_>, moments: &AdamWState<'_>) -> Result<Pr
             return Err(bad(format!("tensor {name} is {:?}, the model needs {:?}", info.shape(), t.shape())));
         }
         // A NaN or an infinity in a moment (a negative second moment) would
-        // surface a step later as a non-finite loss blamed on --lr.
-        let values = f.tensor_f32(name)?;
-        let broken = values.iter().position(|x| !x.is_finite() || (name.ends_with(".adam_v") && *x < 0.0));
-        if let Some(i) = broken {
-            return Err(bad(format!("tensor {name} holds {} at element {i}; the resume state is broken", values[i])));
+        // surface a step later as a non-finite loss blamed on --lr. Checked on
+        // the mapped bytes (states are f32), which load_into then copies.
+        let v = name.ends_with(".adam_v");
+        let data = if info.dtype == DType::F32 { f.tensor_data(name)? } else { &[] };
+        let values = data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        if let Some((i, x)) = values.enumerate().find(|(_, x)| !x.is_finite() || (v && *x < 0.0)) {
+            return Err(bad(format!("tensor {name} holds {x} at element {i}; the resume state is broken")));
         }
         Ok(f.load_into(name, t)?)
     };

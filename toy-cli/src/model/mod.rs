@@ -241,10 +241,15 @@ pub struct Batch<'a> {
     pub cache: Option<attention::CacheStep<'a>>,
 }
 
-/// An f32 as the shortest decimal that reads back to it (`0.001`, not the f64
-/// widening `0.0010000000474974513`), so config.toml shows values as given.
+/// An f32 as the f64 of the shortest decimal that reads back to it (`0.001`,
+/// not the f64 widening `0.0010000000474974513`): the value as it was written.
+pub fn as_written(x: f32) -> f64 {
+    x.to_string().parse::<f64>().unwrap_or(x as f64)
+}
+
+/// Serialize an f32 [`as_written`], so config.toml shows values as given.
 pub fn short_f32<S: serde::Serializer>(x: &f32, s: S) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_f64(x.to_string().parse::<f64>().unwrap_or(*x as f64))
+    s.serialize_f64(as_written(*x))
 }
 
 #[cfg(test)]

@@ -254,6 +254,14 @@ impl RunDir {
         format!("step_{n}.gguf is intact: to resume from it, run ln -sfn step_{n}.gguf {}", self.path.join("weights/latest").display())
     }
 
+    /// For a refusal of the checkpoint `ck` (its state missing or broken):
+    /// `; ` and [`resume_from`](Self::resume_from) the newest intact checkpoint
+    /// before it, or nothing when there is none.
+    pub fn fall_back_from(&self, ck: &Path) -> String {
+        let step = ck.file_name().and_then(|n| checkpoint_step(n.to_str()?)).unwrap_or(u64::MAX);
+        self.newest_intact(step).map(|n| format!("; {}", self.resume_from(n))).unwrap_or_default()
+    }
+
     /// The checkpoint `weights/latest` points to, if any: a `step_<N>.gguf`
     /// of this folder's `weights/` (a link anywhere else is not this run's).
     pub fn latest(&self) -> Option<PathBuf> {

@@ -324,6 +324,7 @@ fn log_start(sink: &mut dyn Sink, s: &Start<'_, '_>) -> Result<()> {
 fn restore(
     plan: &Plan<'_>,
     corpus: &Corpus,
+    run: &RunDir,
     states: &[ReplicaState<'_>],
     sampler: &mut Sampler,
     chat: Option<&ChatRun>,
@@ -332,7 +333,12 @@ fn restore(
     let Some(ck) = &plan.resume else { return Ok((0, 0)) };
     let mut p = None;
     for st in states {
-        p = Some(state::load(&state::state_path(ck), &st.weights, &st.moments)?);
+        // A state that does not load (broken, another shape): the checkpoint before it may be whole.
+        let loaded = state::load(&state::state_path(ck), &st.weights, &st.moments).map_err(|e| match e {
+            crate::error::Error::Input(m) => input(format!("{m}{}", run.fall_back_from(ck))),
+            e => e,
+        });
+        p = Some(loaded?);
     }
     let p = p.expect("at least one replica");
     let restored = match chat {
@@ -385,7 +391,7 @@ pub fn train_into(
         states.push(ReplicaState::new(wctx, cfg, plan, &bk[0], split)?);
     }
     let mut sampler = sampler(plan, cfg, chat.is_some());
-    let (start_step, opt_t) = restore(plan, corpus, &states, &mut sampler, chat.as_ref())?;
+    let (start_step, opt_t) = restore(plan, corpus, run, &states, &mut sampler, chat.as_ref())?;
 
     let opt = OptSettings {
         adamw: AdamWConfig { lr: cfg.lr, betas: cfg.betas, eps: cfg.eps, weight_decay: cfg.weight_decay },
