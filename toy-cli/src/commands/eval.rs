@@ -18,7 +18,6 @@ use crate::train::chat_windows::{ChatRun, Fit};
 use crate::train::step::{capacity, with_loaded, EvalStep, LoadFor};
 use clap::ValueEnum;
 use ggml_rs::Context;
-use std::io::Read;
 
 /// Loss and perplexity.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,33 +36,6 @@ pub struct EvalResult {
     /// Chat data: what fitting its conversations into windows did; `tokens`
     /// then counts the assistant tokens scored.
     pub chat: Option<Fit>,
-}
-
-/// UTF-8 bytes of the documents of a raw text file, gzipped or not (separator lines excluded),
-/// or `None` for id files and prepared folders.
-fn text_bytes(path: &std::path::Path, text_field: &str) -> Option<usize> {
-    if path.is_dir() && !is_prepared(path) {
-        // A folder of text: its files' bytes, as they are read (discover's walk).
-        let files = crate::data::discover::discover(&[path.to_path_buf()]).ok()?;
-        return files.iter().map(|s| text_bytes(&s.path, text_field)).sum();
-    }
-    if !path.is_file() || path.extension().is_some_and(|e| e == "bin") {
-        return None;
-    }
-    let (format, gzip) = crate::data::sources::format_of(path);
-    let mut text = String::new();
-    crate::data::sources::decoded(std::fs::File::open(path).ok()?, gzip).read_to_string(&mut text).ok()?;
-    // A byte order mark is not text: the reader drops it, so it is not counted either.
-    let text = text.strip_prefix(crate::data::text::BOM).unwrap_or(&text);
-    if format == crate::data::sources::Format::JsonLines {
-        // The records' texts (and a separator each), not the JSON around them.
-        let field = |l: &str| serde_json::from_str::<serde_json::Value>(l).ok()?.get(text_field)?.as_str().map(|t| t.len() + 1);
-        return text.lines().filter(|l| !l.trim().is_empty()).map(field).sum();
-    }
-    if text.lines().filter(|l| !l.trim().is_empty()).all(|l| l.split_whitespace().all(|w| w.parse::<u32>().is_ok())) {
-        return None;
-    }
-    Some(text.lines().filter(|l| l.trim() != "<|endoftext|>").map(|l| l.len() + 1).sum())
 }
 
 fn no_tokenizer(path: &std::path::Path, why: &str) -> crate::error::Error {
@@ -102,7 +74,7 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
     if args.max_windows == Some(0) {
         return Err(input("--max-windows must be at least 1"));
     }
-    let bytes = c.tokenizer.as_ref().and(text_bytes(path, &text.text_field));
+    let bytes = c.text_bytes;
     // The whole corpus (a prepared folder's splits one after the other), or the split asked for.
     let ids: crate::data::Tokens = match args.split {
         Split::All if c.val.is_empty() => c.train,

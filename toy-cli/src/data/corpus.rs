@@ -36,6 +36,10 @@ pub struct Corpus {
     /// Conversations, when the corpus is chat data: `train` and `val` then
     /// hold their ids end to end (for counts), and batches come from these.
     pub chat: Option<ChatCorpus>,
+    /// UTF-8 bytes of the documents read from text (each document's bytes
+    /// after trimming, plus one for its end of text), for bits per byte;
+    /// `None` for ids, prepared folders and chat data.
+    pub text_bytes: Option<usize>,
 }
 
 impl Corpus {
@@ -50,6 +54,7 @@ impl Corpus {
             tokenizer: Some(tok.clone()),
             source: source.to_path_buf(),
             chat: Some(chat),
+            text_bytes: None,
         }
     }
 
@@ -157,13 +162,14 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
         return Err(input(format!("corpus {p} is not a regular file or a folder")));
     }
     let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-    let corpus = |split: Split, vocab_size, tokenizer| Corpus {
+    let corpus = |split: Split, vocab_size, tokenizer, text_bytes| Corpus {
         train: split.train.into(),
         val: split.val.into(),
         vocab_size,
         tokenizer,
         source: path.to_path_buf(),
         chat: None,
+        text_bytes,
     };
     // A folder of text files, JSON Lines, gzip: documents through `sources`.
     let (format, gzip) = format_of(path);
@@ -172,13 +178,15 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
         if docs.is_empty() {
             return Err(input(format!("corpus {p} has no text")));
         }
-        return encode_text(docs.iter().map(String::as_str).collect(), text, opts).map(|(s, v, t)| corpus(s, v, Some(t)));
+        let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
+        let bytes = document_bytes(&docs);
+        return encode_text(docs, text, opts).map(|(s, v, t)| corpus(s, v, Some(t), Some(bytes)));
     }
     if ext == "bin" {
         let bytes = std::fs::read(path).map_err(|e| input(format!("cannot read corpus {p}: {e}")))?;
         let ids = parse_bin(&bytes, path)?;
         let vocab = check_vocab(&ids, opts.vocab_size, |i| format!("{p}: token {i}"))?;
-        return Ok(corpus(split_tail(ids, opts.val_fraction), vocab, None));
+        return Ok(corpus(split_tail(ids, opts.val_fraction), vocab, None, None));
     }
     let source = read_text(path)?;
     if source.trim().is_empty() {
@@ -204,14 +212,21 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
                     v
                 }
             };
-            return Ok(corpus(split_lines(lines, opts.val_fraction), vocab, None));
+            return Ok(corpus(split_lines(lines, opts.val_fraction), vocab, None, None));
         }
     }
     let docs = split_documents(&source);
     if docs.is_empty() {
         return Err(input(format!("corpus {p} has no text besides <|endoftext|> lines")));
     }
-    encode_text(docs, text, opts).map(|(s, v, t)| corpus(s, v, Some(t)))
+    let bytes = document_bytes(&docs);
+    encode_text(docs, text, opts).map(|(s, v, t)| corpus(s, v, Some(t), Some(bytes)))
+}
+
+/// Bytes of `docs` as [`Corpus::text_bytes`] counts them: each one's, plus one
+/// for its end of text.
+fn document_bytes(docs: &[&str]) -> usize {
+    docs.iter().map(|d| d.len() + 1).sum()
 }
 
 /// Tokenize documents (with `text.tokenizer`, or a BPE trained on them) and split them.

@@ -70,5 +70,6 @@ fn embedded(tok: Tokenizer, s: Split) -> Corpus {
         tokenizer: Some(tok),
         source: "<embedded>".into(),
         chat: None,
+        text_bytes: None,
     }
 }

@@ -143,5 +143,5 @@ pub fn read_prepared(dir: &Path) -> Result<Corpus> {
     if train.is_empty() {
         return Err(input(format!("corpus {d} is empty (train.bin holds no tokens)")));
     }
-    Ok(Corpus { train, val, vocab_size: m.vocab_size, tokenizer: Some(tok), source: dir.to_path_buf(), chat: None })
+    Ok(Corpus { train, val, vocab_size: m.vocab_size, tokenizer: Some(tok), source: dir.to_path_buf(), chat: None, text_bytes: None })
 }

@@ -587,7 +587,15 @@ mod tests {
     #[test]
     fn the_loop_sends_its_events_in_order_and_writes_nothing() {
         let ids = |n: u32| (0..n).map(|i| (i * 7) % 60).collect::<Vec<u32>>().into();
-        let corpus = Corpus { train: ids(2000), val: ids(300), vocab_size: 64, tokenizer: None, source: "<test>".into(), chat: None };
+        let corpus = Corpus {
+            train: ids(2000),
+            val: ids(300),
+            vocab_size: 64,
+            tokenizer: None,
+            source: "<test>".into(),
+            chat: None,
+            text_bytes: None,
+        };
         let mut cfg = TrainConfig::from_preset(Preset::Smoke, Arch::Llama, 64);
         (cfg.steps, cfg.eval_every, cfg.save_every, cfg.log_every) = (4, 2, 2, 0);
         (cfg.device, cfg.threads) = ("cpu".into(), 1);
