@@ -36,6 +36,13 @@ fn refused_key(text: &str) -> Option<(std::ops::Range<usize>, String)> {
     let mut keys: Vec<_> = toml::from_str::<Keys>(text).ok()?.train.into_iter().collect();
     keys.sort_by_key(|(_, v)| v.span().start);
     let (span, message) = keys.into_iter().find_map(|(k, v)| {
+        // Every number with a fraction in [train] is an f32: one beyond its range
+        // is refused as the flag is, not read as inf or 0.
+        if let toml::Value::Float(x) = v.get_ref() {
+            if let Err(e) = crate::cli::float32(&x.to_string()) {
+                return Some((v.span(), e));
+            }
+        }
         let one = toml::Value::Table(toml::Table::from_iter([(k, v.get_ref().clone())]));
         TrainArgs::deserialize(one).err().map(|e| (v.span(), e.message().to_string()))
     })?;
@@ -82,6 +89,10 @@ pub fn read_toml(dir: &Path) -> Result<Option<TrainArgs>> {
         let message = plain_types(&message.trim().replace('\n', "; "));
         input(format!("{}: {message}", where_in(&path, &text, span)))
     })?;
+    // toml reads an f32 out of range as inf (or 0) without an error.
+    if let Some((span, message)) = refused_key(&text) {
+        return Err(input(format!("{}: {message}", where_in(&path, &text, Some(span)))));
+    }
     let mut t = f.train;
     // Relative paths in toy.toml are relative to its folder.
     if let Some(c) = &t.data.corpus {

@@ -175,6 +175,9 @@ fn a_recipe_from_toy_toml_is_named_when_refused() {
     // A wrong type says what to write, not serde's names of Rust types.
     std::fs::write(t.join("toy.toml"), "[train]\nsteps = -5\n").unwrap();
     fails(&toy(t, &["train"]), "train", "line 2 (`steps = -5`): invalid value: integer `-5`, expected a whole number, 0 or more");
+    // A number beyond an f32 is refused where it is written, as the flag is, not read as inf.
+    std::fs::write(t.join("toy.toml"), "[train]\nsteps = 1\nlr = 1e40\n").unwrap();
+    fails(&toy(t, &["train"]), "train", "line 3 (`lr = 1e40`): beyond a 32-bit float's range");
 }
 
 /// A folder of text is evaluated with its bits per byte, as its one file is.
