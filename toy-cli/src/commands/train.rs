@@ -299,16 +299,17 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
             Some(b) => Plan { init: Init::Model(b), ..plan },
             None => plan,
         };
-        // The devices are opened as the run starts: one config.toml names (no
-        // --device given) that cannot be used is said of config.toml.
-        let out = train(&plan, &cfg, &corpus, &run, &opts).map_err(|e| match e {
-            Error::Input(m) if args.device.device.is_none() && m.starts_with("--device ") => Error::Input(format!(
-                "--resume {}: config.toml: device{} (--device overrides it on resume)",
-                dir.display(),
-                &m["--device".len()..]
-            )),
-            e => e,
-        })?;
+        // A device that config.toml names (no --device given) and that cannot be
+        // used is said of config.toml.
+        if args.device.device.is_none() {
+            crate::train::devices::parse_as(&cfg.device, &format!("--resume {}: config.toml: device", dir.display())).map_err(
+                |e| match e {
+                    Error::Input(m) => Error::Input(format!("{m} (--device overrides it on resume)")),
+                    e => e,
+                },
+            )?;
+        }
+        let out = train(&plan, &cfg, &corpus, &run, &opts)?;
         if !a.json {
             crate::outln!("run {} → {}", crate::output::one_line(&out.run_id), crate::output::shown(&out.run_dir));
         }

@@ -13,17 +13,23 @@ use ggml_rs::Backend;
 /// devices, more CPU replicas than cores (at least 2), or a device other than
 /// the CPU named twice.
 pub fn parse(spec: &str) -> Result<Vec<String>> {
+    parse_as(spec, "--device")
+}
+
+/// [`parse`], its errors starting with `origin` (say, `config.toml: device`)
+/// instead of `--device`.
+pub fn parse_as(spec: &str, origin: &str) -> Result<Vec<String>> {
     ggml_rs::backend::load_default_backends();
     let mut out = Vec::new();
     for raw in spec.split(',') {
         let d = raw.trim().to_lowercase();
         if d.is_empty() {
-            return Err(input(format!("--device {spec}: an empty entry in the device list")));
+            return Err(input(format!("{origin} {spec}: an empty entry in the device list")));
         }
         if d == "cuda:all" {
             let n = ggml_rs::devices().iter().filter(|x| x.backend_name().eq_ignore_ascii_case("cuda")).count();
             if n == 0 {
-                return Err(input(format!("--device {spec}: no CUDA device (see `toy devices`)")));
+                return Err(input(format!("{origin} {spec}: no CUDA device (see `toy devices`)")));
             }
             out.extend((0..n).map(|i| format!("cuda:{i}")));
             continue;
@@ -33,7 +39,7 @@ pub fn parse(spec: &str) -> Result<Vec<String>> {
     let cpus = out.iter().filter(|d| d.as_str() == "cpu").count();
     if cpus != 0 && cpus != out.len() {
         return Err(input(format!(
-            "--device {spec}: a data-parallel run uses devices of one kind; it cannot mix the CPU with other devices"
+            "{origin} {spec}: a data-parallel run uses devices of one kind; it cannot mix the CPU with other devices"
         )));
     }
     // Every replica holds the model, its gradients and its moments: more CPU
@@ -41,13 +47,13 @@ pub fn parse(spec: &str) -> Result<Vec<String>> {
     // the kernel's OOM killer) without any speed.
     let cores = ggml_rs::backend::default_n_threads().max(2);
     if cpus > cores {
-        return Err(input(format!("--device {spec}: {cpus} CPU replicas, more than the {cores} this machine can run side by side")));
+        return Err(input(format!("{origin} {spec}: {cpus} CPU replicas, more than the {cores} this machine can run side by side")));
     }
     let mut seen = std::collections::HashSet::new();
     for d in out.iter().filter(|d| d.as_str() != "cpu") {
-        let dev = ggml_rs::backend::device_by_name(d).map_err(|e| input(format!("--device {spec}: {e}")))?;
+        let dev = ggml_rs::backend::device_by_name(d).map_err(|e| input(format!("{origin} {spec}: {e}")))?;
         if !seen.insert(dev.name()) {
-            return Err(input(format!("--device {spec}: {d} is listed twice (each replica needs its own device)")));
+            return Err(input(format!("{origin} {spec}: {d} is listed twice (each replica needs its own device)")));
         }
     }
     Ok(out)
