@@ -290,13 +290,16 @@ impl Tokenizer {
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
         match self {
             Tokenizer::Bytes => Ok(texts.iter().map(|t| t.bytes().map(u32::from).collect()).collect()),
-            Tokenizer::Bpe(b) => Ok(b
-                .plain
-                .encode_batch(texts.to_vec(), false)
-                .map_err(|e| hf_err("cannot tokenize", e))?
-                .into_iter()
-                .map(|e| e.get_ids().to_vec())
-                .collect()),
+            // In parallel, each text's ids kept as soon as it is encoded: an
+            // `Encoding` (tokens, offsets, masks) takes ~150 bytes a token, and a
+            // whole batch of them at once was most of `toy prep`'s memory.
+            Tokenizer::Bpe(b) => {
+                use rayon::prelude::*;
+                texts
+                    .par_iter()
+                    .map(|t| b.plain.encode_fast(*t, false).map(|e| e.get_ids().to_vec()).map_err(|e| hf_err("cannot tokenize", e)))
+                    .collect()
+            }
         }
     }
 
