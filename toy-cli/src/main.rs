@@ -40,7 +40,7 @@ fn dispatch(command: &Command) -> toy::error::Result<()> {
                 return Ok(());
             }
             let mut summary = serde_json::json!({ "format": "toy/train-v1", "run_id": o.run_id, "run_dir": o.run_dir, "steps": o.steps,
-                                                  "seed": a.batch.seed.unwrap_or(0), "final_loss": o.final_loss, "val_loss": o.val_loss });
+                                                  "seed": o.seed, "final_loss": o.final_loss, "val_loss": o.val_loss });
             if let Some(c) = &o.chat {
                 summary["chat"] = serde_json::json!(c);
             }

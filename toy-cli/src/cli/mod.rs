@@ -188,7 +188,8 @@ pub struct EvalArgs {
     #[arg(long = "max-windows", value_parser = count_usize)]
     pub max_windows: Option<usize>,
     /// A prepared folder's split to score: all (train then val), train, or
-    /// val (the held-out split, what a run's val_loss reads).
+    /// val (the held-out split: a run's val_loss is its first `--eval-windows`
+    /// windows, 32 by default, which `--max-windows 32` scores).
     #[arg(long, value_enum, default_value_t = Split::All)]
     pub split: Split,
     /// Where the model runs.

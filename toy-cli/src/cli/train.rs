@@ -369,6 +369,11 @@ flag_group! {
         /// 100; 0: only those two).
         #[arg(long = "eval-every", value_parser = count_u64)]
         pub eval_every: Option<u64>,
+        /// Windows of the validation split each validation loss reads, from its
+        /// start (default 32, as nanoGPT's eval_iters; 0: the whole split).
+        /// `toy eval RUN --corpus C --split val --max-windows N` gives the same figure.
+        #[arg(long = "eval-windows", value_parser = count_usize)]
+        pub eval_windows: Option<usize>,
         /// Checkpoint every N steps (default 0: only at the end).
         #[arg(long = "save-every", value_parser = count_u64)]
         pub save_every: Option<u64>,

@@ -80,9 +80,12 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     }
     if prompt.len() > ck.config.context {
         eprintln!(
-            "note: the prompt has {} tokens; the model's context is {}: it sees only the last {} (the start, a chat template's system turn too, is cut)",
+            "note: the prompt has {} tokens; the model's context is {}: the first token sees the last {}, and as the window is full it restarts from its last {} (each later token sees {} to {}); the prompt's start, a chat template's system turn too, is cut",
             prompt.len(),
             ck.config.context,
+            ck.config.context,
+            (ck.config.context / 2).max(1),
+            (ck.config.context / 2).max(1),
             ck.config.context
         );
     }

@@ -162,7 +162,7 @@ pub fn corpus(cfg: &TrainConfig, ck: &Path, opened: &Checkpoint) -> Result<Corpu
 }
 
 /// Flags `--resume` takes: they change how the run goes on, not what it computes.
-pub const RESUME_FLAGS: [&str; 11] = [
+pub const RESUME_FLAGS: [&str; 12] = [
     "--steps",
     "--device",
     "--threads",
@@ -170,6 +170,7 @@ pub const RESUME_FLAGS: [&str; 11] = [
     "--dtype",
     "--attention",
     "--eval-every",
+    "--eval-windows",
     "--save-every",
     "--log-every",
     "--keep",
@@ -293,6 +294,7 @@ pub fn run_args(cfg: &TrainConfig) -> TrainArgs {
         },
         log: LogArgs {
             eval_every: Some(cfg.eval_every),
+            eval_windows: Some(cfg.eval_windows),
             save_every: Some(cfg.save_every),
             log_every: Some(cfg.log_every),
             save_initial: cfg.save_initial,

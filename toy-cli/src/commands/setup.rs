@@ -47,6 +47,7 @@ pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     set!(b.batch => c.batch, b.grad_accum => c.grad_accum, b.steps => c.steps, b.seed => c.seed);
     set!(o.lr => c.lr, o.warmup_steps => c.warmup_steps, o.weight_decay => c.weight_decay, o.grad_clip => c.grad_clip);
     set!(l.eval_every => c.eval_every, l.save_every => c.save_every, l.log_every => c.log_every, a.device.threads => c.threads);
+    set!(l.eval_windows => c.eval_windows);
     // lr / 10 of the decimal given (1e-3 → 1e-4, not f32's 0.000100000005).
     c.min_lr = a.optim.min_lr.unwrap_or((crate::model::as_written(c.lr) / 10.0) as f32);
     if a.log.log_every.is_none() {

@@ -176,7 +176,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     }
     let planned = cfg.steps;
     take!(batch.steps, device.device, device.threads, device.matmul_precision, device.dtype, device.attention);
-    take!(log.eval_every, log.save_every, log.log_every, log.keep);
+    take!(log.eval_every, log.eval_windows, log.save_every, log.log_every, log.keep);
     if a.device.matmul_precision.is_some() && a.device.dtype.is_none() {
         cfg.dtype = crate::config::Dtype::F32; // as for a new run: f32 products at that precision
     }

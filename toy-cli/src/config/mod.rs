@@ -250,7 +250,8 @@ pub struct TrainConfig {
     pub grad_clip: f32,
     /// Validation loss every N steps (0: only at the start and end).
     pub eval_every: u64,
-    /// Windows of the validation split used per evaluation.
+    /// Windows of the validation split each validation loss reads, from its
+    /// start (0: all of them).
     pub eval_windows: usize,
     /// Checkpoint every N steps (0: only at the end).
     pub save_every: u64,
@@ -419,10 +420,6 @@ impl TrainConfig {
         }
         if self.steps == 0 {
             return Err(input("--steps must be at least 1"));
-        }
-        if self.eval_windows == 0 {
-            // no flag sets it: a hand edit of a run's config.toml, which would skip every validation loss
-            return Err(input("eval_windows must be at least 1 (the windows of each validation loss)"));
         }
         if let Some(l) = &self.model.lora {
             if !self.model.arch.takes_lora() {

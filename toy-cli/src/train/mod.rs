@@ -86,14 +86,17 @@ pub struct Outcome {
     pub run_id: String,
     pub run_dir: std::path::PathBuf,
     pub steps: u64,
+    /// The run's seed (from the flags, toy.toml, or its config.toml on resume).
+    pub seed: u64,
     pub final_loss: f32,
     pub val_loss: Option<f32>,
     /// Completed, or interrupted by a signal.
     pub reason: End,
     pub tokens_per_second: f64,
     pub wall_seconds: f64,
-    /// Chat data: its conversations, how many were truncated, its windows.
-    pub chat: Option<chat_windows::Fit>,
+    /// Chat data: `run_start`'s `chat` (its split: the training windows and
+    /// their trained tokens apart from the held-out ones).
+    pub chat: Option<events::Chat>,
 }
 
 /// The backends of a single-device command (`eval`, `generate`, `debug`): the

@@ -67,13 +67,14 @@ impl Validation {
     /// most `cfg.eval_windows` windows, and the evaluation graph's batch size
     /// (0: nothing to evaluate).
     pub fn new(cfg: &TrainConfig, corpus: &Corpus, chat: Option<&ChatRun>) -> (Validation, usize) {
+        let max = if cfg.eval_windows == 0 { usize::MAX } else { cfg.eval_windows };
         match chat {
             Some(c) => {
-                let eb = cfg.batch.min(c.val.len().min(cfg.eval_windows));
-                (Validation::Chat(c.val.batches(eb, cfg.eval_windows)), eb)
+                let eb = cfg.batch.min(c.val.len().min(max));
+                (Validation::Chat(c.val.batches(eb, max)), eb)
             }
             None => {
-                let starts = eval_starts(corpus.val.len(), cfg.model.context, cfg.eval_windows);
+                let starts = eval_starts(corpus.val.len(), cfg.model.context, max);
                 let eb = cfg.batch.min(starts.len());
                 (Validation::Stream(starts), eb)
             }
@@ -83,24 +84,33 @@ impl Validation {
 
 impl Loop<'_, '_> {
     /// The validation batches (read before any is evaluated, so a corpus that
-    /// cannot be read is told apart from a failing evaluation).
+    /// cannot be read is told apart from a failing evaluation). A last batch
+    /// of fewer windows is filled with windows that score nothing (targets −1),
+    /// so every window counts, as in `toy eval`.
     fn val_batches(&self) -> Result<Vec<Batch>> {
         let Some(ev) = self.eval.as_deref() else { return Ok(Vec::new()) };
         match self.validation {
-            Validation::Stream(starts) => starts.chunks_exact(ev.b).map(|chunk| batch_at(&self.corpus.val, chunk, ev.t)).collect(),
+            Validation::Stream(starts) => starts
+                .chunks(ev.b)
+                .map(|chunk| {
+                    let mut bt = batch_at(&self.corpus.val, chunk, ev.t)?;
+                    bt.tokens.resize(ev.b * ev.t, 0);
+                    bt.targets.resize(ev.b * ev.t, -1);
+                    Ok(bt)
+                })
+                .collect(),
             Validation::Chat(batches) => Ok(batches.clone()),
         }
     }
 
-    /// The mean loss over `batches`. Chat batches count different numbers of
-    /// targets: each batch's mean is weighted by its count, so the result is
-    /// the mean over every trained token of the split (the assistant-only loss).
+    /// The mean loss over `batches`: each batch's mean (over its targets that
+    /// are not −1) weighted by how many it counts, so the result is the mean
+    /// over every scored token (for chat data the assistant-only loss).
     fn val_loss(&mut self, batches: &[Batch]) -> Result<Option<f32>> {
-        let weighted = matches!(self.validation, Validation::Chat(_));
         let Some(ev) = self.eval.as_deref_mut() else { return Ok(None) };
         let (mut sum, mut n) = (0f64, 0f64);
         for bt in batches {
-            let w = if weighted { bt.targets.iter().filter(|&&x| x >= 0).count() as f64 } else { 1.0 };
+            let w = bt.targets.iter().filter(|&&x| x >= 0).count() as f64;
             if w > 0.0 {
                 sum += ev.loss(&bt.tokens, &bt.targets)? as f64 * w;
                 n += w;
@@ -344,12 +354,13 @@ impl Loop<'_, '_> {
             run_id: self.run.id.clone(),
             run_dir: self.run.path.clone(),
             steps: done,
+            seed: cfg.seed,
             final_loss: tally.last_loss,
             val_loss: tally.last_val,
             reason,
             tokens_per_second: tps,
             wall_seconds: wall,
-            chat: self.chat.map(|c| c.fit),
+            chat: self.chat.map(ChatRun::event),
         })
     }
 }

@@ -326,6 +326,8 @@ fn a_chat_finetune_learns_the_answers_and_keeps_the_template() {
     ok(&o);
     let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!((s["chat"]["truncated"].as_u64(), s["chat"]["dropped"].as_u64()), (Some(2), Some(1)), "{s}");
+    // The same object as run_start's: the training windows' trained tokens apart from the held-out ones.
+    assert_eq!(s["chat"], events(&t.join("ft2"))[0]["chat"], "{s}");
     // Without --context, short conversations get a window that fits the longest one
     // (rounded up to 64), not the model's 256 of padding each; --pack keeps the model's.
     std::fs::write(t.join("short.jsonl"), persona(12)).unwrap();

@@ -1,0 +1,71 @@
+//! The eighth reliability pass (fresh users' trials, stop 49): figures a run
+//! prints checked against the commands that should agree with them.
+
+use crate::common::process::{ok, toy};
+use std::path::Path;
+
+/// The last line of a `--json` command's stdout, parsed.
+fn json(o: &std::process::Output) -> serde_json::Value {
+    ok(o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(out.trim().lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// `toy eval RUN --corpus p --split val` with `extra`: its loss.
+fn eval_val(t: &Path, run: &str, extra: &[&str]) -> f64 {
+    let args = ["eval", run, "--corpus", "p", "--split", "val", "--json", "--threads", "1"];
+    json(&toy(t, &[&args[..], extra].concat()))["loss"].as_f64().unwrap()
+}
+
+/// A run's validation loss is the mean over `--eval-windows` windows (32 by
+/// default; 0: all) of the split, each counted once even when the batch does not
+/// divide them (a batch of 5 scored 30 of 32), as `toy eval --split val
+/// --max-windows N` computes it; `--resume` takes the flag.
+#[test]
+fn a_runs_val_loss_is_toy_evals_over_its_windows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    std::fs::write(t.join("s.txt"), toy_stories::generate_with(5, 160)).unwrap();
+    ok(&toy(t, &["prep", "s.txt", "--vocab-size", "300", "--out", "p"]));
+    let train = |out: &str, extra: &[&str]| {
+        let args =
+            ["train", "--corpus", "p", "--preset", "smoke", "--batch", "5", "--steps", "1", "--threads", "1", "--json", "--out", out];
+        json(&toy(t, &[&args[..], extra].concat()))["val_loss"].as_f64().unwrap()
+    };
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs();
+    let (run, eval) = (train("r32", &[]), eval_val(t, "r32", &["--max-windows", "32"]));
+    assert!(close(run, eval), "run {run} vs toy eval {eval}");
+    assert!(!close(eval, eval_val(t, "r32", &["--max-windows", "30"])), "the split is too short to tell 30 windows from 32");
+    let (all, eval_all) = (train("rall", &["--eval-windows", "0"]), eval_val(t, "rall", &[]));
+    assert!(close(all, eval_all) && !close(all, run), "run {all} vs toy eval {eval_all} (32 windows: {run})");
+    let o = toy(t, &["train", "--resume", "r32", "--steps", "2", "--eval-windows", "7", "--threads", "1", "--json"]);
+    let resumed = json(&o)["val_loss"].as_f64().unwrap();
+    assert!(close(resumed, eval_val(t, "r32", &["--max-windows", "7"])), "{resumed}");
+    assert!(std::fs::read_to_string(t.join("r32/config.toml")).unwrap().contains("eval_windows = 7"));
+}
+
+/// The `--json` summary's seed is the run's, wherever it came from (a resume
+/// takes it from config.toml).
+#[test]
+fn the_summary_gives_the_runs_seed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let args = ["train", "--preset", "smoke", "--steps", "1", "--seed", "7", "--threads", "1", "--out", "R", "--json"];
+    assert_eq!(json(&toy(t, &args))["seed"], 7);
+    let o = toy(t, &["train", "--resume", "R", "--steps", "2", "--threads", "1", "--json"]);
+    assert_eq!(json(&o)["seed"], 7);
+}
+
+/// A prompt longer than the context: the note says what each token sees (the
+/// window restarts from its last half when full), not only the first one.
+#[test]
+fn a_long_prompts_note_says_how_the_window_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&toy(t, &["train", "--preset", "smoke", "--steps", "1", "--threads", "1", "--out", "R"]));
+    let prompt = "Once upon a time there was a cat. ".repeat(20);
+    let o = toy(t, &["generate", "R", "--prompt", &prompt, "-n", "3", "--greedy", "--threads", "1"]);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("the first token sees the last 32, and as the window is full it restarts from its last 16"), "{err}");
+}
