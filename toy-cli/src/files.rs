@@ -100,9 +100,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     })
 }
 
-/// Take the advisory lock on `dir/.lock` (writing our pid into it), or say
-/// which process holds `dir` (the `what` named, `who` doing what in it). The
-/// lock file is opened without following links and must be a regular file.
+/// Take the advisory lock on `dir/.lock` (writing our pid and `doing` into
+/// it), or say which process holds `dir` (the `what` named) and what the
+/// holder wrote it was doing. The lock file is opened without following links
+/// and must be a regular file.
 pub fn lock(dir: &Path, what: &str, doing: &str) -> Result<std::fs::File> {
     use fs4::FileExt;
     let path = dir.join(".lock");
@@ -115,20 +116,40 @@ pub fn lock(dir: &Path, what: &str, doing: &str) -> Result<std::fs::File> {
     match FileExt::try_lock(&f) {
         Ok(()) => {
             let _ = f.set_len(0);
-            let _ = writeln!(f, "{}", std::process::id());
+            let _ = writeln!(f, "{}\n{doing}", std::process::id());
             Ok(f)
         }
-        Err(fs4::TryLockError::WouldBlock) => {
-            let mut pid = String::new();
-            let _ = std::io::Read::read_to_string(&mut f, &mut pid);
-            let who = match pid.trim() {
-                "" => "another process".to_string(),
-                p => format!("process {p}"),
-            };
-            Err(input(format!("{what} {} is in use by {who} ({doing}); wait for it or stop it", dir.display())))
-        }
+        Err(fs4::TryLockError::WouldBlock) => Err(in_use(dir, what, &mut f)),
         Err(fs4::TryLockError::Error(e)) => Err(input(format!("cannot lock {}: {e}", path.display()))),
     }
+}
+
+/// Refuse `dir` when a process holds its `dir/.lock` ([`lock`]), without
+/// taking the lock or making the file.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming the holder, as [`lock`] does.
+pub fn refuse_locked(dir: &Path, what: &str) -> Result<()> {
+    use fs4::FileExt;
+    let Ok(mut f) = no_follow(std::fs::OpenOptions::new().read(true).write(true)).open(dir.join(".lock")) else { return Ok(()) };
+    match FileExt::try_lock(&f) {
+        Err(fs4::TryLockError::WouldBlock) => Err(in_use(dir, what, &mut f)),
+        _ => Ok(()),
+    }
+}
+
+/// "`what` `dir` is in use by process P (what it does)", from the lock file `f`
+/// its holder wrote (its pid, then what it is doing).
+fn in_use(dir: &Path, what: &str, f: &mut std::fs::File) -> crate::error::Error {
+    let mut text = String::new();
+    let _ = std::io::Read::read_to_string(f, &mut text);
+    let mut lines = text.lines().map(str::trim);
+    let who = match lines.next() {
+        None | Some("") => "another process".to_string(),
+        Some(p) => format!("process {p}"),
+    };
+    let doing = lines.next().filter(|d| !d.is_empty()).map(|d| format!(" ({d})")).unwrap_or_default();
+    input(format!("{what} {} is in use by {who}{doing}; wait for it or stop it", dir.display()))
 }
 
 /// A checkpoint path: the file itself, or a run folder's `weights/latest`.

@@ -34,25 +34,28 @@ pub fn toml_text(c: &TrainConfig) -> String {
 [train]
 corpus = "{CORPUS_DIR}"
 preset = "{preset}"
-arch = "{arch}"
 steps = {steps}
 seed = {seed}
-lr = {lr:?}
-warmup_steps = {warmup}
-weight_decay = {wd:?}
-grad_clip = {clip:?}
 eval_every = {eval_every}
 save_every = {save_every}
 log_every = {log_every}
 device = "{device}"
 threads = {threads}
-tied = {tied}
 
+# The optimizer's defaults depend on the recipe (uncomment a key to set it for
+# every recipe): from scratch lr {lr:?}; finetune 2e-4 with LoRA, 2e-5 for every weight.
+# recipe = "finetune"  (with from = "MODEL.gguf"; or "warm-start" with donor = ...)
+# lr = {lr:?}
 # min_lr = {min_lr}  (default: lr / 10)
+# warmup_steps = {warmup}
+# weight_decay = {wd:?}
+# grad_clip = {clip:?}
 # grad_accum = {grad_accum}  (micro-batches of `batch` sequences per optimizer step)
 
-# The preset's shape. Uncomment a key to override it (it then also overrides
-# --preset on the command line).
+# The preset's shape (finetune takes the model's). Uncomment a key to override
+# it (it then also overrides --preset on the command line).
+# arch = "{arch}"
+# tied = {tied}
 # batch = {batch}
 # context = {context}
 # d_model = {d_model}
@@ -112,6 +115,8 @@ pub fn run(args: &NewArgs) -> Result<PathBuf> {
     let dir = &args.dir;
     let existed = dir.is_dir();
     let was_empty = std::fs::read_dir(dir).map(|mut e| e.next().is_none()).unwrap_or(true);
+    // A run folder a toy train is writing in (or a prep's --out) is not a project's.
+    crate::files::refuse_locked(dir, "the folder")?;
     check_dir(dir, args.force)?;
     let made = write_project(dir);
     if made.is_err() && was_empty {

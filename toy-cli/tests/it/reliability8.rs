@@ -69,3 +69,25 @@ fn a_long_prompts_note_says_how_the_window_goes_on() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("the first token sees the last 32, and as the window is full it restarts from its last 16"), "{err}");
 }
+
+/// A `toy new` project sets no key that belongs to one recipe: `finetune` in
+/// it takes the model's shape and finetune's own learning rate.
+#[test]
+fn a_new_project_finetunes_with_finetunes_defaults() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&toy(t, &["train", "--preset", "smoke", "--steps", "1", "--threads", "1", "--out", "base"]));
+    ok(&toy(t, &["new", "p"]));
+    let p = t.join("p");
+    let args = ["train", "finetune", "--from", "../base", "--steps", "1", "--threads", "1", "--out"];
+    ok(&toy(&p, &[&args[..], &["ft"]].concat()));
+    let lora = toy(&p, &[&args[..], &["lo", "--lora-rank", "2"]].concat());
+    ok(&lora);
+    let cfg = |run: &str| std::fs::read_to_string(p.join(run).join("config.toml")).unwrap();
+    let lr = |run: &str| cfg(run).lines().find_map(|l| l.strip_prefix("lr = ").map(|v| v.parse::<f64>().unwrap())).unwrap();
+    assert_eq!((lr("ft"), lr("lo")), (2e-5, 2e-4));
+    // And a preset of another architecture is the preset's.
+    let small = "train --preset gpt2-124m --d-model 32 --layers 1 --heads 2 --context 16 --batch 1 --steps 1 --threads 1 --out g";
+    ok(&toy(&p, &small.split(' ').collect::<Vec<_>>()));
+    assert!(cfg("g").contains("arch = \"gpt2\""));
+}

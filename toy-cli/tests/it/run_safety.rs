@@ -137,6 +137,11 @@ fn a_run_folder_is_locked_while_it_trains() {
     wait_for(&r, "step", 3, &mut child);
     fails(&run(toy(t).args(["train", "--resume", "r", "--threads", "1"])), "in use by process");
     fails(&run(&mut train(t, "r", &["--preset", "smoke", "--steps", "5"])), "already exists");
+    // Nor does a project or a prepared corpus go into it; the message names what holds it.
+    fails(&run(toy(t).args(["new", "r", "--force"])), "(a toy train running in it)");
+    std::fs::write(t.join("s.txt"), "a story\n").unwrap();
+    fails(&run(toy(t).args(["prep", "s.txt", "--out", "r", "--force"])), "(a toy train running in it)");
+    assert!(!r.join("toy.toml").exists() && !r.join("manifest.json").exists());
     signal(&child, "-INT");
     assert_eq!(child.wait().unwrap().code(), Some(130));
     let steps = count(&r, "step");
