@@ -19,6 +19,10 @@ static CRITICAL: AtomicUsize = AtomicUsize::new(0);
 static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Inside [`interruptible`]: a first signal ends that work, with nothing to save.
 static PREPARING: AtomicBool = AtomicBool::new(false);
+/// Inside a [`preparing`] section: what is being done, for the line a first
+/// signal ends the process with (nothing exists yet that a signal could lose).
+static PREPARED_WHAT: Mutex<Option<String>> = Mutex::new(None);
+static IN_PREPARATION: AtomicBool = AtomicBool::new(false);
 /// The number of the signal that asked to quit without saving (the third), else 0.
 static QUIT: AtomicI32 = AtomicI32::new(0);
 /// What quitting does first, outside the handler ([`on_quit`]): its note, if any.
@@ -44,7 +48,11 @@ fn watch_quit() {
         if sig == 0 || CRITICAL.load(Ordering::SeqCst) != 0 {
             continue;
         }
-        if let Some(note) = ON_QUIT.lock().ok().and_then(|f| f.as_ref().and_then(|f| f())) {
+        let note = match PREPARED_WHAT.lock().ok().and_then(|w| w.clone()).filter(|_| IN_PREPARATION.load(Ordering::SeqCst)) {
+            Some(what) => Some(format!("interrupted while {what}; nothing was saved")),
+            None => ON_QUIT.lock().ok().and_then(|f| f.as_ref().and_then(|f| f())),
+        };
+        if let Some(note) = note {
             let cmd = COMMAND.lock().map_or("train", |c| *c);
             say(&format!("toy {cmd}: {note}\n"));
         }
@@ -111,7 +119,9 @@ pub fn install(stop: Arc<AtomicI32>) {
                 flag.store(sig, Ordering::SeqCst);
                 let preparing = PREPARING.load(Ordering::SeqCst);
                 match COUNT.fetch_add(1, Ordering::SeqCst) {
-                    // [`interruptible`] ends within 50 ms with its own line.
+                    // A [`preparing`] section ends the process within 10 ms
+                    // ([`watch_quit`]); [`interruptible`] within 50 ms, with its own line.
+                    0 if IN_PREPARATION.load(Ordering::SeqCst) => QUIT.store(sig, Ordering::SeqCst),
                     0 if preparing => {}
                     0 => say(
                         "toy train: stopping after this step (or micro-batch) to save a checkpoint (twice more to quit without saving)\n",
@@ -132,6 +142,31 @@ pub fn install(stop: Arc<AtomicI32>) {
     // SAFETY: setting a signal's disposition.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+/// The work before a run exists (loading a base model or donor, hashing the
+/// corpus), which creates nothing: a first signal ends the process within 10 ms
+/// with `toy train: interrupted while <what>; nothing was saved`, 128 + the
+/// signal. The section lasts until the guard is dropped, which must happen
+/// before anything is written.
+#[must_use = "the section ends when the guard is dropped"]
+pub struct Preparing(());
+
+/// Enter a [`Preparing`] section doing `what`.
+pub fn preparing(what: &'static str) -> Preparing {
+    if let Ok(mut w) = PREPARED_WHAT.lock() {
+        *w = Some(what.to_string());
+    }
+    IN_PREPARATION.store(true, Ordering::SeqCst);
+    PREPARING.store(true, Ordering::SeqCst);
+    Preparing(())
+}
+
+impl Drop for Preparing {
+    fn drop(&mut self) {
+        IN_PREPARATION.store(false, Ordering::SeqCst);
+        PREPARING.store(false, Ordering::SeqCst);
     }
 }
 
@@ -173,7 +208,12 @@ pub fn interruptible<T: Send + 'static>(
 ) -> crate::error::Result<T> {
     let Some(stop) = stop else { return f() };
     PREPARING.store(true, Ordering::SeqCst);
+    // Inside a [`preparing`] section, whose exit then says this work.
+    let outer = PREPARED_WHAT.lock().ok().map(|mut w| w.replace(what.to_string()));
     let r = wait_for(stop, what, f);
+    if let (Some(outer), Ok(mut w)) = (outer, PREPARED_WHAT.lock()) {
+        *w = outer;
+    }
     // Interrupted, the process ends with nothing saved: later signals must not say otherwise.
     if !matches!(r, Err(crate::error::Error::Interrupted(..))) {
         PREPARING.store(false, Ordering::SeqCst);

@@ -192,6 +192,8 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let from = a.finetune.from.clone().ok_or_else(|| input("finetune needs --from MODEL.gguf"))?;
     let path = crate::files::resolve_model(&from).map_err(|e| input(format!("--from {e}")))?; // a run folder: its weights/latest
     check_flags(a, &path)?;
+    // Nothing is written before the run folder: a signal ends the process at once.
+    let preparing = crate::signals::preparing("loading the base model");
     let (ck, tok) = open_base(&path)?;
     let base = &ck.config;
     let shape_note = preset_note(how.cli_preset, base);
@@ -231,6 +233,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     record_corpus(&mut cfg, a.data.corpus.as_deref())?;
     cfg.text_field = text_field.to_string();
     (cfg.data_format, cfg.pack) = (format, a.data.pack);
+    drop(preparing);
     let run = run_dir(a.out.as_ref(), base.arch, how.restart)?;
     let plan = Plan { recipe: Recipe::Finetune, init: Init::Model(&ck), sampling: Sampling::Random, resume: None };
     // Said once the run has started: a refusal before then says only itself.

@@ -407,6 +407,8 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if recipe == Recipe::FromScratch && a.warm.train_table && a.warm.donor_width.is_none() {
         return Err(input("--train-table applies to a projection lens (toy train warm-start ..., or --donor-width)"));
     }
+    // Nothing is written before the run folder: a signal ends the process at once.
+    let preparing = crate::signals::preparing(if recipe == Recipe::WarmStart { "loading the donor" } else { "preparing the run" });
     let (vocab, bpe_default) = (a.shape.vocab_size, a.batch.preset.and_then(Preset::vocab));
     let (path, field) = (a.data.corpus.clone(), a.data.text_field.clone().unwrap_or_else(|| "text".into()));
     let corpus = crate::signals::interruptible(opts.stop.as_deref(), "reading the corpus", move || {
@@ -419,6 +421,7 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if let Some(f) = &a.data.text_field {
         cfg.text_field = f.clone();
     }
+    drop(preparing);
     let run = run_dir(a.out.as_ref(), cfg.model.arch, how.restart)?;
     let plan = match &donor {
         Some(d) => super::warm_start::plan(d, &mut cfg, a.warm.shuffle),

@@ -512,3 +512,30 @@ fn sigint_while_reading_a_raw_corpus_ends_at_once() {
     assert!(t0.elapsed() < Duration::from_secs(5), "took {:?}", t0.elapsed());
     assert!(!t.join("r").exists());
 }
+
+/// SIGINT while a warm-start loads its donor (a 40,000-token table: seconds
+/// of PCA) ends at once too: 130, one line, no folder (it trained a step and
+/// saved it).
+#[test]
+fn sigint_while_loading_a_donor_ends_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let (w, v) = (512usize, 40_000usize);
+    let bytes: Vec<u8> = (0..w * v).flat_map(|i| (((i * 7919 % 10007) as f32 / 10007.0) - 0.5).to_le_bytes()).collect();
+    let mut g = GgufWriter::new();
+    g.set("general.architecture", "llama").unwrap();
+    g.set("llama.embedding_length", w as u32).unwrap();
+    g.add_tensor_bytes("token_embd.weight", ggml_rs::DType::F32, &[w as i64, v as i64], bytes).unwrap();
+    g.write(t.join("donor.gguf")).unwrap();
+    let args = ["warm-start", "--donor", "donor.gguf", "--match-by", "index", "--preset", "smoke", "--steps", "5"];
+    let child = train(t, "r", &args).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    signal(&child, "-INT");
+    let t0 = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert_eq!(err.trim_end(), "toy train: interrupted while loading the donor; nothing was saved");
+    assert!(t0.elapsed() < Duration::from_secs(2), "took {:?}", t0.elapsed());
+    assert!(!t.join("r").exists());
+}
