@@ -45,9 +45,26 @@ pub fn shown(path: &Path) -> String {
 
 /// A path as a shell command takes it: as it is when it holds only
 /// characters no shell treats specially (letters, digits, `/._-+,:@%=`), else
-/// in single quotes (a `'` inside as `'\''`), as Python's `shlex.quote` does.
+/// in single quotes (a `'` inside as `'\''`), as Python's `shlex.quote` does;
+/// with control characters, in bash's `$'...'` with `\xHH`/`\uHHHH` escapes.
+/// A relative path that starts with `-` gets `./` (not read as an option).
 pub fn shell_quoted(path: &Path) -> String {
-    let s = shown(path);
+    let mut s = path.to_string_lossy().into_owned();
+    if s.starts_with('-') {
+        s.insert_str(0, "./");
+    }
+    if s.chars().any(char::is_control) {
+        let escaped: String = s
+            .chars()
+            .map(|c| match c {
+                '\\' | '\'' => format!("\\{c}"),
+                c if c.is_control() && (c as u32) < 0x80 => format!("\\x{:02x}", c as u32),
+                c if c.is_control() => format!("\\u{:04x}", c as u32),
+                c => c.to_string(),
+            })
+            .collect();
+        return format!("$'{escaped}'");
+    }
     let plain = !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c));
     if plain {
         s
@@ -72,5 +89,7 @@ mod tests {
         assert_eq!(super::shell_quoted(Path::new("runs/a-1.x")), "runs/a-1.x");
         assert_eq!(super::shell_quoted(Path::new("pr ü 空")), "'pr ü 空'");
         assert_eq!(super::shell_quoted(Path::new("it's")), "'it'\\''s'");
+        assert_eq!(super::shell_quoted(Path::new("-dash")), "./-dash");
+        assert_eq!(super::shell_quoted(Path::new("a\nb'c")), "$'a\\x0ab\\'c'");
     }
 }

@@ -354,6 +354,7 @@ flag_group! {
         /// Keep these parameters fixed: names containing any of the comma-separated
         /// patterns (`--freeze token_embd,blk.0.`).
         #[arg(long, value_delimiter = ',')]
+        #[serde(default, deserialize_with = "comma_list")]
         pub freeze: Option<Vec<String>>,
     }
 }
@@ -486,6 +487,7 @@ flag_group! {
         /// attn_output, ffn_gate, ffn_up, ffn_down (PEFT's q_proj ... down_proj too),
         /// or all-linear (default: the four attention ones).
         #[arg(long = "lora-targets", value_delimiter = ',')]
+        #[serde(default, deserialize_with = "comma_list")]
         pub lora_targets: Option<Vec<String>>,
     }
 }
@@ -520,4 +522,19 @@ mod tests {
         assert_eq!(a.shape.given(), ["--tied"]);
         assert!(toml::from_str::<TrainArgs>("out = \"x\"\n").is_err(), "--out is not read from toy.toml");
     }
+}
+
+/// A list key of `toy.toml` in either form: an array of strings, or the flag's
+/// own comma-separated string (`lora_targets = "all-linear"`, `freeze = "a,b"`).
+fn comma_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged, expecting = "a string (comma-separated) or an array of strings")]
+    enum List {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(Some(match <List as serde::Deserialize>::deserialize(d)? {
+        List::One(s) => s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect(),
+        List::Many(v) => v,
+    }))
 }

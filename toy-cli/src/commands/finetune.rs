@@ -81,12 +81,13 @@ pub fn default_lr(lora: bool) -> f32 {
 /// The note for a `--preset` (given on the command line) whose model shape is
 /// not that of the base `base`: finetune keeps the model's shape and takes only
 /// the preset's batch and context (as `debug bench --from` does).
-fn preset_note(preset: Option<crate::config::Preset>, base: &crate::model::ModelConfig) -> Option<String> {
+fn preset_note(preset: Option<crate::config::Preset>, base: &crate::model::ModelConfig, batch: usize, context: usize) -> Option<String> {
     let p = preset?;
-    let (d, h, f, l, _, _) = p.shape();
+    let (d, h, f, l, preset_context, _) = p.shape();
+    let capped = if context < preset_context { format!(": the preset's {preset_context}, capped by the model's") } else { String::new() };
     ((d, h, f, l) != (base.d_model, base.n_heads, base.d_ff, base.n_layers)).then(|| {
         format!(
-            "note: --preset {} gives the batch and the context; the model keeps its own shape (d_model {}, {} layers, {} heads, d_ff {})",
+            "note: --preset {} gives the batch ({batch}) and the context ({context}{capped}); the model keeps its own shape (d_model {}, {} layers, {} heads, d_ff {})",
             p.name(),
             base.d_model,
             base.n_layers,
@@ -196,7 +197,6 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let preparing = crate::signals::preparing("loading the base model");
     let (ck, tok) = open_base(&path)?;
     let base = &ck.config;
-    let shape_note = preset_note(how.cli_preset, base);
     let text_field = a.data.text_field.as_deref().unwrap_or("text");
     let format = a.data.data_format.unwrap_or_default();
     let model = ChatModel { file: &ck.file, tok: &tok };
@@ -224,6 +224,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
         (None, None) => default_context(base.context, &corpus, a.data.pack),
     };
     check_context(context, base, &path)?;
+    let shape_note = preset_note(how.cli_preset, base, cfg.batch, context);
     let dequantized;
     (cfg.model, dequantized) = finetune_model(&ck, &cfg, context, lora);
     cfg.validate()?;

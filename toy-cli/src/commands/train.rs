@@ -52,6 +52,11 @@ fn refused_key(text: &str) -> Option<(std::ops::Range<usize>, String)> {
     // serde lists every key; one close to the typo says more.
     let message = message.split(", expected").next().unwrap_or(&message).to_string();
     let typo = message.split('`').nth(1).unwrap_or_default().to_string();
+    // Flags of one command line, not of a project.
+    if ["out", "json", "resume", "allow_corpus_change"].contains(&typo.as_str()) {
+        let flag = format!("--{}", typo.replace('_', "-"));
+        return Some((span, format!("`{typo}` is not a [train] key: give {flag} on the command line")));
+    }
     let known = TrainArgs::default().flags().into_iter().map(|f| f.flag[2..].replace('-', "_")).chain(["recipe".to_string()]);
     let near = known.map(|k| (strsim::levenshtein(&k, &typo), k)).min_by_key(|(d, _)| *d).filter(|(d, _)| *d <= 2 + typo.len() / 4);
     let hint = match near {

@@ -117,6 +117,13 @@ pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
         return Err(input(format!("--lora {p}: not a regular file")));
     }
     let file = GgufFile::open(path).map_err(|e| input(format!("--lora {e}")))?;
+    if file.get("toy.state.format").is_some() {
+        let adapter = super::state::checkpoint_of(path);
+        return Err(input(format!(
+            "--lora {p}: a resume state (optimizer moments, for toy train --resume), not an adapter; its adapter is {}",
+            adapter.display()
+        )));
+    }
     if !is_adapter(&file) || file.get_str("adapter.type").ok() != Some("lora") {
         return Err(input(format!("--lora {p}: not a LoRA adapter (one has general.type \"adapter\" and adapter.type \"lora\")")));
     }

@@ -215,7 +215,7 @@ fn finetune_takes_a_presets_batch_and_context_with_a_note() {
     let o = ft("medium", "ft");
     ok(&o);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("note: --preset medium gives the batch and the context; the model keeps its own shape"), "{err}");
+    assert!(err.contains("note: --preset medium gives the batch (32) and the context (32: the preset's 512, capped by the model's); the model keeps its own shape"), "{err}");
     let cfg: toml::Value = toml::from_str(&std::fs::read_to_string(t.join("ft/config.toml")).unwrap()).unwrap();
     assert_eq!((cfg["batch"].as_integer(), cfg["model"]["d_model"].as_integer()), (Some(32), Some(64)), "{cfg}");
     let o = ft("smoke", "ft2");

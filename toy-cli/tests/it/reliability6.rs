@@ -145,13 +145,14 @@ fn a_finetune_preset_gives_batch_and_context_and_new_quotes_its_path() {
     trained(t, "1");
     std::fs::write(t.join("c.txt"), toy_stories::generate_with(3, 30)).unwrap();
     // A preset of another architecture too (gpt2-124m over a llama).
-    for (preset, out) in [("tiny", "F"), ("gpt2-124m", "G")] {
+    for (preset, out, batch, ctx) in [("tiny", "F", 8, 64), ("gpt2-124m", "G", 16, 1024)] {
         let args =
             ["train", "finetune", "--from", "R", "--corpus", "c.txt", "--preset", preset, "--steps", "1", "--threads", "1", "--out", out];
         let o = toy(t, &args);
         ok(&o);
         let err = String::from_utf8_lossy(&o.stderr);
-        let note = format!("note: --preset {preset} gives the batch and the context; the model keeps its own shape (d_model 64");
+        // The values it gives: the context is the preset's capped by the model's 32.
+        let note = format!("note: --preset {preset} gives the batch ({batch}) and the context (32: the preset's {ctx}, capped by the model's); the model keeps its own shape (d_model 64");
         assert!(err.contains(&note), "{err}");
     }
     let cfg = std::fs::read_to_string(t.join("G/config.toml")).unwrap();

@@ -91,3 +91,30 @@ fn a_new_project_finetunes_with_finetunes_defaults() {
     ok(&toy(&p, &small.split(' ').collect::<Vec<_>>()));
     assert!(cfg("g").contains("arch = \"gpt2\""));
 }
+
+/// toy.toml takes a list key in the flag's comma form too; the command-line
+/// flags that are no project key are named as such; a LoRA run's resume state
+/// given as --lora names its adapter.
+#[test]
+fn toml_lists_command_line_keys_and_a_state_as_lora() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&toy(t, &["train", "--preset", "smoke", "--steps", "1", "--threads", "1", "--out", "base"]));
+    std::fs::write(t.join("toy.toml"), "[train]\nlora_targets = \"attn_q, ffn_up\"\nlora_rank = 2\nsteps = 1\nthreads = 1\n").unwrap();
+    ok(&toy(t, &["train", "finetune", "--from", "base", "--save-every", "1", "--out", "lo"]));
+    let cfg = std::fs::read_to_string(t.join("lo/config.toml")).unwrap();
+    assert!(cfg.contains("targets = [\"attn_q\", \"ffn_up\"]"), "{cfg}");
+    std::fs::write(t.join("toy.toml"), "[train]\njson = true\n").unwrap();
+    crate::common::process::fails(
+        &toy(t, &["train"]),
+        "train",
+        "line 2 (`json = true`): `json` is not a [train] key: give --json on the command line",
+    );
+    std::fs::remove_file(t.join("toy.toml")).unwrap();
+    let o = toy(t, &["generate", "base", "--lora", "lo/weights/step_1.state.gguf", "-n", "1", "--threads", "1"]);
+    crate::common::process::fails(
+        &o,
+        "generate",
+        "a resume state (optimizer moments, for toy train --resume), not an adapter; its adapter is lo/weights/step_1.gguf",
+    );
+}
