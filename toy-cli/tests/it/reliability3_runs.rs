@@ -282,9 +282,6 @@ fn a_run_config_that_no_longer_describes_its_checkpoint_is_refused() {
     let ft_config = edit("ft", "context = 16", "context = 100000");
     fails(&resume(t, "ft", &["--steps", "2"]), &format!("config.toml's context 100000: the model takes 1 to {ctx} tokens"));
     std::fs::write(t.join("ft/config.toml"), &ft_config).unwrap();
-    edit("r", "eval_windows = 32", "eval_windows = 0");
-    fails(&resume(t, "r", &["--steps", "2"]), "eval_windows must be at least 1");
-    std::fs::write(t.join("r/config.toml"), &config).unwrap();
     // The model's own numbers: a tied head (it dropped the trained output.weight),
     // another RoPE base or norm epsilon, another context were taken as edited.
     let tied = config.lines().find(|l| l.starts_with("tied = ")).unwrap().to_string();
