@@ -49,21 +49,43 @@ pub fn check_corpus(cfg: &mut TrainConfig, dir: &Path, allow: bool) -> Result<()
     } else {
         corpus_id(&path)?
     };
+    // no corpus key: the built-in corpus, as in runs from before it was recorded
+    let name = if cfg.corpus.is_empty() { "(built-in: config.toml names none)".to_string() } else { path.display().to_string() };
+    let refuse = |what: String| {
+        input(format!(
+            "--resume {}: the corpus {name} changed since the run started ({what}); give --allow-corpus-change to go on with it, tokenized with the run's own tokenizer",
+            dir.display()
+        ))
+    };
     if let (Some(sha), Some(bytes)) = (&cfg.corpus_sha256, cfg.corpus_bytes) {
         if *sha != now.sha256 && !allow {
-            // no corpus key: the built-in corpus, as in runs from before it was recorded
-            let name = if cfg.corpus.is_empty() { "(built-in: config.toml names none)".to_string() } else { path.display().to_string() };
-            return Err(input(format!(
-                "--resume {}: the corpus {name} changed since the run started ({bytes} bytes, sha256 {}… then; {} bytes, sha256 {}… now); give --allow-corpus-change to go on with it, tokenized with the run's own tokenizer",
-                dir.display(),
-                &sha[..sha.len().min(12)],
+            return Err(refuse(format!(
+                "{bytes} bytes, sha256 {}… then; {} bytes, sha256 {}… now",
+                short(sha),
                 now.bytes,
-                &now.sha256[..12]
+                short(&now.sha256)
             )));
         }
     }
-    (cfg.corpus_bytes, cfg.corpus_sha256) = (Some(now.bytes), Some(now.sha256));
+    // Runs from before the token files were recorded have nothing to check here.
+    if let Some(then) = cfg.corpus_ids_sha256.as_ref().filter(|&t| now.ids_sha256.as_ref() != Some(t)) {
+        if !allow {
+            let now = now.ids_sha256.as_deref().map_or_else(|| "none".to_string(), |s| format!("{}…", short(s)));
+            return Err(refuse(format!(
+                "its token files {} were rewritten: sha256 {}… then; {now} now",
+                crate::run::identity::PREPARED_IDS.join(" and "),
+                short(then)
+            )));
+        }
+    }
+    (cfg.corpus_bytes, cfg.corpus_sha256, cfg.corpus_ids_sha256) = (Some(now.bytes), Some(now.sha256), now.ids_sha256);
     Ok(())
+}
+
+/// The first 12 characters of a hex digest, as messages show it (whole
+/// characters: a hand-edited config.toml may hold any text there).
+fn short(sha: &str) -> &str {
+    sha.char_indices().nth(12).map_or(sha, |(i, _)| &sha[..i])
 }
 
 /// The checkpoint `ck` of the run in `dir` (a LoRA run's adapter on the base

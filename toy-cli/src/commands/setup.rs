@@ -214,7 +214,8 @@ pub fn is_embedded(corpus: &str) -> bool {
 }
 
 /// Record the corpus at `path` (`None`: the embedded one) in `cfg`: its
-/// absolute path, bytes and SHA-256 (see [`corpus_id`]).
+/// absolute path, bytes and SHA-256, and a prepared folder's token files'
+/// SHA-256 (see [`corpus_id`]).
 pub fn record_corpus(cfg: &mut TrainConfig, path: Option<&Path>) -> Result<()> {
     let id = match path.filter(|p| !is_embedded(&p.to_string_lossy())) {
         None => {
@@ -227,7 +228,7 @@ pub fn record_corpus(cfg: &mut TrainConfig, path: Option<&Path>) -> Result<()> {
             id
         }
     };
-    (cfg.corpus_bytes, cfg.corpus_sha256) = (Some(id.bytes), Some(id.sha256));
+    (cfg.corpus_bytes, cfg.corpus_sha256, cfg.corpus_ids_sha256) = (Some(id.bytes), Some(id.sha256), id.ids_sha256);
     Ok(())
 }
 

@@ -304,6 +304,11 @@ pub struct TrainConfig {
     /// Hex SHA-256 of that input: `--resume` refuses a corpus that changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub corpus_sha256: Option<String>,
+    /// A prepared folder's: hex SHA-256 of its `train.bin` and `val.bin`
+    /// (`run::identity::PREPARED_IDS`), which its manifest does not cover.
+    /// Absent in runs started before it was recorded: nothing to check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus_ids_sha256: Option<String>,
     /// Keep only the newest K checkpoints (0: all).
     #[serde(default)]
     pub keep: usize,
@@ -392,6 +397,7 @@ impl TrainConfig {
             sampling: Sampling::Random,
             corpus_bytes: None,
             corpus_sha256: None,
+            corpus_ids_sha256: None,
             keep: 0,
             skip_nonfinite: false,
             record_batches: false,

@@ -26,5 +26,6 @@ mod reliability4_inputs;
 mod reliability4_output;
 mod reliability5;
 mod reliability6;
+mod reliability7;
 mod reliability8;
 mod run_safety;
