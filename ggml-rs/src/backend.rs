@@ -105,11 +105,19 @@ impl Device {
         DeviceKind::from_raw(unsafe { sys::ggml_backend_dev_type(self.ptr) })
     }
 
-    /// Free and total memory in bytes, as the device reports it.
+    /// Free and total memory in bytes, as the device reports it; for the
+    /// CPU, free is the host's available memory ([`host_available_memory`])
+    /// where it can be read: ggml's CPU device reports its total as free on
+    /// every system but Windows (`ggml_backend_cpu_device_get_memory`).
     pub fn memory(&self) -> (usize, usize) {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid registry device, valid out-pointers.
         unsafe { sys::ggml_backend_dev_memory(self.ptr, &mut free, &mut total) };
+        if self.kind() == DeviceKind::Cpu {
+            if let Some(available) = host_available_memory() {
+                free = if total > 0 { available.min(total) } else { available };
+            }
+        }
         (free, total)
     }
 
@@ -486,6 +494,15 @@ pub(crate) fn check_fits(backend: &Backend, needed: u64, what: &str) -> Result<(
         });
     }
     Ok(())
+}
+
+/// Bytes of host memory available to start new work without swapping:
+/// Linux's `MemAvailable` (`/proc/meminfo`, in KiB there). `None` elsewhere or
+/// when it cannot be read (kernels before 3.14 lack the line).
+pub fn host_available_memory() -> Option<usize> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: usize = meminfo.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?.split_whitespace().next()?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// Bytes this process may still map under its address-space limit, where one

@@ -66,3 +66,35 @@ fn resume_refuses_rewritten_token_files() {
     ok(&resume(t, "5", &[]));
     assert!(ids_line(t).is_some_and(|l| l != taken), "the resume did not record the token files");
 }
+
+/// `MemAvailable` of /proc/meminfo in bytes.
+fn mem_available() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib = meminfo.lines().find_map(|l| l.strip_prefix("MemAvailable:")).unwrap().split_whitespace().next().unwrap();
+    kib.parse::<u64>().unwrap() * 1024
+}
+
+/// F6: the CPU's free memory is the host's available memory (ggml's CPU
+/// device reports its total as free), so `toy devices` and the memory check
+/// before training no longer take all of RAM as free.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_cpus_free_memory_is_what_linux_has_available() {
+    let tmp = tempfile::tempdir().unwrap();
+    let before = mem_available();
+    let o = toy(tmp.path(), &["devices", "--json"]);
+    let after = mem_available();
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cpu = v["devices"].as_array().unwrap().iter().find(|d| d["kind"] == "cpu").expect("a CPU device");
+    let (free, total) = (cpu["memory_free"].as_u64().unwrap(), cpu["memory_total"].as_u64().unwrap());
+    assert!(free < total, "free {free} is not below total {total}");
+    // MemAvailable moves while other processes run: within 256 MiB of what it was around the call.
+    let slack = 256 << 20;
+    let (lo, hi) = (before.min(after).saturating_sub(slack), before.max(after) + slack);
+    assert!((lo..=hi).contains(&free), "free {free} is not MemAvailable ({before}..{after})");
+    let text = String::from_utf8_lossy(&toy(tmp.path(), &["devices"]).stdout).into_owned();
+    let row = text.lines().find(|l| l.starts_with("cpu ")).expect("a cpu row");
+    let mib: Vec<u64> = row.split_whitespace().filter_map(|w| w.parse().ok()).take(2).collect();
+    assert!(mib.len() == 2 && mib[0] < mib[1], "{row}");
+}
