@@ -1,4 +1,5 @@
-//! `events.jsonl`: one JSON object per line, schema `toy/v1`, append-only.
+//! `events.jsonl`: one JSON object per line, schema `toy/v1`, append-only but
+//! for a resume, which first drops what was logged after its step ([`purge_after`]).
 //!
 //! Kinds written (the training loop's [`Event`]s): `run_start`, `step`, `skip`, `eval`,
 //! `checkpoint`, `epoch`, `fallback`, `resume`, `run_end`. Readers skip torn lines and ignore keys
@@ -83,8 +84,119 @@ fn cut_torn_line(file: &std::fs::File) -> std::io::Result<()> {
     }
 }
 
+/// Drop from the log at `path` what a run logged after step `step`, as
+/// TensorBoard's `purge_step` does: a run resumed from that step's checkpoint
+/// takes the later steps again (a killed run logged them past its last save),
+/// and each step is to appear once, in order. The log is cut at its first
+/// record that belongs after `step` ([`Mark`]); everything before it stays,
+/// whatever its kind. Each earlier `resume` record's cut is made too, so that
+/// a log an older build wrote with repeated steps comes out in order. Only
+/// whole lines are kept (a torn last line goes, as [`EventLog::open`] cuts
+/// it); the log is rewritten (temporary file, rename) only when lines go.
+pub fn purge_after(path: &Path, step: u64) -> Result<()> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(runtime(format!("cannot read {}: {e}", path.display()))),
+    };
+    let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+    let mut kept: Vec<(&str, Mark)> = Vec::new();
+    for line in whole.split_inclusive('\n') {
+        let mark = Mark::of(line);
+        if let Mark::Resume(from) = mark {
+            cut_after(&mut kept, from);
+        }
+        kept.push((line, mark));
+    }
+    cut_after(&mut kept, step);
+    let out: String = kept.iter().map(|(line, _)| *line).collect();
+    if out.len() == text.len() {
+        return Ok(());
+    }
+    crate::files::write_atomic(path, out.as_bytes())
+}
+
+/// Where a record of the log stands among the steps of its run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mark {
+    /// A record of step N (`step`, `skip`, `eval`, `epoch`, `checkpoint`),
+    /// or a `run_end` whose last step was N.
+    At(u64),
+    /// A `resume` from step N.
+    Resume(u64),
+    /// No step: `run_start`, `fallback`, or a line that does not parse.
+    None,
+}
+
+impl Mark {
+    fn of(line: &str) -> Mark {
+        let Ok(v) = serde_json::from_str::<Value>(line) else { return Mark::None };
+        let num = |key: &str| v.get(key).and_then(Value::as_u64);
+        match v.get("kind").and_then(Value::as_str) {
+            Some("resume") => num("from_step").map_or(Mark::None, Mark::Resume),
+            Some("run_end") => num("final_step").map_or(Mark::None, Mark::At),
+            _ => num("step").map_or(Mark::None, Mark::At),
+        }
+    }
+
+    /// Whether the record belongs after step `step`.
+    fn after(self, step: u64) -> bool {
+        matches!(self, Mark::At(n) | Mark::Resume(n) if n > step)
+    }
+}
+
+/// Cut `lines` at the first that belongs after step `step`.
+fn cut_after(lines: &mut Vec<(&str, Mark)>, step: u64) {
+    if let Some(i) = lines.iter().position(|(_, m)| m.after(step)) {
+        lines.truncate(i);
+    }
+}
+
 /// Read the events of a log, skipping lines that do not parse (a torn last line).
 pub fn read_events(path: &Path) -> Result<Vec<Value>> {
     let text = std::fs::read_to_string(path).map_err(|e| runtime(format!("cannot read {}: {e}", path.display())))?;
     Ok(text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v.is_object()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn purged(log: &str, step: u64) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        std::fs::write(&path, log).unwrap();
+        purge_after(&path, step).unwrap();
+        std::fs::read_to_string(&path).unwrap()
+    }
+
+    const START: &str = "{\"kind\":\"run_start\",\"t\":0}\n{\"kind\":\"fallback\",\"t\":0}\n{\"kind\":\"eval\",\"step\":0}\n";
+
+    #[test]
+    fn a_killed_runs_later_steps_go() {
+        let saved =
+            format!("{START}{{\"kind\":\"step\",\"step\":1}}\n{{\"kind\":\"step\",\"step\":2}}\n{{\"kind\":\"checkpoint\",\"step\":2}}\n");
+        let log = format!("{saved}{{\"kind\":\"epoch\",\"step\":3}}\n{{\"kind\":\"step\",\"step\":3}}\n{{\"kind\":\"eval\",\"step\":3}}\n");
+        assert_eq!(purged(&log, 2), saved);
+        assert_eq!(purged(&saved, 2), saved, "nothing after step 2");
+        assert_eq!(purged(&format!("{saved}{{\"kind\":\"st"), 2), saved, "a torn last line goes");
+        let ended = format!("{log}{{\"kind\":\"run_end\",\"final_step\":3}}\n");
+        assert_eq!(purged(&ended, 3), ended);
+        assert_eq!(purged(&ended, 2), saved, "the end of a run past step 2 goes too");
+        assert_eq!(purged(&ended, 0), START);
+    }
+
+    /// A log an older build wrote: steps 3 and 4 twice, across a resume from 2.
+    #[test]
+    fn the_repeats_of_older_builds_go() {
+        let step = |n: u64| format!("{{\"kind\":\"step\",\"step\":{n}}}\n");
+        let resume = |n: u64| format!("{{\"kind\":\"resume\",\"from_step\":{n}}}\n");
+        let log = [START.to_string(), step(1), step(2), step(3), step(4), resume(2), step(3), step(4), step(5)].concat();
+        let want = [START.to_string(), step(1), step(2), resume(2), step(3), step(4)].concat();
+        assert_eq!(purged(&log, 4), want);
+        let later = [log.clone(), resume(5), step(6)].concat();
+        assert_eq!(purged(&later, 1), [START.to_string(), step(1)].concat(), "resumes from later steps go");
+        let missing = tempfile::tempdir().unwrap();
+        assert!(purge_after(&missing.path().join("events.jsonl"), 3).is_ok());
+    }
 }

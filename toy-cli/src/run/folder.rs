@@ -4,7 +4,7 @@
 //! batches.
 
 use super::batches::Recorder;
-use super::events::{read_events, EventLog};
+use super::events::{purge_after, read_events, EventLog};
 use super::{flow, plot, RunDir};
 use crate::config::TrainConfig;
 use crate::data::{Tokenizer, Tokens};
@@ -59,7 +59,8 @@ impl<'r> RunFolder<'r> {
             let pick = |kind: &str, key: &str| -> Vec<(u64, f32)> {
                 events.iter().filter(|e| e["kind"] == kind).filter_map(|e| Some((e["step"].as_u64()?, f(e, key)?))).collect()
             };
-            // A resumed run may repeat steps after its checkpoint: the later value wins.
+            // A resume drops what came after its checkpoint (`purge_after`); should a
+            // step still repeat (a log edited by hand), the later value wins.
             let dedup = |v: Vec<(u64, f32)>| v.into_iter().collect::<std::collections::BTreeMap<_, _>>().into_iter().collect::<Vec<_>>();
             let (all_t, all_v) = (dedup(pick("step", "loss")), dedup(pick("eval", "val_loss")));
             if all_t.len() >= train.len() {
@@ -105,11 +106,17 @@ impl<'r> RunFolder<'r> {
 
 impl Sink for RunFolder<'_> {
     /// Open `events.jsonl` (appending), write `config.toml` and `flow.json`
-    /// for a new run; a resumed run writes `config.toml` (the resume flags
-    /// taken hold for the next resume) with its first checkpoint.
-    fn begin(&mut self, graph: &Graph<'_>, resumed: bool) -> Result<()> {
-        self.log = Some(EventLog::open(&self.run.path.join("events.jsonl"))?);
-        if resumed {
+    /// for a new run; a resumed run first drops the events it logged after
+    /// the step it resumes from ([`purge_after`]: a killed run's steps after
+    /// its last checkpoint, which it takes again), and writes `config.toml`
+    /// (the resume flags taken hold for the next resume) with its first checkpoint.
+    fn begin(&mut self, graph: &Graph<'_>, resumed_from: Option<u64>) -> Result<()> {
+        let path = self.run.path.join("events.jsonl");
+        if let Some(step) = resumed_from {
+            purge_after(&path, step)?;
+        }
+        self.log = Some(EventLog::open(&path)?);
+        if resumed_from.is_some() {
             self.config_pending = true;
         } else {
             self.write_config()?;

@@ -19,9 +19,10 @@ use serde::Serialize;
 /// Where a run receives what its loop does.
 pub trait Sink {
     /// The run is set up and its events are about to start: keep its
-    /// configuration and, for a new run (not `resumed`), its training
-    /// `graph`. Called once, before anything else.
-    fn begin(&mut self, graph: &Graph<'_>, resumed: bool) -> Result<()>;
+    /// configuration and, for a new run (`resumed_from` none), its training
+    /// `graph`; a run resumed from the checkpoint of step N forgets what it
+    /// logged after step N. Called once, before anything else.
+    fn begin(&mut self, graph: &Graph<'_>, resumed_from: Option<u64>) -> Result<()>;
     /// Record one event. The run folder also draws its loss curve at a
     /// [`RunEnd`] that is not [`End::Errored`].
     fn send(&mut self, event: Event) -> Result<()>;
@@ -331,7 +332,7 @@ pub struct Memory {
 
 #[cfg(test)]
 impl Sink for Memory {
-    fn begin(&mut self, _graph: &Graph<'_>, _resumed: bool) -> Result<()> {
+    fn begin(&mut self, _graph: &Graph<'_>, _resumed_from: Option<u64>) -> Result<()> {
         Ok(())
     }
     fn send(&mut self, event: Event) -> Result<()> {

@@ -287,7 +287,7 @@ fn oversized_step_note(cfg: &TrainConfig, corpus: &Corpus) -> Option<String> {
 /// one, and `fallback` (with a warning) when graph nodes run on the CPU.
 fn log_start(sink: &mut dyn Sink, s: &Start<'_, '_>) -> Result<()> {
     let Start { plan, cfg, corpus, device, train, memory, wctx, start_step, chat, .. } = *s;
-    sink.begin(train.graph(), plan.resume.is_some())?;
+    sink.begin(train.graph(), plan.resume.is_some().then_some(start_step))?;
     if let Some(c) = chat.filter(|_| plan.resume.is_none()) {
         eprintln!("{}", c.summary());
     }

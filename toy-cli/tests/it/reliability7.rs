@@ -98,3 +98,81 @@ fn the_cpus_free_memory_is_what_linux_has_available() {
     let mib: Vec<u64> = row.split_whitespace().filter_map(|w| w.parse().ok()).take(2).collect();
     assert!(mib.len() == 2 && mib[0] < mib[1], "{row}");
 }
+
+/// The records of `R/events.jsonl`.
+fn events(dir: &Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(dir.join("R/events.jsonl")).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// The steps of the `kind` records of `R/events.jsonl`, in the log's order.
+fn steps_of(dir: &Path, kind: &str) -> Vec<u64> {
+    events(dir).iter().filter(|e| e["kind"] == kind).map(|e| e["step"].as_u64().unwrap()).collect()
+}
+
+/// F8: a run killed between checkpoints logged steps its resume takes again;
+/// the resume drops them, so each step appears once, in order. Here the run
+/// is really killed (`kill -9`) some steps past its first checkpoint.
+#[test]
+fn a_killed_runs_steps_appear_once_after_resume() {
+    use crate::common::process::{signal, wait_for};
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let args = [&["train", "--steps", "100000", "--save-every", "20", "--out", "R"], QUICK].concat();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toy"))
+        .args(&args)
+        .current_dir(t)
+        .env_remove("TOY_RUN_ID")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for(&t.join("R"), "checkpoint", 1, &mut child);
+    wait_for(&t.join("R"), "step", 25, &mut child);
+    signal(&child, "-KILL");
+    let _ = child.wait();
+    let logged = steps_of(t, "step");
+    let saved = *steps_of(t, "checkpoint").last().unwrap();
+    let last = *logged.last().unwrap();
+    assert!(last > saved, "the kill left no step after the checkpoint of step {saved}");
+    let steps = (last + 3).to_string();
+    ok(&resume(t, &steps, &[]));
+    let logged = steps_of(t, "step");
+    assert_eq!(logged, (1..=last + 3).collect::<Vec<_>>(), "each step once, in order");
+    let resumed: Vec<_> = events(t).iter().filter(|e| e["kind"] == "resume").map(|e| e["from_step"].as_u64().unwrap()).collect();
+    assert_eq!(resumed, [saved]);
+}
+
+/// F8, every kind of record: a finished run sent back to an earlier
+/// checkpoint (`weights/latest` moved, as `toy` suggests when the newest is
+/// damaged) loses its later steps, evals, checkpoints and `run_end`; what came
+/// before stays byte for byte; a torn last line goes; `loss.svg` is drawn again.
+#[test]
+fn a_resume_forgets_what_came_after_its_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let args = ["train", "--preset", "smoke", "--threads", "1", "--log-every", "1000", "--eval-every", "2", "--steps", "6"];
+    ok(&toy(t, &[&args[..], &["--save-every", "2", "--out", "R"]].concat()));
+    assert_eq!((steps_of(t, "step"), steps_of(t, "checkpoint")), (vec![1, 2, 3, 4, 5, 6], vec![2, 4, 6]));
+    let evals_to_2: Vec<u64> = steps_of(t, "eval").into_iter().filter(|&s| s <= 2).collect();
+    // The log up to the checkpoint of step 2, and a torn line at its end.
+    let text = std::fs::read_to_string(t.join("R/events.jsonl")).unwrap();
+    let at = text.find(r#""kind":"checkpoint""#).unwrap();
+    let before = &text[..at + text[at..].find('\n').unwrap() + 1];
+    std::fs::write(t.join("R/events.jsonl"), format!(r#"{text}{{"kind":"step","t":1.0,"st"#)).unwrap();
+    std::os::unix::fs::symlink("step_2.gguf", t.join("R/weights/latest.new")).unwrap();
+    std::fs::rename(t.join("R/weights/latest.new"), t.join("R/weights/latest")).unwrap();
+    std::fs::remove_file(t.join("R/loss.svg")).unwrap();
+    ok(&resume(t, "5", &[]));
+    let after = std::fs::read_to_string(t.join("R/events.jsonl")).unwrap();
+    assert!(after.starts_with(before), "the records up to step 2 changed:\n{after}");
+    assert_eq!(steps_of(t, "step"), [1, 2, 3, 4, 5]);
+    let increasing = |v: &[u64]| v.windows(2).all(|w| w[0] < w[1]);
+    let (evals, saves) = (steps_of(t, "eval"), steps_of(t, "checkpoint"));
+    assert!(increasing(&evals) && evals.starts_with(&evals_to_2) && evals.iter().all(|&s| s <= 5), "{evals:?}");
+    assert!(increasing(&saves) && saves.starts_with(&[2, 4]) && saves.iter().all(|&s| s <= 5), "{saves:?}");
+    let kinds: Vec<String> = events(t).iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect();
+    assert_eq!(kinds.iter().filter(|k| *k == "run_end").count(), 1, "{kinds:?}");
+    assert_eq!(kinds.last().map(String::as_str), Some("run_end"));
+    assert!(t.join("R/loss.svg").is_file());
+}
