@@ -492,6 +492,21 @@ flag_group! {
     }
 }
 
+/// A list key of `toy.toml` in either form: an array of strings, or the flag's
+/// own comma-separated string (`lora_targets = "all-linear"`, `freeze = "a,b"`).
+fn comma_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged, expecting = "a string (comma-separated) or an array of strings")]
+    enum List {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(Some(match <List as serde::Deserialize>::deserialize(d)? {
+        List::One(s) => s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect(),
+        List::Many(v) => v,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -522,19 +537,4 @@ mod tests {
         assert_eq!(a.shape.given(), ["--tied"]);
         assert!(toml::from_str::<TrainArgs>("out = \"x\"\n").is_err(), "--out is not read from toy.toml");
     }
-}
-
-/// A list key of `toy.toml` in either form: an array of strings, or the flag's
-/// own comma-separated string (`lora_targets = "all-linear"`, `freeze = "a,b"`).
-fn comma_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
-    #[derive(serde::Deserialize)]
-    #[serde(untagged, expecting = "a string (comma-separated) or an array of strings")]
-    enum List {
-        One(String),
-        Many(Vec<String>),
-    }
-    Ok(Some(match <List as serde::Deserialize>::deserialize(d)? {
-        List::One(s) => s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect(),
-        List::Many(v) => v,
-    }))
 }
