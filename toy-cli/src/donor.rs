@@ -67,6 +67,9 @@ pub struct Donor {
     /// Initial lens, row-major `[d_model][width]`, when initialised by PCA.
     pub lens: Option<Vec<f32>>,
     pub report: Option<MatchReport>,
+    /// Hex SHA-256 of the donor's file, as the run records it
+    /// (config.toml's `donor_sha256`); set by the recipe that reads it.
+    pub sha256: Option<String>,
 }
 
 /// The bytes a vocabulary entry stands for: GPT-2 byte-level spelling
@@ -143,7 +146,7 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
     if o.init == TableInit::Scratch {
         let n = Normal::new(0.0f32, 0.02).expect("valid");
         let table = (0..vocab * width).map(|_| n.sample(&mut rng)).collect();
-        return Ok(Donor { table, width, lens: None, report: None });
+        return Ok(Donor { table, width, lens: None, report: None, sha256: None });
     }
     let p = o.path.display();
     let src = f.tensor_f32("token_embd.weight").map_err(|e| input(format!("--donor {e}")))?;
@@ -162,7 +165,7 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
     let rows = match_rows(o, &f, student_tokens, vocab, donor_vocab)?;
     let (table, matched) = fill_table(&src, width, &rows, &mut rng);
     let report = MatchReport { matched, total: vocab, match_rate: matched as f64 / vocab.max(1) as f64 };
-    Ok(Donor { table, width, lens, report: Some(report) })
+    Ok(Donor { table, width, lens, report: Some(report), sha256: None })
 }
 
 /// The donor file at `o.path` with its token table's width and rows, once

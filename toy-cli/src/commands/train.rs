@@ -166,6 +166,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     let mut cfg = run_config(dir)?;
     super::resume::check_recipe(&cfg, dir)?;
     let a = &super::resume::moved_base(a, &mut cfg, dir)?;
+    let a = &super::warm_start::resumed(a, &mut cfg);
     let conflicts = super::resume::conflicts(a, &cfg);
     if !conflicts.is_empty() {
         return Err(input(format!(

@@ -6,12 +6,33 @@ use super::setup::resolve;
 use crate::cli::TrainArgs;
 use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::Corpus;
+use crate::donor::{LensInit, MatchBy, TableInit};
 use crate::error::{input, Result};
 use crate::model::Arch;
 use crate::train::{Init, Plan};
+use std::path::{Path, PathBuf};
+
+/// The `--init`, `--match-by` and `--lens-init` of a warm-start run: those
+/// given, else the defaults (the donor's table, matched by token text, a PCA
+/// lens; a random lens for a random table, which has no principal directions
+/// to take).
+pub fn resolved(init: Option<TableInit>, match_by: Option<MatchBy>, lens_init: Option<LensInit>) -> (TableInit, MatchBy, LensInit) {
+    let init = init.unwrap_or(TableInit::Donor);
+    let lens = lens_init.unwrap_or(if init == TableInit::Donor { LensInit::Pca } else { LensInit::Random });
+    (init, match_by.unwrap_or(MatchBy::Token), lens)
+}
+
+/// The file `p` names as a donor (a run folder: its newest checkpoint), with
+/// links and `..` resolved; `p` itself when it names none.
+fn donor_file(p: &Path) -> PathBuf {
+    let file = crate::files::file_or_run(p, "--donor").unwrap_or_else(|_| p.to_path_buf());
+    std::fs::canonicalize(&file).unwrap_or(file)
+}
 
 /// The donor of a warm-start run for `a` (whose `--donor-width` it sets to
-/// the donor's), matched to the tokens of `corpus`.
+/// the donor's, and `--donor`, `--init`, `--match-by` and `--lens-init` to
+/// the file and values the run uses, as config.toml records them), matched
+/// to the tokens of `corpus`.
 pub fn donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::Donor> {
     let path = a.warm.donor.clone().ok_or_else(|| input("warm-start needs --donor MODEL.gguf"))?;
     if a.shape.arch.is_some_and(|x| x != Arch::Llama) {
@@ -20,26 +41,25 @@ pub fn donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::Donor> 
     // The donor decides the table width; the lens maps it to d_model.
     let probe = crate::donor::DonorOptions {
         path: &path,
-        init: crate::donor::TableInit::Scratch,
-        match_by: crate::donor::MatchBy::Index,
-        lens_init: crate::donor::LensInit::Random,
+        init: TableInit::Scratch,
+        match_by: MatchBy::Index,
+        lens_init: LensInit::Random,
         width: a.warm.donor_width,
     };
     let width = crate::donor::load(&probe, None, 1, 1, 0)?.width;
     a.warm.donor_width = Some(width);
     let cfg = resolve(a, corpus.vocab_size)?;
-    if a.warm.init == Some(crate::donor::TableInit::Scratch) && a.warm.lens_init == Some(crate::donor::LensInit::Pca) {
+    if a.warm.init == Some(TableInit::Scratch) && a.warm.lens_init == Some(LensInit::Pca) {
         return Err(input("--lens-init pca needs the donor's table (--init donor)"));
     }
-    let opts = crate::donor::DonorOptions {
-        path: &path,
-        init: a.warm.init.unwrap_or(crate::donor::TableInit::Donor),
-        match_by: a.warm.match_by.unwrap_or(crate::donor::MatchBy::Token),
-        lens_init: a.warm.lens_init.unwrap_or(crate::donor::LensInit::Pca),
-        width: Some(width),
-    };
+    let (init, match_by, lens_init) = resolved(a.warm.init, a.warm.match_by, a.warm.lens_init);
+    let opts = crate::donor::DonorOptions { path: &path, init, match_by, lens_init, width: Some(width) };
     let tokens = corpus.tokenizer.as_ref().and_then(|t| t.tokens());
-    let d = crate::donor::load(&opts, tokens.as_deref(), cfg.model.vocab, cfg.model.d_model, cfg.seed)?;
+    let mut d = crate::donor::load(&opts, tokens.as_deref(), cfg.model.vocab, cfg.model.d_model, cfg.seed)?;
+    let file = donor_file(&path);
+    d.sha256 = Some(crate::formats::adapter::file_sha256(&file)?);
+    (a.warm.init, a.warm.match_by, a.warm.lens_init) = (Some(init), Some(match_by), Some(lens_init));
+    a.warm.donor = Some(file);
     if let Some(r) = &d.report {
         if !a.json {
             crate::outln!(
@@ -54,11 +74,42 @@ pub fn donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::Donor> 
     Ok(d)
 }
 
-/// The plan of a warm-start run from donor `d`; `cfg` records the recipe and
-/// its stream of windows (`shuffle`: in a fresh order every epoch). A stream
-/// walks the data once per epoch: the run evaluates and reports by epoch too.
+/// The plan of a warm-start run from donor `d`; `cfg` records the recipe, the
+/// donor's SHA-256 and its stream of windows (`shuffle`: in a fresh order
+/// every epoch). A stream walks the data once per epoch: the run evaluates
+/// and reports by epoch too.
 pub fn plan<'d>(d: &'d crate::donor::Donor, cfg: &mut TrainConfig, shuffle: bool) -> Plan<'d> {
     cfg.recipe = Recipe::WarmStart;
     cfg.sampling = Sampling::Stream { shuffle };
+    cfg.donor_sha256 = d.sha256.clone();
     Plan { recipe: Recipe::WarmStart, init: Init::Donor(d), sampling: cfg.sampling, resume: None }
+}
+
+/// A warm-start run's config.toml (`cfg`) as `--resume` compares flags with
+/// it, and `a` with its `--donor` taken as the run's where it names the
+/// recorded file: a run from before the resolved values were recorded gets
+/// the defaults it used for `--init`, `--match-by` and `--lens-init`; a
+/// `--donor` naming the recorded file another way (its run folder, a link)
+/// is the run's, and one at another path with the recorded SHA-256 is the
+/// donor moved (recorded from now on). The donor file is not needed to go
+/// on (the resume state holds the table and lens): a file is only read when
+/// `--donor` names another path.
+pub fn resumed(a: &TrainArgs, cfg: &mut TrainConfig) -> TrainArgs {
+    let mut a = a.clone();
+    if cfg.recipe != Recipe::WarmStart {
+        return a;
+    }
+    let (init, match_by, lens_init) = resolved(cfg.donor_init, cfg.match_by, cfg.lens_init);
+    (cfg.donor_init, cfg.match_by, cfg.lens_init) = (Some(init), Some(match_by), Some(lens_init));
+    let (Some(given), Some(recorded)) = (a.warm.donor.as_ref(), cfg.donor.as_ref()) else { return a };
+    let file = donor_file(given);
+    if file == donor_file(Path::new(recorded)) {
+        a.warm.donor = Some(PathBuf::from(recorded));
+    } else if file.is_file()
+        && cfg.donor_sha256.as_ref().is_some_and(|sha| crate::formats::adapter::file_sha256(&file).is_ok_and(|now| now == *sha))
+    {
+        cfg.donor = Some(file.display().to_string());
+        a.warm.donor = Some(file);
+    }
+    a
 }

@@ -321,10 +321,15 @@ pub struct TrainConfig {
     /// The initial weights were written as `weights/step_0.gguf`.
     #[serde(default)]
     pub save_initial: bool,
-    /// warm-start: the donor model the token table came from.
+    /// warm-start: the donor file the token table came from (a run folder given
+    /// as `--donor` recorded as its checkpoint's file).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub donor: Option<String>,
-    /// warm-start: the token table from the donor or random (`--init`).
+    /// warm-start: hex SHA-256 of that file (checked where a resume reads it again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub donor_sha256: Option<String>,
+    /// warm-start: the token table from the donor or random (`--init`; runs
+    /// from before the resolved values were recorded: absent for the default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub donor_init: Option<crate::donor::TableInit>,
     /// warm-start: donor rows matched to tokens by text or index (`--match-by`).
@@ -403,6 +408,7 @@ impl TrainConfig {
             record_batches: false,
             save_initial: false,
             donor: None,
+            donor_sha256: None,
             donor_init: None,
             match_by: None,
             lens_init: None,

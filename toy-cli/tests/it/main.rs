@@ -29,3 +29,4 @@ mod reliability6;
 mod reliability7;
 mod reliability8;
 mod run_safety;
+mod warm_start2;

@@ -1,0 +1,71 @@
+//! The warm-start recipe after a new user's trial: a resume that takes the
+//! settings the run used, the donor match report in `--json` and events,
+//! index matching said as such, a freezable lens, degenerate donors refused,
+//! and messages that name the real cause.
+
+use crate::common::process::{fails, ok, toy};
+use std::path::Path;
+use std::process::Output;
+
+/// `toy train ARGS` on one thread, the loss lines kept off stdout.
+fn train(dir: &Path, args: &[&str]) -> Output {
+    toy(dir, &[&["train"], args, &["--threads", "1", "--log-every", "1000"]].concat())
+}
+
+/// A smoke warm-start run into `out` from `donor`, of `steps` steps.
+fn warm(dir: &Path, donor: &str, out: &str, steps: &str, extra: &[&str]) -> Output {
+    train(dir, &[&["warm-start", "--donor", donor, "--preset", "smoke", "--steps", steps, "--out", out], extra].concat())
+}
+
+/// `toy train --resume DIR --steps N ARGS`.
+fn resume(dir: &Path, run: &str, steps: &str, extra: &[&str]) -> Output {
+    train(dir, &[&["--resume", run, "--steps", steps], extra].concat())
+}
+
+/// A donor run in `dir/NAME`: a 32-wide smoke llama of one step (`seed`).
+fn donor_run(dir: &Path, name: &str, seed: &str) {
+    ok(&train(dir, &["--preset", "smoke", "--d-model", "32", "--steps", "1", "--seed", seed, "--out", name]));
+}
+
+/// config.toml records the resolved `--init`, `--match-by`, `--lens-init`,
+/// the donor's file and SHA-256; a resume given them (the donor as its run
+/// folder, a moved copy) goes on, one given others is refused, and a resume
+/// needs no donor file unless it starts the run again.
+#[test]
+fn a_resume_takes_the_settings_and_donor_the_run_used() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    donor_run(t, "d", "1");
+    ok(&warm(t, "d", "w", "1", &[]));
+    let file = std::fs::canonicalize(t.join("d/weights/step_1.gguf")).unwrap();
+    let config = std::fs::read_to_string(t.join("w/config.toml")).unwrap();
+    for line in
+        ["donor_init = \"donor\"", "match_by = \"token\"", "lens_init = \"pca\"", &format!("donor = {:?}", file.display().to_string())]
+    {
+        assert!(config.contains(line), "{line} not in {config}");
+    }
+    let sha = config.lines().find_map(|l| l.strip_prefix("donor_sha256 = ")).unwrap().trim_matches('"').to_string();
+    assert_eq!(sha.len(), 64);
+    let same = ["--init", "donor", "--match-by", "token", "--lens-init", "pca", "--donor", "d"];
+    ok(&resume(t, "w", "2", &same));
+    fails(&resume(t, "w", "3", &["--lens-init", "random"]), "train", "--lens-init random (the run has pca) contradicts the run");
+    // Another donor is refused; the same bytes elsewhere are the donor moved.
+    donor_run(t, "e", "2");
+    fails(&resume(t, "w", "3", &["--donor", "e"]), "train", "--donor e (the run has");
+    std::fs::copy(&file, t.join("moved.gguf")).unwrap();
+    ok(&resume(t, "w", "3", &["--donor", "moved.gguf"]));
+    assert!(std::fs::read_to_string(t.join("w/config.toml")).unwrap().contains("moved.gguf"));
+    // No donor file needed to go on; a run from before the values were recorded.
+    std::fs::remove_file(t.join("moved.gguf")).unwrap();
+    let old = std::fs::read_to_string(t.join("w/config.toml")).unwrap();
+    let old: String = old.lines().filter(|l| !l.starts_with("lens_init") && !l.starts_with("match_by")).map(|l| format!("{l}\n")).collect();
+    std::fs::write(t.join("w/config.toml"), old).unwrap();
+    ok(&resume(t, "w", "4", &["--lens-init", "pca", "--match-by", "token"]));
+    // Starting again (no checkpoint) reads the donor again: its bytes must not have changed.
+    ok(&warm(t, "e", "w2", "1", &[]));
+    std::fs::create_dir(t.join("r")).unwrap();
+    std::fs::copy(t.join("w2/config.toml"), t.join("r/config.toml")).unwrap();
+    let e = std::fs::canonicalize(t.join("e/weights/step_1.gguf")).unwrap();
+    std::fs::copy(t.join("d/weights/step_1.gguf"), &e).unwrap();
+    fails(&resume(t, "r", "1", &[]), "train", "changed since the run started");
+}
