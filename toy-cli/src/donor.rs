@@ -50,11 +50,15 @@ pub struct DonorOptions<'p> {
     pub width: Option<usize>,
 }
 
-/// How well the donor's vocabulary covered the student's.
+/// How well the donor's vocabulary covered the student's (`run_start`'s
+/// `donor` in events.jsonl and the `--json` summary's).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct MatchReport {
+    /// Student tokens that took a donor row.
     pub matched: usize,
+    /// Student tokens (the student's vocabulary).
     pub total: usize,
+    /// `matched / total`.
     pub match_rate: f64,
 }
 

@@ -44,6 +44,9 @@ fn dispatch(command: &Command) -> toy::error::Result<()> {
             if let Some(c) = &o.chat {
                 summary["chat"] = serde_json::json!(c);
             }
+            if let Some(d) = &o.donor {
+                summary["donor"] = serde_json::json!(d);
+            }
             say!("{summary}")
         }),
         Command::Generate(a) => toy::commands::generate::run(a).and_then(|g| {

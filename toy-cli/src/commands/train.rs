@@ -433,6 +433,6 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
         Some(d) => super::warm_start::plan(d, &mut cfg, a.warm.shuffle),
         None => Plan::from_scratch(),
     };
-    let out = train(&plan, &cfg, &corpus, &run, opts);
+    let out = train(&plan, &cfg, &corpus, &run, opts).map(|o| Outcome { donor: donor.as_ref().and_then(|d| d.report.clone()), ..o });
     finish(&a, &run, out)
 }

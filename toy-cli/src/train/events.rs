@@ -124,6 +124,10 @@ pub struct RunStart {
     pub memory: MemoryReport,
     /// The chat corpus's windows, or null for text.
     pub chat: Option<Chat>,
+    /// warm-start with the donor's table: how many student tokens found a
+    /// donor row ([`crate::donor::MatchReport`]); absent in other runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub donor: Option<crate::donor::MatchReport>,
 }
 
 /// The machine a run started on.
@@ -487,6 +491,7 @@ mod tests {
             },
             memory: memory(),
             chat: Some(chat),
+            donor: None,
         }
     }
 

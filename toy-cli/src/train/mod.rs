@@ -97,6 +97,8 @@ pub struct Outcome {
     /// Chat data: `run_start`'s `chat` (its split: the training windows and
     /// their trained tokens apart from the held-out ones).
     pub chat: Option<events::Chat>,
+    /// warm-start: `run_start`'s `donor` (the donor match report).
+    pub donor: Option<crate::donor::MatchReport>,
 }
 
 /// The backends of a single-device command (`eval`, `generate`, `debug`): the
@@ -252,6 +254,7 @@ fn run_start(s: &Start<'_, '_>) -> RunStart {
         },
         memory: memory.report(device, wctx, train.graph()),
         chat: chat.map(ChatRun::event),
+        donor: if let Init::Donor(d) = plan.init { d.report.clone() } else { None },
     }
 }
 

@@ -361,6 +361,7 @@ impl Loop<'_, '_> {
             tokens_per_second: tps,
             wall_seconds: wall,
             chat: self.chat.map(ChatRun::event),
+            donor: None,
         })
     }
 }

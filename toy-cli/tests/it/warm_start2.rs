@@ -69,3 +69,30 @@ fn a_resume_takes_the_settings_and_donor_the_run_used() {
     std::fs::copy(t.join("d/weights/step_1.gguf"), &e).unwrap();
     fails(&resume(t, "r", "1", &[]), "train", "changed since the run started");
 }
+
+/// The `--json` summary (stdout's last line) and `run_start` of the run in `dir/run`.
+fn json_and_start(o: &Output, run: &Path) -> (serde_json::Value, serde_json::Value) {
+    ok(o);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let summary = serde_json::from_str(out.trim_end().lines().last().unwrap()).unwrap();
+    let events = std::fs::read_to_string(run.join("events.jsonl")).unwrap();
+    let start = events.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).find(|e| e["kind"] == "run_start").unwrap();
+    (summary, start)
+}
+
+/// `--json` keeps the match report: in the summary and in `run_start`.
+#[test]
+fn the_match_report_is_in_json_and_events() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    donor_run(t, "d", "1");
+    let (summary, start) = json_and_start(&warm(t, "d", "w", "1", &["--json"]), &t.join("w"));
+    for v in [&summary["donor"], &start["donor"]] {
+        assert_eq!((v["matched"].as_u64(), v["total"].as_u64(), v["match_rate"].as_f64()), (Some(1024), Some(1024), Some(1.0)), "{v}");
+        assert_eq!(v["match_by"], "token");
+    }
+    // A from-scratch run has none.
+    ok(&train(t, &["--preset", "smoke", "--steps", "1", "--out", "s"]));
+    let events = std::fs::read_to_string(t.join("s/events.jsonl")).unwrap();
+    assert!(!events.contains("\"donor\""));
+}
