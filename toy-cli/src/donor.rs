@@ -60,6 +60,38 @@ pub struct MatchReport {
     pub total: usize,
     /// `matched / total`.
     pub match_rate: f64,
+    /// How rows were matched (`--match-by`).
+    pub match_by: MatchBy,
+    /// `--match-by index`: of the ids paired, how many have the same token
+    /// text in both vocabularies (absent when a side has no token texts, and
+    /// with `--match-by token`, where every match is by text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub same_text: Option<usize>,
+}
+
+impl MatchReport {
+    /// The line `toy train warm-start` prints about the donor at `shown`.
+    pub fn line(&self, shown: &str) -> String {
+        let pct = |n: usize| 100.0 * n as f64 / self.total.max(1) as f64;
+        match (self.match_by, self.same_text) {
+            (MatchBy::Token, _) => {
+                format!("donor {shown}: {} of {} student tokens matched ({:.1}%)", self.matched, self.total, 100.0 * self.match_rate)
+            }
+            (MatchBy::Index, None) => format!(
+                "donor {shown}: the student's {} ids paired by number with the donor's rows (--match-by index); no token texts to compare the tokenizers",
+                self.total
+            ),
+            (MatchBy::Index, Some(same)) if same == self.total => format!(
+                "donor {shown}: the student's {} ids paired by number with the donor's rows (--match-by index); every id has the same token text in both",
+                self.total
+            ),
+            (MatchBy::Index, Some(same)) => format!(
+                "donor {shown}: the student's {} ids paired by number with the donor's rows (--match-by index), but the tokenizers differ: {same} of them ({:.1}%) have the same token text in both (--match-by token pairs by text)",
+                self.total,
+                pct(same)
+            ),
+        }
+    }
 }
 
 /// A donor's table mapped onto the student's vocabulary, ready to upload.
@@ -168,7 +200,14 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
     };
     let rows = match_rows(o, &f, student_tokens, vocab, donor_vocab)?;
     let (table, matched) = fill_table(&src, width, &rows, &mut rng);
-    let report = MatchReport { matched, total: vocab, match_rate: matched as f64 / vocab.max(1) as f64 };
+    let same_text = match (o.match_by, student_tokens, gguf_tokens(&f)) {
+        (MatchBy::Index, Some(st), Some(dt)) => {
+            Some(st.iter().zip(&dt).take(vocab).filter(|(a, b)| token_bytes(a) == token_bytes(b)).count())
+        }
+        _ => None,
+    };
+    let match_rate = matched as f64 / vocab.max(1) as f64;
+    let report = MatchReport { matched, total: vocab, match_rate, match_by: o.match_by, same_text };
     Ok(Donor { table, width, lens, report: Some(report), sha256: None })
 }
 

@@ -62,13 +62,7 @@ pub fn donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::Donor> 
     a.warm.donor = Some(file);
     if let Some(r) = &d.report {
         if !a.json {
-            crate::outln!(
-                "donor {}: {} of {} student tokens matched ({:.1}%)",
-                crate::output::shown(&path),
-                r.matched,
-                r.total,
-                100.0 * r.match_rate
-            );
+            crate::outln!("{}", r.line(&crate::output::shown(&path)));
         }
     }
     Ok(d)

@@ -4,6 +4,7 @@
 //! and messages that name the real cause.
 
 use crate::common::process::{fails, ok, toy};
+use ggml_rs::gguf::{Array, GgufFile, GgufWriter, Value};
 use std::path::Path;
 use std::process::Output;
 
@@ -95,4 +96,47 @@ fn the_match_report_is_in_json_and_events() {
     ok(&train(t, &["--preset", "smoke", "--steps", "1", "--out", "s"]));
     let events = std::fs::read_to_string(t.join("s/events.jsonl")).unwrap();
     assert!(!events.contains("\"donor\""));
+}
+
+/// A donor GGUF at `path`: a `[16, 1024]` token table (an LCG's values of
+/// RMS about 0.05, times `scale`; `zero`: all zeros) whose tokens are
+/// `tok0`, `tok1`, ... (none the student's).
+fn synthetic_donor(path: &Path, scale: f32, zero: bool) {
+    let mut x = 12345u64;
+    let table: Vec<f32> = (0..16 * 1024)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            if zero {
+                0.0
+            } else {
+                scale * 0.1 * (((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5) * 2.0
+            }
+        })
+        .collect();
+    let mut g = GgufWriter::new();
+    g.set("general.architecture", "llama").unwrap();
+    g.set("llama.embedding_length", 16u32).unwrap();
+    g.set("tokenizer.ggml.tokens", Value::Array(Array::String((0..1024).map(|i| format!("tok{i}")).collect()))).unwrap();
+    g.add_tensor_data("token_embd.weight", &[16, 1024], &table).unwrap();
+    g.write(path).unwrap();
+}
+
+/// `--match-by index` says that ids are paired by number, and how many of
+/// them have the same token text on both sides.
+#[test]
+fn index_matching_says_when_the_tokenizers_differ() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    donor_run(t, "d", "1");
+    synthetic_donor(&t.join("syn.gguf"), 1.0, false);
+    let o = warm(t, "syn.gguf", "w", "1", &["--match-by", "index"]);
+    ok(&o);
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains("1024 ids paired by number") && said.contains("the tokenizers differ: 0 of them (0.0%)"), "{said}");
+    assert!(!said.contains("matched (100.0%)"), "{said}");
+    let o = warm(t, "d", "w2", "1", &["--match-by", "index"]);
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("every id has the same token text in both"));
+    let (summary, _) = json_and_start(&warm(t, "syn.gguf", "w3", "1", &["--match-by", "index", "--json"]), &t.join("w3"));
+    assert_eq!((summary["donor"]["match_by"].as_str(), summary["donor"]["same_text"].as_u64()), (Some("index"), Some(0)));
 }
