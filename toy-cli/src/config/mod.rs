@@ -440,9 +440,23 @@ impl TrainConfig {
             l.validate(self.model.arch.table(), &self.model).map_err(input)?;
         }
         if !self.model.freeze.is_empty() {
-            let names: Vec<String> = self.model.arch.table().stored(&self.model).into_iter().map(|st| st.name).collect();
+            // The checkpoint's names, and a projection lens (trained, folded into the table there).
+            let names: Vec<String> = self
+                .model
+                .arch
+                .table()
+                .stored(&self.model)
+                .into_iter()
+                .flat_map(|st| match st.source {
+                    crate::model::table::StoredFrom::Folded { lens, .. } => vec![st.name, lens],
+                    _ => vec![st.name],
+                })
+                .collect();
             if let Some(p) = self.model.freeze.iter().find(|p| p.is_empty() || !names.iter().any(|n| n.contains(p.as_str()))) {
-                return Err(input(format!("--freeze {p:?} matches no parameter (names look like token_embd.weight, blk.0.attn_q.weight)")));
+                let lens = if self.model.donor_width.is_some() { ", lens.weight" } else { "" };
+                return Err(input(format!(
+                    "--freeze {p:?} matches no parameter (names look like token_embd.weight, blk.0.attn_q.weight{lens})"
+                )));
             }
             if names.iter().all(|n| self.model.freeze.iter().any(|p| n.contains(p.as_str()))) {
                 return Err(input("--freeze leaves no parameter to train"));

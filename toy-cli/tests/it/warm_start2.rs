@@ -140,3 +140,20 @@ fn index_matching_says_when_the_tokenizers_differ() {
     let (summary, _) = json_and_start(&warm(t, "syn.gguf", "w3", "1", &["--match-by", "index", "--json"]), &t.join("w3"));
     assert_eq!((summary["donor"]["match_by"].as_str(), summary["donor"]["same_text"].as_u64()), (Some("index"), Some(0)));
 }
+
+/// The lens is frozen by name: the checkpoint's table (the donor's table
+/// times the lens) stays as it was while the rest trains.
+#[test]
+fn the_lens_can_be_frozen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    synthetic_donor(&t.join("syn.gguf"), 1.0, false);
+    for (out, pattern) in [("a", "lens"), ("b", "lens.weight")] {
+        ok(&warm(t, "syn.gguf", out, "2", &["--match-by", "index", "--freeze", pattern, "--save-every", "1", "--lr", "1e-2"]));
+        let at =
+            |step: u32, name: &str| GgufFile::open(t.join(format!("{out}/weights/step_{step}.gguf"))).unwrap().tensor_f32(name).unwrap();
+        assert_eq!(at(1, "token_embd.weight"), at(2, "token_embd.weight"), "--freeze {pattern}: the lens trained");
+        assert_ne!(at(1, "output.weight"), at(2, "output.weight"));
+    }
+    fails(&warm(t, "syn.gguf", "c", "1", &["--match-by", "index", "--freeze", "lenz"]), "train", "lens.weight)");
+}
