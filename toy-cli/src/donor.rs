@@ -48,6 +48,9 @@ pub struct DonorOptions<'p> {
     pub lens_init: LensInit,
     /// `--donor-width`: must equal the donor's width when given.
     pub width: Option<usize>,
+    /// The student's RMSNorm epsilon, which bounds the table scales it can
+    /// train from ([`check_scale`]).
+    pub norm_eps: f32,
 }
 
 /// How well the donor's vocabulary covered the student's (`run_start`'s
@@ -194,6 +197,7 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
             i / width
         )));
     }
+    check_scale(&src, width, d_model, o.norm_eps, &p.to_string())?;
     let lens = match o.lens_init {
         LensInit::Pca => Some(pca_rows(&src, width, d_model.min(width), d_model, seed)),
         LensInit::Random => None,
@@ -209,6 +213,54 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
     let match_rate = matched as f64 / vocab.max(1) as f64;
     let report = MatchReport { matched, total: vocab, match_rate, match_by: o.match_by, same_text };
     Ok(Donor { table, width, lens, report: Some(report), sha256: None })
+}
+
+/// Refuse a donor table (`src`, rows of `width`) that a student of `d_model`
+/// with RMSNorm epsilon `eps` cannot train from. The student's input is a row
+/// of table·lensᵀ, which keeps the table's RMS `r` (a PCA lens is orthonormal
+/// on the top directions, a random one N(0, 1/width)), fed to RMSNorm
+/// x/√(mean x² + ε). A llama has no biases: when its input vanishes every
+/// activation and gradient vanishes with it (loss ln V, gradient 0), so:
+/// - every row the same (all zeros, a constant): no token told from another,
+///   no principal direction for a PCA lens (the covariance is 0, the lens 0);
+/// - `r` below 10⁻³·√ε: RMSNorm scales the rows to an RMS below 10⁻³, and
+///   with them every gradient (a table scaled by 1e-30 gives exact zeros in f32);
+/// - `r²` times the wider of `width` and `d_model` beyond f32's range: the
+///   sums of squares of the projection and of RMSNorm are inf, and the
+///   normalised rows 0 (a table scaled by 1e22).
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) naming the donor `p` and the bound.
+pub fn check_scale(src: &[f32], width: usize, d_model: usize, eps: f32, p: &str) -> Result<()> {
+    let n = src.len().max(1) as f64;
+    let rms = (src.iter().map(|&x| (x as f64).powi(2)).sum::<f64>() / n).sqrt();
+    let rows = src.len() / width.max(1);
+    let mean: Vec<f64> = (0..width).map(|c| (0..rows).map(|r| src[r * width + c] as f64).sum::<f64>() / rows.max(1) as f64).collect();
+    let std = (src.iter().enumerate().map(|(i, &x)| (x as f64 - mean[i % width]).powi(2)).sum::<f64>() / n).sqrt();
+    let what = format!("--donor {p}: token_embd.weight");
+    if rms == 0.0 {
+        return Err(input(format!(
+            "{what} is all zeros: the student's input would be 0 for every token and nothing would train (a llama has no biases); not a trained model's table"
+        )));
+    }
+    if std <= 1e-6 * rms {
+        return Err(input(format!(
+            "{what} has every row the same: it tells no token from another, and a PCA lens has no direction to take; not a trained model's table"
+        )));
+    }
+    let low = 1e-3 * (eps as f64).sqrt();
+    if rms < low {
+        return Err(input(format!(
+            "{what} is too small (RMS {rms:.1e}, below {low:.1e}): the student's RMSNorm (eps {eps}) would scale every token's row, and every gradient, below 1e-3 of the unit RMS it trains at; trained embeddings have an RMS of about 0.01 to 1"
+        )));
+    }
+    let high = (f32::MAX as f64 / width.max(d_model) as f64).sqrt();
+    if rms > high {
+        return Err(input(format!(
+            "{what} is too large (RMS {rms:.1e}, above {high:.1e}): a row's sum of squares overflows f32, so RMSNorm would make every token's row 0; trained embeddings have an RMS of about 0.01 to 1"
+        )));
+    }
+    Ok(())
 }
 
 /// The donor file at `o.path` with its token table's width and rows, once

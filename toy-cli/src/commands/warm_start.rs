@@ -45,6 +45,7 @@ pub fn donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::Donor> 
         match_by: MatchBy::Index,
         lens_init: LensInit::Random,
         width: a.warm.donor_width,
+        norm_eps: 1e-5,
     };
     let width = crate::donor::load(&probe, None, 1, 1, 0)?.width;
     a.warm.donor_width = Some(width);
@@ -53,7 +54,7 @@ pub fn donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::Donor> 
         return Err(input("--lens-init pca needs the donor's table (--init donor)"));
     }
     let (init, match_by, lens_init) = resolved(a.warm.init, a.warm.match_by, a.warm.lens_init);
-    let opts = crate::donor::DonorOptions { path: &path, init, match_by, lens_init, width: Some(width) };
+    let opts = crate::donor::DonorOptions { path: &path, init, match_by, lens_init, width: Some(width), norm_eps: cfg.model.norm_eps };
     let tokens = corpus.tokenizer.as_ref().and_then(|t| t.tokens());
     let mut d = crate::donor::load(&opts, tokens.as_deref(), cfg.model.vocab, cfg.model.d_model, cfg.seed)?;
     let file = donor_file(&path);

@@ -157,3 +157,23 @@ fn the_lens_can_be_frozen() {
     }
     fails(&warm(t, "syn.gguf", "c", "1", &["--match-by", "index", "--freeze", "lenz"]), "train", "lens.weight)");
 }
+
+/// A donor table the student cannot train from is refused, no run made.
+#[test]
+fn degenerate_donor_tables_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let cases =
+        [("zero.gguf", 1.0, true, "is all zeros"), ("tiny.gguf", 1e-30, false, "is too small"), ("huge.gguf", 1e22, false, "is too large")];
+    for (name, scale, zero, said) in cases {
+        synthetic_donor(&t.join(name), scale, zero);
+        fails(&warm(t, name, "w", "1", &["--match-by", "index"]), "train", said);
+    }
+    // Every row the same: 0.5 everywhere.
+    let mut g = GgufWriter::new();
+    g.set("general.architecture", "llama").unwrap();
+    g.add_tensor_data("token_embd.weight", &[16, 1024], &[0.5f32; 16 * 1024]).unwrap();
+    g.write(t.join("const.gguf")).unwrap();
+    fails(&warm(t, "const.gguf", "w", "1", &["--match-by", "index"]), "train", "has every row the same");
+    assert!(!t.join("w").exists());
+}
