@@ -377,6 +377,22 @@ fn toml_origin(e: Error, from_toml: &[String]) -> Error {
     }
 }
 
+/// A chat record found in the corpus of a from-scratch or warm-start run:
+/// the data reader's advice (`--data-format`, a chat template) is the
+/// finetune recipe's, which these recipes refuse; say so.
+fn chat_needs_finetune(e: Error) -> Error {
+    const ADVICE: &str = "read it as chat (--data-format auto or chat) with a model whose chat template renders it";
+    match e {
+        Error::Input(m) if m.contains(ADVICE) => {
+            let head = &m[..m.find(ADVICE).unwrap_or(m.len())];
+            Error::Input(format!(
+                "{head}chat data needs the finetune recipe, which renders it with a model's chat template (toy train finetune --from MODEL.gguf ...); from-scratch and warm-start train on text"
+            ))
+        }
+        e => e,
+    }
+}
+
 /// Start a new run for `a` (toy.toml merged), or start again a run that saved nothing.
 fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if a.allow_corpus_change {
@@ -413,13 +429,18 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if recipe == Recipe::FromScratch && a.warm.train_table && a.warm.donor_width.is_none() {
         return Err(input("--train-table applies to a projection lens (toy train warm-start ..., or --donor-width)"));
     }
+    // Refused before a donor is read or a BPE trained: a student warm-start cannot train.
+    if recipe == Recipe::WarmStart {
+        super::warm_start::check_student(a)?;
+    }
     // Nothing is written before the run folder: a signal ends the process at once.
     let preparing = crate::signals::preparing(if recipe == Recipe::WarmStart { "loading the donor" } else { "preparing the run" });
     let (vocab, bpe_default) = (a.shape.vocab_size, a.batch.preset.and_then(Preset::vocab));
     let (path, field) = (a.data.corpus.clone(), a.data.text_field.clone().unwrap_or_else(|| "text".into()));
     let corpus = crate::signals::interruptible(opts.stop.as_deref(), "reading the corpus", move || {
         load_training_corpus(path.as_deref(), vocab, bpe_default, &field)
-    })?;
+    })
+    .map_err(chat_needs_finetune)?;
     let mut a = a.clone();
     let donor = if recipe == Recipe::WarmStart { Some(super::warm_start::donor(&mut a, &corpus)?) } else { None };
     let mut cfg = resolve(&a, corpus.vocab_size)?;

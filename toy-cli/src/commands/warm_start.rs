@@ -29,15 +29,46 @@ fn donor_file(p: &Path) -> PathBuf {
     std::fs::canonicalize(&file).unwrap_or(file)
 }
 
+/// Refuse, before the donor is read or a BPE trained, a warm-start run for
+/// `a` without a donor, or whose student cannot take a projection lens: not
+/// a llama (`--arch`, or the preset's architecture), or a tied output head
+/// (`--tied`, or the preset's).
+pub fn check_student(a: &TrainArgs) -> Result<()> {
+    if a.warm.donor.is_none() {
+        return Err(input("warm-start needs --donor MODEL.gguf"));
+    }
+    let preset = a.batch.preset.unwrap_or(crate::config::Preset::Tiny);
+    let arch = preset.resolve_arch(a.shape.arch)?;
+    if arch != Arch::Llama {
+        return Err(input(match a.shape.arch {
+            Some(_) => "warm-start trains a llama student (--arch llama)".to_string(),
+            None => format!(
+                "--preset {} is a {} model; warm-start trains a llama student (smoke, tiny, small, medium or llama-124m)",
+                preset.name(),
+                arch.name()
+            ),
+        }));
+    }
+    if a.shape.tied {
+        return Err(input(
+            "warm-start's projection lens needs an untied output head (the head cannot be the donor-width table): drop --tied",
+        ));
+    }
+    if preset == crate::config::Preset::Smollm2_135m {
+        return Err(input(
+            "--preset smollm2-135m ties its output head to the token table, and warm-start's projection lens needs an untied head; for SmolLM2's shape untied, give it on another preset: --preset medium --d-model 576 --heads 9 --kv-heads 3 --d-ff 1536 --layers 30 --rope-base 100000 --context 2048 --batch 8 --vocab-size 49152",
+        ));
+    }
+    Ok(())
+}
+
 /// The donor of a warm-start run for `a` (whose `--donor-width` it sets to
 /// the donor's, and `--donor`, `--init`, `--match-by` and `--lens-init` to
 /// the file and values the run uses, as config.toml records them), matched
 /// to the tokens of `corpus`.
 pub fn donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::Donor> {
+    check_student(a)?;
     let path = a.warm.donor.clone().ok_or_else(|| input("warm-start needs --donor MODEL.gguf"))?;
-    if a.shape.arch.is_some_and(|x| x != Arch::Llama) {
-        return Err(input("warm-start trains a llama student (--arch llama)"));
-    }
     // The donor decides the table width; the lens maps it to d_model.
     let probe = crate::donor::DonorOptions {
         path: &path,

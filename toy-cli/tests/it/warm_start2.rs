@@ -177,3 +177,27 @@ fn degenerate_donor_tables_are_refused() {
     fails(&warm(t, "const.gguf", "w", "1", &["--match-by", "index"]), "train", "has every row the same");
     assert!(!t.join("w").exists());
 }
+
+/// Refusals that name the real cause, before a donor is read or a BPE trained.
+#[test]
+fn warm_start_refusals_name_the_cause() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    std::fs::write(t.join("text.txt"), "one two three four five six seven eight nine ten\n".repeat(200)).unwrap();
+    let ws = |extra: &[&str]| {
+        train(t, &[&["warm-start", "--donor", "missing.gguf", "--steps", "1", "--corpus", "text.txt", "--out", "w"], extra].concat())
+    };
+    fails(&ws(&["--preset", "gpt2-124m"]), "train", "--preset gpt2-124m is a gpt2 model; warm-start trains a llama student");
+    fails(&ws(&["--preset", "smollm2-135m"]), "train", "--preset smollm2-135m ties its output head");
+    fails(&ws(&["--preset", "smoke", "--tied"]), "train", "drop --tied");
+    // An existing --out is said before the donor is read.
+    std::fs::create_dir(t.join("w")).unwrap();
+    std::fs::write(t.join("w/x"), "").unwrap();
+    fails(&ws(&["--preset", "smoke"]), "train", "already exists");
+    // Chat records: the finetune recipe's, not --data-format's.
+    synthetic_donor(&t.join("syn.gguf"), 1.0, false);
+    std::fs::write(t.join("chat.jsonl"), "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n").unwrap();
+    let o = train(t, &["warm-start", "--donor", "syn.gguf", "--preset", "smoke", "--steps", "1", "--corpus", "chat.jsonl", "--out", "c"]);
+    fails(&o, "train", "chat data needs the finetune recipe");
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("--data-format"));
+}
