@@ -429,7 +429,10 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if recipe == Recipe::FromScratch && a.warm.train_table && a.warm.donor_width.is_none() {
         return Err(input("--train-table applies to a projection lens (toy train warm-start ..., or --donor-width)"));
     }
-    // Refused before a donor is read or a BPE trained: a student warm-start cannot train.
+    // Refused before a donor is read or a BPE trained: a taken --out, a student warm-start cannot train.
+    if let (Some(out), false) = (&a.out, how.restart) {
+        RunDir::check_new(out)?;
+    }
     if recipe == Recipe::WarmStart {
         super::warm_start::check_student(a)?;
     }

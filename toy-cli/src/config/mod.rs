@@ -293,8 +293,8 @@ pub struct TrainConfig {
     /// finetune: hex SHA-256 of that model's file (a resumed LoRA run refuses another base).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_sha256: Option<String>,
-    /// Random windows, or the corpus in order (config.toml's `stream`: shuffled
-    /// per epoch or not; absent for random windows).
+    /// Random windows, or the corpus streamed (config.toml's `stream`:
+    /// `"in-order"` or `"shuffled"` per epoch; absent for random windows).
     #[serde(rename = "stream", default, serialize_with = "stream_serialize", deserialize_with = "stream_deserialize")]
     pub sampling: Sampling,
     /// Bytes of the corpus's input (its file or files; a prepared folder's

@@ -1,5 +1,5 @@
 //! The recipe of a run and the windows it trains on, with their forms in
-//! config.toml (`recipe = "warm-start"`, `stream = true`).
+//! config.toml (`recipe = "warm-start"`, `stream = "shuffled"`).
 
 use serde::{Deserialize, Serialize};
 
@@ -52,6 +52,24 @@ pub enum Sampling {
     Stream { shuffle: bool },
 }
 
+/// config.toml's `stream`, the order a streamed corpus is read in: `"in-order"`
+/// or `"shuffled"` (per epoch). Runs from before it was named so wrote `false`
+/// and `true`, which still read as these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum Order {
+    InOrder,
+    Shuffled,
+}
+
+/// The `stream` value as written now, or as older runs wrote it.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Recorded {
+    Order(Order),
+    Shuffled(bool),
+}
+
 impl Sampling {
     /// config.toml's `stream`: absent for random windows, else whether shuffled.
     pub fn recorded(self) -> Option<bool> {
@@ -68,11 +86,15 @@ impl Sampling {
 }
 
 pub(super) fn stream_serialize<S: serde::Serializer>(x: &Sampling, s: S) -> std::result::Result<S::Ok, S::Error> {
-    x.recorded().serialize(s)
+    x.recorded().map(|shuffle| if shuffle { Order::Shuffled } else { Order::InOrder }).serialize(s)
 }
 
 pub(super) fn stream_deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Sampling, D::Error> {
-    Option::<bool>::deserialize(d).map(Sampling::from_recorded)
+    let shuffled = Option::<Recorded>::deserialize(d)?.map(|r| match r {
+        Recorded::Order(o) => o == Order::Shuffled,
+        Recorded::Shuffled(b) => b,
+    });
+    Ok(Sampling::from_recorded(shuffled))
 }
 
 #[cfg(test)]
@@ -81,7 +103,8 @@ mod tests {
     use crate::config::{Preset, TrainConfig};
     use crate::model::Arch;
 
-    /// config.toml keeps `recipe = "…"` and `stream = …` (absent for random windows).
+    /// config.toml keeps `recipe = "…"` and `stream = "…"` (absent for random
+    /// windows); an older run's `stream = true` / `false` reads as before.
     #[test]
     fn recipe_and_sampling_keep_their_config_toml_forms() {
         let mut c = TrainConfig::from_preset(Preset::Smoke, Arch::Llama, 300);
@@ -89,8 +112,15 @@ mod tests {
         assert!(text.contains("recipe = \"from-scratch\"\n") && !text.contains("stream"), "{text}");
         (c.recipe, c.sampling) = (Recipe::WarmStart, Sampling::Stream { shuffle: true });
         let text = toml::to_string(&c).unwrap();
-        assert!(text.contains("recipe = \"warm-start\"\n") && text.contains("stream = true\n"), "{text}");
+        assert!(text.contains("recipe = \"warm-start\"\n") && text.contains("stream = \"shuffled\"\n"), "{text}");
         assert_eq!(toml::from_str::<TrainConfig>(&text).unwrap(), c);
+        for (old, shuffle) in [("true", true), ("false", false)] {
+            let read: TrainConfig = toml::from_str(&text.replace("\"shuffled\"", old)).unwrap();
+            assert_eq!(read.sampling, Sampling::Stream { shuffle });
+        }
+        c.sampling = Sampling::Stream { shuffle: false };
+        assert!(toml::to_string(&c).unwrap().contains("stream = \"in-order\"\n"));
+        c.sampling = Sampling::Stream { shuffle: true };
         let e = toml::from_str::<TrainConfig>(&text.replace("\"warm-start\"", "\"nonsense\"")).unwrap_err().to_string();
         assert!(e.contains("unknown recipe \"nonsense\": from-scratch, warm-start or finetune"), "{e}");
         // runs from before the recipe was recorded

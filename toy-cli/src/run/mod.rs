@@ -114,24 +114,38 @@ impl RunDir {
         remove_folder(&self.path, self.created.as_deref())
     }
 
+    /// Refuse `path` as a new run's folder: a file, or a folder already there
+    /// that is not a skeleton (a run killed before it wrote config.toml, which
+    /// is reused). Checked by [`RunDir::create`], and by `toy train` before it
+    /// reads its inputs, so that a taken `--out` is said at once.
+    ///
+    /// # Errors
+    /// [`crate::error::Error::Input`] saying what is there.
+    pub fn check_new(path: &Path) -> Result<()> {
+        if path.exists() && !path.is_dir() {
+            return Err(input(format!("{} is a file, not a run folder", path.display())));
+        }
+        if path.exists() && !is_skeleton(path) {
+            // a run (its config.toml) can be resumed; another folder cannot
+            if has_config(path) {
+                return Err(input(format!(
+                    "run folder {} already exists; choose another --out or resume it with --resume",
+                    path.display()
+                )));
+            }
+            return Err(input(format!("{} already exists and is not empty (not a run folder); choose another --out", path.display())));
+        }
+        Ok(())
+    }
+
     /// Create the folder `path` (and `weights/`). An existing folder is refused
     /// unless `allow_existing` (resuming); an unwritable place is bad input.
     pub fn create(id: String, path: PathBuf, allow_existing: bool) -> Result<RunDir> {
         if path.exists() && !path.is_dir() {
             return Err(input(format!("{} is a file, not a run folder", path.display())));
         }
-        if path.exists() && !allow_existing {
-            // A skeleton (a run killed before it wrote config.toml) is reused.
-            if !is_skeleton(&path) {
-                // a run (its config.toml) can be resumed; another folder cannot
-                if has_config(&path) {
-                    return Err(input(format!(
-                        "run folder {} already exists; choose another --out or resume it with --resume",
-                        path.display()
-                    )));
-                }
-                return Err(input(format!("{} already exists and is not empty (not a run folder); choose another --out", path.display())));
-            }
+        if !allow_existing {
+            RunDir::check_new(&path)?;
         }
         let created = path.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(Path::to_path_buf);
         std::fs::create_dir_all(path.join("weights")).map_err(|e| input(format!("cannot create run folder {}: {e}", path.display())))?;

@@ -201,3 +201,18 @@ fn warm_start_refusals_name_the_cause() {
     fails(&o, "train", "chat data needs the finetune recipe");
     assert!(!String::from_utf8_lossy(&o.stderr).contains("--data-format"));
 }
+
+/// config.toml names a stream's order (`stream = "in-order"`); a run that
+/// wrote the old `stream = false` still resumes.
+#[test]
+fn the_stream_order_is_named_and_old_runs_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    synthetic_donor(&t.join("syn.gguf"), 1.0, false);
+    ok(&warm(t, "syn.gguf", "w", "1", &["--match-by", "index"]));
+    let config = std::fs::read_to_string(t.join("w/config.toml")).unwrap();
+    assert!(config.contains("stream = \"in-order\"\n"), "{config}");
+    std::fs::write(t.join("w/config.toml"), config.replace("stream = \"in-order\"", "stream = false")).unwrap();
+    ok(&resume(t, "w", "2", &[]));
+    assert!(std::fs::read_to_string(t.join("w/config.toml")).unwrap().contains("stream = \"in-order\"\n"));
+}
