@@ -497,12 +497,43 @@ pub(crate) fn check_fits(backend: &Backend, needed: u64, what: &str) -> Result<(
 }
 
 /// Bytes of host memory available to start new work without swapping:
-/// Linux's `MemAvailable` (`/proc/meminfo`, in KiB there). `None` elsewhere or
-/// when it cannot be read (kernels before 3.14 lack the line).
+/// Linux's `MemAvailable` (`/proc/meminfo`, in KiB there), capped by what the
+/// process's memory cgroup has left where it sets a limit (a container's
+/// `--memory`: [`cgroup_memory_left`]). `None` elsewhere or when it cannot be
+/// read (kernels before 3.14 lack the line).
 pub fn host_available_memory() -> Option<usize> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kib: usize = meminfo.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?.split_whitespace().next()?.parse().ok()?;
-    kib.checked_mul(1024)
+    let available = kib.checked_mul(1024)?;
+    Some(cgroup_memory_left().map_or(available, |left| left.min(available)))
+}
+
+/// Bytes left under the memory limit of the cgroup this process sees as its
+/// root (a container's): cgroup v2's `memory.max` less `memory.current`, or
+/// v1's `memory.limit_in_bytes` less `memory.usage_in_bytes`, the inactive
+/// page cache (reclaimable: `inactive_file`, v1 `total_inactive_file` of
+/// `memory.stat`) not counted as used, as `docker stats` counts it. `None`
+/// without a limit (`max`, or v1's page-rounded `i64::MAX`) or files.
+pub fn cgroup_memory_left() -> Option<usize> {
+    let read = |p: &str| std::fs::read_to_string(p).ok();
+    let (limit, usage, stat) = match read("/sys/fs/cgroup/memory.max") {
+        Some(max) => (max, read("/sys/fs/cgroup/memory.current")?, read("/sys/fs/cgroup/memory.stat").unwrap_or_default()),
+        None => (
+            read("/sys/fs/cgroup/memory/memory.limit_in_bytes")?,
+            read("/sys/fs/cgroup/memory/memory.usage_in_bytes")?,
+            read("/sys/fs/cgroup/memory/memory.stat").unwrap_or_default(),
+        ),
+    };
+    memory_left(&limit, &usage, &stat)
+}
+
+/// [`cgroup_memory_left`] from the files' texts.
+fn memory_left(limit: &str, usage: &str, stat: &str) -> Option<usize> {
+    let limit: u64 = limit.trim().parse().ok().filter(|&l| l < 1 << 62)?;
+    let usage: u64 = usage.trim().parse().ok()?;
+    let inactive = |key: &str| stat.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse::<u64>().ok());
+    let cache = inactive("inactive_file").or_else(|| inactive("total_inactive_file")).unwrap_or(0);
+    usize::try_from(limit.saturating_sub(usage.saturating_sub(cache))).ok()
 }
 
 /// Bytes this process may still map under its address-space limit, where one
@@ -532,4 +563,18 @@ pub(crate) fn check_host_arena(bytes: usize, what: &str) -> Result<()> {
 /// The number of CPU threads to use by default: the machine's available parallelism.
 pub fn default_n_threads() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cgroup_limit_caps_free_memory_less_its_inactive_cache() {
+        use super::memory_left;
+        let stat = "anon 100\nfile 900\ninactive_file 300\nactive_file 600\n";
+        assert_eq!(memory_left("1000\n", "800\n", stat), Some(500));
+        assert_eq!(memory_left("1000\n", "800\n", "total_inactive_file 100\n"), Some(300));
+        assert_eq!(memory_left("max\n", "800\n", stat), None);
+        assert_eq!(memory_left("9223372036854771712\n", "800\n", stat), None);
+        assert_eq!(memory_left("1000", "1200", ""), Some(0));
+    }
 }
