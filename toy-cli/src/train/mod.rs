@@ -584,41 +584,4 @@ pub(crate) fn build_trainer<'a>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::events::{Event, Memory};
-    use super::*;
-    use crate::config::Preset;
-    use crate::model::Arch;
-
-    #[test]
-    fn the_loop_sends_its_events_in_order_and_writes_nothing() {
-        let ids = |n: u32| (0..n).map(|i| (i * 7) % 60).collect::<Vec<u32>>().into();
-        let corpus = Corpus {
-            train: ids(2000),
-            val: ids(300),
-            vocab_size: 64,
-            tokenizer: None,
-            source: "<test>".into(),
-            chat: None,
-            text_bytes: None,
-        };
-        let mut cfg = TrainConfig::from_preset(Preset::Smoke, Arch::Llama, 64);
-        (cfg.steps, cfg.eval_every, cfg.save_every, cfg.log_every) = (4, 2, 2, 0);
-        (cfg.device, cfg.threads) = ("cpu".into(), 1);
-        let dir = tempfile::tempdir().unwrap();
-        let run = RunDir::create("test-run".into(), dir.path().join("r"), false).unwrap();
-        let mut sink = Memory::default();
-        let opts = RunOptions { quiet: true, ..RunOptions::default() };
-        let out = train_into(&Plan::from_scratch(), &cfg, &corpus, &run, &opts, &mut sink).unwrap();
-        let kinds: Vec<&str> = sink.events.iter().map(Event::kind).collect();
-        let want = ["run_start", "eval", "step", "step", "eval", "checkpoint", "step", "step", "eval", "checkpoint", "run_end"];
-        assert_eq!(kinds, want);
-        let Some(Event::RunEnd(end)) = sink.events.last() else { unreachable!() };
-        assert_eq!((end.reason, end.final_step, out.steps), (End::Completed, 4, 4));
-        assert!(end.totals.is_some_and(|t| t.val_loss.is_some()));
-        let mut left: Vec<_> = std::fs::read_dir(&run.path).unwrap().map(|e| e.unwrap().file_name()).collect();
-        left.sort();
-        assert_eq!(left, [".lock", "weights"], "the loop wrote into the run folder itself");
-        assert_eq!(std::fs::read_dir(run.path.join("weights")).unwrap().count(), 0);
-    }
-}
+mod tests;
