@@ -322,7 +322,12 @@ pub struct RunEnd {
 pub struct Totals {
     /// The last validation loss.
     pub val_loss: Option<f32>,
+    /// Window positions computed per second of [`Self::wall_seconds`]: the
+    /// steps' `batch·context·grad_accum`, a chat window's padding included
+    /// (validation and checkpoints take part of that time).
     pub tokens_per_second: f64,
+    /// Seconds from the first step's start (after the step-0 validation) to
+    /// the run's end.
     pub wall_seconds: f64,
 }
 
