@@ -281,10 +281,16 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         "use a smaller --batch, --context or model"
     });
     if let Some(dir) = &args.resume {
+        // Nothing of the run changes before its training goes on (hashing its
+        // corpus, loading a base): a signal ends the process at once.
+        let preparing = crate::signals::preparing("loading the run");
         // The run's config.toml, not toy.toml, says what the run is.
         let (cfg, corpus, run, plan, note) = match resume(args, dir)? {
             Resumed::Continue(c) => *c,
-            Resumed::Restart(r) => return start(&r, &run_options(&r, &stop), Start { cli_preset: None, restart: true }),
+            Resumed::Restart(r) => {
+                drop(preparing);
+                return start(&r, &run_options(&r, &stop), Start { cli_preset: None, restart: true });
+            }
         };
         // The run's own options, resume flags taken (recorded again in its config.toml).
         let opts = RunOptions {
@@ -315,6 +321,7 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
                 },
             )?;
         }
+        drop(preparing);
         let out = train(&plan, &cfg, &corpus, &run, &opts)?;
         if !a.json {
             crate::outln!("run {} → {}", crate::output::one_line(&out.run_id), crate::output::shown(&out.run_dir));
