@@ -372,7 +372,8 @@ flag_group! {
         pub eval_every: Option<u64>,
         /// Windows of the validation split each validation loss reads, from its
         /// start (default 32, as nanoGPT's eval_iters; 0: the whole split).
-        /// `toy eval RUN --corpus C --split val --max-windows N` gives the same figure.
+        /// For a prepared folder (`toy prep`), `toy eval RUN --corpus C --split val
+        /// --max-windows N` gives the same figure.
         #[arg(long = "eval-windows", value_parser = count_usize)]
         pub eval_windows: Option<usize>,
         /// Checkpoint every N steps (default 0: only at the end).
@@ -502,7 +503,8 @@ fn comma_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<Strin
         Many(Vec<String>),
     }
     Ok(Some(match <List as serde::Deserialize>::deserialize(d)? {
-        List::One(s) => s.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect(),
+        // Split as the flag is (`value_delimiter`): an empty entry is refused where the flag's is.
+        List::One(s) => s.split(',').map(|x| x.trim().to_string()).collect(),
         List::Many(v) => v,
     }))
 }

@@ -193,6 +193,10 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     let from = a.finetune.from.clone().ok_or_else(|| input("finetune needs --from MODEL.gguf"))?;
     let path = crate::files::resolve_model(&from).map_err(|e| input(format!("--from {e}")))?; // a run folder: its weights/latest
     check_flags(a, &path)?;
+    // A taken --out is said before the base is loaded or the corpus tokenized.
+    if let (Some(out), false) = (&a.out, how.restart) {
+        crate::run::RunDir::check_new(out)?;
+    }
     // Nothing is written before the run folder: a signal ends the process at once.
     let preparing = crate::signals::preparing("loading the base model");
     let (ck, tok) = open_base(&path)?;

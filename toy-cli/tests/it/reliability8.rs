@@ -104,6 +104,9 @@ fn toml_lists_command_line_keys_and_a_state_as_lora() {
     ok(&toy(t, &["train", "finetune", "--from", "base", "--save-every", "1", "--out", "lo"]));
     let cfg = std::fs::read_to_string(t.join("lo/config.toml")).unwrap();
     assert!(cfg.contains("targets = [\"attn_q\", \"ffn_up\"]"), "{cfg}");
+    // An empty entry is refused as the flag's is (was: silently nothing frozen).
+    std::fs::write(t.join("toy.toml"), "[train]\nfreeze = \",\"\nsteps = 1\n").unwrap();
+    crate::common::process::fails(&toy(t, &["train", "--out", "x"]), "train", "--freeze \"\" matches no parameter");
     std::fs::write(t.join("toy.toml"), "[train]\njson = true\n").unwrap();
     crate::common::process::fails(
         &toy(t, &["train"]),
