@@ -70,7 +70,10 @@ impl Corpus {
             Some(theirs) if theirs.tokens() != tok.tokens() => {
                 let (a, b) = (theirs.vocab_size(), tok.vocab_size());
                 let sizes = if a == b { format!("{a} ids each, other tokens") } else { format!("{a} vs {b} ids") };
-                Err(input(format!("{} was prepared with another tokenizer than the model's ({sizes}); {advice}", self.source.display())))
+                Err(input(format!(
+                    "--corpus {}: prepared with another tokenizer than the model's ({sizes}); {advice}",
+                    self.source.display()
+                )))
             }
             _ => Ok(()),
         }
