@@ -392,15 +392,15 @@ pub fn moved_base(a: &TrainArgs, cfg: &mut TrainConfig, dir: &Path) -> Result<Tr
 /// checkpoint. A finetune run's base, and a warm-start run's donor, must be
 /// the file it started from.
 pub fn restart_args(a: &TrainArgs, cfg: &TrainConfig, dir: &Path) -> Result<TrainArgs> {
+    // A run starting again reads its base or donor again: the same bytes.
+    let changed = |file: &str, sha: &str| -> Result<bool> { Ok(crate::formats::adapter::file_sha256(Path::new(file))? != sha) };
     if let (Some(from), Some(sha)) = (&cfg.from, &cfg.from_sha256) {
-        if crate::formats::adapter::file_sha256(Path::new(from))? != *sha {
+        if changed(from, sha)? {
             return Err(input(format!("--resume {}: its base model {from} changed since the run started", dir.display())));
         }
     }
-    // A warm-start run starting again reads its donor again: the same bytes.
     if let (Some(donor), Some(sha)) = (&cfg.donor, &cfg.donor_sha256) {
-        let path = Path::new(donor);
-        if path.is_file() && crate::formats::adapter::file_sha256(path)? != *sha {
+        if Path::new(donor).is_file() && changed(donor, sha)? {
             return Err(input(format!(
                 "--resume {}: its donor {donor} changed since the run started (its SHA-256 differs)",
                 dir.display()

@@ -433,13 +433,12 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         if (cfg.save_every > 0 && step % cfg.save_every == 0) || last {
             l.save_or_end(step, tally.last_loss)?;
         }
-        // A signal that came during this step's validation or checkpoint: this
-        // step is the last (saved now if it is not), no further step starts.
-        let late = stop == 0 && l.opts.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst) != 0);
-        if late && l.sink.latest() != Some(step) {
-            l.save_or_end(step, tally.last_loss)?;
-        }
-        if stop != 0 || late {
+        // Read again: a signal that came during this step's validation or
+        // checkpoint makes it the last too (saved now if it is not).
+        if l.opts.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst) != 0) {
+            if l.sink.latest() != Some(step) {
+                l.save_or_end(step, tally.last_loss)?;
+            }
             reason = End::Interrupted;
             break;
         }
