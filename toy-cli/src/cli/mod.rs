@@ -187,9 +187,12 @@ pub struct EvalArgs {
     /// Evaluate at most this many windows.
     #[arg(long = "max-windows", value_parser = count_usize)]
     pub max_windows: Option<usize>,
-    /// A prepared folder's split to score: all (train then val), train, or
-    /// val (the held-out split: a run's val_loss is its first `--eval-windows`
-    /// windows, 32 by default, which `--max-windows 32` scores).
+    /// The part of the corpus to score: all (a prepared folder's train then
+    /// val), train, or val: what training holds out (a prepared folder's
+    /// val.bin; of text, ids or chat data the same documents, lines or
+    /// conversations as `toy train`). A run's val_loss is the first
+    /// `--eval-windows` windows of val, 32 by default, which `--max-windows 32`
+    /// scores at the run's `--context` (chat data: unpacked runs).
     #[arg(long, value_enum, default_value_t = Split::All)]
     pub split: Split,
     /// Where the model runs.
@@ -200,14 +203,14 @@ pub struct EvalArgs {
     pub json: bool,
 }
 
-/// The split of a prepared folder that `toy eval --split` scores.
+/// The part of a corpus that `toy eval --split` scores.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Split {
-    /// train.bin, then val.bin.
+    /// All of it (a prepared folder: train.bin, then val.bin).
     All,
-    /// train.bin.
+    /// What training trains on (a prepared folder: train.bin).
     Train,
-    /// val.bin: the held-out split.
+    /// What training holds out (a prepared folder: val.bin).
     Val,
 }
 

@@ -16,7 +16,6 @@ use crate::train::backends_for;
 use crate::train::batches::{batch_at, eval_starts};
 use crate::train::chat_windows::{ChatRun, Fit};
 use crate::train::step::{capacity, with_loaded, EvalStep, LoadFor};
-use clap::ValueEnum;
 use ggml_rs::Context;
 
 /// Loss and perplexity.
@@ -62,7 +61,8 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
     crate::data::corpus::check_text_field(std::slice::from_ref(path), args.text_field.as_deref())?;
     let text_field = args.text_field.clone().unwrap_or_else(|| TextOptions::default().text_field);
     let text = TextOptions { tokenizer, text_field, ..Default::default() };
-    let c = load_corpus_with(path, &CorpusOptions { val_fraction: 0.0, vocab_size: Some(ck.config.vocab) }, &text)?;
+    let opts = CorpusOptions { val_fraction: held_out(args.split), vocab_size: Some(ck.config.vocab) };
+    let c = load_corpus_with(path, &opts, &text)?;
     match (&ck.tokenizer, &c.tokenizer) {
         (Some(ours), _) => c.check_tokenizer(ours, crate::data::corpus::GIVE_RAW_TEXT)?,
         (None, Some(_)) if !is_prepared(path) => return Err(no_tokenizer(path, "is text")),
@@ -80,7 +80,10 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
         Split::All if c.val.is_empty() => c.train,
         Split::All => [c.train.to_vec()?, c.val.to_vec()?].concat().into(),
         Split::Train => c.train,
-        Split::Val if c.val.is_empty() => return Err(input(format!("--split val: {} has no validation split", path.display()))),
+        Split::Val if c.val.is_empty() && is_prepared(path) => {
+            return Err(input(format!("--split val: {} has no validation split", path.display())))
+        }
+        Split::Val if c.val.is_empty() => return Err(input(format!("--split val: {} is too short to hold any of it out", path.display()))),
         Split::Val => c.val,
     };
     for at in (0..ids.len()).step_by(1 << 20) {
@@ -121,14 +124,19 @@ fn check_args(args: &EvalArgs, ck: &Checkpoint) -> Result<()> {
         }
         _ => {}
     }
-    if args.split != Split::All && !is_prepared(&args.corpus) {
-        return Err(input(format!(
-            "--split {}: {} is not a prepared folder (toy prep): only those have splits",
-            args.split.to_possible_value().map_or_else(String::new, |v| v.get_name().to_string()),
-            args.corpus.display()
-        )));
-    }
     Ok(())
+}
+
+/// The fraction of a corpus that `--split` holds out: none for `all` (the
+/// whole corpus is scored), else the training recipes' own
+/// ([`CorpusOptions::default`], the same seed), so that `--split val` scores
+/// the documents, lines or conversations a run held out of the same text. A
+/// prepared folder keeps its own split.
+fn held_out(split: Split) -> f64 {
+    match split {
+        Split::All => 0.0,
+        Split::Train | Split::Val => CorpusOptions::default().val_fraction,
+    }
 }
 
 /// Evaluate `args.model` on `args.corpus`.
@@ -215,7 +223,7 @@ fn chat_corpus(ck: &Checkpoint, args: &EvalArgs) -> Result<Option<ChatCorpus>> {
     }
     let format = args.data_format.unwrap_or_default();
     let chat = match &ck.tokenizer {
-        Some(tok) => load_chat(path, format, &ChatModel { file: &ck.file, tok }, 0.0, 0)?,
+        Some(tok) => load_chat(path, format, &ChatModel { file: &ck.file, tok }, held_out(args.split), TextOptions::default().seed)?,
         None if read_chat(path, format)?.is_some() => {
             return Err(input(format!(
                 "{} holds chat records, but the model carries no tokenizer (tokenizer.ggml.*) to render them with",
@@ -223,6 +231,15 @@ fn chat_corpus(ck: &Checkpoint, args: &EvalArgs) -> Result<Option<ChatCorpus>> {
             )))
         }
         None => None,
+    };
+    // eval_chat scores `train`: the split asked for.
+    let chat = match (chat, args.split) {
+        (Some(c), Split::Val) if c.val.is_empty() => {
+            return Err(input(format!("--split val: {} has too few conversations to hold any out", path.display())))
+        }
+        (Some(c), Split::Val) => Some(ChatCorpus { train: c.val, val: Vec::new(), ..c }),
+        (Some(c), _) => Some(ChatCorpus { val: Vec::new(), ..c }),
+        (None, _) => None,
     };
     match &chat {
         Some(_) if args.text_field.is_some() => {

@@ -85,12 +85,6 @@ fn jsonl_folders_and_gzip_give_the_ids_of_plain_text() {
     };
     let (all, train, val) = (split("all"), split("train"), split("val"));
     assert!(val > 0 && train > val && all > train, "all {all}, train {train}, val {val}");
-    let o = toy(t, &["eval", "r-p", "--corpus", "plain.txt", "--split", "val"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--split val: ")
-            && String::from_utf8_lossy(&o.stderr).contains("not a prepared folder")
-    );
 }
 
 #[test]

@@ -44,6 +44,43 @@ fn a_runs_val_loss_is_toy_evals_over_its_windows() {
     assert!(std::fs::read_to_string(t.join("r32/config.toml")).unwrap().contains("eval_windows = 7"));
 }
 
+/// `--split` of raw text and of chat data holds out what training holds out:
+/// `toy eval RUN --corpus TEXT --split val --max-windows 32` is the run's
+/// val_loss (was: refused, "not a prepared folder"), and so is a finetune's over
+/// its held-out conversations.
+#[test]
+fn eval_splits_text_and_chat_data_as_training_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    std::fs::write(t.join("s.txt"), toy_stories::generate_with(5, 160)).unwrap();
+    let args = ["train", "--corpus", "s.txt", "--vocab-size", "300", "--preset", "smoke", "--steps", "1", "--threads", "1"];
+    let run = json(&toy(t, &[&args[..], &["--json", "--out", "r"]].concat()))["val_loss"].as_f64().unwrap();
+    let eval = |corpus: &str, split: &str, extra: &[&str]| {
+        let args = ["eval", "r", "--corpus", corpus, "--split", split, "--json", "--threads", "1"];
+        json(&toy(t, &[&args[..], extra].concat()))
+    };
+    let val = eval("s.txt", "val", &["--max-windows", "32"])["loss"].as_f64().unwrap();
+    assert!((run - val).abs() <= 1e-6 * run, "run {run} vs toy eval {val}");
+    let tokens = |split: &str| eval("s.txt", split, &["--context", "16"])["tokens"].as_u64().unwrap();
+    let (all, train, held) = (tokens("all"), tokens("train"), tokens("val"));
+    assert!(held > 0 && train > held && all > train, "all {all}, train {train}, val {held}");
+    std::fs::write(t.join("one.txt"), "A short line.\n").unwrap();
+    let o = toy(t, &["eval", "r", "--corpus", "one.txt", "--split", "val"]);
+    crate::common::process::fails(&o, "eval", "--split val: one.txt is too short to hold any of it out");
+
+    crate::chat::chat_model(t, Some(crate::chat::CHATML), "chat.gguf");
+    std::fs::write(t.join("chats.jsonl"), crate::chat::persona(60)).unwrap();
+    let o = crate::chat::finetune(t, "chat.gguf", "chats.jsonl", "ft", &["--steps", "1", "--context", "64", "--json"]);
+    let run = json(&o)["val_loss"].as_f64().unwrap();
+    let chat = |split: &str| {
+        let args = ["eval", "ft", "--corpus", "chats.jsonl", "--split", split, "--context", "64", "--json", "--threads", "1"];
+        json(&toy(t, &args))
+    };
+    let (val, all) = (chat("val"), chat("all"));
+    assert!((run - val["loss"].as_f64().unwrap()).abs() <= 1e-5 * run, "run {run} vs toy eval {val}");
+    assert!(val["chat"]["windows"].as_u64() < all["chat"]["windows"].as_u64(), "{val} vs {all}");
+}
+
 /// The `--json` summary's seed is the run's, wherever it came from (a resume
 /// takes it from config.toml).
 #[test]
