@@ -263,7 +263,10 @@ fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<Eval
     if args.max_windows == Some(0) {
         return Err(input("--max-windows must be at least 1"));
     }
-    let longest = chat.train.iter().map(|e| e.ids.len()).max().unwrap_or(0);
+    // Default: the longest conversation's window (outliers beyond the model's
+    // context, one in ten at most, are cut to it rather than size every window).
+    let lens: Vec<usize> = chat.train.iter().map(|e| e.ids.len()).collect();
+    let (longest, _) = crate::train::chat_windows::sizing_length(&lens, ck.config.context);
     let t = args.context.unwrap_or_else(|| ck.config.context.min(longest.saturating_sub(1)).max(1));
     let run = ChatRun::new(chat, t, false);
     if run.train.is_empty() {

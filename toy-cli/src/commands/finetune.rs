@@ -56,11 +56,17 @@ pub const FINETUNE_CONTEXT: usize = 1024;
 fn default_context(base: usize, corpus: &crate::data::Corpus, pack: bool) -> (usize, Option<String>) {
     let cap = base.min(FINETUNE_CONTEXT);
     let Some(chat) = corpus.chat.as_ref().filter(|_| !pack) else { return (cap, None) };
-    let longest = chat.train.iter().chain(&chat.val).map(|e| e.ids.len()).max().unwrap_or(0);
+    let lens: Vec<usize> = chat.train.iter().chain(&chat.val).map(|e| e.ids.len()).collect();
+    let (longest, over) = crate::train::chat_windows::sizing_length(&lens, cap);
     let fit = longest.div_ceil(64).max(1) * 64;
     if fit < cap {
-        let note =
-            format!("note: context {fit}: the longest conversation is {longest} tokens (--context to change, --pack to fill windows)");
+        let note = match over {
+            0 => format!("note: context {fit}: the longest conversation is {longest} tokens (--context to change, --pack to fill windows)"),
+            k => format!(
+                "note: context {fit}: the longest conversation within {cap} tokens is {longest}; {k} of {} are longer and cut to the window (--context to change, --pack to fill windows)",
+                lens.len()
+            ),
+        };
         return (fit, Some(note));
     }
     (cap, None)

@@ -33,7 +33,7 @@ pub fn toml_text(c: &TrainConfig) -> String {
 
 [train]
 corpus = "{CORPUS_DIR}"
-preset = "{preset}"
+# preset = "{preset}"  (the default: from scratch its shape, batch and context; finetune takes only its batch and context)
 steps = {steps}
 seed = {seed}
 eval_every = {eval_every}

@@ -194,7 +194,7 @@ impl ChatRun {
         };
         (f.truncated > 0).then(|| {
             format!(
-                "note: {} of {} conversations truncated to {} tokens (the window: --context {t} and the token after it){dropped}",
+                "note: {} of {} conversations truncated to {} tokens (the window: a context of {t} and the token after it){dropped}",
                 f.truncated,
                 f.conversations,
                 t + 1
@@ -236,6 +236,22 @@ impl ChatRun {
     }
 }
 
+/// The conversation length (tokens) that sizes a default window of at most
+/// `cap` tokens (`cap + 1` with the last one's next token), and how many of
+/// `lens` are longer than that window holds: the longest that fits, when at
+/// most one in ten is longer (those are cut in any case, and one outlier would
+/// otherwise make every window mostly padding: one conversation of 23k tokens
+/// among forty of 80 gave windows of 1024, 94% padding); else `cap + 1`.
+/// A window sized by the result `n` holds `n - 1` inputs and their targets.
+pub fn sizing_length(lens: &[usize], cap: usize) -> (usize, usize) {
+    let over = lens.iter().filter(|&&n| n > cap + 1).count();
+    let longest_fit = lens.iter().copied().filter(|&n| n <= cap + 1).max();
+    match longest_fit {
+        Some(n) if over * 10 <= lens.len() => (n, over),
+        _ => (cap + 1, over),
+    }
+}
+
 /// Best-fit decreasing: groups of the items of lengths `lens` whose lengths
 /// (plus one separator between items when `sep`) sum to at most `cap`.
 /// Items are taken longest first (ties in order); each goes into the group
@@ -265,6 +281,22 @@ pub fn pack_bfd(lens: &[usize], cap: usize, sep: bool) -> Vec<Vec<usize>> {
 
 #[cfg(test)]
 mod tests {
+    /// One outlier in ten or fewer does not size the window; more, or none
+    /// that fits, give the cap.
+    #[test]
+    fn outliers_do_not_size_the_window() {
+        let mut lens = vec![80; 40];
+        assert_eq!(sizing_length(&lens, 1024), (80, 0));
+        lens.push(23_000);
+        assert_eq!(sizing_length(&lens, 1024), (80, 1));
+        lens.extend([5_000; 4]);
+        assert_eq!(sizing_length(&lens, 1024), (80, 5));
+        lens.push(2_000);
+        assert_eq!(sizing_length(&lens, 1024), (1025, 6));
+        assert_eq!(sizing_length(&[3_000], 1024), (1025, 1));
+        assert_eq!(sizing_length(&[], 1024), (1025, 0));
+    }
+
     use super::*;
 
     fn ex(ids: &[u32], trained: &[bool]) -> Example {

@@ -28,5 +28,6 @@ mod reliability5;
 mod reliability6;
 mod reliability7;
 mod reliability8;
+mod reliability9;
 mod run_safety;
 mod warm_start2;

@@ -1,0 +1,51 @@
+//! The ninth reliability pass (fresh users' trials, stop 50).
+
+use crate::chat::{chat_model, finetune, persona, CHATML};
+use crate::common::process::{ok, toy};
+
+/// One conversation far longer than the rest does not size the default
+/// window of finetune or eval (it was: windows of the cap, mostly padding);
+/// it is cut to the window, and the note says so.
+#[test]
+fn an_outlier_conversation_does_not_size_the_window() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, Some(CHATML), "chat.gguf");
+    let long = serde_json::json!({"messages": [
+        {"role": "user", "content": "Tell me a story.".repeat(200)},
+        {"role": "assistant", "content": "Once upon a time."}
+    ]});
+    std::fs::write(t.join("chats.jsonl"), format!("{}{long}\n", persona(40))).unwrap();
+    let o = finetune(t, "chat.gguf", "chats.jsonl", "ft", &["--steps", "1"]);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("note: context 128: the longest conversation within 256 tokens is 67;"), "{err}");
+    assert!(err.contains("1 of 41 are longer and cut to the window"), "{err}");
+    let args = ["eval", "chat.gguf", "--corpus", "chats.jsonl", "--json", "--threads", "1"];
+    let o = toy(t, &args);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["context"].as_u64().unwrap() <= 66, "{v}");
+}
+
+/// A `toy new` project leaves the preset to the default (commented out), so
+/// that finetune in it takes the model's context, not the tiny preset's 64
+/// (toy.toml's preset gives a finetune run its batch and context).
+#[test]
+fn a_new_projects_finetune_takes_the_models_context() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let base = ["train", "--preset", "smoke", "--context", "128", "--steps", "1", "--threads", "1", "--out", "base"];
+    ok(&toy(t, &base));
+    ok(&toy(t, &["new", "p"]));
+    let p = t.join("p");
+    let text = std::fs::read_to_string(p.join("toy.toml")).unwrap();
+    assert!(text.contains("\n# preset = \"tiny\"  (the default"), "{text}");
+    ok(&toy(&p, &["train", "finetune", "--from", "../base", "--steps", "1", "--threads", "1", "--out", "ft"]));
+    let cfg = std::fs::read_to_string(p.join("ft/config.toml")).unwrap();
+    assert!(cfg.contains("context = 128"), "{cfg}");
+    // From scratch the project trains the tiny preset, as before.
+    ok(&toy(&p, &["train", "--steps", "1", "--out", "scratch"]));
+    let cfg = std::fs::read_to_string(p.join("scratch/config.toml")).unwrap();
+    assert!(cfg.contains("preset = \"tiny\"") && cfg.contains("context = 64"), "{cfg}");
+}
