@@ -289,10 +289,10 @@ mod tests {
         assert_eq!(sizing_length(&lens, 1024), (80, 0));
         lens.push(23_000);
         assert_eq!(sizing_length(&lens, 1024), (80, 1));
-        lens.extend([5_000; 4]);
-        assert_eq!(sizing_length(&lens, 1024), (80, 5));
-        lens.push(2_000);
-        assert_eq!(sizing_length(&lens, 1024), (1025, 6));
+        lens.extend([5_000; 3]); // 4 of 44
+        assert_eq!(sizing_length(&lens, 1024), (80, 4));
+        lens.push(2_000); // 5 of 45
+        assert_eq!(sizing_length(&lens, 1024), (1025, 5));
         assert_eq!(sizing_length(&[3_000], 1024), (1025, 1));
         assert_eq!(sizing_length(&[], 1024), (1025, 0));
     }
