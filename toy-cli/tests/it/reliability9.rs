@@ -49,3 +49,43 @@ fn a_new_projects_finetune_takes_the_models_context() {
     let cfg = std::fs::read_to_string(p.join("scratch/config.toml")).unwrap();
     assert!(cfg.contains("preset = \"tiny\"") && cfg.contains("context = 64"), "{cfg}");
 }
+
+/// A GGUF with `tokenizer.ggml.add_bos_token = true` (Llama 3's files) gets
+/// its BOS before the prompt, as llama.cpp's tokenizer adds it; not twice,
+/// and not before `--prompt-ids`; the text shown starts with the prompt.
+#[test]
+fn generate_adds_the_bos_a_model_asks_for() {
+    use ggml_rs::gguf::{GgufFile, GgufWriter, Value};
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&toy(t, &["train", "--preset", "smoke", "--steps", "1", "--threads", "1", "--out", "base"]));
+    let b = GgufFile::open(t.join("base/weights/latest")).unwrap();
+    let bos = b.get_u64("tokenizer.ggml.bos_token_id").unwrap();
+    let mut g = GgufWriter::new();
+    for (k, v) in b.metadata() {
+        match k.as_str() {
+            "general.alignment" => continue,
+            "tokenizer.ggml.add_bos_token" => g.set(k, Value::Bool(true)).unwrap(),
+            _ => g.set(k, v.clone()).unwrap(),
+        }
+    }
+    for info in b.tensors() {
+        g.add_tensor_data(&info.name, &info.shape(), &b.tensor_f32(&info.name).unwrap()).unwrap();
+    }
+    g.write(t.join("bos.gguf")).unwrap();
+    let ids = |model: &str, prompt: &[&str]| {
+        let args = [&["generate", model, "-n", "1", "--greedy", "--json", "--threads", "1"][..], prompt].concat();
+        let o = toy(t, &args);
+        ok(&o);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let ids: Vec<u64> = v["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        (ids, v["text"].as_str().unwrap().to_string())
+    };
+    let (plain, text) = ids("base/weights/latest", &["--prompt", "Once"]);
+    let (with, text_with) = ids("bos.gguf", &["--prompt", "Once"]);
+    assert_eq!(with[0], bos);
+    assert_eq!(&with[1..plain.len()], &plain[..plain.len() - 1], "{with:?} vs {plain:?}");
+    assert!(text.starts_with("Once") && text_with.starts_with("Once"), "{text:?} / {text_with:?}");
+    let (given, _) = ids("bos.gguf", &["--prompt-ids", "5"]);
+    assert_eq!(given[0], 5);
+}
