@@ -242,10 +242,11 @@ pub struct MergeArgs {
     /// type for every matrix, quantized by ggml's own quantizers as
     /// llama.cpp's llama-quantize does (no importance matrix; a matrix whose
     /// rows do not split into the type's blocks falls back as llama-quantize
-    /// does: q4_k to q5_0, q5_k to q5_1, q6_k to q8_0, others to f16; norms
-    /// and other vectors stay f32). Default: `same` for an f32, f16 or bf16
-    /// base, q8_0 for a quantized one (a 4- or 5-bit grid rounds most of a
-    /// LoRA update away; give `same` to keep the base's type).
+    /// does: q4_k to q5_0, q5_k to q5_1, q6_k to q8_0, others to f16; the
+    /// output head, or a tied token_embd, q6_k under a coarser type; norms
+    /// and other vectors stay f32). Default: `same`, except q8_0 when an
+    /// adapted matrix is of a 4- or 5-bit type (its grid rounds most of a
+    /// LoRA update away; give `same` to keep each matrix's type).
     #[arg(long = "type", value_name = "TYPE", value_enum)]
     pub dtype: Option<ExportType>,
 }

@@ -66,14 +66,18 @@ fn in_dtype(values: &[f32], dtype: DType) -> Result<Vec<u8>, Option<(usize, f32)
 
 /// The type a tensor `ne` of type `base` is written in under `--type`
 /// `target` (None: `same`): vectors (norms, biases) f32, as llama.cpp's
-/// quantizer keeps them; matrices the target, or where their rows do not split
+/// quantizer keeps them; the output head (`head`: output.weight, or a tied
+/// token_embd) q6_k when the target is coarser; matrices the target, or where their rows do not split
 /// into its blocks of 256 what llama.cpp's quantizer falls back to (q4_K to
 /// q5_0, q5_K to q5_1, q6_K to q8_0), else f16.
-fn out_type(target: Option<DType>, base: DType, ne: &[i64]) -> DType {
+fn out_type(target: Option<DType>, base: DType, ne: &[i64], head: bool) -> DType {
     let Some(t) = target else { return base };
     if is_vector(ne) {
         return DType::F32;
     }
+    // The output head (a tied token_embd too): q6_k under a coarser target, as
+    // llama-quantize writes it (llama_tensor_get_type).
+    let t = if head && is_coarse(t) { DType::Q6K } else { t };
     let fallback = match t {
         DType::Q4K => DType::Q5_0,
         DType::Q5K => DType::Q5_1,
@@ -120,17 +124,29 @@ fn merge_type(m: &MergeArgs, f: &ggml_rs::gguf::GgufFile, ad: &ggml_rs::gguf::Gg
     if let Some(t) = m.dtype {
         return (t, None);
     }
-    let adapted = f.tensors().iter().find(|t| t.dtype.is_quantized() && ad.tensor(&format!("{}.lora_a", t.name)).is_some());
-    match adapted {
-        Some(t) => (
-            ExportType::Q8_0,
-            Some(format!(
-                "note: the base's matrices are {0}; wrote q8_0, which keeps the adapter's update (--type same writes {0}, whose rounding can lose much of it)",
-                t.dtype
-            )),
-        ),
-        None => (ExportType::Same, None),
+    // The adapted matrices' types that round an update away (q8_0 and q6_k keep it).
+    let mut coarse: Vec<&str> = f
+        .tensors()
+        .iter()
+        .filter(|t| is_coarse(t.dtype) && ad.tensor(&format!("{}.lora_a", t.name)).is_some())
+        .map(|t| t.dtype.name())
+        .collect();
+    coarse.sort_unstable();
+    coarse.dedup();
+    if coarse.is_empty() {
+        return (ExportType::Same, None);
     }
+    let note = format!(
+        "note: the adapted matrices are {}; wrote q8_0, which keeps the adapter's update (--type same keeps each matrix's type, whose rounding can lose much of it)",
+        coarse.join(", ")
+    );
+    (ExportType::Q8_0, Some(note))
+}
+
+/// A quantized type whose steps are as large as much of a LoRA update (all
+/// but q8_0 and q6_k: see [`coarse_note`]'s measurements).
+fn is_coarse(dtype: DType) -> bool {
+    dtype.is_quantized() && !matches!(dtype, DType::Q8_0 | DType::Q6K)
 }
 
 /// The note for a merge written in a 4- or 5-bit type (`dtype`), where
@@ -140,8 +156,7 @@ fn merge_type(m: &MergeArgs, f: &ggml_rs::gguf::GgufFile, ad: &ggml_rs::gguf::Gg
 /// q5_1 0.30, q5_k 0.12, q4_0 0.087, q5_0 0.075, q4_k 0.041; in q8_0 0.037,
 /// q6_k 0.029, f16 0.033 (the base alone: 2.62).
 fn coarse_note(dtype: DType) -> Option<String> {
-    let coarse = dtype.is_quantized() && !matches!(dtype, DType::Q8_0 | DType::Q6K);
-    coarse.then(|| {
+    is_coarse(dtype).then(|| {
         format!(
             "note: {dtype} rounds the merged weights by steps as large as much of a LoRA update: compare `toy eval` of the merged model with the base and --lora; q8_0, q6_k or f16 keep the update"
         )
@@ -180,9 +195,11 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     let mut coarse = None;
     // Every tensor is checked before anything is written (the file is written
     // to a temporary and renamed): a merge never leaves a model toy would refuse.
+    let tied = f.tensor("output.weight").is_none();
     for t in f.tensors() {
-        let dtype = out_type(target.map(|x| x.0), t.dtype, &t.ne);
-        if target.is_some_and(|(x, _)| !is_vector(&t.ne) && x != dtype) {
+        let head = t.name == "output.weight" || (tied && t.name == "token_embd.weight");
+        let dtype = out_type(target.map(|x| x.0), t.dtype, &t.ne, head);
+        if target.is_some_and(|(x, _)| !is_vector(&t.ne) && x != dtype && !(head && dtype == DType::Q6K)) {
             *fallback.entry(dtype.name()).or_insert(0usize) += 1;
         }
         let a_name = format!("{}.lora_a", t.name);

@@ -201,7 +201,7 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
                 Some(v) => {
                     let mut all = lines.iter().flat_map(|(n, l)| l.iter().map(move |&(id, col)| (*n, col, id)));
                     if let Some((line, col, id)) = all.find(|&(_, _, id)| id as usize >= v) {
-                        return Err(input(format!("{p}:{line}:{col}: id {id} is outside the vocabulary of {v}")));
+                        return Err(input(format!("{p}:{line}:{col}: id {id} is outside the vocabulary of {v} ({AS_IDS})")));
                     }
                     v
                 }
@@ -215,6 +215,7 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
                     v
                 }
             };
+            eprintln!("note: {p}: {AS_IDS}");
             return Ok(corpus(split_lines(lines, opts.val_fraction), vocab, None, None));
         }
     }
@@ -298,6 +299,10 @@ fn check_vocab(ids: &[u32], given: Option<usize>, what: impl Fn(usize) -> String
         },
     }
 }
+
+/// How a `.txt` of whole numbers only is read, said when it is.
+const AS_IDS: &str =
+    "read as toy's token ids, one sequence per line, as it holds whole numbers only; to read it as text, give it another extension (e.g. .md)";
 
 /// Vocabularies above this (Gemma's is 256,000) are noted when read off an id file.
 const BIG_VOCAB: usize = 262_144;

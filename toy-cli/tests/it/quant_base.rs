@@ -91,7 +91,7 @@ fn lora_over_a_quantized_base_equals_lora_over_its_dequantized_copy() {
     };
     let (ty, err) = merge(&[], "md.gguf");
     assert_eq!(ty, DType::Q8_0);
-    assert!(err.contains("the base's matrices are q4_1; wrote q8_0"), "{err}");
+    assert!(err.contains("the adapted matrices are q4_1; wrote q8_0"), "{err}");
     let (ty, err) = merge(&["--type", "same"], "ms.gguf");
     assert_eq!(ty, DType::Q4_1);
     assert!(err.contains("note: q4_1 rounds the merged weights"), "{err}");

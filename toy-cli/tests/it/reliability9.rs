@@ -89,3 +89,31 @@ fn generate_adds_the_bos_a_model_asks_for() {
     let (given, _) = ids("bos.gguf", &["--prompt-ids", "5"]);
     assert_eq!(given[0], 5);
 }
+
+/// `export merge`: over a q8_0 base the default is `same` with no note (q8_0
+/// keeps an update; it said both "keeps" and "can lose"); a coarse `--type`
+/// writes a tied token_embd (the output head) in q6_k, as llama-quantize does.
+#[test]
+fn merge_defaults_and_the_tied_head_type() {
+    use ggml_rs::{gguf::GgufFile, DType};
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let base = ["train", "--preset", "smoke", "--d-model", "256", "--tied", "--steps", "1", "--threads", "1", "--out", "base"];
+    ok(&toy(t, &base));
+    let ft = ["train", "finetune", "--lora-rank", "2", "--steps", "1", "--threads", "1"];
+    ok(&toy(t, &[&ft[..], &["--from", "base", "--out", "lo"]].concat()));
+    let merge = |base: &str, extra: &[&str], out: &str| {
+        let o = toy(t, &[&["export", "merge", "--base", base, "--lora", "lo", "--out", out][..], extra].concat());
+        ok(&o);
+        let f = GgufFile::open(t.join(out)).unwrap();
+        let ty = |n: &str| f.tensor(n).unwrap().dtype;
+        (ty("blk.0.attn_q.weight"), ty("token_embd.weight"), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (q, emb, _) = merge("base", &["--type", "q4_0"], "m4.gguf");
+    assert_eq!((q, emb), (DType::Q4_0, DType::Q6K));
+    let (q, emb, err) = merge("base", &["--type", "q8_0"], "q8.gguf");
+    assert_eq!((q, emb), (DType::Q8_0, DType::Q8_0), "{err}");
+    let (q, _, err) = merge("q8.gguf", &[], "m8.gguf");
+    assert_eq!(q, DType::Q8_0);
+    assert!(!err.contains("wrote q8_0"), "{err}");
+}
