@@ -251,6 +251,9 @@ flag_group! {
         pub data_format: Option<DataFormat>,
         /// finetune, chat data: pack several conversations into each window,
         /// separated by the model's EOS (default: one conversation per window, padded).
+        /// As in TRL's packing without padding-free attention, a conversation
+        /// attends to the ones before it in its window, validation included:
+        /// val_loss is then not `toy eval`'s (one conversation a window).
         #[arg(long)]
         pub pack: bool,
     }

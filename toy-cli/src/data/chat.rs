@@ -109,12 +109,33 @@ fn environment() -> minijinja::Environment<'static> {
     env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
         Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
     });
+    // Today's local date and time in a strftime format, as Hugging Face's and
+    // llama.cpp's template engines give it (Llama 3.1's template dates its
+    // system turn with strftime_now("%d %b %Y")).
+    env.add_function("strftime_now", |format: String| -> std::result::Result<String, minijinja::Error> {
+        let items: Vec<chrono::format::Item> = chrono::format::StrftimeItems::new(&format).collect();
+        if items.iter().any(|i| matches!(i, chrono::format::Item::Error)) {
+            let msg = format!("strftime_now: {format:?} is not a strftime format");
+            return Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg));
+        }
+        Ok(chrono::Local::now().format_with_items(items.into_iter()).to_string())
+    });
     env
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// strftime_now gives today's date in the format asked (Llama 3.1's
+    /// templates call it); a format chrono cannot read is an error, not a panic.
+    #[test]
+    fn strftime_now_formats_today() {
+        let env = environment();
+        let year = env.render_str("{{ strftime_now('%Y') }}", ()).unwrap();
+        assert_eq!(year, chrono::Local::now().format("%Y").to_string());
+        assert!(env.render_str("{{ strftime_now('%Q %') }}", ()).is_err());
+    }
 
     /// SmolLM2-135M-Instruct's template, as its GGUF carries it.
     const SMOLLM2: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";

@@ -375,6 +375,14 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
             "note: {how} {} is more than --steps {}: the learning rate rises for the whole run and reaches --lr {:e} only at its last step",
             cfg.warmup_steps, cfg.steps, cfg.lr
         );
+    } else if l.opts.warmup_given.is_none() && cfg.warmup_steps >= cfg.steps && cfg.steps > 1 && l.start_step == 0 {
+        eprintln!(
+            "note: the default warm-up ({} steps) covers the whole run of {}: the learning rate rises to --lr {:e} at the last step and never decays (--warmup-steps {} warms up over a tenth)",
+            cfg.warmup_steps,
+            cfg.steps,
+            cfg.lr,
+            cfg.steps / 10
+        );
     }
     if matches!(l.validation, Validation::Stream(s) if s.is_empty()) && !l.corpus.val.is_empty() {
         eprintln!(
