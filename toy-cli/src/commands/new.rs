@@ -135,7 +135,11 @@ fn write_project(dir: &Path) -> Result<()> {
     let (tok, split, n_docs) = embedded::split()?;
     let cfg = resolve(&TrainArgs::default(), tok.vocab_size())?;
     let prepared = dir.join(CORPUS_DIR);
-    let _locked = check_out_dir(&prepared, true)?;
+    // Its messages name prep's --out, which new has not: name the folder.
+    let _locked = check_out_dir(&prepared, true).map_err(|e| match e {
+        crate::error::Error::Input(m) => input(m.replacen("--out ", "", 1)),
+        e => e,
+    })?;
     write_atomic(&dir.join(CORPUS_TEXT), embedded::TEXT.as_bytes())?;
     let source = SourceFile {
         path: CORPUS_TEXT.into(),

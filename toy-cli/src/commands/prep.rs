@@ -38,10 +38,13 @@ pub fn run(args: &PrepArgs) -> Result<Manifest> {
     };
     let m = prep(&args.files, &args.out, &opts)?;
     if m.vocab_size < args.vocab_size {
+        // The sample is drawn by documents: it is the whole text only when the
+        // input files hold little more (separators, newlines; compressed files less).
+        let input: u64 = m.source_files.iter().map(|f| f.bytes).sum();
+        let bytes = |b: u64| if b == 1 { "1 byte".to_string() } else { format!("{b} bytes") };
         let why = match m.bpe_sample_bytes {
-            // a sample smaller than --bpe-sample asked for is the whole text
-            Some(b) if b < opts.bpe_sample_bytes => format!("the text ({b} bytes) has too few repeated pairs"),
-            Some(b) => format!("its sample of {b} bytes has too few repeated pairs (a larger --bpe-sample may help)"),
+            Some(b) if b < opts.bpe_sample_bytes && b * 10 >= input * 9 => format!("the text ({}) has too few repeated pairs", bytes(b)),
+            Some(b) => format!("its sample of {} has too few repeated pairs (a larger --bpe-sample may help)", bytes(b)),
             None => "the text has too few repeated pairs".to_string(),
         };
         eprintln!("note: the BPE has {} ids, fewer than the {} of --vocab-size: {why}", m.vocab_size, args.vocab_size);

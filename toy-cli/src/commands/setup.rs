@@ -150,8 +150,13 @@ pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, bpe_defau
             if let Some(v) = vocab.filter(|&v| prepared && v != c.vocab_size) {
                 return Err(input(format!("--vocab-size {v} contradicts {}, prepared with {} ids", p.display(), c.vocab_size)));
             }
-            if let Some(v) = vocab.or(bpe_default).filter(|&v| !prepared && c.tokenizer.is_some() && c.vocab_size < v) {
-                let what = if vocab.is_some() { "--vocab-size" } else { "the preset" };
+            let target = vocab.or(bpe_default).unwrap_or(TextOptions::default().bpe_vocab_size);
+            if let Some(v) = Some(target).filter(|&v| !prepared && c.tokenizer.is_some() && c.vocab_size < v) {
+                let what = match (vocab, bpe_default) {
+                    (Some(_), _) => "--vocab-size",
+                    (None, Some(_)) => "the preset",
+                    (None, None) => "the default",
+                };
                 eprintln!(
                     "note: the BPE trained on {} has {} ids, fewer than the {v} of {what}: the text has too few repeated pairs",
                     p.display(),
@@ -167,7 +172,16 @@ pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, bpe_defau
 /// `--vocab-size` asks for other than its own 1024.
 fn embedded_corpus(vocab: Option<usize>) -> Result<Corpus> {
     match vocab {
-        Some(v) => crate::data::embedded::corpus_with_vocab(v),
+        Some(v) => {
+            let c = crate::data::embedded::corpus_with_vocab(v)?;
+            if c.vocab_size < v {
+                eprintln!(
+                    "note: the BPE trained on the built-in corpus has {} ids, fewer than the {v} of --vocab-size: the text has too few repeated pairs",
+                    c.vocab_size
+                );
+            }
+            Ok(c)
+        }
         None => default_corpus(),
     }
 }

@@ -265,7 +265,11 @@ fn run_options(a: &TrainArgs, stop: &Arc<AtomicI32>) -> RunOptions {
 /// Run `toy train` with `args`.
 pub fn run(args: &TrainArgs) -> Result<Outcome> {
     let cwd = std::env::current_dir().map_err(|e| input(format!("no current folder: {e}")))?;
-    // A resumed run takes everything from its own config.toml: toy.toml is not read.
+    // A resumed run takes everything from its own config.toml: toy.toml is not read
+    // (said when there is one, as its keys might be taken for settings of the run).
+    if args.resume.is_some() && cwd.join("toy.toml").is_file() {
+        eprintln!("note: --resume takes the run's config.toml; this folder's toy.toml is not read (flags give what may change)");
+    }
     let toml = if args.resume.is_some() { None } else { read_toml(&cwd)? };
     let from_toml = toml.as_ref().map_or_else(Vec::new, |t| set_in_toml(args, t));
     let a = merged(args, toml);

@@ -138,7 +138,7 @@ pub fn discover(paths: &[PathBuf]) -> Result<Vec<Source>> {
                         p.display()
                     )));
                 }
-                return Err(input(format!("{} holds no .txt or .jsonl files (nor .gz of them)", p.display())));
+                return Err(input(format!("{} holds no text files (.txt, .text, .md, .jsonl, .ndjson, nor .gz of them)", p.display())));
             }
         } else if meta.is_file() {
             if walk.first(file_id(&meta)) {

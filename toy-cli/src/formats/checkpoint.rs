@@ -108,15 +108,23 @@ fn hparams(g: &mut GgufWriter, c: &ModelConfig) -> Result<()> {
 
 /// Keys of a base model that a finetuned checkpoint keeps (see
 /// [`Provenance::base_keys`](super::Provenance::base_keys)): the chat template `toy generate --chat` and
-/// chat data render with, and the special-token ids (an instruct model's EOS
-/// is its end of turn, e.g. SmolLM2's `<|im_end|>`, not the end of text).
-pub const BASE_KEYS: [&str; 6] = [
+/// chat data render with, the special-token ids (an instruct model's EOS
+/// is its end of turn, e.g. SmolLM2's `<|im_end|>`, not the end of text),
+/// whether a prompt gets a BOS or EOS, and the licence and maker.
+pub const BASE_KEYS: [&str; 11] = [
     "tokenizer.chat_template",
     "tokenizer.ggml.bos_token_id",
     "tokenizer.ggml.eos_token_id",
     "tokenizer.ggml.eot_token_id",
     "tokenizer.ggml.eom_token_id",
     "tokenizer.ggml.padding_token_id",
+    "tokenizer.ggml.unknown_token_id",
+    // Whether llama.cpp adds a BOS (true in Llama 3's files) or an EOS to a prompt.
+    "tokenizer.ggml.add_bos_token",
+    "tokenizer.ggml.add_eos_token",
+    // A fine-tune is the base's derivative: its licence and maker stay said.
+    "general.license",
+    "general.organization",
 ];
 
 /// Write `w` (allocated) with `tok` and `prov` to `path`, a new file (a

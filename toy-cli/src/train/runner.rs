@@ -375,7 +375,8 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
             "note: {how} {} is more than --steps {}: the learning rate rises for the whole run and reaches --lr {:e} only at its last step",
             cfg.warmup_steps, cfg.steps, cfg.lr
         );
-    } else if l.opts.warmup_given.is_none() && cfg.warmup_steps >= cfg.steps && cfg.steps > 1 && l.start_step == 0 {
+    } else if l.opts.warmup_given.is_none() && cfg.warmup_steps >= cfg.steps && cfg.steps >= 10 && l.start_step == 0 {
+        // (Not for smoke runs of a few steps, where a decay means little.)
         eprintln!(
             "note: the default warm-up ({} steps) covers the whole run of {}: the learning rate rises to --lr {:e} at the last step and never decays (--warmup-steps {} warms up over a tenth)",
             cfg.warmup_steps,
@@ -390,6 +391,9 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
             l.corpus.val.len(),
             cfg.model.context
         );
+    }
+    if matches!(l.validation, Validation::Stream(_)) && l.corpus.val.is_empty() && l.start_step == 0 && cfg.eval_every > 0 {
+        eprintln!("note: the corpus holds nothing out (no validation split, e.g. prepared with --val-fraction 0): no validation loss");
     }
     if matches!(&l.validation, Validation::Chat(b) if b.is_empty()) && l.start_step == 0 && cfg.eval_every > 0 {
         eprintln!("note: the chat corpus holds too few conversations to keep any for validation: no validation loss (more conversations give one)");

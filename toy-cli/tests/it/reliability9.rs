@@ -66,6 +66,10 @@ fn generate_adds_the_bos_a_model_asks_for() {
         match k.as_str() {
             "general.alignment" => continue,
             "tokenizer.ggml.add_bos_token" => g.set(k, Value::Bool(true)).unwrap(),
+            "general.name" => {
+                g.set(k, v.clone()).unwrap();
+                g.set("general.license", "apache-2.0").unwrap();
+            }
             _ => g.set(k, v.clone()).unwrap(),
         }
     }
@@ -88,6 +92,12 @@ fn generate_adds_the_bos_a_model_asks_for() {
     assert!(text.starts_with("Once") && text_with.starts_with("Once"), "{text:?} / {text_with:?}");
     let (given, _) = ids("bos.gguf", &["--prompt-ids", "5"]);
     assert_eq!(given[0], 5);
+    // A fine-tune keeps the base's add_bos_token and licence (it wrote false, and none).
+    ok(&toy(t, &["train", "finetune", "--from", "bos.gguf", "--steps", "1", "--threads", "1", "--out", "ft"]));
+    let f = GgufFile::open(t.join("ft/weights/latest")).unwrap();
+    assert_eq!(f.get("tokenizer.ggml.add_bos_token").and_then(Value::as_bool), Some(true));
+    assert_eq!(f.get_str("general.license").unwrap(), "apache-2.0");
+    assert_eq!(ids("ft", &["--prompt", "Once"]).0[0], bos);
 }
 
 /// `export merge`: over a q8_0 base the default is `same` with no note (q8_0
@@ -116,4 +126,56 @@ fn merge_defaults_and_the_tied_head_type() {
     let (q, _, err) = merge("q8.gguf", &[], "m8.gguf");
     assert_eq!(q, DType::Q8_0);
     assert!(!err.contains("wrote q8_0"), "{err}");
+}
+
+/// Notes a run owed its user: a BPE smaller than asked (built-in corpus, and
+/// raw text at the default size), a corpus that holds nothing out, a `.txt`
+/// read as token ids, a default warm-up as long as the run, and prep's sample
+/// (not the text) being what had too few pairs.
+#[test]
+fn notes_on_vocabularies_splits_ids_and_warmup() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let err = |o: &std::process::Output| {
+        ok(o);
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let quick = ["--preset", "smoke", "--steps", "2", "--threads", "1"];
+    let e = err(&toy(t, &[&["train", "--vocab-size", "5000", "--out", "a"][..], &quick].concat()));
+    assert!(e.contains("note: the BPE trained on the built-in corpus has") && e.contains("fewer than the 5000 of --vocab-size"), "{e}");
+    assert!(!e.contains("warm-up"), "{e}");
+    let e = err(&toy(t, &["train", "--preset", "smoke", "--steps", "10", "--threads", "1", "--out", "a10"]));
+    assert!(e.contains("note: the default warm-up (20 steps) covers the whole run of 10"), "{e}");
+    std::fs::write(t.join("mat.txt"), "the cat sat on the mat. ".repeat(20)).unwrap();
+    let e = err(&toy(t, &[&["train", "--corpus", "mat.txt", "--out", "b"][..], &quick].concat()));
+    std::fs::write(t.join("s.txt"), toy_stories::generate_with(3, 40)).unwrap();
+    assert!(e.contains("fewer than the 1024 of the default"), "{e}");
+    ok(&toy(t, &["prep", "s.txt", "--vocab-size", "300", "--val-fraction", "0", "--out", "p0"]));
+    let e = err(&toy(t, &[&["train", "--corpus", "p0", "--warmup-steps", "1", "--out", "c"][..], &quick].concat()));
+    assert!(e.contains("note: the corpus holds nothing out"), "{e}");
+    assert!(!e.contains("warm-up"), "{e}");
+    std::fs::write(t.join("ids.txt"), "1 2 3 4 5 6 7 8\n".repeat(40)).unwrap();
+    let e = err(&toy(t, &[&["train", "--corpus", "ids.txt", "--out", "d"][..], &quick].concat()));
+    assert!(e.contains("note: ids.txt: read as toy's token ids"), "{e}");
+    let e = err(&toy(t, &["prep", "s.txt", "--vocab-size", "4000", "--bpe-sample", "0.001", "--out", "p1"]));
+    assert!(e.contains("its sample of") && !e.contains("the text ("), "{e}");
+}
+
+/// `--resume` in a project says that toy.toml is not read (its keys changed
+/// nothing, silently); `toy new --force` names the folder, not prep's --out.
+#[test]
+fn resume_in_a_project_and_new_force_messages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&toy(t, &["new", "p"]));
+    let p = t.join("p");
+    ok(&toy(&p, &["train", "--preset", "smoke", "--steps", "1", "--out", "r"]));
+    let o = toy(&p, &["train", "--resume", "r", "--steps", "2"]);
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("this folder's toy.toml is not read"));
+    std::fs::remove_dir_all(p.join("data/default")).unwrap();
+    std::fs::write(p.join("data/default"), "a file").unwrap();
+    let o = toy(t, &["new", "p", "--force"]);
+    crate::common::process::fails(&o, "new", "data/default exists and is not a folder");
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("--out"));
 }
