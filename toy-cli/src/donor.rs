@@ -199,7 +199,15 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
     }
     check_scale(&src, width, d_model, o.norm_eps, &p.to_string())?;
     let lens = match o.lens_init {
-        LensInit::Pca => Some(pca_rows(&src, width, d_model.min(width), d_model, seed)),
+        LensInit::Pca => {
+            if d_model > width {
+                eprintln!(
+                    "note: --lens-init pca: the donor's {width}-wide embeddings have {width} principal directions; the lens's other {} rows of d_model {d_model} are small random directions",
+                    d_model - width
+                );
+            }
+            Some(pca_rows(&src, width, d_model.min(width), d_model, seed))
+        }
         LensInit::Random => None,
     };
     let rows = match_rows(o, &f, student_tokens, vocab, donor_vocab)?;

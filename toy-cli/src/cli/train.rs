@@ -391,7 +391,8 @@ flag_group! {
         /// Record every step's token windows in batches.bin (for replaying the run elsewhere).
         #[arg(long = "record-batches")]
         pub record_batches: bool,
-        /// Keep only the newest K checkpoints (default 0: all).
+        /// Keep only the newest K checkpoints (default 0: all); step 0's
+        /// (`--save-initial`) is kept besides them.
         #[arg(long, value_parser = count_usize)]
         pub keep: Option<usize>,
         /// Skip a step whose loss or gradients are not finite (and log it) instead of stopping.

@@ -180,7 +180,14 @@ fn object(at: &str, line: &str) -> Result<Value> {
 fn first_kind(s: &Source) -> Result<RecordKind> {
     let mut kind = RecordKind::Text;
     for_lines(s, |n, line| {
-        kind = RecordKind::of(&object(&format!("{}:{n}", s.path.display()), line)?);
+        let at = format!("{}:{n}", s.path.display());
+        let v = object(&at, line)?;
+        kind = RecordKind::of(&v);
+        // Half a prompt-completion pair is a mistake, not a text record.
+        let half = v.get("prompt").is_some() != v.get("completion").is_some();
+        if kind == RecordKind::Text && half && v.get("text").is_none() {
+            return Err(input(format!("{at}: a prompt-completion record needs both \"prompt\" and \"completion\"")));
+        }
         Ok(false)
     })?;
     Ok(kind)

@@ -106,6 +106,23 @@ fn hparams(g: &mut GgufWriter, c: &ModelConfig) -> Result<()> {
     Ok(())
 }
 
+/// `ModelConfig::validate`'s message `m` with its fields named by the GGUF
+/// keys of architecture `a` that gave them (`context` is
+/// `llama.context_length`), as the file's reader knows them.
+fn gguf_names(m: &str, a: &str) -> String {
+    let keys = [
+        ("n_kv_heads", "attention.head_count_kv"),
+        ("n_heads", "attention.head_count"),
+        ("n_layers", "block_count"),
+        ("d_model", "embedding_length"),
+        ("d_ff", "feed_forward_length"),
+        ("context", "context_length"),
+    ];
+    let words: Vec<String> =
+        m.split(' ').map(|w| keys.iter().find(|(k, _)| *k == w).map_or_else(|| w.to_string(), |(_, g)| format!("{a}.{g}"))).collect();
+    words.join(" ")
+}
+
 /// Keys of a base model that a finetuned checkpoint keeps (see
 /// [`Provenance::base_keys`](super::Provenance::base_keys)): the chat template `toy generate --chat` and
 /// chat data render with, the special-token ids (an instruct model's EOS
@@ -209,7 +226,7 @@ pub fn model_config(file: &GgufFile, what: &str) -> Result<ModelConfig> {
         tied: file.tensor("output.weight").is_none(),
         ..ModelConfig::new(arch, embd.ne[1] as usize, d_model, n_layers, n_heads, d_ff, context)
     };
-    config.validate().map_err(|m| input(format!("{what}: {m}")))?;
+    config.validate().map_err(|m| input(format!("{what}: {}", gguf_names(&m, a))))?;
     super::checks::check_attention_keys(file, &config, what)?;
     check_shapes(file, &config, what)?;
     super::checks::check_vocab_key(file, &config, what)?;
@@ -496,4 +513,17 @@ impl Checkpoint {
 
 fn param_of<'w>(w: &Weights<'w>, name: &str) -> Result<Tensor<'w>> {
     w.param(name).ok_or_else(|| crate::error::runtime(format!("{name} is not a parameter of the model")))
+}
+
+#[cfg(test)]
+mod tests {
+    /// A file's shape error names the GGUF key, not toy's field.
+    #[test]
+    fn shape_errors_name_the_gguf_keys() {
+        assert_eq!(super::gguf_names("context must be at least 1", "llama"), "llama.context_length must be at least 1");
+        assert_eq!(
+            super::gguf_names("n_heads 6 is not a multiple of n_kv_heads 4", "qwen2"),
+            "qwen2.attention.head_count 6 is not a multiple of qwen2.attention.head_count_kv 4"
+        );
+    }
 }

@@ -283,7 +283,7 @@ fn bad_corpora_are_input_errors() {
     let e = input_err(load_corpus(&t.join("bad.txt"), &o));
     assert!(e.contains("bad.txt") && e.contains("offset 3"), "{e}");
     std::fs::create_dir(t.join("folder")).unwrap();
-    assert!(input_err(load_corpus(&t.join("folder"), &o)).contains("no .txt or .jsonl files"));
+    assert!(input_err(load_corpus(&t.join("folder"), &o)).contains("holds no text files (.txt, .text, .md, .jsonl, .ndjson"));
 }
 
 #[test]

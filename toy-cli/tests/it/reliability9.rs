@@ -179,3 +179,15 @@ fn resume_in_a_project_and_new_force_messages() {
     crate::common::process::fails(&o, "new", "data/default exists and is not a folder");
     assert!(!String::from_utf8_lossy(&o.stderr).contains("--out"));
 }
+
+/// Half a prompt-completion pair is named as such by `debug chat-masks` (it
+/// said the file held no chat records).
+#[test]
+fn half_a_prompt_completion_pair_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, Some(CHATML), "chat.gguf");
+    std::fs::write(t.join("half.jsonl"), "{\"prompt\": \"p\"}\n").unwrap();
+    let o = toy(t, &["debug", "chat-masks", "chat.gguf", "--corpus", "half.jsonl"]);
+    crate::common::process::fails(&o, "debug", "half.jsonl:1: a prompt-completion record needs both \"prompt\" and \"completion\"");
+}
