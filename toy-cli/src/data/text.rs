@@ -141,7 +141,8 @@ pub fn pieces(doc: &str, chunk: usize) -> impl Iterator<Item = &str> + Send {
 }
 
 /// Token ids of each document, each followed by the end-of-text id (a newline
-/// for the byte tokenizer, which has none).
+/// for the byte tokenizer, which has none), and preceded by the model's BOS
+/// where its GGUF asks for one ([`Tokenizer::bos_first`]).
 pub fn encode_documents(tok: &Tokenizer, docs: &[&str]) -> Result<Vec<Vec<u32>>> {
     let end = match tok.eot() {
         Some(e) => vec![e],
@@ -149,7 +150,8 @@ pub fn encode_documents(tok: &Tokenizer, docs: &[&str]) -> Result<Vec<Vec<u32>>>
     };
     docs.iter()
         .map(|d| {
-            let mut ids = encode_document(tok, d, CHUNK_BYTES)?;
+            let mut ids: Vec<u32> = tok.bos_first().into_iter().collect();
+            ids.extend(encode_document(tok, d, CHUNK_BYTES)?);
             ids.extend_from_slice(&end);
             Ok(ids)
         })

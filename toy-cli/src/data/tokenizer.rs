@@ -64,6 +64,9 @@ pub struct Bpe {
     /// llama.cpp's token types, in id order, when read from a GGUF (written
     /// back as they were).
     types: Option<Vec<i32>>,
+    /// The BOS that starts every document, when the GGUF asks for one
+    /// (`tokenizer.ggml.add_bos_token`, true in Llama 3's files).
+    bos: Option<u32>,
 }
 
 /// Turns text into token ids and back.
@@ -188,7 +191,7 @@ impl Bpe {
         let control = hf.get_added_tokens_decoder().into_iter().filter(|(_, t)| t.special).map(|(id, _)| id).collect();
         let mut plain = hf.clone();
         plain.set_encode_special_tokens(true);
-        Ok(Bpe { hf, plain, eot, control, pre, json, types: None })
+        Ok(Bpe { hf, plain, eot, control, pre, json, types: None, bos: None })
     }
 
     /// Tokens in id order (GPT-2 byte-to-unicode form, as `tokenizer.json` stores them).
@@ -447,6 +450,16 @@ impl Tokenizer {
         }
     }
 
+    /// The BOS id that starts every document, when the model's GGUF asks for
+    /// one (`tokenizer.ggml.add_bos_token`; Hugging Face's tokenizers add it
+    /// to each text, llama.cpp to each prompt); `None` for toy's own BPEs.
+    pub fn bos_first(&self) -> Option<u32> {
+        match self {
+            Tokenizer::Bytes => None,
+            Tokenizer::Bpe(b) => b.bos,
+        }
+    }
+
     /// The end-of-text id, if the tokenizer has one.
     pub fn eot(&self) -> Option<u32> {
         match self {
@@ -520,7 +533,14 @@ impl Tokenizer {
             g.set("tokenizer.ggml.bos_token_id", e)?;
             g.set("tokenizer.ggml.eos_token_id", e)?;
         }
-        g.set("tokenizer.ggml.add_bos_token", false)?;
+        let bos = match self {
+            Tokenizer::Bpe(b) => b.bos,
+            Tokenizer::Bytes => None,
+        };
+        if let Some(b) = bos {
+            g.set("tokenizer.ggml.bos_token_id", b)?;
+        }
+        g.set("tokenizer.ggml.add_bos_token", bos.is_some())?;
         g.set("tokenizer.ggml.add_eos_token", false)?;
         Ok(())
     }
@@ -568,7 +588,13 @@ impl Tokenizer {
         if is_bytes {
             return Ok(Some(Tokenizer::Bytes));
         }
-        Tokenizer::from_tokens(&tokens, &merges, &types, pre, &origin).map(Some)
+        let mut tok = Tokenizer::from_tokens(&tokens, &merges, &types, pre, &origin)?;
+        let add_bos = f.get("tokenizer.ggml.add_bos_token").and_then(Value::as_bool) == Some(true);
+        let bos = f.get("tokenizer.ggml.bos_token_id").and_then(Value::as_u64).filter(|&b| (b as usize) < tokens.len());
+        if let (true, Some(b), Tokenizer::Bpe(arc)) = (add_bos, bos, &mut tok) {
+            Arc::get_mut(arc).expect("a tokenizer just made").bos = Some(b as u32);
+        }
+        Ok(Some(tok))
     }
 }
 

@@ -52,7 +52,8 @@ fn a_new_projects_finetune_takes_the_models_context() {
 
 /// A GGUF with `tokenizer.ggml.add_bos_token = true` (Llama 3's files) gets
 /// its BOS before the prompt, as llama.cpp's tokenizer adds it; not twice,
-/// and not before `--prompt-ids`; the text shown starts with the prompt.
+/// and not before `--prompt-ids`; the text shown starts with the prompt; a
+/// fine-tune keeps the key; documents read with its tokenizer start with it.
 #[test]
 fn generate_adds_the_bos_a_model_asks_for() {
     use ggml_rs::gguf::{GgufFile, GgufWriter, Value};
@@ -98,6 +99,14 @@ fn generate_adds_the_bos_a_model_asks_for() {
     assert_eq!(f.get("tokenizer.ggml.add_bos_token").and_then(Value::as_bool), Some(true));
     assert_eq!(f.get_str("general.license").unwrap(), "apache-2.0");
     assert_eq!(ids("ft", &["--prompt", "Once"]).0[0], bos);
+    // Text read with such a model's tokenizer starts each document with it (one id more a document).
+    std::fs::write(t.join("docs.txt"), "One cat.\n<|endoftext|>\nTwo dogs.\n<|endoftext|>\nThree birds.\n").unwrap();
+    let tokens = |model: &str| {
+        let o = toy(t, &["eval", model, "--corpus", "docs.txt", "--context", "1", "--json", "--threads", "1"]);
+        ok(&o);
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["tokens"].as_u64().unwrap()
+    };
+    assert_eq!(tokens("bos.gguf"), tokens("base/weights/latest") + 3);
 }
 
 /// `export merge`: over a q8_0 base the default is `same` with no note (q8_0
