@@ -533,10 +533,7 @@ impl Tokenizer {
             g.set("tokenizer.ggml.bos_token_id", e)?;
             g.set("tokenizer.ggml.eos_token_id", e)?;
         }
-        let bos = match self {
-            Tokenizer::Bpe(b) => b.bos,
-            Tokenizer::Bytes => None,
-        };
+        let bos = self.bos_first();
         if let Some(b) = bos {
             g.set("tokenizer.ggml.bos_token_id", b)?;
         }
