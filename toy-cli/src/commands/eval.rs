@@ -74,7 +74,14 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
     if args.max_windows == Some(0) {
         return Err(input("--max-windows must be at least 1"));
     }
-    let bytes = c.text_bytes;
+    // The text's bytes, or a split's share of them by tokens (bits per byte).
+    let total = c.train.len() + c.val.len();
+    let share = |n: usize| c.text_bytes.map(|b| (b as f64 * n as f64 / total.max(1) as f64).round() as usize);
+    let bytes = match args.split {
+        Split::All => c.text_bytes,
+        Split::Train => share(c.train.len()),
+        Split::Val => share(c.val.len()),
+    };
     // The whole corpus (a prepared folder's splits one after the other), or the split asked for.
     let ids: crate::data::Tokens = match args.split {
         Split::All if c.val.is_empty() => c.train,

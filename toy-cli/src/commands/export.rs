@@ -192,14 +192,22 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     g.set("toy.lora.merged", m.lora.display().to_string())?;
     let (base_arg, lora_arg) = (format!("--base {}", m.base.display()), format!("--lora {}", m.lora.display()));
     let mut fallback = std::collections::BTreeMap::new();
-    let mut coarse = None;
+    let (mut coarse, mut head_note) = (None, None);
     // Every tensor is checked before anything is written (the file is written
     // to a temporary and renamed): a merge never leaves a model toy would refuse.
     let tied = f.tensor("output.weight").is_none();
     for t in f.tensors() {
         let head = t.name == "output.weight" || (tied && t.name == "token_embd.weight");
         let dtype = out_type(target.map(|x| x.0), t.dtype, &t.ne, head);
-        if target.is_some_and(|(x, _)| !is_vector(&t.ne) && x != dtype && !(head && dtype == DType::Q6K)) {
+        let head_q6k = head && target.is_some_and(|(x, _)| is_coarse(x));
+        if head_q6k && dtype != DType::Q6K {
+            head_note = Some(format!(
+                "note: {} is {dtype}: the output head is q6_k under {}, as llama-quantize writes it, and its rows of {} do not split into q6_k blocks of 256",
+                t.name,
+                target.map_or("", |(x, _)| x.name()),
+                t.ne[0]
+            ));
+        } else if !head_q6k && target.is_some_and(|(x, _)| !is_vector(&t.ne) && x != dtype) {
             *fallback.entry(dtype.name()).or_insert(0usize) += 1;
         }
         let a_name = format!("{}.lora_a", t.name);
@@ -242,7 +250,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
         let list: Vec<String> = fallback.iter().map(|(t, n)| format!("{n} in {t}")).collect();
         eprintln!("note: matrices whose rows do not split into {d} blocks of {}: {}", d.block_size(), list.join(", "));
     }
-    if let Some(note) = default_note {
+    for note in [default_note, head_note].into_iter().flatten() {
         eprintln!("{note}");
     }
     if let Some(note) = coarse {

@@ -81,6 +81,17 @@ impl Encoder<'_> {
     /// cannot be found (see the module documentation), or a conversation
     /// needs a template and there is none.
     pub fn encode(&self, record: &Record) -> Result<Example> {
+        let mut ex = self.encode_record(record)?;
+        // The model's BOS first where its GGUF asks for one and the template did
+        // not write it, as `toy generate --chat` and llama.cpp put it.
+        if let Some(b) = self.tok.bos_first().filter(|&b| ex.ids.first() != Some(&b)) {
+            ex.ids.insert(0, b);
+            ex.trained.insert(0, false);
+        }
+        Ok(ex)
+    }
+
+    fn encode_record(&self, record: &Record) -> Result<Example> {
         match (record, self.template) {
             (Record::Chat { messages, first_trained }, _) => self.conversation(messages, *first_trained),
             (Record::Pair { prompt, completion }, Some(_)) => {

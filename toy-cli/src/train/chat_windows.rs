@@ -210,8 +210,9 @@ impl ChatRun {
         let padding = 1.0 - f.filled as f64 / (f.windows * t).max(1) as f64;
         let hint = if !self.pack && padding > 0.5 { "; --pack puts several conversations in a window" } else { "" };
         format!(
-            "chat data: {} conversations ({} records): {} windows of {t} tokens for training, {} held out for validation; {} trained tokens in the training windows, {:.0}% of the windows padding{hint}",
+            "chat data: {} conversation{} ({} records): {} windows of {t} tokens for training, {} held out for validation; {} trained tokens in the training windows, {:.0}% of the windows padding{hint}",
             f.conversations,
+            if f.conversations == 1 { "" } else { "s" },
             self.kind,
             self.train.len(),
             self.val.len(),

@@ -61,6 +61,10 @@ fn eval_splits_text_and_chat_data_as_training_does() {
     };
     let val = eval("s.txt", "val", &["--max-windows", "32"])["loss"].as_f64().unwrap();
     assert!((run - val).abs() <= 1e-6 * run, "run {run} vs toy eval {val}");
+    // Bits per byte of a split: over its share of the text's bytes (was: the whole text's, ~20× too few bits).
+    let bpb = |split: &str| eval("s.txt", split, &["--context", "16"])["bits_per_byte"].as_f64().unwrap();
+    let (bpb_all, bpb_val) = (bpb("all"), bpb("val"));
+    assert!(bpb_val > 0.5 * bpb_all && bpb_val < 2.0 * bpb_all, "val {bpb_val} vs all {bpb_all}");
     let tokens = |split: &str| eval("s.txt", split, &["--context", "16"])["tokens"].as_u64().unwrap();
     let (all, train, held) = (tokens("all"), tokens("train"), tokens("val"));
     assert!(held > 0 && train > held && all > train, "all {all}, train {train}, val {held}");

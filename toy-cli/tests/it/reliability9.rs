@@ -200,3 +200,33 @@ fn half_a_prompt_completion_pair_is_named() {
     let o = toy(t, &["debug", "chat-masks", "chat.gguf", "--corpus", "half.jsonl"]);
     crate::common::process::fails(&o, "debug", "half.jsonl:1: a prompt-completion record needs both \"prompt\" and \"completion\"");
 }
+
+/// A chat model whose GGUF asks for a BOS trains and evaluates its
+/// conversations after it, as `generate --chat` prompts it (training had
+/// none where the template writes none).
+#[test]
+fn chat_examples_start_with_the_bos_a_model_asks_for() {
+    use ggml_rs::gguf::{GgufFile, GgufWriter, Value};
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, Some(CHATML), "chat.gguf");
+    let b = GgufFile::open(t.join("chat.gguf")).unwrap();
+    let mut g = GgufWriter::new();
+    for (k, v) in b.metadata().iter().filter(|(k, _)| k != "general.alignment") {
+        let v = if k == "tokenizer.ggml.add_bos_token" { Value::Bool(true) } else { v.clone() };
+        g.set(k, v).unwrap();
+    }
+    for info in b.tensors() {
+        g.add_tensor_data(&info.name, &info.shape(), &b.tensor_f32(&info.name).unwrap()).unwrap();
+    }
+    g.write(t.join("bos.gguf")).unwrap();
+    std::fs::write(t.join("chats.jsonl"), persona(3)).unwrap();
+    let shown = |model: &str| {
+        let o = toy(t, &["debug", "chat-masks", model, "--corpus", "chats.jsonl", "-n", "1"]);
+        ok(&o);
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let (plain, with) = (shown("chat.gguf"), shown("bos.gguf"));
+    assert!(plain.contains("<|im_start|>") && !plain.contains("<|endoftext|><|im_start|>"), "{plain}");
+    assert!(with.contains("<|endoftext|><|im_start|>"), "{with}");
+}
