@@ -174,7 +174,8 @@ pub struct EvalArgs {
     #[arg(long = "data-format", value_enum)]
     pub data_format: Option<crate::data::chat_records::DataFormat>,
     /// Tokens per window (default: the longest the text fills, at most the
-    /// model's context).
+    /// model's context; chat data: each conversation among those of about its
+    /// length, in a window of their longest).
     #[arg(long, value_parser = count_usize)]
     pub context: Option<usize>,
     /// The field of JSON Lines records that holds their text (a `.jsonl`

@@ -270,14 +270,23 @@ fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<Eval
     if args.max_windows == Some(0) {
         return Err(input("--max-windows must be at least 1"));
     }
-    // Default: the longest conversation's window (outliers beyond the model's
-    // context, one in ten at most, are cut to it rather than size every window).
-    let lens: Vec<usize> = chat.train.iter().map(|e| e.ids.len()).collect();
-    let (longest, _) = crate::train::chat_windows::sizing_length(&lens, ck.config.context);
-    let t = args.context.unwrap_or_else(|| ck.config.context.min(longest.saturating_sub(1)).max(1));
-    let run = ChatRun::new(chat, t, false);
-    if run.train.is_empty() {
-        let ctx = ck.config.context;
+    let ctx = ck.config.context;
+    // The windows, by group: all of them at --context, or without it each
+    // conversation among those of about its length (lengths up to the same
+    // power of two, each group's window its longest's, at most the model's
+    // context), so that one long conversation does not make every window long.
+    let groups: Vec<(usize, ChatCorpus)> = match args.context {
+        Some(t) => vec![(t, chat.clone())],
+        None => length_groups(chat, ctx, args.max_windows.unwrap_or(usize::MAX)),
+    };
+    let mut runs: Vec<(usize, ChatRun)> = groups.iter().map(|(t, c)| (*t, ChatRun::new(c, *t, false))).collect();
+    let t_max = runs.iter().map(|r| r.0).max().unwrap_or(ctx);
+    // What the windows did to the conversations: said, and counted, of every group.
+    let fit = runs.iter().fold(Fit::default(), |f, (_, r)| f + r.fit);
+    let notes: Vec<String> = runs.iter().filter_map(|(_, r)| r.note()).collect();
+    runs.retain(|(_, r)| !r.train.is_empty());
+    if runs.is_empty() {
+        let t = t_max;
         let hint = if t >= ctx {
             format!("the model's context, {ctx}, is the largest window: shorten what precedes the answers")
         } else {
@@ -289,20 +298,67 @@ fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<Eval
             t + 1
         )));
     }
-    if let Some(note) = run.note() {
+    for note in notes {
         eprintln!("{note}");
     }
-    let n = run.train.len().min(args.max_windows.unwrap_or(usize::MAX));
-    let b = args.batch.clamp(1, n);
-    let batches = run.train.batches(b, n);
+    let mut left = args.max_windows.unwrap_or(usize::MAX);
+    let (mut sum, mut scored, mut windows) = (0f64, 0usize, 0usize);
+    let backends = backends_for(&args.on.device, args.on.threads, args.on.matmul_precision.ggml())?;
+    for (t, run) in &runs {
+        let n = run.train.len().min(left);
+        if n == 0 {
+            break;
+        }
+        let b = args.batch.clamp(1, n);
+        let (s, k) = score_windows(ck, args, &backends, *t, b, &run.train.batches(b, n))?;
+        (sum, scored, windows, left) = (sum + s, scored + k, windows + n, left - n);
+    }
+    let loss = sum / scored.max(1) as f64;
+    if !loss.exp().is_finite() {
+        return Err(runtime(format!("the perplexity is not finite: exp of the loss {loss:.4} overflows")));
+    }
+    let t = runs.iter().map(|r| r.0).max().unwrap_or(t_max);
+    let fit = Fit { windows, trained_tokens: scored, ..fit };
+    Ok(EvalResult { loss, perplexity: loss.exp(), tokens: scored, context: t, bytes: None, bits_per_byte: None, chat: Some(fit) })
+}
+
+/// The first `max` conversations of `chat` grouped by length: those of
+/// `L` tokens with `L - 1` up to the same power of two together, each group
+/// with the window of its longest (`L - 1` inputs, at most `ctx`), shortest
+/// groups first, file order within a group.
+fn length_groups(chat: &ChatCorpus, ctx: usize, max: usize) -> Vec<(usize, ChatCorpus)> {
+    let mut groups: std::collections::BTreeMap<usize, Vec<crate::data::chat_examples::Example>> = Default::default();
+    for e in chat.train.iter().take(max) {
+        let key = e.ids.len().saturating_sub(1).max(1).next_power_of_two().min(ctx);
+        groups.entry(key).or_default().push(e.clone());
+    }
+    groups
+        .into_values()
+        .map(|train| {
+            let t = train.iter().map(|e| e.ids.len().saturating_sub(1)).max().unwrap_or(1).clamp(1, ctx);
+            (t, ChatCorpus { train, val: Vec::new(), ..chat.clone() })
+        })
+        .collect()
+}
+
+/// The summed loss (each batch's mean weighed by its counted targets) and the
+/// count of counted targets of `batches`, windows of `t`, `b` a batch.
+fn score_windows(
+    ck: &Checkpoint,
+    args: &EvalArgs,
+    backends: &[ggml_rs::Backend],
+    t: usize,
+    b: usize,
+    batches: &[crate::train::batches::Batch],
+) -> Result<(f64, usize)> {
+    let path = &args.corpus;
     let vocab = ck.config.vocab;
     if let Some(&id) = batches.iter().flat_map(|bt| bt.tokens.iter().chain(&bt.targets)).find(|&&x| x >= 0 && x as usize >= vocab) {
         return Err(input(format!("{}: the tokenizer gives id {id}, outside the model's vocabulary of {vocab}", path.display())));
     }
-    let backends = backends_for(&args.on.device, args.on.threads, args.on.matmul_precision.ggml())?;
-    let (sum, scored) = with_loaded(ck, &backends[0], t, b, LoadFor::Inference, |w, consts| {
+    with_loaded(ck, &backends[0], t, b, LoadFor::Inference, |w, consts| {
         let ctx = Context::new(capacity(ck.config.n_layers))?;
-        let mut step = EvalStep::new(&ctx, w, consts, t, b, &backends)?;
+        let mut step = EvalStep::new(&ctx, w, consts, t, b, backends)?;
         let (mut sum, mut scored) = (0f64, 0usize);
         let pb = progress(!args.json, batches.len());
         for (i, bt) in batches.iter().enumerate() {
@@ -321,11 +377,29 @@ fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<Eval
             pb.finish_and_clear();
         }
         Ok((sum, scored))
-    })?;
-    let loss = sum / scored.max(1) as f64;
-    if !loss.exp().is_finite() {
-        return Err(runtime(format!("the perplexity is not finite: exp of the loss {loss:.4} overflows")));
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::chat_examples::Example;
+
+    fn corpus(lens: &[usize]) -> ChatCorpus {
+        let ex = |n: usize| Example { ids: vec![1; n], trained: vec![true; n] };
+        ChatCorpus { train: lens.iter().map(|&n| ex(n)).collect(), ..Default::default() }
     }
-    let fit = Fit { windows: n, trained_tokens: scored, ..run.fit };
-    Ok(EvalResult { loss, perplexity: loss.exp(), tokens: scored, context: t, bytes: None, bits_per_byte: None, chat: Some(fit) })
+
+    /// Conversations are scored in windows of about their own length: one of
+    /// 2451 tokens among short ones gets its own (it made every window 2450).
+    #[test]
+    fn conversations_are_grouped_by_length() {
+        let c = corpus(&[40, 41, 2451, 38, 70]);
+        let g: Vec<(usize, Vec<usize>)> =
+            length_groups(&c, 8192, usize::MAX).into_iter().map(|(t, c)| (t, c.train.iter().map(|e| e.ids.len()).collect())).collect();
+        assert_eq!(g, vec![(40, vec![40, 41, 38]), (69, vec![70]), (2450, vec![2451])]);
+        // The model's context caps a window; --max-windows takes the first conversations.
+        let g = length_groups(&c, 1024, 3);
+        assert_eq!(g.iter().map(|(t, c)| (*t, c.train.len())).collect::<Vec<_>>(), vec![(40, 2), (1024, 1)]);
+    }
 }
