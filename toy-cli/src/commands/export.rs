@@ -67,9 +67,10 @@ fn in_dtype(values: &[f32], dtype: DType) -> Result<Vec<u8>, Option<(usize, f32)
 /// The type a tensor `ne` of type `base` is written in under `--type`
 /// `target` (None: `same`): vectors (norms, biases) f32, as llama.cpp's
 /// quantizer keeps them; the output head (`head`: output.weight, or a tied
-/// token_embd) q6_k when the target is coarser; matrices the target, or where their rows do not split
-/// into its blocks of 256 what llama.cpp's quantizer falls back to (q4_K to
-/// q5_0, q5_K to q5_1, q6_K to q8_0), else f16.
+/// token_embd) q6_k when the target is coarser; matrices the target, or
+/// where their rows do not split into its blocks of 256 what llama.cpp's
+/// quantizer falls back to (q4_K to q5_0, q5_K to q5_1, q6_K to q8_0), else
+/// f16.
 fn out_type(target: Option<DType>, base: DType, ne: &[i64], head: bool) -> DType {
     let Some(t) = target else { return base };
     if is_vector(ne) {

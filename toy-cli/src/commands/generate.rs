@@ -1,6 +1,7 @@
 //! `toy generate`: sample text from a checkpoint.
 
 use crate::cli::GenerateArgs;
+use crate::data::Tokenizer;
 use crate::error::{input, Result};
 use crate::formats::checkpoint::open_checkpoint;
 use crate::sample::{sample, Sampling};
@@ -51,18 +52,6 @@ fn chat_prompt(
     template.render(&messages, true)
 }
 
-/// `ids` with the model's BOS first when its GGUF asks for one
-/// (`tokenizer.ggml.add_bos_token`, true in Llama 3's files) and they do not
-/// start with it already (a chat template's `bos_token`), as llama.cpp's
-/// tokenizer adds it to a prompt.
-fn with_bos(file: &ggml_rs::gguf::GgufFile, ids: Vec<u32>) -> Vec<u32> {
-    let add = file.get("tokenizer.ggml.add_bos_token").and_then(ggml_rs::gguf::Value::as_bool) == Some(true);
-    match file.get("tokenizer.ggml.bos_token_id").and_then(ggml_rs::gguf::Value::as_u64) {
-        Some(bos) if add && ids.first() != Some(&(bos as u32)) => std::iter::once(bos as u32).chain(ids).collect(),
-        _ => ids,
-    }
-}
-
 pub fn run(args: &GenerateArgs) -> Result<Generated> {
     if args.system.is_some() && args.chat.is_none() {
         return Err(input("--system goes with --chat (a system message before the user's, through the chat template)"));
@@ -90,9 +79,12 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     if prompt.is_empty() {
         return Err(input("the prompt is empty"));
     }
-    let n_given = prompt.len();
-    let prompt = if args.prompt_ids.is_some() { prompt } else { with_bos(&ck.file, prompt) };
-    let bos_added = prompt.len() - n_given;
+    // The model's BOS first where its GGUF asks for one (tokenizer.ggml.add_bos_token,
+    // Llama 3's files) and the prompt (a chat template's bos_token) lacks it, as
+    // llama.cpp's tokenizer adds it to a prompt; not before --prompt-ids.
+    let bos = ck.tokenizer.as_ref().and_then(Tokenizer::bos_first).filter(|&b| args.prompt_ids.is_none() && prompt.first() != Some(&b));
+    let bos_added = usize::from(bos.is_some());
+    let prompt: Vec<u32> = bos.into_iter().chain(prompt).collect();
     if prompt.len() > ck.config.context {
         eprintln!(
             "note: the prompt has {} tokens; the model's context is {}: the first token sees the last {}, and as the window is full it restarts from its last {} (each later token sees {} to {}); the prompt's start, a chat template's system turn too, is cut",
