@@ -72,8 +72,10 @@ fn dispatch(command: &Command) -> toy::error::Result<()> {
             let n = if r.tokens == 1 { "token" } else { "tokens" };
             if let Some(c) = &r.chat {
                 let w = if c.windows == 1 { "conversation" } else { "conversations" };
+                // Without --context each conversation has a window of about its length.
+                let up_to = if a.context.is_none() && c.windows > 1 { "up to " } else { "" };
                 return say!(
-                    "loss {:.4} · perplexity {:.2} · {} assistant {n} scored in {} {w} (windows of {})",
+                    "loss {:.4} · perplexity {:.2} · {} assistant {n} scored in {} {w} (windows of {up_to}{})",
                     r.loss,
                     r.perplexity,
                     r.tokens,

@@ -30,6 +30,9 @@ fn an_outlier_conversation_does_not_size_the_window() {
     // others in windows of the longest of theirs.
     assert_eq!(v["context"].as_u64(), Some(66), "{v}");
     assert_eq!((v["chat"]["truncated"].as_u64(), v["chat"]["dropped"].as_u64()), (Some(1), Some(1)), "{v}");
+    let o = toy(t, &["eval", "chat.gguf", "--corpus", "chats.jsonl", "--threads", "1"]);
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("scored in 40 conversations (windows of up to 66)"));
 }
 
 /// A `toy new` project leaves the preset to the default (commented out), so
