@@ -243,7 +243,12 @@ pub fn check_scale(src: &[f32], width: usize, d_model: usize, eps: f32, p: &str)
     let n = src.len().max(1) as f64;
     let rms = (src.iter().map(|&x| (x as f64).powi(2)).sum::<f64>() / n).sqrt();
     let rows = src.len() / width.max(1);
-    let mean: Vec<f64> = (0..width).map(|c| (0..rows).map(|r| src[r * width + c] as f64).sum::<f64>() / rows.max(1) as f64).collect();
+    // Column means in one pass over the rows as they lie (not a strided pass a column).
+    let mut mean = vec![0f64; width];
+    for row in src.chunks_exact(width.max(1)) {
+        mean.iter_mut().zip(row).for_each(|(m, &x)| *m += x as f64);
+    }
+    mean.iter_mut().for_each(|m| *m /= rows.max(1) as f64);
     let std = (src.iter().enumerate().map(|(i, &x)| (x as f64 - mean[i % width]).powi(2)).sum::<f64>() / n).sqrt();
     let what = format!("--donor {p}: token_embd.weight");
     if rms == 0.0 {

@@ -21,7 +21,7 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 static PREPARING: AtomicBool = AtomicBool::new(false);
 /// Inside a [`preparing`] section: what is being done, for the line a first
 /// signal ends the process with (nothing exists yet that a signal could lose).
-static PREPARED_WHAT: Mutex<Option<String>> = Mutex::new(None);
+static PREPARED_WHAT: Mutex<&str> = Mutex::new("");
 static IN_PREPARATION: AtomicBool = AtomicBool::new(false);
 /// The number of the signal that asked to quit without saving (the third), else 0.
 static QUIT: AtomicI32 = AtomicI32::new(0);
@@ -48,7 +48,7 @@ fn watch_quit() {
         if sig == 0 || CRITICAL.load(Ordering::SeqCst) != 0 {
             continue;
         }
-        let note = match PREPARED_WHAT.lock().ok().and_then(|w| w.clone()).filter(|_| IN_PREPARATION.load(Ordering::SeqCst)) {
+        let note = match PREPARED_WHAT.lock().ok().map(|w| *w).filter(|_| IN_PREPARATION.load(Ordering::SeqCst)) {
             Some(what) => Some(format!("interrupted while {what}; nothing was saved")),
             None => ON_QUIT.lock().ok().and_then(|f| f.as_ref().and_then(|f| f())),
         };
@@ -156,7 +156,7 @@ pub struct Preparing(());
 /// Enter a [`Preparing`] section doing `what`.
 pub fn preparing(what: &'static str) -> Preparing {
     if let Ok(mut w) = PREPARED_WHAT.lock() {
-        *w = Some(what.to_string());
+        *w = what;
     }
     IN_PREPARATION.store(true, Ordering::SeqCst);
     PREPARING.store(true, Ordering::SeqCst);
@@ -203,13 +203,13 @@ macro_rules! outln {
 /// has nothing to save.
 pub fn interruptible<T: Send + 'static>(
     stop: Option<&AtomicI32>,
-    what: &str,
+    what: &'static str,
     f: impl FnOnce() -> crate::error::Result<T> + Send + 'static,
 ) -> crate::error::Result<T> {
     let Some(stop) = stop else { return f() };
     PREPARING.store(true, Ordering::SeqCst);
     // Inside a [`preparing`] section, whose exit then says this work.
-    let outer = PREPARED_WHAT.lock().ok().map(|mut w| w.replace(what.to_string()));
+    let outer = PREPARED_WHAT.lock().ok().map(|mut w| std::mem::replace(&mut *w, what));
     let r = wait_for(stop, what, f);
     if let (Some(outer), Ok(mut w)) = (outer, PREPARED_WHAT.lock()) {
         *w = outer;

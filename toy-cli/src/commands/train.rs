@@ -392,7 +392,7 @@ fn toml_origin(e: Error, from_toml: &[String]) -> Error {
 /// the data reader's advice (`--data-format`, a chat template) is the
 /// finetune recipe's, which these recipes refuse; say so.
 fn chat_needs_finetune(e: Error) -> Error {
-    const ADVICE: &str = "read it as chat (--data-format auto or chat) with a model whose chat template renders it";
+    use crate::data::sources::CHAT_ADVICE as ADVICE;
     match e {
         Error::Input(m) if m.contains(ADVICE) => {
             let head = &m[..m.find(ADVICE).unwrap_or(m.len())];

@@ -65,9 +65,8 @@ pub fn check_student(a: &TrainArgs) -> Result<()> {
 /// The donor of a warm-start run for `a` (whose `--donor-width` it sets to
 /// the donor's, and `--donor`, `--init`, `--match-by` and `--lens-init` to
 /// the file and values the run uses, as config.toml records them), matched
-/// to the tokens of `corpus`.
+/// to the tokens of `corpus`. The caller has run [`check_student`] on `a`.
 pub fn donor(a: &mut TrainArgs, corpus: &Corpus) -> Result<crate::donor::Donor> {
-    check_student(a)?;
     let path = a.warm.donor.clone().ok_or_else(|| input("warm-start needs --donor MODEL.gguf"))?;
     // The donor decides the table width; the lens maps it to d_model.
     let probe = crate::donor::DonorOptions {

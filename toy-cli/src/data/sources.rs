@@ -18,6 +18,11 @@ use sha2::{Digest, Sha256};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
+/// What a chat record met where text is read is told to do (the finetune
+/// recipe's reading; `toy train`'s other recipes replace it with their own).
+pub const CHAT_ADVICE: &str =
+    "read it as chat (--data-format auto or chat) with a model whose chat template renders it (a GGUF that has tokenizer.chat_template)";
+
 pub use super::discover::discover;
 
 /// Documents are handed out in pieces of about this many bytes at most.
@@ -377,7 +382,7 @@ impl<'s> Documents<'s> {
                     let conversation = v.get("messages").is_some() || v.get("conversations").is_some();
                     let text = v.get(&self.text_field).ok_or_else(|| match (conversation, prompt, completion) {
                         (true, _, _) | (_, true, true) => input(format!(
-                            "{at}: a chat record (messages, conversations, or prompt and completion), not text with a field {:?}: read it as chat (--data-format auto or chat) with a model whose chat template renders it (a GGUF that has tokenizer.chat_template)",
+                            "{at}: a chat record (messages, conversations, or prompt and completion), not text with a field {:?}: {CHAT_ADVICE}",
                             self.text_field
                         )),
                         (_, true, false) | (_, false, true) => {

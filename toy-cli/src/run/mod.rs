@@ -105,6 +105,11 @@ pub struct RunDir {
     created: Option<PathBuf>,
 }
 
+/// The refusal of a file given as a run folder.
+fn not_a_folder(path: &Path) -> crate::error::Error {
+    input(format!("{} is a file, not a run folder", path.display()))
+}
+
 impl RunDir {
     /// Remove the run folder (a run that saved nothing) and the parents that
     /// [`RunDir::create`] made for it, where nothing else was put in them; a
@@ -123,7 +128,7 @@ impl RunDir {
     /// [`crate::error::Error::Input`] saying what is there.
     pub fn check_new(path: &Path) -> Result<()> {
         if path.exists() && !path.is_dir() {
-            return Err(input(format!("{} is a file, not a run folder", path.display())));
+            return Err(not_a_folder(path));
         }
         if path.exists() && !is_skeleton(path) {
             // a run (its config.toml) can be resumed; another folder cannot
@@ -141,11 +146,10 @@ impl RunDir {
     /// Create the folder `path` (and `weights/`). An existing folder is refused
     /// unless `allow_existing` (resuming); an unwritable place is bad input.
     pub fn create(id: String, path: PathBuf, allow_existing: bool) -> Result<RunDir> {
-        if path.exists() && !path.is_dir() {
-            return Err(input(format!("{} is a file, not a run folder", path.display())));
-        }
         if !allow_existing {
             RunDir::check_new(&path)?;
+        } else if path.exists() && !path.is_dir() {
+            return Err(not_a_folder(&path));
         }
         let created = path.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(Path::to_path_buf);
         std::fs::create_dir_all(path.join("weights")).map_err(|e| input(format!("cannot create run folder {}: {e}", path.display())))?;

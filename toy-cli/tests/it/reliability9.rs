@@ -2,6 +2,22 @@
 
 use crate::chat::{chat_model, finetune, persona, CHATML};
 use crate::common::process::{ok, toy};
+use ggml_rs::gguf::{GgufFile, GgufWriter, Value};
+
+/// A copy of `b` at `to` with the metadata `keys` set (added or replaced).
+fn with_keys(b: &GgufFile, to: &std::path::Path, keys: &[(&str, Value)]) {
+    let mut g = GgufWriter::new();
+    for (k, v) in b.metadata().iter().filter(|(k, _)| k != "general.alignment") {
+        g.set(k, v.clone()).unwrap();
+    }
+    for (k, v) in keys {
+        g.set(k, v.clone()).unwrap();
+    }
+    for info in b.tensors() {
+        g.add_tensor_data(&info.name, &info.shape(), &b.tensor_f32(&info.name).unwrap()).unwrap();
+    }
+    g.write(to).unwrap();
+}
 
 /// One conversation far longer than the rest does not size the default
 /// window of finetune or eval (it was: windows of the cap, mostly padding);
@@ -63,28 +79,12 @@ fn a_new_projects_finetune_takes_the_models_context() {
 /// fine-tune keeps the key; documents read with its tokenizer start with it.
 #[test]
 fn generate_adds_the_bos_a_model_asks_for() {
-    use ggml_rs::gguf::{GgufFile, GgufWriter, Value};
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     ok(&toy(t, &["train", "--preset", "smoke", "--steps", "1", "--threads", "1", "--out", "base"]));
     let b = GgufFile::open(t.join("base/weights/latest")).unwrap();
     let bos = b.get_u64("tokenizer.ggml.bos_token_id").unwrap();
-    let mut g = GgufWriter::new();
-    for (k, v) in b.metadata() {
-        match k.as_str() {
-            "general.alignment" => continue,
-            "tokenizer.ggml.add_bos_token" => g.set(k, Value::Bool(true)).unwrap(),
-            "general.name" => {
-                g.set(k, v.clone()).unwrap();
-                g.set("general.license", "apache-2.0").unwrap();
-            }
-            _ => g.set(k, v.clone()).unwrap(),
-        }
-    }
-    for info in b.tensors() {
-        g.add_tensor_data(&info.name, &info.shape(), &b.tensor_f32(&info.name).unwrap()).unwrap();
-    }
-    g.write(t.join("bos.gguf")).unwrap();
+    with_keys(&b, &t.join("bos.gguf"), &[("tokenizer.ggml.add_bos_token", Value::Bool(true)), ("general.license", "apache-2.0".into())]);
     let ids = |model: &str, prompt: &[&str]| {
         let args = [&["generate", model, "-n", "1", "--greedy", "--json", "--threads", "1"][..], prompt].concat();
         let o = toy(t, &args);
@@ -213,20 +213,11 @@ fn half_a_prompt_completion_pair_is_named() {
 /// none where the template writes none).
 #[test]
 fn chat_examples_start_with_the_bos_a_model_asks_for() {
-    use ggml_rs::gguf::{GgufFile, GgufWriter, Value};
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     chat_model(t, Some(CHATML), "chat.gguf");
     let b = GgufFile::open(t.join("chat.gguf")).unwrap();
-    let mut g = GgufWriter::new();
-    for (k, v) in b.metadata().iter().filter(|(k, _)| k != "general.alignment") {
-        let v = if k == "tokenizer.ggml.add_bos_token" { Value::Bool(true) } else { v.clone() };
-        g.set(k, v).unwrap();
-    }
-    for info in b.tensors() {
-        g.add_tensor_data(&info.name, &info.shape(), &b.tensor_f32(&info.name).unwrap()).unwrap();
-    }
-    g.write(t.join("bos.gguf")).unwrap();
+    with_keys(&b, &t.join("bos.gguf"), &[("tokenizer.ggml.add_bos_token", Value::Bool(true))]);
     std::fs::write(t.join("chats.jsonl"), persona(3)).unwrap();
     let shown = |model: &str| {
         let o = toy(t, &["debug", "chat-masks", model, "--corpus", "chats.jsonl", "-n", "1"]);
