@@ -36,18 +36,10 @@ fn named_command() -> Option<String> {
 fn dispatch(command: &Command) -> toy::error::Result<()> {
     match command {
         Command::Train(a) => toy::commands::train::run(a).and_then(|o| {
-            if !a.json {
-                return Ok(());
+            if a.json {
+                say!("{}", o.summary())?;
             }
-            let mut summary = serde_json::json!({ "format": "toy/train-v1", "run_id": o.run_id, "run_dir": o.run_dir, "steps": o.steps,
-                                                  "seed": o.seed, "final_loss": o.final_loss, "val_loss": o.val_loss });
-            if let Some(c) = &o.chat {
-                summary["chat"] = serde_json::json!(c);
-            }
-            if let Some(d) = &o.donor {
-                summary["donor"] = serde_json::json!(d);
-            }
-            say!("{summary}")
+            o.into_result().map(|_| ())
         }),
         Command::Generate(a) => toy::commands::generate::run(a).and_then(|g| {
             if a.json {

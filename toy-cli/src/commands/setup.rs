@@ -205,7 +205,7 @@ pub fn finish(a: &TrainArgs, run: &RunDir, out: Result<Outcome>) -> Result<Outco
         }
     });
     let out = out?;
-    if !a.json {
+    if !a.json && out.reason != crate::train::End::Interrupted {
         crate::outln!("run {} → {}", crate::output::one_line(&out.run_id), crate::output::shown(&out.run_dir));
     }
     Ok(out)

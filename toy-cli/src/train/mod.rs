@@ -19,7 +19,7 @@ pub mod step;
 
 use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::Corpus;
-use crate::error::{input, Result};
+use crate::error::{input, Error, Result};
 use crate::formats::state;
 use crate::model::{init::init_weights, Weights};
 use crate::run::events::{now_rfc3339, SCHEMA};
@@ -99,6 +99,43 @@ pub struct Outcome {
     pub chat: Option<events::Chat>,
     /// warm-start: `run_start`'s `donor` (the donor match report).
     pub donor: Option<crate::donor::MatchReport>,
+    /// The signal that interrupted the run (`reason` is `Interrupted`), else 0.
+    pub signal: i32,
+}
+
+impl Outcome {
+    /// The `--json` summary (`toy/train-v1`): printed for an interrupted run
+    /// too, with its `reason` and the step it saved.
+    pub fn summary(&self) -> serde_json::Value {
+        let mut s = serde_json::json!({ "format": "toy/train-v1", "run_id": self.run_id, "run_dir": self.run_dir,
+                                        "steps": self.steps, "seed": self.seed, "final_loss": self.final_loss,
+                                        "val_loss": self.val_loss, "reason": self.reason });
+        if let Some(c) = &self.chat {
+            s["chat"] = serde_json::json!(c);
+        }
+        if let Some(d) = &self.donor {
+            s["donor"] = serde_json::json!(d);
+        }
+        s
+    }
+
+    /// The run as the command's result: an interrupted one is
+    /// [`Error::Interrupted`] (exit 128 + the signal), saying where it saved
+    /// and how to go on.
+    pub fn into_result(self) -> Result<Outcome> {
+        if self.reason != End::Interrupted {
+            return Ok(self);
+        }
+        Err(Error::Interrupted(
+            self.signal,
+            format!(
+                "interrupted at step {}; saved weights/step_{}.gguf (continue with: toy train --resume {})",
+                self.steps,
+                self.steps,
+                self.run_dir.display()
+            ),
+        ))
+    }
 }
 
 /// The backends of a single-device command (`eval`, `generate`, `debug`): the

@@ -341,15 +341,6 @@ impl Loop<'_, '_> {
             exit_code: code,
             device_used_bytes: self.memory.0.used_since_start(self.memory.1),
         }))?;
-        if reason == End::Interrupted {
-            return Err(Error::Interrupted(
-                sig,
-                format!(
-                    "interrupted at step {done}; saved weights/step_{done}.gguf (continue with: toy train --resume {})",
-                    self.run.path.display()
-                ),
-            ));
-        }
         Ok(Outcome {
             run_id: self.run.id.clone(),
             run_dir: self.run.path.clone(),
@@ -362,6 +353,7 @@ impl Loop<'_, '_> {
             wall_seconds: wall,
             chat: self.chat.map(ChatRun::event),
             donor: None,
+            signal: if reason == End::Interrupted { sig } else { 0 },
         })
     }
 }

@@ -19,6 +19,7 @@ mod quant_base;
 mod qwen2;
 mod qwen2_fixture;
 mod reliability;
+mod reliability10;
 mod reliability3_data;
 mod reliability3_models;
 mod reliability3_runs;
