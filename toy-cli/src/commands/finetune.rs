@@ -60,10 +60,18 @@ fn default_context(base: usize, corpus: &crate::data::Corpus, pack: bool) -> (us
     let (longest, over) = crate::train::chat_windows::sizing_length(&lens, cap);
     let fit = longest.div_ceil(64).max(1) * 64;
     if fit < cap {
+        // Each conversation's window holds `fit` inputs, its own tokens first.
+        let filled: usize = lens.iter().map(|&n| n.saturating_sub(1).min(fit)).sum();
+        let padding = 100 - (100 * filled).div_ceil(fit * lens.len().max(1));
+        let advice = if padding >= 50 {
+            format!("the windows are {padding}% padding: --pack fills them; --context to change")
+        } else {
+            "--context to change, --pack to fill windows".to_string()
+        };
         let note = match over {
-            0 => format!("note: context {fit}: the longest conversation is {longest} tokens (--context to change, --pack to fill windows)"),
+            0 => format!("note: context {fit}: the longest conversation is {longest} tokens ({advice})"),
             k => format!(
-                "note: context {fit}: the longest conversation within {cap} tokens is {longest}; {k} of {} are longer and cut to the window (--context to change, --pack to fill windows)",
+                "note: context {fit}: the longest conversation within {cap} tokens is {longest}; {k} of {} are longer and cut to the window ({advice})",
                 lens.len()
             ),
         };

@@ -30,3 +30,27 @@ fn an_interrupted_json_run_prints_its_summary() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains(&format!("interrupted at step {steps}; saved weights/step_{steps}.gguf")), "{err}");
 }
+
+/// Chat finetune's default window, set by its longest conversation, says how
+/// much of the windows is padding when that is most of them, and that
+/// `--pack` fills them (one conversation of about 150 tokens among ones of 50 gave
+/// windows of 192 tokens, three quarters padding, with no word of it).
+#[test]
+fn a_mostly_padded_default_window_says_so() {
+    use crate::chat::{chat_model, finetune, persona, CHATML};
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, Some(CHATML), "chat.gguf");
+    let long = serde_json::json!({"messages": [
+        {"role": "user", "content": "Tell me a story.".repeat(10)},
+        {"role": "assistant", "content": "Once upon a time."}
+    ]});
+    std::fs::write(t.join("chats.jsonl"), format!("{}{long}\n", persona(40))).unwrap();
+    let o = finetune(t, "chat.gguf", "chats.jsonl", "ft", &["--steps", "1"]);
+    crate::common::process::ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let note = err.lines().find(|l| l.starts_with("note: context")).unwrap_or_else(|| panic!("{err}"));
+    assert!(note.contains("% padding: --pack fills them; --context to change)"), "{note}");
+    let pct: usize = note.split("windows are ").nth(1).and_then(|s| s.split('%').next()).unwrap().parse().unwrap();
+    assert!((60..95).contains(&pct), "{note}");
+}
