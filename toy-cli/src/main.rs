@@ -126,9 +126,12 @@ fn main() -> ExitCode {
     // other write errors on stdout are errors (`toy::say!`). Checkpoints are written to temp files and renamed, so
     // dying mid-write leaves no partial file.
     #[cfg(unix)]
-    // SAFETY: restoring the default disposition of a signal, before any thread starts.
+    // SAFETY: setting signals' dispositions, before any thread starts.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        // A file past `ulimit -f` is a write error (EFBIG: said, its temp
+        // file removed), not a kill that leaves the temp file behind.
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
     // args_os: a path that is not UTF-8 is clap's to refuse (one line), not a panic here.
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();

@@ -54,3 +54,25 @@ fn a_mostly_padded_default_window_says_so() {
     let pct: usize = note.split("windows are ").nth(1).and_then(|s| s.split('%').next()).unwrap().parse().unwrap();
     assert!((60..95).contains(&pct), "{note}");
 }
+
+/// A file past the size limit (`ulimit -f`) is a write error, said on one
+/// line with nothing left behind: SIGXFSZ had killed the process and left
+/// its temp file.
+#[test]
+fn a_file_size_limit_is_an_error_that_leaves_no_temp_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("story.txt");
+    std::fs::write(&text, toy_stories::generate_with(3, 400)).unwrap();
+    let script = format!(
+        "ulimit -f 20 && exec '{}' prep '{}' --vocab-size 300 --out '{}'",
+        env!("CARGO_BIN_EXE_toy"),
+        text.display(),
+        dir.path().join("p").display()
+    );
+    let o = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.starts_with("toy prep: cannot write") && err.contains("File too large"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("story.txt")], "{err}");
+}
