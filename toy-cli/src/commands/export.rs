@@ -190,7 +190,13 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     if let Some((_, file_type)) = target {
         g.set("general.file_type", file_type)?;
     }
-    g.set("toy.lora.merged", m.lora.display().to_string())?;
+    // Which adapter this is (as a run's config.toml records its base): its
+    // absolute path, and its hash for when the path moves.
+    // (A run folder's: the checkpoint its weights/latest names.)
+    let lora_file = crate::files::file_or_run(&m.lora, "--lora")?;
+    let lora_abs = std::fs::canonicalize(&lora_file).unwrap_or(lora_file);
+    g.set("toy.lora.merged", lora_abs.display().to_string())?;
+    g.set("toy.lora.merged_sha256", crate::formats::adapter::file_sha256(&lora_abs)?)?;
     let (base_arg, lora_arg) = (format!("--base {}", m.base.display()), format!("--lora {}", m.lora.display()));
     let mut fallback = std::collections::BTreeMap::new();
     let (mut coarse, mut head_note) = (None, None);

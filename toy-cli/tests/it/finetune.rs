@@ -155,6 +155,12 @@ fn lora_trains_adapters_only_and_merges_into_the_same_model() {
     // Run folders as --base and --lora, as generate and eval take them: the same file.
     ok(&toy(t, &["export", "merge", "--base", "base", "--lora", "lo", "--out", "merged2.gguf"]));
     let (m1, m2) = (GgufFile::open(t.join("merged.gguf")).unwrap(), GgufFile::open(t.join("merged2.gguf")).unwrap());
+    // Both record the adapter by its absolute path (the run folder's: its checkpoint) and hash.
+    let adapter = std::fs::canonicalize(t.join("lo/weights/latest")).unwrap();
+    for m in [&m1, &m2] {
+        assert_eq!(m.get_str("toy.lora.merged").unwrap(), adapter.display().to_string());
+        assert_eq!(m.get_str("toy.lora.merged_sha256").unwrap(), toy::formats::adapter::file_sha256(&adapter).unwrap());
+    }
     for name in ["blk.0.attn_q.weight", "blk.1.ffn_down.weight"] {
         assert!(m1.tensor_f32(name).unwrap() == m2.tensor_f32(name).unwrap(), "{name} differs between the two merges");
     }
