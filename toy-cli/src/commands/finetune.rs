@@ -247,6 +247,7 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     (cfg.model, dequantized) = finetune_model(&ck, &cfg, context, lora);
     cfg.validate()?;
     cfg.recipe = Recipe::Finetune;
+    cfg.preset = a.batch.preset; // the base gives the shape; a preset, if any, the batch and context
     cfg.from = Some(std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone()).display().to_string());
     cfg.from_sha256 = Some(crate::formats::adapter::file_sha256(&path)?);
     record_corpus(&mut cfg, a.data.corpus.as_deref())?;

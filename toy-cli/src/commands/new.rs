@@ -66,7 +66,7 @@ threads = {threads}
 # norm_eps = {eps:?}
 # rope_base = {rope:?}
 "#,
-        preset = c.preset.name(),
+        preset = c.preset_name(),
         arch = m.arch.name(),
         steps = c.steps,
         seed = c.seed,

@@ -287,7 +287,7 @@ pub fn run_args(cfg: &TrainConfig) -> TrainArgs {
             pack: cfg.pack,
         },
         batch: BatchArgs {
-            preset: Some(cfg.preset),
+            preset: cfg.preset,
             steps: Some(cfg.steps),
             seed: Some(cfg.seed),
             batch: Some(cfg.batch),

@@ -108,7 +108,10 @@ impl Dtype {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrainConfig {
-    pub preset: Preset,
+    /// The preset the shape, batch and context came from; none for a finetune
+    /// that no `--preset` gave its batch and context (its shape is its base's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<Preset>,
     pub model: ModelConfig,
     /// Sequences per micro-batch (one forward and backward pass).
     pub batch: usize,
@@ -249,11 +252,16 @@ fn default_text_field() -> String {
 }
 
 impl TrainConfig {
+    /// The preset's name, or "custom" where none is recorded.
+    pub fn preset_name(&self) -> &'static str {
+        self.preset.map_or("custom", Preset::name)
+    }
+
     /// The defaults of `preset` for `arch` with vocabulary `vocab`.
     pub fn from_preset(preset: Preset, arch: Arch, vocab: usize) -> TrainConfig {
         let (d, h, f, l, t, b) = preset.shape();
         TrainConfig {
-            preset,
+            preset: Some(preset),
             model: ModelConfig {
                 n_kv_heads: preset.kv_heads().unwrap_or(h),
                 rope_base: preset.rope_base(),

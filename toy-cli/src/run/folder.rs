@@ -71,7 +71,7 @@ impl<'r> RunFolder<'r> {
         // A finetune keeps its base's shape, whatever preset gave its batch: named by the model.
         let what = match self.cfg.recipe {
             crate::config::Recipe::Finetune => crate::train::model_name(self.cfg),
-            _ => format!("{} {}", self.cfg.model.arch.name(), self.cfg.preset.name()),
+            _ => format!("{} {}", self.cfg.model.arch.name(), self.cfg.preset_name()),
         };
         let title = format!("{} — {what}", self.run.id);
         plot::plot_losses(&self.run.path.join("loss.svg"), &title, &train, &val)

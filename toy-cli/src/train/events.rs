@@ -193,7 +193,8 @@ pub struct Config {
     pub matmul_precision: &'static str,
     pub dtype: &'static str,
     pub attention: &'static str,
-    pub preset: &'static str,
+    /// The preset; none (null) for a finetune that no `--preset` gave its batch and context.
+    pub preset: Option<&'static str>,
     /// The corpus's path.
     pub corpus: String,
     /// Tokens of the training and validation splits.
@@ -489,7 +490,7 @@ mod tests {
                 matmul_precision: "default",
                 dtype: "f32",
                 attention: "plain",
-                preset: "tiny",
+                preset: Some("tiny"),
                 corpus: "data/x.txt".into(),
                 train_tokens: 900,
                 val_tokens: 100,

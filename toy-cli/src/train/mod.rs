@@ -284,7 +284,7 @@ fn run_start(s: &Start<'_, '_>) -> RunStart {
             matmul_precision: cfg.matmul_precision.name(),
             dtype: cfg.dtype.name(),
             attention: cfg.attention.name(),
-            preset: cfg.preset.name(),
+            preset: cfg.preset.map(crate::config::Preset::name),
             corpus: corpus.source.display().to_string(),
             train_tokens: corpus.train.len(),
             val_tokens: corpus.val.len(),

@@ -62,6 +62,6 @@ pub fn model_name(cfg: &TrainConfig) -> String {
             let stem = || std::path::Path::new(from).file_stem().map_or("base".into(), |s| s.to_string_lossy().into_owned());
             format!("{}-finetune", named.unwrap_or_else(stem))
         }
-        _ => format!("toy-{}-{}", cfg.model.arch.name(), cfg.preset.name()),
+        _ => format!("toy-{}-{}", cfg.model.arch.name(), cfg.preset_name()),
     }
 }

@@ -76,3 +76,24 @@ fn a_file_size_limit_is_an_error_that_leaves_no_temp_file() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, vec![std::ffi::OsString::from("story.txt")], "{err}");
 }
+
+/// A finetune's config.toml names no preset unless `--preset` gave its batch
+/// and context (it recorded "tiny", the default, for a model of the base's
+/// shape); it resumes all the same.
+#[test]
+fn a_finetune_records_no_preset_it_did_not_use() {
+    use crate::chat::{chat_model, finetune};
+    use crate::common::process::{ok, toy};
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, None, "m.gguf");
+    ok(&finetune(t, "m.gguf", "old.txt", "ft", &["--steps", "2", "--context", "32"]));
+    let config = std::fs::read_to_string(t.join("ft/config.toml")).unwrap();
+    assert!(!config.contains("preset"), "{config}");
+    let start: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(t.join("ft/events.jsonl")).unwrap().lines().next().unwrap()).unwrap();
+    assert!(start["config"]["preset"].is_null(), "{start}");
+    ok(&toy(t, &["train", "--resume", "ft", "--steps", "3", "--threads", "1"]));
+    ok(&finetune(t, "m.gguf", "old.txt", "ft2", &["--steps", "1", "--preset", "smoke"]));
+    assert!(std::fs::read_to_string(t.join("ft2/config.toml")).unwrap().contains("preset = \"smoke\""));
+}
