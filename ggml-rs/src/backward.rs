@@ -230,8 +230,12 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
         let bf16_product =
             matches!(op, sys::GGML_OP_GLU | sys::GGML_OP_RESHAPE | sys::GGML_OP_MUL_MAT | sys::GGML_OP_ADD) && is_bf16_product(s);
         let bf16_input = (reads_casts && is_bf16_cast(s)) || (product && is_bf16_activation(s)) || bf16_product;
-        if need && !bf16_logits && !bf16_input && !matches!(s.dtype(), crate::DType::F32 | crate::DType::F16) {
-            return Err(fail(n, "gradients flow only through f32/f16 operands"));
+        // (f16 too would reach kernels without an f16 case: scale, binary ops, gelu's backward)
+        if need && !bf16_logits && !bf16_input && s.dtype() != crate::DType::F32 {
+            return Err(fail(
+                n,
+                &format!("gradients flow only through f32 operands, and {:?} is {}: cast to f32 before this op", s.name(), s.dtype()),
+            ));
         }
     }
     let need = |j: usize| src_needs.get(j).copied().unwrap_or(false);
@@ -261,6 +265,15 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
                 Ok(())
             }
         }
+        sys::GGML_OP_MUL_MAT if need(1) && srcs[0].dtype().block_size() > 1 => Err(fail(
+            n,
+            &format!(
+                "the gradient of the second operand needs the first transposed, and {:?} is {} (blocks along its rows): multiply by cast({:?}, F32)",
+                srcs[0].name(),
+                srcs[0].dtype(),
+                srcs[0].name()
+            ),
+        )),
         sys::GGML_OP_MUL_MAT if need(0) => {
             let (a, b) = (srcs[0].ne(), srcs[1].ne());
             // Patch 0003 folds a 2-d weight broadcast over any batch; other broadcasts

@@ -179,13 +179,18 @@ impl Context {
     }
 
     /// Mark `t` as a trainable parameter (`ggml_set_param`): backward computes its
-    /// gradient. It must be a leaf (created by `new_tensor`, not an op result).
+    /// gradient. It must be an f32 leaf (created by `new_tensor`, not an op
+    /// result): gradients, and the AdamW and SGD steps, are f32 (a compact
+    /// copy for the forward is a [`cast`](Self::cast) of it).
+    ///
+    /// # Errors
+    /// [`Error::Tensor`] for an op result or a type other than f32.
     pub fn set_param(&self, t: Tensor<'_>) -> Result<()> {
         if t.op() != sys::GGML_OP_NONE {
             return Err(t.err("only leaf tensors (not op results) can be parameters"));
         }
-        if !matches!(t.dtype(), DType::F32 | DType::F16) {
-            return Err(t.err(format!("parameters must be f32 or f16, not {}", t.dtype())));
+        if t.dtype() != DType::F32 {
+            return Err(t.err(format!("parameters must be f32, not {} (train an f32 copy and cast it for the forward)", t.dtype())));
         }
         // SAFETY: checked above.
         unsafe { sys::ggml_set_param(t.raw()) };
@@ -254,7 +259,8 @@ impl<'a> Tensor<'a> {
 
     /// The element type.
     pub fn dtype(&self) -> DType {
-        DType::from_raw(self.get().type_).unwrap_or(DType::Other(self.get().type_))
+        // ggml made the tensor with this type, so from_raw knows it.
+        DType::from_raw(self.get().type_).unwrap_or(DType::F32)
     }
 
     /// All four dimensions, ggml order (`ne[0]` contiguous); unused ones are 1.
@@ -380,8 +386,8 @@ impl<'a> Tensor<'a> {
         Some(unsafe { CStr::from_ptr(sys::ggml_backend_buffer_name(root.buffer)) }.to_string_lossy().into_owned())
     }
 
-    /// Mark as a graph input: the scheduler allocates it first and never reuses its memory
-    /// before it is read.
+    /// Mark as a graph input: the scheduler allocates it first and never reuses
+    /// its memory, so what was written stays for every compute (and reads back).
     pub fn set_input(&self) -> Tensor<'a> {
         // SAFETY: flag update on a live tensor.
         unsafe { sys::ggml_set_input(self.raw()) };
@@ -393,6 +399,11 @@ impl<'a> Tensor<'a> {
         // SAFETY: flag update on a live tensor.
         unsafe { sys::ggml_set_output(self.raw()) };
         *self
+    }
+
+    /// True for data the caller writes: a leaf (no op), or a view of one.
+    pub(crate) fn is_written_data(&self) -> bool {
+        self.root().op == sys::GGML_OP_NONE
     }
 
     /// The tensor whose buffer holds the data, and this tensor's byte offset in it.

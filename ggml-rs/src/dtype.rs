@@ -44,8 +44,21 @@ pub enum DType {
     Q5K,
     /// 6-bit k-quant, super-blocks of 256 (`q6_K`).
     Q6K,
-    /// Any other type ggml knows, by its `ggml_type` number.
-    Other(u32),
+    /// Any other type ggml supports (`iq2_xxs`, `tq1_0`, ...): made only by
+    /// [`from_raw`](Self::from_raw), so it always names a type ggml has.
+    Other(OtherType),
+}
+
+/// The `ggml_type` number of a [`DType::Other`]: one that ggml supports
+/// (below `GGML_TYPE_COUNT`, not a removed type), as [`DType::from_raw`] checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct OtherType(u32);
+
+impl OtherType {
+    /// The `ggml_type` number.
+    pub fn get(self) -> u32 {
+        self.0
+    }
 }
 
 impl DType {
@@ -70,7 +83,7 @@ impl DType {
             DType::Q4K => sys::GGML_TYPE_Q4_K,
             DType::Q5K => sys::GGML_TYPE_Q5_K,
             DType::Q6K => sys::GGML_TYPE_Q6_K,
-            DType::Other(n) => n,
+            DType::Other(n) => n.0,
         }
     }
 
@@ -104,7 +117,7 @@ impl DType {
             sys::GGML_TYPE_Q4_K => DType::Q4K,
             sys::GGML_TYPE_Q5_K => DType::Q5K,
             sys::GGML_TYPE_Q6_K => DType::Q6K,
-            n => DType::Other(n),
+            n => DType::Other(OtherType(n)),
         })
     }
 

@@ -81,7 +81,8 @@ struct Allocation {
 /// Build it with [`expand`](Self::expand) (and, for training,
 /// [`build_backward`](Self::build_backward)), then [`allocate`](Self::allocate)
 /// it once on a list of backends and [`compute`](Self::compute) it as often as
-/// needed, writing inputs before each run. Intermediate tensors get their memory
+/// needed, writing inputs before the first run (they keep what was written
+/// until it is written again). Intermediate tensors get their memory
 /// from the graph's allocation and lose it when the graph is dropped; a tensor can
 /// belong to one allocated graph at a time.
 pub struct Graph<'a> {
@@ -368,7 +369,9 @@ impl<'a> Graph<'a> {
 
     /// The gradient of the loss with respect to `t`, once backward is built and
     /// if `t` influences the loss. For parameters it is always contiguous (a
-    /// copy is added to the graph where ggml's is a strided view).
+    /// copy is added to the graph where ggml's is a strided view) and f32, as
+    /// parameters are; an intermediate's has its type (bf16 for the bf16
+    /// products and activations of toy-rs patches 0041-0055).
     pub fn grad(&self, t: Tensor<'_>) -> Option<Tensor<'a>> {
         if !self.grads || self.loss.is_none() {
             return None;
@@ -385,8 +388,9 @@ impl<'a> Graph<'a> {
         }
     }
 
-    /// Run the graph. Inputs must have been written since allocation; indices fed
-    /// to `get_rows` are checked against the table size first.
+    /// Run the graph. Inputs start as zeros at allocation and keep what was
+    /// last written from one run to the next. Indices fed to `get_rows` are checked against
+    /// the table size first.
     ///
     /// # Errors
     /// [`Error::Compute`] when the graph is not allocated, an index is out of

@@ -52,7 +52,7 @@ pub mod optim;
 
 pub use backend::{devices, Backend, Device, DeviceKind, MatmulPrecision};
 pub use context::{Context, Tensor, MAX_DIMS};
-pub use dtype::{DType, Element};
+pub use dtype::{DType, Element, OtherType};
 pub use error::{Error, Result};
 pub use graph::{Graph, MulMatGrad, Placement};
 pub use ops::RopeMode;

@@ -176,6 +176,14 @@ impl<'a> Optimizer<'a> {
                 return Err(Error::op("optimizer", format!("grad_clip = {c} must be positive")));
             }
         }
+        // A parameter listed twice would take two steps each step.
+        let mut seen = std::collections::HashSet::new();
+        if let Some(p) = groups.iter().flat_map(|g| &g.params).find(|p| !seen.insert(p.raw())) {
+            return Err(Error::Backward(format!(
+                "parameter {:?} is listed twice in the groups: it would be updated twice a step",
+                p.name()
+            )));
+        }
         // Global gradient norm and clip coefficient, computed in the graph.
         let mut clip = None;
         let mut grad_norm = None;

@@ -43,6 +43,7 @@ impl Graph<'_> {
         check_state_allocated(&nodes, &leafs)?;
         mark_inputs_and_outputs(&nodes, &leafs);
         let index_checks = index_checks(&nodes);
+        keep_inputs(&nodes, &leafs);
         self.check_preallocated(&nodes, backends)?;
         check_runnable(&nodes, backends)?;
         let (owned, external): (Vec<RawTensor>, Vec<RawTensor>) =
@@ -67,8 +68,24 @@ impl Graph<'_> {
             self.release();
             return Err(Error::Compute(format!("cannot allocate the graph: {why}")));
         }
+        self.zero_inputs();
         self.seed_loss();
         Ok(())
+    }
+
+    /// Inputs that got their memory here start as zeros (not what the memory
+    /// held before), until the caller writes them.
+    fn zero_inputs(&self) {
+        let Some(alloc) = &self.alloc else { return };
+        for &t in &alloc.owned {
+            // SAFETY: allocated now (a view has its source's memory, not its own).
+            unsafe {
+                let flags = (*t).flags;
+                if flags & sys::GGML_TENSOR_FLAG_INPUT as i32 != 0 && (*t).view_src.is_null() && !(*t).buffer.is_null() {
+                    sys::ggml_backend_tensor_memset(t, 0, 0, sys::ggml_nbytes(t));
+                }
+            }
+        }
     }
 
     /// Allocate the graph's compute buffers with `sched`; `Ok(false)` when ggml
@@ -238,6 +255,21 @@ fn mark_inputs_and_outputs(nodes: &[RawTensor], leafs: &[RawTensor]) {
             while ((*v).flags & sys::GGML_TENSOR_FLAG_OUTPUT as i32) != 0 && !(*v).view_src.is_null() {
                 v = (*v).view_src;
                 sys::ggml_set_output(v);
+            }
+        }
+    }
+}
+
+/// Inputs keep what the caller wrote for every compute: ggml-alloc would
+/// otherwise hand an input's memory to a later node (in place, or once its
+/// last reader ran), and the next compute would read that node's result.
+/// Flagged as outputs, they are never reused (ggml_gallocr_free_node).
+fn keep_inputs(nodes: &[RawTensor], leafs: &[RawTensor]) {
+    for &t in nodes.iter().chain(leafs) {
+        // SAFETY: live tensors of the graph; flag update only.
+        unsafe {
+            if (*t).flags & sys::GGML_TENSOR_FLAG_INPUT as i32 != 0 {
+                sys::ggml_set_output(t);
             }
         }
     }

@@ -23,7 +23,7 @@ macro_rules! binary_op {
 
 macro_rules! unary_op {
     ($(#[$doc:meta])* $name:ident, $ffi:ident) => {
-        unary_op!($(#[$doc])* $name, $ffi, "f32 or f16", [DType::F32, DType::F16]);
+        unary_op!($(#[$doc])* $name, $ffi, "f32 or f16 (a gradient flows through f32 only)", [DType::F32, DType::F16]);
     };
     ($(#[$doc:meta])* $name:ident, $ffi:ident, $types:literal, [$($t:expr),*]) => {
         $(#[$doc])*
@@ -77,7 +77,8 @@ impl Context {
         neg, ggml_neg
     );
     unary_op!(
-        /// `tanh x` (`ggml_tanh`).
+        /// `tanh x` (`ggml_tanh`). No gradient: ggml has no backward for it
+        /// ([`Graph::build_backward`](crate::Graph::build_backward) refuses a graph that needs one).
         tanh, ggml_tanh
     );
     unary_op!(
@@ -97,7 +98,8 @@ impl Context {
         gelu, ggml_gelu, "f32, f16 or bf16", [DType::F32, DType::F16, DType::BF16]
     );
     unary_op!(
-        /// GELU, exact form `0.5x(1 + erf(x/√2))` (`ggml_gelu_erf`).
+        /// GELU, exact form `0.5x(1 + erf(x/√2))` (`ggml_gelu_erf`). No gradient:
+        /// ggml has no backward for it ([`gelu`](Context::gelu) has one).
         gelu_erf, ggml_gelu_erf
     );
 

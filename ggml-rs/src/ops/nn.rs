@@ -30,9 +30,21 @@ impl Context {
     /// Rows of `a` picked by the indices in `ids` (`ggml_get_rows`): an embedding
     /// lookup. `a` is `[ne0, n_rows, ne2, ne3]`, `ids` is i32 `[n, ne2, ne3]`; the
     /// result is f32 `[ne0, n, ne2, ne3]`. The table's rows must be contiguous.
-    /// Indices are checked when the graph runs (see [`Graph::compute`](crate::Graph::compute)).
+    /// Indices are checked when the graph runs (see [`Graph::compute`](crate::Graph::compute)),
+    /// so `ids` must be data the caller writes (a leaf, or a view of one).
+    ///
+    /// # Errors
+    /// [`Error::Op`] when `ids` is not i32 or is the result of an op (ggml
+    /// aborts on a computed index out of range), the shapes do not match as
+    /// above, or the table's type has no conversion to f32.
     pub fn get_rows<'a>(&'a self, a: Tensor<'a>, ids: Tensor<'a>) -> Result<Tensor<'a>> {
         need_dtype("get_rows", &ids, &[DType::I32])?;
+        if !ids.is_written_data() {
+            return Err(Error::op(
+                "get_rows",
+                format!("indices {} are the result of an op: they must be data you write (a leaf or a view of one), which is checked against the table before each run", shape_str(&ids)),
+            ));
+        }
         let (an, bn) = (a.ne(), ids.ne());
         if an[2] != bn[1] || an[3] != bn[2] || bn[3] != 1 {
             return Err(Error::op(
@@ -77,6 +89,17 @@ impl Context {
                     format!("{which} operand {} has strided rows (transposed or permuted dimension 0); use cont first", shape_str(t)),
                 ));
             }
+        }
+        if a.nb()[0] > a.nb()[1] {
+            return Err(Error::op(
+                "mul_mat",
+                format!(
+                    "first operand {} has a row stride {} below its element stride {} (a transposed or stride-0 view); use cont first",
+                    shape_str(&a),
+                    a.nb()[1],
+                    a.nb()[0]
+                ),
+            ));
         }
         need_dtype("mul_mat", &b, &[DType::F32, DType::BF16])?;
         if !a.dtype().can_dequantize() {
@@ -247,9 +270,16 @@ impl Context {
     }
 
     /// Set elements above the diagonal shifted by `n_past` to −∞ (`ggml_diag_mask_inf`).
+    ///
+    /// # Errors
+    /// [`Error::Op`] when `a` is not a contiguous f32 tensor or `n_past` is
+    /// above `i32::MAX` (ggml's type for it).
     pub fn diag_mask_inf<'a>(&'a self, a: Tensor<'a>, n_past: usize) -> Result<Tensor<'a>> {
         need_dtype("diag_mask_inf", &a, &[DType::F32])?;
         need_contiguous("diag_mask_inf", &a)?;
+        if n_past > i32::MAX as usize {
+            return Err(Error::op("diag_mask_inf", format!("n_past = {n_past} is above {}", i32::MAX)));
+        }
         // SAFETY: checked.
         self.op("diag_mask_inf", |ctx| unsafe { sys::ggml_diag_mask_inf(ctx, a.raw(), n_past as i32) })
     }
@@ -318,7 +348,8 @@ impl Context {
     /// Cross-entropy of softmax(`logits`) against the distributions `labels`, over
     /// `ne0`, averaged over the rows: `−(1/rows)·Σ labels·log_softmax(logits)`
     /// (`ggml_cross_entropy_loss`). Both contiguous f32 of the same shape
-    /// `[n_vocab, rows]`; the result is a one-element f32 tensor.
+    /// `[n_vocab, rows]`; the result is a one-element f32 tensor. Only `logits`
+    /// receives a gradient: `labels` are data (a backward through them is refused).
     pub fn cross_entropy_loss<'a>(&'a self, logits: Tensor<'a>, labels: Tensor<'a>) -> Result<Tensor<'a>> {
         if !same_shape(&logits, &labels) {
             return Err(Error::op(

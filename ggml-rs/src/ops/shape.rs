@@ -75,6 +75,10 @@ impl Context {
 
     /// Reorder dimensions (`ggml_permute`): dimension `i` of `a` becomes dimension
     /// `axes[i]` of the result. `axes` must be a permutation of 0..4.
+    ///
+    /// # Errors
+    /// [`Error::Op`] when `axes` is no permutation, or when a block-quantized
+    /// `a` would lose its dimension 0 (its rows are blocks of values).
     pub fn permute<'a>(&'a self, a: Tensor<'a>, axes: [usize; 4]) -> Result<Tensor<'a>> {
         let mut seen = [false; 4];
         for &x in &axes {
@@ -83,18 +87,30 @@ impl Context {
             }
             seen[x] = true;
         }
+        if axes[0] != 0 {
+            keeps_blocks("permute", &a)?;
+        }
         // SAFETY: checked.
         self.op("permute", |ctx| unsafe { sys::ggml_permute(ctx, a.raw(), axes[0] as i32, axes[1] as i32, axes[2] as i32, axes[3] as i32) })
     }
 
     /// Swap dimensions 0 and 1 (`ggml_transpose`), as a view.
+    ///
+    /// # Errors
+    /// [`Error::Op`] for a block-quantized `a` (its rows are blocks of values:
+    /// cast it to f32 first).
     pub fn transpose<'a>(&'a self, a: Tensor<'a>) -> Result<Tensor<'a>> {
+        keeps_blocks("transpose", &a)?;
         // SAFETY: always valid.
         self.op("transpose", |ctx| unsafe { sys::ggml_transpose(ctx, a.raw()) })
     }
 
     /// A contiguous copy of `a` (`ggml_cont`).
+    ///
+    /// # Errors
+    /// [`Error::Op`] for a type the CPU cannot copy (see [`cpy`](Self::cpy)).
     pub fn cont<'a>(&'a self, a: Tensor<'a>) -> Result<Tensor<'a>> {
+        check_copy("cont", &a, a.dtype())?;
         // SAFETY: always valid.
         self.op("cont", |ctx| unsafe { sys::ggml_cont(ctx, a.raw()) })
     }
@@ -204,6 +220,14 @@ impl Context {
     }
 
     /// Copy `a` into `b`'s memory, converting type (`ggml_cpy`); returns a view of `b`.
+    /// The types the CPU converts (the backend of last resort): any type to
+    /// itself; between f32, f16 and bf16; f32 to i32 and back; f32, f16 or bf16
+    /// to a quantized type that has a row quantizer (`q8_0`, `q4_K`, ...); a
+    /// quantized type to f32, or to bf16 when both are contiguous.
+    ///
+    /// # Errors
+    /// [`Error::Op`] when the element counts differ or the pair of types is
+    /// not one of the above.
     ///
     /// When `b` is a leaf without data (not allocated in a context), the result is
     /// instead a new tensor of `b`'s type and shape holding the converted values
@@ -214,6 +238,8 @@ impl Context {
         if a.nelements() != b.nelements() {
             return Err(Error::op("cpy", format!("{} and {} differ in element count", shape_str(&a), shape_str(&b))));
         }
+        check_copy("cpy", &a, b.dtype())?;
+        check_copy_layout(&a, &b)?;
         if b.op() == sys::GGML_OP_NONE && !b.is_view() && !b.is_allocated() {
             // SAFETY: checked; ggml_cast makes a new tensor of a's shape.
             let c = self.op("cpy", |ctx| unsafe { sys::ggml_cast(ctx, a.raw(), b.dtype().to_raw()) })?;
@@ -222,4 +248,56 @@ impl Context {
         // SAFETY: checked.
         self.op("cpy", |ctx| unsafe { sys::ggml_cpy(ctx, a.raw(), b.raw()) })
     }
+}
+
+/// Refuse to move dimension 0 of a block-quantized tensor: its values are
+/// stored in blocks along that dimension, so the result would have a
+/// dimension 0 that splits blocks, which ggml neither checks nor handles.
+fn keeps_blocks(op: &'static str, a: &Tensor<'_>) -> Result<()> {
+    if a.dtype().block_size() > 1 {
+        return Err(Error::op(op, format!("{} is {}, stored in blocks along dimension 0: cast it to f32 first", shape_str(a), a.dtype())));
+    }
+    Ok(())
+}
+
+/// The layouts the CPU's conversions to and from blocks take: whole rows of
+/// blocks written in order, and to bf16 (toy-rs patch 0040) contiguous both.
+fn check_copy_layout(a: &Tensor<'_>, b: &Tensor<'_>) -> Result<()> {
+    let (from, to) = (a.dtype(), b.dtype());
+    if from == to {
+        return Ok(());
+    }
+    let fits = if to.is_quantized() {
+        b.is_contiguous()
+    } else if from.is_quantized() && to == DType::BF16 {
+        a.is_contiguous() && b.is_contiguous()
+    } else if from.is_quantized() {
+        b.nb()[0] == to.type_size() && (b.ne()[0] % from.block_size() == 0 || b.is_contiguous())
+    } else {
+        true
+    };
+    if !fits {
+        return Err(Error::op(
+            "cpy",
+            format!("{} to {}: this conversion between {from} and {to} needs contiguous tensors", shape_str(a), shape_str(b)),
+        ));
+    }
+    Ok(())
+}
+
+/// The pairs of types the CPU copies (ggml-cpu's `ggml_compute_forward_dup`,
+/// which aborts on any other); the CPU runs what other backends cannot.
+fn check_copy(op: &'static str, a: &Tensor<'_>, to: DType) -> Result<()> {
+    let from = a.dtype();
+    let float = |t: DType| matches!(t, DType::F32 | DType::F16 | DType::BF16);
+    // SAFETY: valid types; the CPU traits table has an entry for each.
+    let quantizer = to.is_quantized() && unsafe { (*sys::ggml_get_type_traits_cpu(to.to_raw())).from_float.is_some() };
+    let ok = from == to
+        || (float(from) && (float(to) || quantizer))
+        || matches!((from, to), (DType::F32, DType::I32) | (DType::I32, DType::F32))
+        || (from.is_quantized() && from.can_dequantize() && (to == DType::F32 || (to == DType::BF16 && a.is_contiguous())));
+    if !ok {
+        return Err(Error::op(op, format!("cannot convert {from} to {to}")));
+    }
+    Ok(())
 }

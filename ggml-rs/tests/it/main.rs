@@ -14,6 +14,7 @@ mod grad;
 mod kept;
 mod kernels;
 mod misuse;
+mod misuse2;
 mod norm_back;
 mod ops;
 mod optim;
