@@ -28,9 +28,10 @@ pub struct EvalResult {
     pub tokens: usize,
     /// Tokens per window (`--context`, or the longest the text fills).
     pub context: usize,
-    /// UTF-8 bytes of the evaluated text, when the corpus is text.
+    /// UTF-8 bytes of text the scored tokens stand for (each window's
+    /// targets), when the corpus is text.
     pub bytes: Option<usize>,
-    /// Bits per byte (loss in bits over the text's bytes), when known.
+    /// Bits per byte (loss in bits over those bytes), when known.
     pub bits_per_byte: Option<f64>,
     /// Chat data: what fitting its conversations into windows did; `tokens`
     /// then counts the assistant tokens scored.
@@ -46,8 +47,9 @@ fn no_tokenizer(path: &std::path::Path, why: &str) -> crate::error::Error {
 
 /// The ids of the whole corpus of `args` for the model `ck` (a prepared
 /// folder's splits one after the other, or the one `--split` names), and
-/// the text's bytes when known.
-fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, Option<usize>)> {
+/// when the corpus is text the bytes each id stands for
+/// ([`Tokenizer::byte_lengths`](crate::data::tokenizer::Tokenizer::byte_lengths)).
+fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, Option<Vec<u32>>)> {
     let path = &args.corpus;
     if !path.exists() {
         return Err(input(format!("corpus {} does not exist", path.display())));
@@ -74,14 +76,8 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
     if args.max_windows == Some(0) {
         return Err(input("--max-windows must be at least 1"));
     }
-    // The text's bytes, or a split's share of them by tokens (bits per byte).
-    let total = c.train.len() + c.val.len();
-    let share = |n: usize| c.text_bytes.map(|b| (b as f64 * n as f64 / total.max(1) as f64).round() as usize);
-    let bytes = match args.split {
-        Split::All => c.text_bytes,
-        Split::Train => share(c.train.len()),
-        Split::Val => share(c.val.len()),
-    };
+    // Bits per byte: the bytes of text each id stands for.
+    let byte_lengths = c.text_bytes.and(c.tokenizer.as_ref()).map(|t| t.byte_lengths());
     // The whole corpus (a prepared folder's splits one after the other), or the split asked for.
     let ids: crate::data::Tokens = match args.split {
         Split::All if c.val.is_empty() => c.train,
@@ -104,7 +100,17 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
             )));
         }
     }
-    Ok((ids, bytes))
+    Ok((ids, byte_lengths))
+}
+
+/// The bytes of text that the targets of the windows at `starts` (`t` each)
+/// stand for.
+fn scored_bytes(ids: &crate::data::Tokens, starts: &[usize], t: usize, lens: &[u32]) -> Result<usize> {
+    let mut n = 0usize;
+    for &s in starts {
+        n += ids.window(s + 1, t)?.iter().map(|&id| lens.get(id as usize).copied().unwrap_or(0) as usize).sum::<usize>();
+    }
+    Ok(n)
 }
 
 /// A progress bar of `n` windows on a terminal's stderr, unless `show` is
@@ -166,7 +172,7 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
         return eval_chat(&ck, args, &chat);
     }
     let path = &args.corpus;
-    let (ids, bytes) = corpus_ids(&ck, args)?;
+    let (ids, byte_lengths) = corpus_ids(&ck, args)?;
     // Default: the longest window the text fills (one window plus its shifted
     // target), capped by the model's context.
     let t = args.context.unwrap_or_else(|| ck.config.context.min(ids.len().saturating_sub(1)).max(1));
@@ -207,15 +213,14 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
         return Err(runtime(format!("the perplexity is not finite: exp of the loss {loss:.4} overflows")));
     }
     let tokens = starts.len() * t;
-    // Bits per byte over the bytes the evaluated windows cover (proportionally).
-    let covered = bytes.map(|n| (n as f64 * tokens as f64 / ids.len().max(1) as f64).max(1.0));
+    let bytes = byte_lengths.map(|lens| scored_bytes(&ids, &starts, t, &lens)).transpose()?;
     Ok(EvalResult {
         loss,
         perplexity: loss.exp(),
         tokens,
         context: t,
         bytes,
-        bits_per_byte: covered.map(|cb| loss * tokens as f64 / std::f64::consts::LN_2 / cb),
+        bits_per_byte: bytes.map(|b| loss * tokens as f64 / std::f64::consts::LN_2 / b.max(1) as f64),
         chat: None,
     })
 }

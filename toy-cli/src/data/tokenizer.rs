@@ -468,6 +468,23 @@ impl Tokenizer {
         }
     }
 
+    /// The bytes of text each id stands for, by id, as
+    /// [`Corpus::text_bytes`](crate::data::Corpus::text_bytes) counts a text's:
+    /// a token's byte-level spelling has a character a byte (a special token
+    /// its literal text); the end-of-text id counts 1 (the document end it
+    /// marks), a BOS none.
+    pub fn byte_lengths(&self) -> Vec<u32> {
+        let mut lens: Vec<u32> =
+            (0..self.vocab_size() as u32).map(|id| self.token_text(id).map_or(0, |s| s.chars().count() as u32)).collect();
+        if let Some(e) = self.eot() {
+            lens[e as usize] = 1;
+        }
+        if let Some(b) = self.bos_first().filter(|&b| Some(b) != self.eot()) {
+            lens[b as usize] = 0;
+        }
+        lens
+    }
+
     /// The text of token `id` as the vocabulary spells it (special tokens
     /// included, e.g. `<|im_end|>`), or `None` outside the vocabulary.
     pub fn token_text(&self, id: u32) -> Option<String> {

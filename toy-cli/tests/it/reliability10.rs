@@ -97,3 +97,40 @@ fn a_finetune_records_no_preset_it_did_not_use() {
     ok(&finetune(t, "m.gguf", "old.txt", "ft2", &["--steps", "1", "--preset", "smoke"]));
     assert!(std::fs::read_to_string(t.join("ft2/config.toml")).unwrap().contains("preset = \"smoke\""));
 }
+
+/// Bits per byte are over the bytes the scored tokens stand for: each
+/// window's targets, by their spelling in the model's vocabulary (they were
+/// the whole text's bytes scaled by the share of tokens, 2.7% off for the
+/// first windows of a file). Checked against the ids `toy debug tokenize`
+/// writes and the GGUF's own token strings.
+#[test]
+fn bits_per_byte_count_the_scored_bytes() {
+    use crate::common::process::{ok, toy};
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    crate::chat::chat_model(t, None, "m.gguf");
+    let doc: String = toy_stories::generate_with(21, 6).replace('\n', " ").chars().take(200).collect();
+    let doc = doc.trim().to_string();
+    std::fs::write(t.join("doc.txt"), &doc).unwrap();
+    ok(&toy(t, &["debug", "tokenize", "m.gguf", "--text", "doc.txt", "--out", "doc.ids"]));
+    let ids: Vec<usize> =
+        std::fs::read(t.join("doc.ids")).unwrap().chunks(4).map(|c| i32::from_le_bytes(c.try_into().unwrap()) as usize).collect();
+    let g = ggml_rs::gguf::GgufFile::open(t.join("m.gguf")).unwrap();
+    let Some(ggml_rs::gguf::Value::Array(ggml_rs::gguf::Array::String(vocab))) = g.get("tokenizer.ggml.tokens") else { panic!() };
+    let len = |id: usize| vocab[id].chars().count();
+    let eval = |extra: &[&str]| -> serde_json::Value {
+        let o = toy(t, &[&["eval", "m.gguf", "--corpus", "doc.txt", "--json", "--threads", "1"][..], extra].concat());
+        ok(&o);
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    // One window of 16: the bytes of ids 1..=16.
+    let one = eval(&["--context", "16", "--max-windows", "1"]);
+    let want: usize = ids[1..=16].iter().map(|&i| len(i)).sum();
+    assert_eq!(one["bytes"].as_u64(), Some(want as u64), "{one}");
+    let bpb = one["loss"].as_f64().unwrap() * 16.0 / std::f64::consts::LN_2 / want as f64;
+    assert!((one["bits_per_byte"].as_f64().unwrap() - bpb).abs() < 1e-9, "{one}");
+    // One window of all but the last: the whole document and its end of
+    // text (one byte), but the first token.
+    let all = eval(&[]);
+    assert_eq!(all["bytes"].as_u64(), Some((doc.len() + 1 - len(ids[0])) as u64), "{all}");
+}

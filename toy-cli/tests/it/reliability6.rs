@@ -197,9 +197,10 @@ fn eval_of_a_text_folder_gives_bits_per_byte() {
     let file = bpb("sf/story.txt");
     assert!(file.is_some() && bpb("sf") == file);
     // The bytes are the documents' (trimmed), one more each for its end of text:
-    // "ab" and "cd é" are 2 + 1 and 5 + 1, whatever surrounds them.
+    // "ab" and "cd é" are 2 + 1 and 5 + 1, whatever surrounds them; the scored
+    // targets are all but the first token ("a", context only): 8.
     std::fs::write(t.join("two.txt"), "  ab \n<|endoftext|>\n\ncd é\n\n").unwrap();
-    let o = toy(t, &["eval", "R", "--corpus", "two.txt", "--context", "2", "--threads", "1", "--json"]);
+    let o = toy(t, &["eval", "R", "--corpus", "two.txt", "--threads", "1", "--json"]);
     ok(&o);
-    assert_eq!(serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["bytes"], 9);
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["bytes"], 8);
 }
