@@ -152,7 +152,9 @@ pub struct GenerateArgs {
     /// Where the model runs.
     #[command(flatten)]
     pub on: RunOnArgs,
-    /// Print JSON {text, ids} instead of streaming text.
+    /// Print JSON {text, ids, n_prompt} instead of streaming text: `ids` are the
+    /// prompt's `n_prompt` ids then the generated ones; `text` is what the
+    /// stream shows (the prompt and its continuation; with --chat the reply alone).
     #[arg(long)]
     pub json: bool,
 }
