@@ -200,7 +200,12 @@ impl TrainArgs {
     pub fn or_from(&mut self, file: &TrainArgs) {
         self.recipe = self.recipe.or(file.recipe);
         self.data.or_from(&file.data);
+        // --steps and --epochs say one thing: the one given here wins over the file's either.
+        let (steps, epochs) = (self.batch.steps.is_some(), self.batch.epochs.is_some());
         self.batch.or_from(&file.batch);
+        if steps || epochs {
+            (self.batch.steps, self.batch.epochs) = if steps { (self.batch.steps, None) } else { (None, self.batch.epochs) };
+        }
         self.shape.or_from(&file.shape);
         self.optim.or_from(&file.optim);
         self.log.or_from(&file.log);
@@ -272,6 +277,13 @@ flag_group! {
         /// Training steps (optimizer steps; default 200).
         #[arg(long, value_parser = count_u64)]
         pub steps: Option<u64>,
+        /// Passes over the training windows instead of --steps (TRL's
+        /// num_train_epochs; fractions allowed): --steps becomes
+        /// ⌈epochs × windows / (batch × grad-accum)⌉, as config.toml records it.
+        /// A window: a conversation (or a packed window) of chat data, else
+        /// --context tokens of the training split.
+        #[arg(long, conflicts_with = "steps", value_parser = super::float32)]
+        pub epochs: Option<f32>,
         /// Seed of the initial weights and of the batch order (default 0).
         #[arg(long, value_parser = count_u64)]
         pub seed: Option<u64>,

@@ -253,10 +253,11 @@ pub fn run(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     record_corpus(&mut cfg, a.data.corpus.as_deref())?;
     cfg.text_field = text_field.to_string();
     (cfg.data_format, cfg.pack) = (format, a.data.pack);
+    let epochs = super::setup::apply_epochs(a, &mut cfg, &corpus)?;
     drop(preparing);
     let run = run_dir(a.out.as_ref(), base.arch, how.restart)?;
     let plan = Plan { recipe: Recipe::Finetune, init: Init::Model(&ck), sampling: Sampling::Random, resume: None };
     // Said once the run has started: a refusal before then says only itself.
-    let opts = RunOptions { notes: [shape_note, dequantized, note].into_iter().flatten().collect(), ..opts.clone() };
+    let opts = RunOptions { notes: [shape_note, dequantized, note, epochs].into_iter().flatten().collect(), ..opts.clone() };
     finish(a, &run, train(&plan, &cfg, &corpus, &run, &opts))
 }

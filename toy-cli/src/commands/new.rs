@@ -35,6 +35,7 @@ pub fn toml_text(c: &TrainConfig) -> String {
 corpus = "{CORPUS_DIR}"
 # preset = "{preset}"  (the default: from scratch its shape, batch and context; finetune takes only its batch and context)
 steps = {steps}
+# epochs = 3  (instead of steps: passes over the training data; remove steps)
 seed = {seed}
 eval_every = {eval_every}
 save_every = {save_every}

@@ -289,6 +289,7 @@ pub fn run_args(cfg: &TrainConfig) -> TrainArgs {
         batch: BatchArgs {
             preset: cfg.preset,
             steps: Some(cfg.steps),
+            epochs: None,
             seed: Some(cfg.seed),
             batch: Some(cfg.batch),
             grad_accum: Some(cfg.grad_accum),

@@ -22,6 +22,43 @@ pub fn default_corpus() -> Result<Corpus> {
     crate::data::embedded::corpus()
 }
 
+/// `--epochs`: set `cfg.steps` to ⌈epochs × windows / (batch × grad_accum)⌉,
+/// at least 1 (TRL's `num_train_epochs`), where the windows are those of
+/// `corpus`'s training split at `cfg`'s context as the loop walks them: a
+/// conversation each (or a packed window) for chat data, else `--context`
+/// tokens of the text. Returns the note saying what it chose.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input) for epochs that are not
+/// positive and finite, or both `steps` and `epochs` in toy.toml.
+pub fn apply_epochs(a: &TrainArgs, cfg: &mut TrainConfig, corpus: &Corpus) -> Result<Option<String>> {
+    let Some(epochs) = a.batch.epochs else { return Ok(None) };
+    if a.batch.steps.is_some() {
+        return Err(input("toy.toml sets both steps and epochs: keep one"));
+    }
+    if !(epochs.is_finite() && epochs > 0.0) {
+        return Err(input(format!("--epochs {epochs} must be positive")));
+    }
+    let t = cfg.model.context;
+    let windows = match &corpus.chat {
+        Some(c) => crate::train::chat_windows::ChatRun::new(c, t, cfg.pack).train.len(),
+        None => corpus.train.len().saturating_sub(1) / t,
+    };
+    let per_step = cfg.batch * cfg.grad_accum;
+    let steps = (epochs as f64 * windows as f64 / per_step as f64).ceil().max(1.0);
+    if steps > 1e9 {
+        return Err(input(format!("--epochs {epochs}: {steps:.0} steps of {per_step} windows is too many")));
+    }
+    cfg.steps = steps as u64;
+    let plural = |n: u64, what: &str| if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") };
+    Ok(Some(format!(
+        "note: --epochs {epochs}: {} of {} over the {}",
+        plural(cfg.steps, "step"),
+        plural(per_step as u64, "window"),
+        plural(windows as u64, "training window")
+    )))
+}
+
 /// Resolve the full configuration for `a` and a corpus of `vocab` ids.
 pub fn resolve(a: &TrainArgs, vocab: usize) -> Result<TrainConfig> {
     let preset = a.batch.preset.unwrap_or(Preset::Tiny);

@@ -462,6 +462,8 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if let Some(f) = &a.data.text_field {
         cfg.text_field = f.clone();
     }
+    let epochs = super::setup::apply_epochs(&a, &mut cfg, &corpus)?;
+    let opts = &RunOptions { notes: opts.notes.iter().cloned().chain(epochs).collect(), ..opts.clone() };
     drop(preparing);
     let run = run_dir(a.out.as_ref(), cfg.model.arch, how.restart)?;
     let plan = match &donor {

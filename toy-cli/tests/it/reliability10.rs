@@ -134,3 +134,42 @@ fn bits_per_byte_count_the_scored_bytes() {
     let all = eval(&[]);
     assert_eq!(all["bytes"].as_u64(), Some((doc.len() + 1 - len(ids[0])) as u64), "{all}");
 }
+
+/// `--epochs` (TRL's num_train_epochs) sets the steps from the training
+/// windows: a conversation each for chat data, `--context` tokens of the
+/// training split for text; toy.toml's steps and epochs give way to the
+/// command line's either; a resume takes --steps only.
+#[test]
+fn epochs_set_the_steps_from_the_training_windows() {
+    use crate::chat::{chat_model, finetune, persona, CHATML};
+    use crate::common::process::{fails, ok, toy};
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, Some(CHATML), "chat.gguf");
+    std::fs::write(t.join("chats.jsonl"), persona(40)).unwrap();
+    let o = finetune(t, "chat.gguf", "chats.jsonl", "ft", &["--epochs", "3", "--batch", "4", "--context", "64"]);
+    ok(&o);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let windows: usize = err.split("conversations (messages records): ").nth(1).and_then(|s| s.split(' ').next()).unwrap().parse().unwrap();
+    let steps = (3 * windows).div_ceil(4);
+    assert!(err.contains(&format!("note: --epochs 3: {steps} steps of 4 windows over the {windows} training windows")), "{err}");
+    let config = std::fs::read_to_string(t.join("ft/config.toml")).unwrap();
+    assert!(config.contains(&format!("steps = {steps}\n")), "{config}");
+    // Text: windows of --context tokens of the training split, batch × grad-accum a step.
+    let args = ["train", "--corpus", "old.txt", "--preset", "smoke", "--context", "32", "--batch", "2", "--grad-accum", "2"];
+    let o = toy(t, &[&args[..], &["--epochs", "0.5", "--threads", "1", "--log-every", "1000", "--out", "tx"]].concat());
+    ok(&o);
+    let start: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(t.join("tx/events.jsonl")).unwrap().lines().next().unwrap()).unwrap();
+    let train_tokens = start["config"]["train_tokens"].as_u64().unwrap() as usize;
+    let steps = ((train_tokens - 1) / 32).div_ceil(2 * 4); // half of them, 4 a step
+    assert!(std::fs::read_to_string(t.join("tx/config.toml")).unwrap().contains(&format!("steps = {steps}\n")));
+    // toy.toml: the command line's --steps wins over its epochs; both in the file are refused.
+    std::fs::write(t.join("toy.toml"), "[train]\nepochs = 2\n").unwrap();
+    ok(&toy(t, &[&args[..], &["--steps", "2", "--threads", "1", "--out", "s2"]].concat()));
+    assert!(std::fs::read_to_string(t.join("s2/config.toml")).unwrap().contains("steps = 2\n"));
+    std::fs::write(t.join("toy.toml"), "[train]\nepochs = 2\nsteps = 5\n").unwrap();
+    fails(&toy(t, &[&args[..], &["--threads", "1", "--out", "s3"]].concat()), "train", "toy.toml sets both steps and epochs");
+    std::fs::remove_file(t.join("toy.toml")).unwrap();
+    fails(&toy(t, &["train", "--resume", "tx", "--epochs", "1"]), "train", "--epochs 1");
+}
