@@ -384,14 +384,17 @@ impl Backend {
         Backend::new(device_by_name(name)?)
     }
 
-    /// The CPU backend.
+    /// The CPU backend, with [`default_n_threads`] threads (ggml's own default is 4
+    /// whatever the machine).
     pub fn cpu() -> Result<Backend> {
         load_default_backends();
         let dev = all_devices()
             .into_iter()
             .find(|d| d.kind() == DeviceKind::Cpu)
             .ok_or_else(|| Error::Backend("no CPU backend (is libggml-cpu loadable?)".into()))?;
-        Backend::new(dev)
+        let b = Backend::new(dev)?;
+        b.set_n_threads(default_n_threads());
+        Ok(b)
     }
 
     /// The device this backend runs on.
@@ -416,7 +419,9 @@ impl Backend {
         self.inner.device.proc_address(name)
     }
 
-    /// Set the number of threads, for backends that have threads (the CPU).
+    /// Set the number of threads, for backends that have threads (the CPU):
+    /// `n` is taken between 1 and ggml's `GGML_MAX_N_THREADS` (512). More
+    /// threads than cores slow a step down (each op waits for all of them).
     /// Returns false when the backend has no such setting.
     pub fn set_n_threads(&self, n: usize) -> bool {
         let f = self.proc_address(c"ggml_backend_set_n_threads");
@@ -426,7 +431,7 @@ impl Backend {
         // SAFETY: the registry exports this name with this signature (ggml-cpu.h); live backend.
         unsafe {
             let f: unsafe extern "C" fn(sys::ggml_backend_t, i32) = std::mem::transmute(f);
-            f(self.inner.ptr, n.max(1) as i32);
+            f(self.inner.ptr, n.clamp(1, sys::GGML_MAX_N_THREADS as usize) as i32);
         }
         true
     }

@@ -223,7 +223,7 @@ pub(crate) fn check_shape(op: &'static str, dtype: DType, ne: &[i64]) -> Result<
     if ne[0] % dtype.block_size() != 0 {
         return Err(Error::op(op, format!("ne0 = {} is not a multiple of the {dtype} block size {}", ne[0], dtype.block_size())));
     }
-    let bytes = (dtype.row_size(ne[0]) as u128) * (total / ne[0]) as u128;
+    let bytes = dtype.type_size() as u128 * (ne[0] / dtype.block_size()) as u128 * (total / ne[0]) as u128;
     if bytes > (isize::MAX as u128) {
         return Err(Error::op(op, format!("shape {ne:?} of {dtype} is too large")));
     }
@@ -388,16 +388,25 @@ impl<'a> Tensor<'a> {
 
     /// Mark as a graph input: the scheduler allocates it first and never reuses
     /// its memory, so what was written stays for every compute (and reads back).
+    /// Before its graph is allocated: afterwards, the memory is already shared
+    /// with other nodes and the mark changes nothing.
     pub fn set_input(&self) -> Tensor<'a> {
-        // SAFETY: flag update on a live tensor.
-        unsafe { sys::ggml_set_input(self.raw()) };
+        if !self.is_scratch() {
+            // SAFETY: flag update on a live tensor.
+            unsafe { sys::ggml_set_input(self.raw()) };
+        }
         *self
     }
 
-    /// Mark as a graph output: its memory is never reused, so it can be read after compute.
+    /// Mark as a graph output: its memory is never reused, so it can be read
+    /// after compute. Before its graph is allocated: afterwards, the memory is
+    /// already shared with later nodes, the mark changes nothing and
+    /// [`read`](Self::read) still refuses it.
     pub fn set_output(&self) -> Tensor<'a> {
-        // SAFETY: flag update on a live tensor.
-        unsafe { sys::ggml_set_output(self.raw()) };
+        if !self.is_scratch() {
+            // SAFETY: flag update on a live tensor.
+            unsafe { sys::ggml_set_output(self.raw()) };
+        }
         *self
     }
 
@@ -418,10 +427,13 @@ impl<'a> Tensor<'a> {
         }
     }
 
-    /// True for an op result whose memory comes from a graph's compute buffer
+    /// True for an allocated op result whose memory comes from a graph's compute buffer
     /// and that is flagged neither output, input nor parameter (nor is its
     /// source, for a view): after a compute that memory may hold a later node.
-    fn is_scratch(&self) -> bool {
+    pub(crate) fn is_scratch(&self) -> bool {
+        if !self.is_allocated() {
+            return false;
+        }
         let keep = (sys::GGML_TENSOR_FLAG_OUTPUT | sys::GGML_TENSOR_FLAG_INPUT | sys::GGML_TENSOR_FLAG_PARAM) as i32;
         let root = self.root();
         // SAFETY: allocated, so the root's buffer is live (see the module docs).

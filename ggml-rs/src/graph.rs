@@ -102,13 +102,19 @@ pub struct Graph<'a> {
 }
 
 impl<'a> Graph<'a> {
-    /// A forward-only graph of at most `size` nodes (and `size` leaves). New tensors
-    /// that graph building creates (none for forward graphs) go into `ctx`.
+    /// A forward-only graph of at most `size` nodes (and `size` leaves; a
+    /// `size` below 16 is taken as 16). New tensors that graph building
+    /// creates (none for forward graphs) go into `ctx`.
+    ///
+    /// # Errors
+    /// [`Error::Capacity`] when the graph's host memory cannot be had.
     pub fn new(ctx: &'a Context, size: usize) -> Result<Graph<'a>> {
         Self::create(ctx, size, false)
     }
 
-    /// A graph that can hold gradients, for [`build_backward`](Self::build_backward).
+    /// A graph that can hold gradients, for [`build_backward`](Self::build_backward),
+    /// sized as [`new`](Self::new): the backward adds several nodes for each
+    /// forward one (allow about 8×).
     pub fn with_grads(ctx: &'a Context, size: usize) -> Result<Graph<'a>> {
         Self::create(ctx, size, true)
     }

@@ -30,7 +30,8 @@ impl Graph<'_> {
     ///
     /// # Errors
     /// [`Error::Tensor`] when a parameter or an AdamW moment of the graph has no
-    /// memory yet; [`Error::Backend`] when the backend list is empty or does not
+    /// memory yet, or an op result of the graph has memory of another allocated
+    /// graph (a tensor belongs to one allocated graph at a time); [`Error::Backend`] when the backend list is empty or does not
     /// end with the CPU, or a pre-allocated tensor sits on a backend that cannot
     /// run its op; [`Error::Compute`] when allocation fails (out of memory).
     pub fn allocate(&mut self, backends: &[Backend]) -> Result<()> {
@@ -41,6 +42,7 @@ impl Graph<'_> {
             return Err(Error::Compute("the graph has no nodes".into()));
         }
         check_state_allocated(&nodes, &leafs)?;
+        check_not_in_other_graph(&nodes)?;
         mark_inputs_and_outputs(&nodes, &leafs);
         let index_checks = index_checks(&nodes);
         keep_inputs(&nodes, &leafs);
@@ -190,6 +192,27 @@ fn check_backend_list(backends: &[Backend]) -> Result<()> {
     Ok(())
 }
 
+/// Refuse an op result that another allocated graph gave memory: this graph
+/// would compute it again into that memory, which the other graph shares with
+/// its later nodes (its outputs among them).
+fn check_not_in_other_graph(nodes: &[RawTensor]) -> Result<()> {
+    for &t in nodes {
+        // SAFETY: live tensors of the graph and their view sources; live buffers.
+        unsafe {
+            let root = if (*t).view_src.is_null() { t } else { (*t).view_src };
+            if (*t).op == sys::GGML_OP_NONE || (*root).op == sys::GGML_OP_NONE || (*root).buffer.is_null() {
+                continue;
+            }
+            if sys::ggml_backend_buffer_get_usage((*root).buffer) == sys::GGML_BACKEND_BUFFER_USAGE_COMPUTE {
+                let name = CStr::from_ptr((*t).name.as_ptr()).to_string_lossy().into_owned();
+                let msg = "an op result that another allocated graph holds: a tensor belongs to one allocated graph at a time (build it again for this graph, or drop the other first)";
+                return Err(Error::Tensor { name, msg: msg.into() });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Refuse a parameter, or an AdamW moment (operands 2 and 3 of
 /// `opt_step_adamw`), that has no memory: the scheduler would treat it as an
 /// input and give it scratch memory, so training would run on garbage.
@@ -299,7 +322,10 @@ fn index_checks(nodes: &[RawTensor]) -> Vec<(RawTensor, i64, String)> {
                 unsafe { sys::ggml_set_input(root) };
             }
             let name = unsafe { CStr::from_ptr((*node.src[0]).name.as_ptr()) }.to_string_lossy().into_owned();
-            checks.push((root, rows, name));
+            // The indices themselves where they are contiguous (a view of part of
+            // a leaf reads that part), else the whole leaf they view.
+            let checked = if unsafe { sys::ggml_is_contiguous(ids) } { ids } else { root };
+            checks.push((checked, rows, name));
         }
     }
     checks

@@ -31,7 +31,9 @@ impl Context {
     /// lookup. `a` is `[ne0, n_rows, ne2, ne3]`, `ids` is i32 `[n, ne2, ne3]`; the
     /// result is f32 `[ne0, n, ne2, ne3]`. The table's rows must be contiguous.
     /// Indices are checked when the graph runs (see [`Graph::compute`](crate::Graph::compute)),
-    /// so `ids` must be data the caller writes (a leaf, or a view of one).
+    /// so `ids` must be data the caller writes (a leaf, or a view of one). Its
+    /// backward (the gradient of the table) takes a 2-d table `[ne0, n_rows]`
+    /// and a 1-d `ids` only.
     ///
     /// # Errors
     /// [`Error::Op`] when `ids` is not i32 or is the result of an op (ggml

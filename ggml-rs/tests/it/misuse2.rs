@@ -147,3 +147,89 @@ fn gradients_through_compact_types_are_refused() {
     g.build_backward(ctx.sum(ctx.mul_mat(w32, x).unwrap()).unwrap()).unwrap();
     still_works();
 }
+
+/// A tensor belongs to one allocated graph: a second graph over an op result
+/// of the first is refused (it recomputed it into memory the first shares
+/// with its output, which then read wrong).
+#[test]
+fn an_op_result_of_one_allocated_graph_is_refused_by_another() {
+    let cpu = cpu();
+    let ctx = Context::new(64).unwrap();
+    let a = ctx.new_tensor_1d(DType::F32, 4).unwrap().set_input();
+    let b = ctx.sqr(a).unwrap();
+    let d = ctx.scale(b, 2.0).unwrap().set_output();
+    let mut g1 = Graph::new(&ctx, 16).unwrap();
+    g1.expand(d).unwrap();
+    g1.allocate(&backends(&cpu)).unwrap();
+    let e = ctx.scale(b, 3.0).unwrap().set_output();
+    let mut g2 = Graph::new(&ctx, 16).unwrap();
+    g2.expand(e).unwrap();
+    err_with(g2.allocate(&backends(&cpu)), "one allocated graph at a time");
+    a.write(&[1f32, 2., 3., 4.]).unwrap();
+    g1.compute().unwrap();
+    assert_eq!(d.read::<f32>().unwrap(), vec![2., 8., 18., 32.]);
+    // Once the first graph is gone, the second may have them.
+    drop(g1);
+    g2.allocate(&backends(&cpu)).unwrap();
+    a.write(&[1f32, 2., 3., 4.]).unwrap();
+    g2.compute().unwrap();
+    assert_eq!(e.read::<f32>().unwrap(), vec![3., 12., 27., 48.]);
+    still_works();
+}
+
+/// Marking a scratch result as an output after allocation changes nothing:
+/// the read is still refused (it returned a later node's values).
+#[test]
+fn a_late_output_mark_does_not_unlock_scratch() {
+    let cpu = cpu();
+    let ctx = Context::new(64).unwrap();
+    let a = ctx.new_tensor_1d(DType::F32, 4).unwrap().set_input();
+    let b = ctx.sqr(a).unwrap();
+    let e = ctx.sum(ctx.exp(b).unwrap()).unwrap();
+    let mut g = Graph::new(&ctx, 16).unwrap();
+    g.expand(e).unwrap();
+    g.allocate(&backends(&cpu)).unwrap();
+    a.write(&[1f32, 2., 3., 4.]).unwrap();
+    b.set_output();
+    g.compute().unwrap();
+    err_with(b.read::<f32>(), "set_output() before allocating");
+    still_works();
+}
+
+/// A shape whose bytes overflow is refused when made (4·2⁶² bytes wrapped to 0,
+/// then read panicked on a capacity overflow).
+#[test]
+fn shapes_whose_bytes_overflow_are_refused() {
+    let ctx = Context::new(8).unwrap();
+    err_with(ctx.new_tensor(DType::F32, &[1 << 62]).map(|_| ()), "too large");
+    err_with(ctx.new_tensor(DType::Q8_0, &[1 << 58, 31]).map(|_| ()), "too large");
+}
+
+/// The index check reads the indices a view picks, not the whole leaf under it.
+#[test]
+fn get_rows_checks_the_indices_a_view_picks() {
+    let cpu = cpu();
+    let ctx = Context::new(64).unwrap();
+    let table = leaf(&ctx, &cpu, &[2, 3], &[0., 1., 10., 11., 20., 21.]);
+    let ids = leaf_i32(&ctx, &cpu, &[4], &[0, 2, 99, -5]);
+    let v = ctx.view(ids, &[2], &[], 0).unwrap();
+    assert_eq!(eval(&ctx, &[ctx.get_rows(table, v).unwrap()])[0], vec![0., 1., 20., 21.]);
+    let tail = ctx.view(ids, &[2], &[], 8).unwrap();
+    let mut g = Graph::new(&ctx, 16).unwrap();
+    g.expand(ctx.get_rows(table, tail).unwrap().set_output()).unwrap();
+    g.allocate(&backends(&cpu)).unwrap();
+    err_with(g.compute(), "index 99");
+    still_works();
+}
+
+/// CPU threads: the machine's by default (ggml's own is 4), and at most
+/// ggml's 512 (a count past i32 had wrapped to 1 or −1).
+#[test]
+fn cpu_threads_default_to_the_machine_and_are_bounded() {
+    let cpu = cpu();
+    for n in [0usize, 1, 5000, (1 << 32) + 1, usize::MAX] {
+        assert!(cpu.set_n_threads(n));
+    }
+    cpu.set_n_threads(1);
+    still_works();
+}
