@@ -152,6 +152,12 @@ fn in_use(dir: &Path, what: &str, f: &mut std::fs::File) -> crate::error::Error 
     input(format!("{what} {} is in use by {who}{doing}; wait for it or stop it", dir.display()))
 }
 
+/// The newest `weights/step_N.gguf` of the run folder `dir`, by `N`.
+fn newest_checkpoint(dir: &Path) -> Option<u64> {
+    let entries = std::fs::read_dir(dir.join("weights")).ok()?;
+    entries.flatten().filter_map(|e| crate::run::checkpoint_step(e.file_name().to_str()?)).max()
+}
+
 /// A checkpoint path: the file itself, or a run folder's `weights/latest`.
 pub fn resolve_model(p: &Path) -> Result<PathBuf> {
     if p.is_dir() {
@@ -159,13 +165,22 @@ pub fn resolve_model(p: &Path) -> Result<PathBuf> {
         if latest.exists() {
             return Ok(latest);
         }
+        // What is left when weights/latest is gone: the newest step_N.gguf, if any.
+        let newest = newest_checkpoint(p).map(|n| {
+            format!(
+                "; its newest checkpoint is {}: give it, or run ln -sfn step_{n}.gguf {}",
+                p.join(format!("weights/step_{n}.gguf")).display(),
+                latest.display()
+            )
+        });
         if latest.is_symlink() {
             // a run whose newest checkpoint was deleted by hand
             let to = std::fs::read_link(&latest).map(|t| t.display().to_string()).unwrap_or_default();
-            return Err(input(format!(
-                "{}: weights/latest points to {to}, which is gone; give a checkpoint file (weights/step_N.gguf) instead",
-                p.display()
-            )));
+            let instead = newest.unwrap_or_else(|| "; give a checkpoint file (weights/step_N.gguf) instead".into());
+            return Err(input(format!("{}: weights/latest points to {to}, which is gone{instead}", p.display())));
+        }
+        if let Some(newest) = newest {
+            return Err(input(format!("{}: weights/latest is missing{newest}", p.display())));
         }
         if crate::run::has_config(p) {
             // a run that is starting, or was stopped, before its first checkpoint

@@ -45,7 +45,11 @@ pub fn check_corpus(cfg: &mut TrainConfig, dir: &Path, allow: bool) -> Result<()
         // Another build of toy may carry another built-in corpus.
         embedded_id()
     } else if !path.exists() {
-        return Err(input(format!("--resume {}: its corpus {} does not exist any more", dir.display(), path.display())));
+        return Err(input(format!(
+            "--resume {}: its corpus {} does not exist any more (moved? give --corpus at its new path)",
+            dir.display(),
+            path.display()
+        )));
     } else {
         corpus_id(&path)?
     };
@@ -385,6 +389,44 @@ pub fn moved_base(a: &TrainArgs, cfg: &mut TrainConfig, dir: &Path) -> Result<Tr
     }
     cfg.from = Some(new.display().to_string());
     a.finetune.from = Some(new);
+    Ok(a)
+}
+
+/// `a` with a `--corpus` that names the run's corpus at a new path (a moved
+/// project: the same content, as the run recorded its hash; or, with
+/// `--allow-corpus-change`, other content) taken into `cfg`, so the run goes
+/// on with it and records it; `a` as it is otherwise.
+///
+/// # Errors
+/// [`crate::error::Error::Input`] when the path does not exist, or holds
+/// other content and `--allow-corpus-change` is not given.
+pub fn moved_corpus(a: &TrainArgs, cfg: &mut TrainConfig, dir: &Path) -> Result<TrainArgs> {
+    let mut a = a.clone();
+    let (Some(given), Some(sha), Some(bytes)) = (a.data.corpus.clone(), cfg.corpus_sha256.clone(), cfg.corpus_bytes) else {
+        return Ok(a);
+    };
+    if is_embedded(&cfg.corpus) {
+        return Ok(a);
+    }
+    let new = std::fs::canonicalize(&given).unwrap_or_else(|_| given.clone());
+    if new == Path::new(&cfg.corpus) {
+        return Ok(a);
+    }
+    if !new.exists() {
+        return Err(input(format!("--resume {}: --corpus {}: no such file or folder", dir.display(), given.display())));
+    }
+    let now = corpus_id(&new)?;
+    let same = now.sha256 == sha && now.bytes == bytes && cfg.corpus_ids_sha256.as_ref().is_none_or(|i| now.ids_sha256.as_ref() == Some(i));
+    if !same && !a.allow_corpus_change {
+        return Err(input(format!(
+            "--resume {}: --corpus {} is not the run's corpus {}: its content differs from what the run recorded (give --allow-corpus-change to go on with it)",
+            dir.display(),
+            given.display(),
+            cfg.corpus
+        )));
+    }
+    cfg.corpus = new.display().to_string();
+    a.data.corpus = Some(new);
     Ok(a)
 }
 

@@ -66,13 +66,30 @@ fn refused_key(text: &str) -> Option<(std::ops::Range<usize>, String)> {
     Some((span, format!("{message}{hint}")))
 }
 
+/// Say so when a folder above `dir` holds a project's toy.toml, which `toy
+/// train` in `dir` does not read (a run started in `proj/data` would train
+/// on the built-in corpus into `proj/data/runs`).
+fn note_project_above(dir: &Path) {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    if let Some(p) = dir.ancestors().skip(1).find(|a| a.join("toy.toml").is_file()) {
+        eprintln!(
+            "note: {} belongs to a project that toy train reads only in its own folder (cd {})",
+            p.join("toy.toml").display(),
+            crate::output::shell_quoted(p)
+        );
+    }
+}
+
 /// Read `toy.toml` (its `[train]` table) from `dir`, if present.
 pub fn read_toml(dir: &Path) -> Result<Option<TrainArgs>> {
     let path = dir.join("toy.toml");
     // Missing is fine; anything there that is not a regular file is refused
     // (a FIFO would block the read, a folder or dangling link would be ignored).
     match std::fs::symlink_metadata(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            note_project_above(dir);
+            return Ok(None);
+        }
         Err(e) => return Err(input(format!("cannot read {}: {e}", path.display()))),
         Ok(_) => match std::fs::metadata(&path) {
             Ok(m) if m.is_file() => {}
@@ -99,6 +116,12 @@ pub fn read_toml(dir: &Path) -> Result<Option<TrainArgs>> {
         return Err(input(format!("{}: {message}", where_in(&path, &text, Some(span)))));
     }
     let mut t = f.train;
+    // An empty path would name the folder itself (the command line refuses one).
+    for (key, p) in [("corpus", &t.data.corpus), ("from", &t.finetune.from), ("donor", &t.warm.donor)] {
+        if p.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+            return Err(input(format!("{}: {key} is empty: give a path, or remove the key", path.display())));
+        }
+    }
     // Relative paths in toy.toml are relative to its folder.
     if let Some(c) = &t.data.corpus {
         if c.is_relative() {
@@ -166,6 +189,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     let mut cfg = run_config(dir)?;
     super::resume::check_recipe(&cfg, dir)?;
     let a = &super::resume::moved_base(a, &mut cfg, dir)?;
+    let a = &super::resume::moved_corpus(a, &mut cfg, dir)?;
     let a = &super::warm_start::resumed(a, &mut cfg);
     let conflicts = super::resume::conflicts(a, &cfg);
     if !conflicts.is_empty() {

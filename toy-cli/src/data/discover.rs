@@ -74,7 +74,11 @@ impl Walk {
             let id = file_id(&meta);
             if meta.is_dir() {
                 if id.is_some_and(|id| self.open.contains(&id)) {
-                    note_loop(&p);
+                    note_once(&p, "it links back to a folder being read (a loop)");
+                    continue;
+                }
+                if is_run_folder(&p) {
+                    note_once(&p, "a toy run folder (its events.jsonl is no training data)");
                     continue;
                 }
                 self.folder(&p, id)?;
@@ -89,14 +93,20 @@ impl Walk {
     }
 }
 
-/// Say once per process that `link` was skipped as a loop: a corpus folder is
-/// walked more than once (to read it, to identify it for `--resume`).
-fn note_loop(link: &Path) {
+/// A folder that `toy train` wrote (a project's `runs/` holds them): its
+/// config.toml and events.jsonl.
+fn is_run_folder(p: &Path) -> bool {
+    p.join("config.toml").is_file() && p.join("events.jsonl").is_file()
+}
+
+/// Say once per process that `path` was skipped and `why`: a corpus folder
+/// is walked more than once (to read it, to identify it for `--resume`).
+fn note_once(path: &Path, why: &str) {
     static NOTED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
     let mut noted = NOTED.lock().unwrap_or_else(|e| e.into_inner());
-    if !noted.iter().any(|p| p == link) {
-        noted.push(link.to_path_buf());
-        eprintln!("note: skipped {}: it links back to a folder being read (a loop)", crate::output::shown(link));
+    if !noted.iter().any(|p| p == path) {
+        noted.push(path.to_path_buf());
+        eprintln!("note: skipped {}: {why}", crate::output::shown(path));
     }
 }
 

@@ -173,3 +173,56 @@ fn epochs_set_the_steps_from_the_training_windows() {
     std::fs::remove_file(t.join("toy.toml")).unwrap();
     fails(&toy(t, &["train", "--resume", "tx", "--epochs", "1"]), "train", "--epochs 1");
 }
+
+/// A project moved to another folder resumes with `--corpus` at the new path
+/// (the same content, by the hash the run recorded; the run then records the
+/// new path); other content needs --allow-corpus-change. A run folder inside
+/// a corpus folder is not read as data; an empty `corpus` in toy.toml is
+/// refused (it had named the project folder); `toy train` below a project
+/// says the project's toy.toml is not read; a run whose weights/latest is
+/// gone names its newest checkpoint to commands that read it.
+#[test]
+fn projects_move_and_keep_their_runs_apart_from_their_data() {
+    use crate::common::process::{fails, ok, toy};
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&toy(t, &["new", "p"]));
+    let quick = ["--preset", "smoke", "--threads", "1", "--log-every", "1000"];
+    ok(&toy(&t.join("p"), &[&["train", "--steps", "2", "--out", "runs/r"][..], &quick].concat()));
+    std::fs::rename(t.join("p"), t.join("moved")).unwrap();
+    let m = t.join("moved");
+    // (Its last line: a note says the project's toy.toml is not read on resume.)
+    let refused = |o: std::process::Output, needle: &str| {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            o.status.code() == Some(2) && err.lines().last().is_some_and(|l| l.starts_with("toy train: ") && l.contains(needle)),
+            "{err}"
+        );
+    };
+    refused(toy(&m, &["train", "--resume", "runs/r", "--steps", "3"]), "give --corpus at its new path");
+    std::fs::write(t.join("other.txt"), "Other words entirely.\n").unwrap();
+    let other = t.join("other.txt").display().to_string();
+    refused(toy(&m, &["train", "--resume", "runs/r", "--steps", "3", "--corpus", &other]), "--allow-corpus-change");
+    ok(&toy(&m, &["train", "--resume", "runs/r", "--steps", "3", "--corpus", "data/default", "--threads", "1"]));
+    let config = std::fs::read_to_string(m.join("runs/r/config.toml")).unwrap();
+    let at = std::fs::canonicalize(m.join("data/default")).unwrap();
+    assert!(config.contains(&format!("corpus = {:?}", at.display().to_string())), "{config}");
+    // The project folder as a corpus: its runs are not data.
+    let o = toy(&m, &[&["train", "--steps", "1", "--corpus", ".", "--vocab-size", "300", "--out", "../whole"][..], &quick].concat());
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("runs/r: a toy run folder"), "{}", String::from_utf8_lossy(&o.stderr));
+    // Below the project: its toy.toml is not read, and a note says so.
+    std::fs::create_dir(m.join("sub")).unwrap();
+    let o = toy(&m.join("sub"), &[&["train", "--steps", "1", "--out", "../../sub-run"][..], &quick].concat());
+    ok(&o);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("toy.toml belongs to a project that toy train reads only in its own folder"));
+    // An empty corpus in toy.toml.
+    let toml = std::fs::read_to_string(m.join("toy.toml")).unwrap();
+    let emptied: String =
+        toml.lines().map(|l| if l.starts_with("corpus = ") { "corpus = \"\"\n".to_string() } else { format!("{l}\n") }).collect();
+    std::fs::write(m.join("toy.toml"), emptied).unwrap();
+    fails(&toy(&m, &["train", "--steps", "1"]), "train", "corpus is empty");
+    // weights/latest gone: its newest checkpoint is named.
+    std::fs::remove_file(m.join("runs/r/weights/latest")).unwrap();
+    fails(&toy(&m, &["describe", "runs/r"]), "describe", "weights/latest is missing; its newest checkpoint is runs/r/weights/step_3.gguf");
+}
