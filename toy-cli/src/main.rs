@@ -35,12 +35,25 @@ fn named_command() -> Option<String> {
 /// Run the command and write its result on stdout.
 fn dispatch(command: &Command) -> toy::error::Result<()> {
     match command {
-        Command::Train(a) => toy::commands::train::run(a).and_then(|o| {
-            if a.json {
-                say!("{}", o.summary())?;
+        Command::Train(a) => match toy::commands::train::run(a) {
+            Ok(o) => {
+                if a.json {
+                    say!("{}", o.summary())?;
+                }
+                o.into_result().map(|_| ())
             }
-            o.into_result().map(|_| ())
-        }),
+            // --json: stdout holds one object however the command ends.
+            Err(e) => {
+                if a.json {
+                    let reason = if matches!(e, toy::error::Error::Interrupted(..)) { "interrupted" } else { "errored" };
+                    let _ = say!(
+                        "{}",
+                        serde_json::json!({ "format": "toy/train-v1", "reason": reason, "error": e.to_string(), "exit_code": e.exit_code() })
+                    );
+                }
+                Err(e)
+            }
+        },
         Command::Generate(a) => toy::commands::generate::run(a).and_then(|g| {
             if a.json {
                 say!("{}", serde_json::json!({ "format": "toy/generate-v1", "text": g.text, "ids": g.ids, "n_prompt": g.n_prompt }))

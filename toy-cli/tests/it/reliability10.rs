@@ -226,3 +226,20 @@ fn projects_move_and_keep_their_runs_apart_from_their_data() {
     std::fs::remove_file(m.join("runs/r/weights/latest")).unwrap();
     fails(&toy(&m, &["describe", "runs/r"]), "describe", "weights/latest is missing; its newest checkpoint is runs/r/weights/step_3.gguf");
 }
+
+/// `toy train --json` that fails still prints one object on stdout, its
+/// `reason` "errored" with the error and exit code (stdout was empty).
+#[test]
+fn a_failed_json_run_prints_one_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_toy"))
+        .current_dir(dir.path())
+        .args(["train", "--json", "--corpus", "missing.txt"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((s["format"].as_str(), s["reason"].as_str(), s["exit_code"].as_i64()), (Some("toy/train-v1"), Some("errored"), Some(2)));
+    assert!(s["error"].as_str().unwrap().contains("missing.txt"), "{s}");
+    assert!(String::from_utf8_lossy(&o.stderr).starts_with("toy train: "));
+}
