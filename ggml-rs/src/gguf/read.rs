@@ -219,13 +219,19 @@ impl GgufFile {
         t.dtype.to_f32(self.tensor_data(name)?, t.nelements() as usize).map_err(|e| Error::gguf(&self.path, format!("tensor {name}: {e}")))
     }
 
-    /// Copy tensor `name` into `dst`, which must have the same type and element count.
+    /// Copy tensor `name` into `dst` (allocated, contiguous), which must have
+    /// its shape (`ne`) and its type, or be f32 (the values converted).
+    ///
+    /// # Errors
+    /// [`Error::Gguf`] when there is no such tensor or the shapes or types
+    /// differ as above; the errors of [`Tensor::write_bytes`].
     pub fn load_into(&self, name: &str, dst: Tensor<'_>) -> Result<()> {
         let t = self.tensor(name).ok_or_else(|| Error::gguf(&self.path, format!("no tensor {name}")))?;
-        if t.dtype == dst.dtype() && t.nelements() == dst.nelements() {
+        let same_shape = t.shape() == dst.shape();
+        if t.dtype == dst.dtype() && same_shape {
             return dst.write_bytes(self.tensor_data(name)?);
         }
-        if dst.dtype() == DType::F32 && t.nelements() == dst.nelements() {
+        if dst.dtype() == DType::F32 && same_shape {
             return dst.write(&self.tensor_f32(name)?);
         }
         Err(Error::gguf(

@@ -120,6 +120,10 @@ fn round_trip_every_metadata_type_and_tensors() {
     assert_eq!(d16.read::<f16>().unwrap(), f16_data);
     assert_eq!(d32.read::<f32>().unwrap(), f16_data.iter().map(|h| h.to_f32()).collect::<Vec<_>>());
     assert!(f.load_into("w.f32", bad).is_err());
+    // The same element count in another shape is not the same tensor.
+    let transposed = dst.new_tensor(DType::F16, &[5, 8]).unwrap();
+    dst.allocate(&cpu).unwrap();
+    assert!(f.load_into("w.f16", transposed).unwrap_err().to_string().contains("[8, 5]"));
     assert!(f.tensor_data("nope").is_err());
 }
 

@@ -130,6 +130,10 @@ impl RunDir {
         if path.exists() && !path.is_dir() {
             return Err(not_a_folder(path));
         }
+        // A run being set up or trained by another process (two trainings given one --out) says so.
+        if path.is_dir() {
+            crate::files::refuse_locked(path, "run folder")?;
+        }
         if path.exists() && !is_skeleton(path) {
             // a run (its config.toml) can be resumed; another folder cannot
             if has_config(path) {

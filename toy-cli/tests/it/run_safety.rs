@@ -136,7 +136,8 @@ fn a_run_folder_is_locked_while_it_trains() {
     let mut child = train(t, "r", &["--preset", "smoke", "--steps", "100000", "--eval-every", "0"]).stdout(Stdio::null()).spawn().unwrap();
     wait_for(&r, "step", 3, &mut child);
     fails(&run(toy(t).args(["train", "--resume", "r", "--threads", "1"])), "in use by process");
-    fails(&run(&mut train(t, "r", &["--preset", "smoke", "--steps", "5"])), "already exists");
+    // A new run into it says who holds it (it said "already exists; ... resume it").
+    fails(&run(&mut train(t, "r", &["--preset", "smoke", "--steps", "5"])), "in use by process");
     // Nor does a project or a prepared corpus go into it; the message names what holds it.
     fails(&run(toy(t).args(["new", "r", "--force"])), "(a toy train running in it)");
     std::fs::write(t.join("s.txt"), "a story\n").unwrap();
