@@ -446,8 +446,10 @@ fn start(a: &TrainArgs, opts: &RunOptions, how: Start) -> Result<Outcome> {
     if recipe == Recipe::Finetune {
         return crate::commands::finetune::run(a, opts, how);
     }
-    if !a.finetune.given().is_empty() {
-        return Err(input("--from and --lora-* belong to the finetune recipe (toy train finetune --from MODEL.gguf ...)"));
+    let given = a.finetune.given();
+    if !given.is_empty() {
+        let verb = if given.len() == 1 { "belongs" } else { "belong" };
+        return Err(input(format!("{} {verb} to the finetune recipe (toy train finetune --from MODEL.gguf ...)", given.join(", "))));
     }
     if a.data.data_format.is_some() || a.data.pack {
         return Err(input(

@@ -243,3 +243,20 @@ fn a_failed_json_run_prints_one_object() {
     assert!(s["error"].as_str().unwrap().contains("missing.txt"), "{s}");
     assert!(String::from_utf8_lossy(&o.stderr).starts_with("toy train: "));
 }
+
+/// A finetune key in toy.toml of a from-scratch project is named, with the
+/// file it came from (it said "--from and --lora-*", with no origin).
+#[test]
+fn a_finetune_key_in_toy_toml_is_named_with_its_origin() {
+    use crate::common::process::{fails, ok, toy};
+    let tmp = tempfile::tempdir().unwrap();
+    ok(&toy(tmp.path(), &["new", "p"]));
+    let p = tmp.path().join("p");
+    let toml = std::fs::read_to_string(p.join("toy.toml")).unwrap();
+    std::fs::write(p.join("toy.toml"), format!("{toml}lora_rank = 4\n")).unwrap();
+    fails(
+        &toy(&p, &["train", "--steps", "1"]),
+        "train",
+        "--lora-rank belongs to the finetune recipe (toy train finetune --from MODEL.gguf ...) (set in toy.toml)",
+    );
+}
