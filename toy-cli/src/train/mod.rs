@@ -11,6 +11,7 @@ mod dequant;
 pub mod devices;
 pub mod events;
 pub mod memory;
+mod outcome;
 pub mod parallel;
 mod provenance;
 mod runner;
@@ -19,7 +20,7 @@ pub mod step;
 
 use crate::config::{Recipe, Sampling, TrainConfig};
 use crate::data::Corpus;
-use crate::error::{input, Error, Result};
+use crate::error::{input, Result};
 use crate::formats::state;
 use crate::model::{init::init_weights, Weights};
 use crate::run::events::{now_rfc3339, SCHEMA};
@@ -31,6 +32,7 @@ use events::{Event, Phase, RunStart, Sink};
 use ggml_rs::comm::{AllReduceKind, Comm};
 use ggml_rs::optim::{AdamWConfig, AdamWState};
 use ggml_rs::{Backend, Context};
+pub use outcome::{End, Outcome};
 use parallel::{DataParallel, Replica, Trainer};
 pub use provenance::model_name;
 use provenance::{carried_keys, provenance};
@@ -66,76 +68,6 @@ pub struct RunOptions {
     /// Notes for stderr at the same moment (what the recipe chose for the
     /// user: a finetune's context, a base dequantized to f32).
     pub notes: Vec<String>,
-}
-
-/// How a run ended: `run_end`'s `reason` in events.jsonl.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum End {
-    /// Every step ran.
-    Completed,
-    /// A signal stopped it after a step (and a save).
-    Interrupted,
-    /// An error stopped it.
-    Errored,
-}
-
-/// What a finished (or interrupted) run reports.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Outcome {
-    pub run_id: String,
-    pub run_dir: std::path::PathBuf,
-    pub steps: u64,
-    /// The run's seed (from the flags, toy.toml, or its config.toml on resume).
-    pub seed: u64,
-    pub final_loss: f32,
-    pub val_loss: Option<f32>,
-    /// Completed, or interrupted by a signal.
-    pub reason: End,
-    pub tokens_per_second: f64,
-    pub wall_seconds: f64,
-    /// Chat data: `run_start`'s `chat` (its split: the training windows and
-    /// their trained tokens apart from the held-out ones).
-    pub chat: Option<events::Chat>,
-    /// warm-start: `run_start`'s `donor` (the donor match report).
-    pub donor: Option<crate::donor::MatchReport>,
-    /// The signal that interrupted the run (`reason` is `Interrupted`), else 0.
-    pub signal: i32,
-}
-
-impl Outcome {
-    /// The `--json` summary (`toy/train-v1`): printed for an interrupted run
-    /// too, with its `reason` and the step it saved.
-    pub fn summary(&self) -> serde_json::Value {
-        let mut s = serde_json::json!({ "format": "toy/train-v1", "run_id": self.run_id, "run_dir": self.run_dir,
-                                        "steps": self.steps, "seed": self.seed, "final_loss": self.final_loss,
-                                        "val_loss": self.val_loss, "reason": self.reason });
-        if let Some(c) = &self.chat {
-            s["chat"] = serde_json::json!(c);
-        }
-        if let Some(d) = &self.donor {
-            s["donor"] = serde_json::json!(d);
-        }
-        s
-    }
-
-    /// The run as the command's result: an interrupted one is
-    /// [`Error::Interrupted`] (exit 128 + the signal), saying where it saved
-    /// and how to go on.
-    pub fn into_result(self) -> Result<Outcome> {
-        if self.reason != End::Interrupted {
-            return Ok(self);
-        }
-        Err(Error::Interrupted(
-            self.signal,
-            format!(
-                "interrupted at step {}; saved weights/step_{}.gguf (continue with: toy train --resume {})",
-                self.steps,
-                self.steps,
-                self.run_dir.display()
-            ),
-        ))
-    }
 }
 
 /// The backends of a single-device command (`eval`, `generate`, `debug`): the
