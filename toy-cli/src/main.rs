@@ -181,7 +181,15 @@ fn main() -> ExitCode {
                 Some(cmd) => (format!("toy {}", cmd.split(' ').next().unwrap_or(&cmd)), format!("toy {cmd}")),
                 None => ("toy".to_string(), "toy".to_string()),
             };
-            eprintln!("{prefix}: {} (see `{help} --help`)", one_line(if msg.is_empty() { "bad arguments" } else { msg }));
+            let msg = one_line(if msg.is_empty() { "bad arguments" } else { msg });
+            // `toy train --json`: one object on stdout however it ends, a refused argument too.
+            if prefix == "toy train" && seen.iter().any(|a| a == "--json") {
+                let _ = say!(
+                    "{}",
+                    serde_json::json!({ "format": "toy/train-v1", "reason": "errored", "error": format!("{msg} (see `{help} --help`)"), "exit_code": 2 })
+                );
+            }
+            eprintln!("{prefix}: {msg} (see `{help} --help`)");
             return ExitCode::from(2);
         }
     };

@@ -52,6 +52,11 @@ fn watch_quit() {
             Some(what) => Some(format!("interrupted while {what}; nothing was saved")),
             None => ON_QUIT.lock().ok().and_then(|f| f.as_ref().and_then(|f| f())),
         };
+        if JSON.load(Ordering::SeqCst) {
+            let error = note.clone().unwrap_or_else(|| "interrupted".into());
+            let summary = serde_json::json!({ "format": "toy/train-v1", "reason": "interrupted", "error": error, "exit_code": 128 + sig });
+            crate::outln!("{summary}");
+        }
         if let Some(note) = note {
             let cmd = COMMAND.lock().map_or("train", |c| *c);
             say(&format!("toy {cmd}: {note}\n"));
@@ -62,6 +67,16 @@ fn watch_quit() {
 
 /// The command whose name [`watch_quit`]'s note starts with.
 static COMMAND: Mutex<&str> = Mutex::new("train");
+
+/// `toy train --json`: [`watch_quit`] also prints the run's one JSON object.
+static JSON: AtomicBool = AtomicBool::new(false);
+
+/// Make a process that a signal ends before its run returns (while it reads
+/// the corpus or loads a model, or at a third signal) print `toy train
+/// --json`'s object on stdout: `reason` "interrupted", the note as `error`.
+pub fn json_on_quit() {
+    JSON.store(true, Ordering::SeqCst);
+}
 
 /// For a command that writes one file `out` (`toy export merge`, the debug
 /// dumps) to its temporary ([`crate::files::temp_path`]) and renames it: the

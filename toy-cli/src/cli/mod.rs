@@ -77,6 +77,11 @@ pub(crate) fn float32(text: &str) -> Result<f32, String> {
     }
 }
 
+/// A number as f64 (`nan` and `inf` parse, for the flag's own check to name).
+pub(crate) fn float64(text: &str) -> Result<f64, String> {
+    text.trim().parse().map_err(|_| "not a number".to_string())
+}
+
 /// [`count_u64`] for `usize` fields.
 fn count_usize(text: &str) -> Result<usize, String> {
     count_u64(text).and_then(|v| usize::try_from(v).map_err(|_| format!("too large (at most {})", usize::MAX)))

@@ -71,7 +71,7 @@ impl Flag for bool {
 macro_rules! shown_by_display {
     ($($t:ty),*) => { $( impl Shown for $t { fn shown(&self) -> String { self.to_string() } } )* };
 }
-shown_by_display!(u64, usize, f32, String);
+shown_by_display!(u64, usize, f32, f64, String);
 
 macro_rules! shown_by_value_name {
     ($($t:ty),*) => { $( impl Shown for $t {
@@ -282,8 +282,8 @@ flag_group! {
         /// ⌈epochs × windows / (batch × grad-accum)⌉, as config.toml records it.
         /// A window: a conversation (or a packed window) of chat data, else
         /// --context tokens of the training split.
-        #[arg(long, conflicts_with = "steps", value_parser = super::float32)]
-        pub epochs: Option<f32>,
+        #[arg(long, conflicts_with = "steps", value_parser = super::float64)]
+        pub epochs: Option<f64>,
         /// Seed of the initial weights and of the batch order (default 0).
         #[arg(long, value_parser = count_u64)]
         pub seed: Option<u64>,

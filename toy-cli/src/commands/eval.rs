@@ -29,7 +29,7 @@ pub struct EvalResult {
     /// Tokens per window (`--context`, or the longest the text fills).
     pub context: usize,
     /// UTF-8 bytes of text the scored tokens stand for (each window's
-    /// targets), when the corpus is text.
+    /// targets), when the corpus is text or a prepared folder.
     pub bytes: Option<usize>,
     /// Bits per byte (loss in bits over those bytes), when known.
     pub bits_per_byte: Option<f64>,
@@ -76,8 +76,9 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
     if args.max_windows == Some(0) {
         return Err(input("--max-windows must be at least 1"));
     }
-    // Bits per byte: the bytes of text each id stands for.
-    let byte_lengths = c.text_bytes.and(c.tokenizer.as_ref()).map(|t| t.byte_lengths());
+    // Bits per byte: the bytes of text each id stands for (text, and a
+    // prepared folder, come with their tokenizer; bare ids do not).
+    let byte_lengths = c.tokenizer.as_ref().map(|t| t.byte_lengths());
     // The whole corpus (a prepared folder's splits one after the other), or the split asked for.
     let ids: crate::data::Tokens = match args.split {
         Split::All if c.val.is_empty() => c.train,

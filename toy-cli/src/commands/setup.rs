@@ -37,17 +37,13 @@ pub fn apply_epochs(a: &TrainArgs, cfg: &mut TrainConfig, corpus: &Corpus) -> Re
         return Err(input("toy.toml sets both steps and epochs: keep one"));
     }
     if !(epochs.is_finite() && epochs > 0.0) {
-        return Err(input(format!("--epochs {epochs} must be positive")));
+        return Err(input(format!("--epochs {epochs} must be positive and finite")));
     }
-    let t = cfg.model.context;
-    let windows = match &corpus.chat {
-        Some(c) => crate::train::chat_windows::ChatRun::new(c, t, cfg.pack).train.len(),
-        None => corpus.train.len().saturating_sub(1) / t,
-    };
+    let windows = crate::train::training_windows(cfg, corpus);
     let per_step = cfg.batch * cfg.grad_accum;
-    let steps = (epochs as f64 * windows as f64 / per_step as f64).ceil().max(1.0);
-    if steps > 1e9 {
-        return Err(input(format!("--epochs {epochs}: {steps:.0} steps of {per_step} windows is too many")));
+    let steps = epochs_steps(epochs, windows, per_step);
+    if steps >= 2f64.powi(53) {
+        return Err(input(format!("--epochs {epochs}: {steps:.0} steps are too many")));
     }
     cfg.steps = steps as u64;
     let plural = |n: u64, what: &str| if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") };
@@ -57,6 +53,12 @@ pub fn apply_epochs(a: &TrainArgs, cfg: &mut TrainConfig, corpus: &Corpus) -> Re
         plural(per_step as u64, "window"),
         plural(windows as u64, "training window")
     )))
+}
+
+/// ⌈epochs × windows / per_step⌉, at least 1. The tolerance keeps a product
+/// that is whole in decimal whole in binary (1.1 × 160 is 176.00000000000003).
+fn epochs_steps(epochs: f64, windows: usize, per_step: usize) -> f64 {
+    (epochs * windows as f64 / per_step.max(1) as f64 - 1e-9).ceil().max(1.0)
 }
 
 /// Resolve the full configuration for `a` and a corpus of `vocab` ids.
@@ -340,4 +342,19 @@ pub fn model_corpus(
     let c = load_corpus_with(path, &opts, &text)?;
     c.check_tokenizer(tok, mismatch)?;
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Whole products stay whole (0.3 × 160 and 1.1 × 160 had taken one step
+    /// more); a part of a step is a step; at least one.
+    #[test]
+    fn epochs_round_up_to_whole_steps() {
+        use super::epochs_steps;
+        assert_eq!(epochs_steps(1.1, 160, 1), 176.0);
+        assert_eq!(epochs_steps(0.3, 160, 1), 48.0);
+        assert_eq!(epochs_steps(1.2, 160, 1), 192.0);
+        assert_eq!(epochs_steps(3.0, 28, 8), 11.0);
+        assert_eq!(epochs_steps(0.001, 5, 8), 1.0);
+    }
 }

@@ -303,6 +303,9 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
         crate::data::corpus::check_text_field(&corpus, a.data.text_field.as_deref())?;
     }
     let stop = install_signal_handlers();
+    if args.json {
+        crate::signals::json_on_quit();
+    }
     crate::error::set_oom_advice(if args.resume.is_some() {
         "a run keeps its --batch and --context: resume it where more memory is free"
     } else {

@@ -227,6 +227,18 @@ fn run_start(s: &Start<'_, '_>) -> RunStart {
     }
 }
 
+/// The training windows of `corpus` at `cfg`'s context as the loop walks
+/// them: one a conversation of chat data (a packed window with `--pack`; a
+/// conversation cut to nothing trained is left out), else `--context` tokens
+/// of the text.
+pub fn training_windows(cfg: &TrainConfig, corpus: &Corpus) -> usize {
+    let t = cfg.model.context.max(1);
+    match &corpus.chat {
+        Some(c) => ChatRun::new(c, t, cfg.pack).train.len(),
+        None => corpus.train.len().saturating_sub(1) / t,
+    }
+}
+
 /// A note when an optimizer step takes more sequences (`--batch` ×
 /// `--grad-accum`) than the training split of `corpus` holds at `cfg`'s
 /// context (windows of text, or conversations): every step then goes over the
@@ -235,9 +247,13 @@ fn run_start(s: &Start<'_, '_>) -> RunStart {
 /// the run has started, so that a run refused later says one line.
 fn oversized_step_note(cfg: &TrainConfig, corpus: &Corpus) -> Option<String> {
     let t = cfg.model.context;
-    let held = corpus.chat.as_ref().map_or(corpus.train.len().saturating_sub(1) / t.max(1), |c| c.train.len());
+    let held = training_windows(cfg, corpus);
     let s = if held == 1 { "" } else { "s" };
-    let what = if corpus.chat.is_some() { format!("conversation{s}") } else { format!("window{s} of {t} tokens") };
+    let what = match (&corpus.chat, cfg.pack) {
+        (Some(_), false) => format!("conversation{s}"),
+        (Some(_), true) => format!("packed window{s}"),
+        (None, _) => format!("window{s} of {t} tokens"),
+    };
     let wanted = cfg.batch.saturating_mul(cfg.grad_accum);
     // held == 0: too little data for one window, which is refused.
     if held == 0 || wanted <= held {

@@ -260,3 +260,29 @@ fn a_finetune_key_in_toy_toml_is_named_with_its_origin() {
         "--lora-rank belongs to the finetune recipe (toy train finetune --from MODEL.gguf ...) (set in toy.toml)",
     );
 }
+
+/// `toy train --json` prints its one object when an argument is refused and
+/// when a signal ends it while it reads the corpus (both printed nothing).
+#[test]
+fn json_runs_refused_or_stopped_early_print_one_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let toy = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_toy"));
+        c.current_dir(dir.path()).env_remove("TOY_RUN_ID");
+        c
+    };
+    let o = toy().args(["train", "--json", "--epochs", "1", "--steps", "5"]).output().unwrap();
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((s["reason"].as_str(), s["exit_code"].as_i64(), o.status.code()), (Some("errored"), Some(2), Some(2)), "{s}");
+    // A corpus whose BPE takes seconds to train: the signal comes while it is read.
+    std::fs::write(dir.path().join("big.txt"), toy_stories::generate_with(9, 8000)).unwrap();
+    let args = ["train", "--json", "--corpus", "big.txt", "--vocab-size", "4000", "--threads", "1", "--out", "r"];
+    let child = toy().args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    signal(&child, "-INT");
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&o.stdout)));
+    assert_eq!(s["reason"], "interrupted", "{s}");
+}
