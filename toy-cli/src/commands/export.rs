@@ -253,17 +253,16 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     }
     // Once every tensor is known good: a note on another base file, never before an error.
     crate::formats::adapter::check_base(&ad, &m.lora, &base_path, false)?;
-    if let Some((d, _)) = target.filter(|_| !fallback.is_empty()) {
+    let fallback_note = target.filter(|_| !fallback.is_empty()).map(|(d, _)| {
         let list: Vec<String> = fallback.iter().map(|(t, n)| format!("{n} in {t}")).collect();
-        eprintln!("note: matrices whose rows do not split into {d} blocks of {}: {}", d.block_size(), list.join(", "));
-    }
-    for note in [default_note, head_note].into_iter().flatten() {
-        eprintln!("{note}");
-    }
-    if let Some(note) = coarse {
-        eprintln!("{note}");
-    }
+        format!("note: matrices whose rows do not split into {d} blocks of {}: {}", d.block_size(), list.join(", "))
+    });
     crate::files::make_parent(&m.out)?;
-    g.write(&m.out).map_err(|e| crate::error::runtime(format!("cannot write {}: {e}", m.out.display())))?;
+    // (The writer's error names the file.)
+    g.write(&m.out).map_err(|e| crate::error::runtime(format!("cannot write {e}")))?;
+    // Said once the file is written: notes on what it holds, none before an error.
+    for note in [fallback_note, default_note, head_note, coarse].into_iter().flatten() {
+        eprintln!("{note}");
+    }
     Ok(m.out.clone())
 }

@@ -286,3 +286,22 @@ fn json_runs_refused_or_stopped_early_print_one_object() {
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {:?}", String::from_utf8_lossy(&o.stdout)));
     assert_eq!(s["reason"], "interrupted", "{s}");
 }
+
+/// `export merge` past the file size limit says one line naming the file once,
+/// with no note about a file it did not write, and leaves nothing behind.
+#[test]
+fn a_merge_past_the_size_limit_says_one_line() {
+    use crate::chat::{chat_model, finetune};
+    use crate::common::process::ok;
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, None, "m.gguf");
+    ok(&finetune(t, "m.gguf", "old.txt", "lo", &["--steps", "1", "--context", "32", "--lora-rank", "2"]));
+    let script =
+        format!("ulimit -f 20 && exec '{}' export merge --base m.gguf --lora lo --out out.gguf --type q4_0", env!("CARGO_BIN_EXE_toy"));
+    let o = Command::new("sh").current_dir(t).args(["-c", &script]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.trim_end(), "toy export: cannot write out.gguf: File too large (os error 27)", "{err}");
+    assert!(std::fs::read_dir(t).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().contains("out.gguf")));
+}
