@@ -152,12 +152,6 @@ fn in_use(dir: &Path, what: &str, f: &mut std::fs::File) -> crate::error::Error 
     input(format!("{what} {} is in use by {who}{doing}; wait for it or stop it", dir.display()))
 }
 
-/// The newest `weights/step_N.gguf` of the run folder `dir`, by `N`.
-fn newest_checkpoint(dir: &Path) -> Option<u64> {
-    let entries = std::fs::read_dir(dir.join("weights")).ok()?;
-    entries.flatten().filter_map(|e| crate::run::checkpoint_step(e.file_name().to_str()?)).max()
-}
-
 /// A checkpoint path: the file itself, or a run folder's `weights/latest`.
 pub fn resolve_model(p: &Path) -> Result<PathBuf> {
     if p.is_dir() {
@@ -166,7 +160,7 @@ pub fn resolve_model(p: &Path) -> Result<PathBuf> {
             return Ok(latest);
         }
         // What is left when weights/latest is gone: the newest step_N.gguf, if any.
-        let newest = newest_checkpoint(p).map(|n| {
+        let newest = crate::run::checkpoint_steps(p).max().map(|n| {
             format!(
                 "; its newest checkpoint is {}: give it, or run ln -sfn step_{n}.gguf {}",
                 p.join(format!("weights/step_{n}.gguf")).display(),

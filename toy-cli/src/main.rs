@@ -46,10 +46,7 @@ fn dispatch(command: &Command) -> toy::error::Result<()> {
             Err(e) => {
                 if a.json {
                     let reason = if matches!(e, toy::error::Error::Interrupted(..)) { "interrupted" } else { "errored" };
-                    let _ = say!(
-                        "{}",
-                        serde_json::json!({ "format": "toy/train-v1", "reason": reason, "error": e.to_string(), "exit_code": e.exit_code() })
-                    );
+                    let _ = say!("{}", toy::train::summary_without_outcome(reason, &e.to_string(), e.exit_code()));
                 }
                 Err(e)
             }
@@ -184,10 +181,7 @@ fn main() -> ExitCode {
             let msg = one_line(if msg.is_empty() { "bad arguments" } else { msg });
             // `toy train --json`: one object on stdout however it ends, a refused argument too.
             if prefix == "toy train" && seen.iter().any(|a| a == "--json") {
-                let _ = say!(
-                    "{}",
-                    serde_json::json!({ "format": "toy/train-v1", "reason": "errored", "error": format!("{msg} (see `{help} --help`)"), "exit_code": 2 })
-                );
+                let _ = say!("{}", toy::train::summary_without_outcome("errored", &format!("{msg} (see `{help} --help`)"), 2));
             }
             eprintln!("{prefix}: {msg} (see `{help} --help`)");
             return ExitCode::from(2);

@@ -54,8 +54,7 @@ fn watch_quit() {
         };
         if JSON.load(Ordering::SeqCst) {
             let error = note.clone().unwrap_or_else(|| "interrupted".into());
-            let summary = serde_json::json!({ "format": "toy/train-v1", "reason": "interrupted", "error": error, "exit_code": 128 + sig });
-            crate::outln!("{summary}");
+            crate::outln!("{}", crate::train::summary_without_outcome("interrupted", &error, 128 + sig));
         }
         if let Some(note) = note {
             let cmd = COMMAND.lock().map_or("train", |c| *c);

@@ -104,16 +104,6 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
     Ok((ids, byte_lengths))
 }
 
-/// The bytes of text that the targets of the windows at `starts` (`t` each)
-/// stand for.
-fn scored_bytes(ids: &crate::data::Tokens, starts: &[usize], t: usize, lens: &[u32]) -> Result<usize> {
-    let mut n = 0usize;
-    for &s in starts {
-        n += ids.window(s + 1, t)?.iter().map(|&id| lens.get(id as usize).copied().unwrap_or(0) as usize).sum::<usize>();
-    }
-    Ok(n)
-}
-
 /// A progress bar of `n` windows on a terminal's stderr, unless `show` is
 /// false or stderr is not a terminal (scripts read one line of result).
 fn progress(show: bool, n: usize) -> Option<indicatif::ProgressBar> {
@@ -185,16 +175,20 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     }
     let b = args.batch.clamp(1, starts.len());
     let backends = backends_for(&args.on.device, args.on.threads, args.on.matmul_precision.ggml())?;
-    let loss = with_loaded(&ck, &backends[0], t, b, LoadFor::Inference, |w, consts| {
+    // The loss, and the bytes of text the scored targets stand for.
+    let (loss, scored_bytes) = with_loaded(&ck, &backends[0], t, b, LoadFor::Inference, |w, consts| {
         let ctx = Context::new(capacity(ck.config.n_layers))?;
         let rctx = Context::new(capacity(ck.config.n_layers))?;
         let mut full = EvalStep::new(&ctx, w, consts, t, b, &backends)?;
         let rest = starts.len() % b;
         let mut tail = if rest > 0 { Some(EvalStep::new(&rctx, w, consts, t, rest, &backends)?) } else { None };
-        let mut sum = 0f64;
+        let (mut sum, mut bytes) = (0f64, 0usize);
         let pb = progress(!args.json, starts.len());
         for chunk in starts.chunks(b) {
             let bt = batch_at(&ids, chunk, t)?;
+            if let Some(lens) = &byte_lengths {
+                bytes += bt.targets.iter().map(|&id| lens.get(id as usize).copied().unwrap_or(0) as usize).sum::<usize>();
+            }
             let step = if chunk.len() == b { &mut full } else { tail.as_mut().expect("tail graph") };
             let l = step.loss(&bt.tokens, &bt.targets)?;
             if !l.is_finite() {
@@ -208,13 +202,13 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
         if let Some(pb) = pb {
             pb.finish_and_clear();
         }
-        Ok(sum / starts.len() as f64)
+        Ok((sum / starts.len() as f64, bytes))
     })?;
     if !loss.exp().is_finite() {
         return Err(runtime(format!("the perplexity is not finite: exp of the loss {loss:.4} overflows")));
     }
     let tokens = starts.len() * t;
-    let bytes = byte_lengths.map(|lens| scored_bytes(&ids, &starts, t, &lens)).transpose()?;
+    let bytes = byte_lengths.is_some().then_some(scored_bytes);
     Ok(EvalResult {
         loss,
         perplexity: loss.exp(),

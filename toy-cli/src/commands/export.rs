@@ -191,10 +191,9 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
         g.set("general.file_type", file_type)?;
     }
     // Which adapter this is (as a run's config.toml records its base): its
-    // absolute path, and its hash for when the path moves.
-    // (A run folder's: the checkpoint its weights/latest names.)
-    let lora_file = crate::files::file_or_run(&m.lora, "--lora")?;
-    let lora_abs = std::fs::canonicalize(&lora_file).unwrap_or(lora_file);
+    // absolute path, and its hash for when the path moves. (A run folder's:
+    // the checkpoint its weights/latest names, which open_adapter read.)
+    let lora_abs = std::fs::canonicalize(ad.file.path()).unwrap_or_else(|_| ad.file.path().to_path_buf());
     g.set("toy.lora.merged", lora_abs.display().to_string())?;
     g.set("toy.lora.merged_sha256", crate::formats::adapter::file_sha256(&lora_abs)?)?;
     let (base_arg, lora_arg) = (format!("--base {}", m.base.display()), format!("--lora {}", m.lora.display()));

@@ -39,7 +39,7 @@ pub fn apply_epochs(a: &TrainArgs, cfg: &mut TrainConfig, corpus: &Corpus) -> Re
     if !(epochs.is_finite() && epochs > 0.0) {
         return Err(input(format!("--epochs {epochs} must be positive and finite")));
     }
-    let windows = crate::train::training_windows(cfg, corpus);
+    let windows = crate::train::training_windows(cfg, corpus, None);
     let per_step = cfg.batch * cfg.grad_accum;
     let steps = epochs_steps(epochs, windows, per_step);
     if steps >= 2f64.powi(53) {

@@ -262,13 +262,7 @@ impl RunDir {
     /// both in `weights/`.
     pub fn newest_intact(&self, below: u64) -> Option<u64> {
         let weights = self.path.join("weights");
-        std::fs::read_dir(&weights)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| checkpoint_step(e.file_name().to_str()?))
-            .filter(|&n| n < below && weights.join(format!("step_{n}.state.gguf")).is_file())
-            .max()
+        checkpoint_steps(&self.path).filter(|&n| n < below && weights.join(format!("step_{n}.state.gguf")).is_file()).max()
     }
 
     /// The advice to resume from step `n`'s checkpoint: the link to make.
@@ -292,6 +286,11 @@ impl RunDir {
         let ours = checkpoint_step(target.to_str()?).is_some();
         Some(self.path.join("weights").join(target)).filter(|p| ours && p.is_file())
     }
+}
+
+/// The steps of the checkpoints (`weights/step_<N>.gguf`) in the run folder `dir`.
+pub(crate) fn checkpoint_steps(dir: &Path) -> impl Iterator<Item = u64> {
+    std::fs::read_dir(dir.join("weights")).into_iter().flatten().flatten().filter_map(|e| checkpoint_step(e.file_name().to_str()?))
 }
 
 /// The step of a checkpoint's file name, `step_<N>.gguf` (not its state's).

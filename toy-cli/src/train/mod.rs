@@ -32,7 +32,7 @@ use events::{Event, Phase, RunStart, Sink};
 use ggml_rs::comm::{AllReduceKind, Comm};
 use ggml_rs::optim::{AdamWConfig, AdamWState};
 use ggml_rs::{Backend, Context};
-pub use outcome::{End, Outcome};
+pub use outcome::{summary_without_outcome, End, Outcome};
 use parallel::{DataParallel, Replica, Trainer};
 pub use provenance::model_name;
 use provenance::{carried_keys, provenance};
@@ -230,12 +230,13 @@ fn run_start(s: &Start<'_, '_>) -> RunStart {
 /// The training windows of `corpus` at `cfg`'s context as the loop walks
 /// them: one a conversation of chat data (a packed window with `--pack`; a
 /// conversation cut to nothing trained is left out), else `--context` tokens
-/// of the text.
-pub fn training_windows(cfg: &TrainConfig, corpus: &Corpus) -> usize {
+/// of the text. `chat`: the run's windows of chat data, when built already.
+pub fn training_windows(cfg: &TrainConfig, corpus: &Corpus, chat: Option<&ChatRun>) -> usize {
     let t = cfg.model.context.max(1);
-    match &corpus.chat {
-        Some(c) => ChatRun::new(c, t, cfg.pack).train.len(),
-        None => corpus.train.len().saturating_sub(1) / t,
+    match (&corpus.chat, chat) {
+        (Some(_), Some(run)) => run.train.len(),
+        (Some(c), None) => ChatRun::new(c, t, cfg.pack).train.len(),
+        (None, _) => corpus.train.len().saturating_sub(1) / t,
     }
 }
 
@@ -245,9 +246,9 @@ pub fn training_windows(cfg: &TrainConfig, corpus: &Corpus) -> usize {
 /// same data more than once, at the cost of as many passes. Allowed (a batch
 /// larger than the data is, in PyTorch too), but never silent; printed once
 /// the run has started, so that a run refused later says one line.
-fn oversized_step_note(cfg: &TrainConfig, corpus: &Corpus) -> Option<String> {
+fn oversized_step_note(cfg: &TrainConfig, corpus: &Corpus, chat: Option<&ChatRun>) -> Option<String> {
     let t = cfg.model.context;
-    let held = training_windows(cfg, corpus);
+    let held = training_windows(cfg, corpus, chat);
     let s = if held == 1 { "" } else { "s" };
     let what = match (&corpus.chat, cfg.pack) {
         (Some(_), false) => format!("conversation{s}"),
@@ -279,7 +280,7 @@ fn log_start(sink: &mut dyn Sink, s: &Start<'_, '_>) -> Result<()> {
     if let Some(c) = chat.filter(|_| plan.resume.is_none()) {
         eprintln!("{}", c.summary());
     }
-    if let Some(note) = oversized_step_note(cfg, corpus) {
+    if let Some(note) = oversized_step_note(cfg, corpus, chat) {
         eprintln!("{note}");
     }
     if plan.resume.is_none() {

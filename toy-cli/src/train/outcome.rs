@@ -73,3 +73,10 @@ impl Outcome {
         ))
     }
 }
+
+/// The `--json` object (`toy/train-v1`) of a command that ended without an
+/// outcome: refused, failed, or stopped by a signal before its run returned
+/// (`reason` "errored" or "interrupted", the error line, the exit code).
+pub fn summary_without_outcome(reason: &str, error: &str, exit_code: i32) -> serde_json::Value {
+    serde_json::json!({ "format": "toy/train-v1", "reason": reason, "error": error, "exit_code": exit_code })
+}
