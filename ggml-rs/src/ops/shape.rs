@@ -285,13 +285,25 @@ fn check_copy_layout(a: &Tensor<'_>, b: &Tensor<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Whether ggml-cpu's type traits give `t` a `from_float` (ggml-cpu.c's
+/// `type_traits_cpu`). Read off ggml-base's reference table, which a build with
+/// a loadable CPU module (`--features dynamic`) links where it does not link
+/// ggml-cpu: the reference quantizers, less the three ggml-cpu leaves out
+/// because they need `ggml_quantize_init` (iq3_xxs, iq3_s, iq2_s), plus q8_K,
+/// which only ggml-cpu quantizes.
+fn cpu_quantizes(t: DType) -> bool {
+    let raw = t.to_raw();
+    let needs_init = [sys::GGML_TYPE_IQ3_XXS, sys::GGML_TYPE_IQ3_S, sys::GGML_TYPE_IQ2_S];
+    // SAFETY: a valid type; ggml-base's traits table has an entry for each.
+    raw == sys::GGML_TYPE_Q8_K || (!needs_init.contains(&raw) && unsafe { (*sys::ggml_get_type_traits(raw)).from_float_ref.is_some() })
+}
+
 /// The pairs of types the CPU copies (ggml-cpu's `ggml_compute_forward_dup`,
 /// which aborts on any other); the CPU runs what other backends cannot.
 fn check_copy(op: &'static str, a: &Tensor<'_>, to: DType) -> Result<()> {
     let from = a.dtype();
     let float = |t: DType| matches!(t, DType::F32 | DType::F16 | DType::BF16);
-    // SAFETY: valid types; the CPU traits table has an entry for each.
-    let quantizer = to.is_quantized() && unsafe { (*sys::ggml_get_type_traits_cpu(to.to_raw())).from_float.is_some() };
+    let quantizer = to.is_quantized() && cpu_quantizes(to);
     let ok = from == to
         || (float(from) && (float(to) || quantizer))
         || matches!((from, to), (DType::F32, DType::I32) | (DType::I32, DType::F32))
@@ -300,4 +312,23 @@ fn check_copy(op: &'static str, a: &Tensor<'_>, to: DType) -> Result<()> {
         return Err(Error::op(op, format!("cannot convert {from} to {to}")));
     }
     Ok(())
+}
+
+#[cfg(all(test, not(feature = "dynamic")))]
+mod tests {
+    use super::*;
+
+    /// The table read off ggml-base agrees with ggml-cpu's own for every type
+    /// (a static build links both).
+    #[test]
+    fn cpu_quantizes_matches_the_cpu_traits() {
+        for raw in 0..sys::GGML_TYPE_COUNT {
+            let Some(t) = DType::from_raw(raw) else { continue };
+            // SAFETY: a valid type number; the CPU traits table has an entry for each.
+            let cpu = unsafe { (*sys::ggml_get_type_traits_cpu(raw)).from_float.is_some() };
+            if t.is_quantized() {
+                assert_eq!(cpu_quantizes(t), cpu, "{t}");
+            }
+        }
+    }
 }
