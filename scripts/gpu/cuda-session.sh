@@ -321,7 +321,7 @@ stage_ncu_lora() {
   for side in ${NCU_SIDES:-lora full}; do
     local extra=(--from $w/smol-f16.gguf)
     [ $side = lora ] && extra=(--from $w/smol-q4_1.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down)
-    ncu_step $side 15 "${extra[@]}" --context 512 --batch 8
+    ncu_step $side ${NCU_TOP:-15} "${extra[@]}" --context 512 --batch 8
   done
   gzip -f "$OUT"/ncu-*.csv
 }
