@@ -13,6 +13,7 @@ mod gguf_hostile;
 mod grad;
 mod kept;
 mod kernels;
+mod linkage;
 mod misuse;
 mod misuse2;
 mod norm_back;
