@@ -1,6 +1,7 @@
 //! Training data: tokenizers, raw text and documents, chat templates and
 //! chat records, corpus readers, `toy prep`, the embedded default corpus.
 
+pub mod bpe_train;
 pub mod chat;
 pub mod chat_examples;
 pub mod chat_records;

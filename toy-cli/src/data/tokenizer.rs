@@ -14,13 +14,10 @@ use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
-use tokenizers::models::bpe::{BpeTrainerBuilder, Vocab, BPE};
+use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::{
-    AddedToken, NormalizerWrapper, OffsetReferential, OffsetType, PostProcessorWrapper, PreTokenizedString, PreTokenizer, TokenizerImpl,
-    Trainer,
-};
+use tokenizers::{AddedToken, NormalizerWrapper, PostProcessorWrapper, TokenizerImpl};
 
 /// The end-of-text token of BPE tokenizers, and the line that separates documents.
 pub const EOT: &str = "<|endoftext|>";
@@ -48,7 +45,7 @@ pub const TOKEN_TYPE_CONTROL: i32 = 3;
 /// text, special tokens parsed or not (Qwen2's `[PAD151646]`…).
 pub const TOKEN_TYPE_USER_DEFINED: i32 = 4;
 
-type Hf = TokenizerImpl<BPE, NormalizerWrapper, PreTokenizerWrapper, PostProcessorWrapper, ByteLevel>;
+pub(super) type Hf = TokenizerImpl<BPE, NormalizerWrapper, PreTokenizerWrapper, PostProcessorWrapper, ByteLevel>;
 
 /// A trained byte-level BPE: the `tokenizers` object, its end-of-text id,
 /// control token ids, pre-tokenizer and its `tokenizer.json` text.
@@ -149,11 +146,11 @@ pub const CONTROL_BY_TEXT: [&str; 57] = [
     "[e~[",
 ];
 
-fn byte_level() -> ByteLevel {
+pub(super) fn byte_level() -> ByteLevel {
     ByteLevel::new(false, true, true)
 }
 
-fn hf_err(what: &str, e: impl std::fmt::Display) -> crate::error::Error {
+pub(super) fn hf_err(what: &str, e: impl std::fmt::Display) -> crate::error::Error {
     runtime(format!("{what}: {e}"))
 }
 
@@ -181,7 +178,7 @@ fn check_ids(hf: &Hf, origin: &str) -> Result<()> {
 }
 
 impl Bpe {
-    fn new(hf: Hf, origin: &str, pre: PreSplit) -> Result<Bpe> {
+    pub(super) fn new(hf: Hf, origin: &str, pre: PreSplit) -> Result<Bpe> {
         check_ids(&hf, origin)?;
         let eot = END_OF_TEXT
             .iter()
@@ -233,61 +230,6 @@ impl Bpe {
 }
 
 impl Tokenizer {
-    /// Train a byte-level BPE of at most `vocab_size` ids on `docs` (fewer when
-    /// the text has too few repeated pairs). Ids: `<|endoftext|>` = 0, the 256
-    /// byte symbols in code-point order, then the merges in the order learned.
-    /// Deterministic: the same documents give the same `tokenizer.json`.
-    ///
-    /// # Errors
-    /// [`Error::Input`](crate::error::Error::Input) when `vocab_size` is below 257.
-    pub fn train_bpe<S: AsRef<str> + Send>(docs: impl Iterator<Item = S> + Send, vocab_size: usize) -> Result<Tokenizer> {
-        if vocab_size < 257 {
-            return Err(input(format!(
-                "--vocab-size {vocab_size} is too small: a byte-level BPE needs at least 257 ids (256 bytes and {EOT})"
-            )));
-        }
-        if vocab_size > MAX_VOCAB_SIZE {
-            return Err(input(format!("--vocab-size {vocab_size} is too large (at most {MAX_VOCAB_SIZE})")));
-        }
-        let alphabet: HashSet<char> = (0..=255u8).map(byte_to_unicode).collect();
-        let mut trainer = BpeTrainerBuilder::new()
-            .vocab_size(vocab_size)
-            .min_frequency(2)
-            .show_progress(false)
-            .special_tokens(vec![AddedToken::from(EOT, true)])
-            .initial_alphabet(alphabet)
-            .build();
-        // What `TokenizerImpl::train` does, except that pre-tokens longer than
-        // MAX_TRAIN_WORD bytes reach the trainer in pieces: its work grows with
-        // the square of a word's length (a 2 MB line of letters ran for an hour),
-        // and merges longer than that are not worth learning. Encoding is
-        // unchanged, so llama.cpp still tokenizes as toy does.
-        let pre = byte_level();
-        trainer
-            .feed(docs, |seq| {
-                let mut pts = PreTokenizedString::from(seq);
-                pre.pre_tokenize(&mut pts)?;
-                let mut words = Vec::new();
-                for (w, _, _) in pts.get_splits(OffsetReferential::Original, OffsetType::Byte) {
-                    if w.len() <= MAX_TRAIN_WORD {
-                        words.push(w.to_owned());
-                    } else {
-                        let chars: Vec<char> = w.chars().collect();
-                        words.extend(chars.chunks(MAX_TRAIN_WORD).map(|c| c.iter().collect::<String>()));
-                    }
-                }
-                Ok(words)
-            })
-            .map_err(|e| hf_err("BPE training failed", e))?;
-        let mut model = BPE::default();
-        let special = trainer.train(&mut model).map_err(|e| hf_err("BPE training failed", e))?;
-        let mut hf = Hf::new(model);
-        hf.with_pre_tokenizer(Some(PreSplit::Gpt2.pre_tokenizer()));
-        hf.with_decoder(Some(byte_level()));
-        hf.add_special_tokens(&special);
-        Ok(Tokenizer::Bpe(Arc::new(Bpe::new(hf, "training", PreSplit::Gpt2)?)))
-    }
-
     /// Token ids of each of `texts` (documents, as [`encode_document`](Self::encode_document)),
     /// encoded in parallel on all cores (the `tokenizers` crate's batch encoding).
     pub fn encode_batch(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
