@@ -283,7 +283,9 @@ fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<Eval
     let t_max = runs.iter().map(|r| r.0).max().unwrap_or(ctx);
     // What the windows did to the conversations: said, and counted, of every group.
     let fit = runs.iter().fold(Fit::default(), |f, (_, r)| f + r.fit);
-    let notes: Vec<String> = runs.iter().filter_map(|(_, r)| r.note()).collect();
+    // One note of the whole file's counts: only windows at the model's context
+    // (or --context) cut, so the longest window that cut is the one to name.
+    let note = runs.iter().filter(|(_, r)| r.fit.truncated > 0).map(|(t, _)| *t).max().and_then(|t| fit.note(t));
     runs.retain(|(_, r)| !r.train.is_empty());
     if runs.is_empty() {
         let t = t_max;
@@ -298,7 +300,7 @@ fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<Eval
             t + 1
         )));
     }
-    for note in notes {
+    if let Some(note) = note {
         eprintln!("{note}");
     }
     let mut left = args.max_windows.unwrap_or(usize::MAX);

@@ -41,6 +41,25 @@ pub struct Fit {
     pub filled: usize,
 }
 
+impl Fit {
+    /// The note on what windows of `t` tokens (and the token after them) cut,
+    /// when they cut any conversation: how many, of how many.
+    pub fn note(&self, t: usize) -> Option<String> {
+        let dropped = match self.dropped {
+            0 => String::new(),
+            n => format!("; {n} of them had no trained token left and {} left out", if n == 1 { "is" } else { "are" }),
+        };
+        (self.truncated > 0).then(|| {
+            format!(
+                "note: {} of {} conversations truncated to {} tokens (the window: a context of {t} and the token after it){dropped}",
+                self.truncated,
+                self.conversations,
+                t + 1
+            )
+        })
+    }
+}
+
 impl std::ops::Add for Fit {
     type Output = Fit;
     fn add(self, o: Fit) -> Fit {
@@ -186,20 +205,7 @@ impl ChatRun {
 
     /// What a run says on stderr when conversations were cut, never silently.
     pub fn note(&self) -> Option<String> {
-        let f = &self.fit;
-        let t = self.train.t;
-        let dropped = match f.dropped {
-            0 => String::new(),
-            n => format!("; {n} of them had no trained token left and {} left out", if n == 1 { "is" } else { "are" }),
-        };
-        (f.truncated > 0).then(|| {
-            format!(
-                "note: {} of {} conversations truncated to {} tokens (the window: a context of {t} and the token after it){dropped}",
-                f.truncated,
-                f.conversations,
-                t + 1
-            )
-        })
+        self.fit.note(self.train.t)
     }
 
     /// What a run says of its chat data as it starts: the split, the trained

@@ -239,11 +239,14 @@ struct Tally {
     /// The loss of the last applied step.
     last_loss: f32,
     last_val: Option<f32>,
+    /// The step of the last validation, if any ran.
+    val_step: Option<u64>,
 }
 
 impl Loop<'_, '_> {
     /// Evaluate after `step` (training loss `loss`), and log and show it.
     fn eval_at(&mut self, step: u64, loss: f32, tally: &mut Tally, report: &Report) -> Result<()> {
+        tally.val_step = Some(step);
         if let Some(v) = self.evaluate(step, loss)? {
             // Diverged weights (a finite training loss, then an update too large): never
             // printed, logged or saved, as a non-finite training loss is not.
@@ -258,6 +261,17 @@ impl Loop<'_, '_> {
             report.say(format!("step {step}: val_loss={v}"));
         }
         Ok(())
+    }
+
+    /// Validate after `step` unless the last validation was of it: a run a
+    /// signal stops (between micro-batches, or during a checkpoint) ends with
+    /// the validation of the step it stops on, as a completed run does, so its
+    /// final `val_loss` is that step's.
+    fn eval_unless_done(&mut self, step: u64, tally: &mut Tally, report: &Report) -> Result<()> {
+        if tally.val_step == Some(step) {
+            return Ok(());
+        }
+        self.eval_at(step, tally.last_loss, tally, report)
     }
 
     /// Optimizer step `step` at learning rate `lr`: its batch (all its
@@ -391,7 +405,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         eprintln!("note: the chat corpus holds too few conversations to keep any for validation: no validation loss (more conversations give one)");
     }
     let report = Report::new(l.opts, cfg.steps, l.start_step);
-    let mut tally = Tally { done: l.start_step, applied: 0, last_loss: f32::NAN, last_val: None };
+    let mut tally = Tally { done: l.start_step, applied: 0, last_loss: f32::NAN, last_val: None, val_step: None };
     if l.start_step == 0 {
         l.eval_at(0, f32::NAN, &mut tally, &report)?;
     }
@@ -403,7 +417,8 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
             Stepped::Applied(st) => Some(st),
             Stepped::Skipped => None,
             Stepped::Stopped => {
-                // Step `tally.done` is what a checkpoint can hold: save it unless it is saved.
+                // Step `tally.done` is what a checkpoint can hold: validate and save it unless done.
+                l.eval_unless_done(tally.done, &mut tally, &report)?;
                 if l.sink.latest() != Some(tally.done) {
                     l.save_or_end(tally.done, tally.last_loss)?;
                 }
@@ -440,6 +455,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         // Read again: a signal that came during this step's validation or
         // checkpoint makes it the last too (saved now if it is not).
         if l.opts.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst) != 0) {
+            l.eval_unless_done(step, &mut tally, &report)?;
             if l.sink.latest() != Some(step) {
                 l.save_or_end(step, tally.last_loss)?;
             }

@@ -1,0 +1,65 @@
+//! The eleventh reliability pass (a new user's trial, stop 52): a run a signal
+//! stops between micro-batches ends on the validation of the step it stops
+//! on, and `toy eval`'s truncation note on chat data counts the whole file.
+
+use crate::chat::{chat_model, CHATML};
+use crate::common::process::{signal, toy, wait_for};
+use std::process::{Command, Stdio};
+
+/// `--grad-accum 3000` makes step 2 long; a signal during it stops the run
+/// between micro-batches, on step 1. The run validates step 1 (as a run that
+/// completes validates its last step), and `--json` and `run_end` give that
+/// validation's loss, not step 0's.
+#[test]
+fn a_stop_between_micro_batches_ends_on_that_steps_validation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let args = ["train", "--threads", "1", "--preset", "smoke", "--steps", "3", "--grad-accum", "3000", "--eval-every", "0", "--json"];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toy"))
+        .env_remove("TOY_RUN_ID")
+        .current_dir(t)
+        .args(args)
+        .args(["--out", "cut"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&t.join("cut"), "step", 1, &mut child);
+    signal(&child, "-INT");
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted at step 1;"), "{err}");
+    let events: Vec<serde_json::Value> =
+        std::fs::read_to_string(t.join("cut/events.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let eval_of = |step: u64| events.iter().find(|e| e["kind"] == "eval" && e["step"] == step).map(|e| e["val_loss"].as_f64().unwrap());
+    let (v0, v1) = (eval_of(0).expect("step 0 validated"), eval_of(1).expect("step 1, the one stopped on, validated"));
+    assert_ne!(v0, v1);
+    let end = events.iter().find(|e| e["kind"] == "run_end").expect("run_end");
+    assert_eq!(end["val_loss"].as_f64(), Some(v1), "{end}");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["val_loss"].as_f64(), Some(v1), "{summary}");
+    assert_eq!(summary["steps"].as_u64(), Some(1), "{summary}");
+}
+
+/// Conversations of very different lengths go to windows of different sizes;
+/// only the longest group's window (the model's context) cuts, and the note
+/// says how many of all the file's conversations it cut.
+#[test]
+fn eval_notes_truncation_of_the_whole_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, Some(CHATML), "chat.gguf");
+    let turn = |q: &str, a: &str| {
+        serde_json::json!({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}).to_string()
+    };
+    let long = "the cat sat on the mat and then the dog ran to the tree. ".repeat(40);
+    let lines = [turn("Hi?", "Hello."), turn(&long, "Yes."), turn("Who?", "Toy."), turn("A story?", &long), turn("Why?", "Because.")];
+    std::fs::write(t.join("mixed.jsonl"), lines.join("\n") + "\n").unwrap();
+    let o = toy(t, &["eval", "chat.gguf", "--corpus", "mixed.jsonl", "--threads", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let notes: Vec<&str> = err.lines().filter(|l| l.contains("conversations truncated")).collect();
+    assert_eq!(notes.len(), 1, "{err}");
+    assert!(notes[0].starts_with("note: 2 of 5 conversations truncated to 257 tokens"), "{err}");
+}
