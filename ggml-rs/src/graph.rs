@@ -400,7 +400,9 @@ impl<'a> Graph<'a> {
     ///
     /// # Errors
     /// [`Error::Compute`] when the graph is not allocated, an index is out of
-    /// range, or a backend reports failure.
+    /// range, or a backend reports failure. A check that fails runs nothing:
+    /// outputs keep the values of the last run that succeeded (a backend's
+    /// failure may leave them partly written); read them only after `Ok`.
     pub fn compute(&mut self) -> Result<()> {
         self.compute_async()?;
         self.synchronize();
