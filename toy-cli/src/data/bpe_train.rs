@@ -114,8 +114,9 @@ pub(super) fn train_bpe_within<S: AsRef<str> + Send>(
 /// An estimate of the distinct pre-tokens of the text added so far: its
 /// whitespace-separated words in pieces of at most [`MAX_TRAIN_WORD`] bytes
 /// (the trainer's cut), each counted once by a 64-bit hash. Cheaper than the
-/// trainer's own pre-tokenizer, and near it: that one also splits letters from
-/// punctuation and digits, which makes the distinct pieces fewer, not more.
+/// trainer's own pre-tokenizer (GPT-2's split), and near it in bytes: that one
+/// also splits letters from punctuation and digits, and keeps a word's
+/// leading space.
 #[derive(Default)]
 struct Distinct {
     hashes: HashSet<u64>,
