@@ -54,7 +54,7 @@ pub enum Error {
     },
 
     /// A GGUF file is malformed or unsupported.
-    #[error("{path}: {msg}", path = path.display())]
+    #[error("{}{msg}", gguf_prefix(path))]
     Gguf {
         /// The file (empty when the error concerns data not yet written).
         path: PathBuf,
@@ -86,5 +86,14 @@ impl Error {
 
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io { path: path.into(), source }
+    }
+}
+
+/// `path: ` before a GGUF error's message, or nothing for data not yet written.
+fn gguf_prefix(path: &std::path::Path) -> String {
+    if path.as_os_str().is_empty() {
+        "gguf: ".into()
+    } else {
+        format!("{}: ", path.display())
     }
 }

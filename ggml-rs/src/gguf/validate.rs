@@ -115,14 +115,25 @@ fn read_counts(c: &mut Cursor<'_>) -> Result<(u32, u64, u64), String> {
     Ok((version, n_kv as u64, n_tensors as u64))
 }
 
+/// A GGUF string as text: UTF-8 (as the format says), without NUL bytes
+/// (ggml's reader hands strings out as C strings, which a NUL would cut
+/// short); otherwise what is wrong with it.
+fn text(bytes: &[u8]) -> Result<&str, &'static str> {
+    let s = std::str::from_utf8(bytes).map_err(|_| "is not UTF-8 (GGUF strings are)")?;
+    if s.contains('\0') {
+        return Err("contains a NUL byte, which ggml's reader would cut it at");
+    }
+    Ok(s)
+}
+
 /// Walk `n_kv` metadata pairs: UTF-8 keys, unique and not empty, values of a
-/// known type that fit; returns `general.alignment` (or the default).
+/// known type that fit, strings UTF-8 without NUL bytes; returns `general.alignment` (or the default).
 fn read_metadata(c: &mut Cursor<'_>, n_kv: u64) -> Result<usize, String> {
     let mut keys = std::collections::HashSet::new();
     let mut alignment = super::DEFAULT_ALIGNMENT;
     for i in 0..n_kv {
         let key = c.string("metadata key")?;
-        let key = std::str::from_utf8(key).map_err(|_| format!("metadata key {i} is not UTF-8"))?;
+        let key = text(key).map_err(|why| format!("metadata key {i} {why}"))?;
         if key.is_empty() {
             return Err(format!("metadata key {i} is empty"));
         }
@@ -158,8 +169,12 @@ fn read_value(c: &mut Cursor<'_>, key: &str) -> Result<Option<usize>, String> {
             if n > (c.left() / 8) as u64 {
                 return Err(format!("{key:?}: {n} strings cannot fit in the {} bytes left", c.left()));
             }
-            for _ in 0..n {
-                c.string(key)?;
+            for j in 0..n {
+                let v = c.string(key)?;
+                text(v).map_err(|why| match is_array {
+                    true => format!("{key:?}: string {j} {why}"),
+                    false => format!("{key:?}: the string value {why}"),
+                })?;
             }
             Ok(None)
         }
@@ -203,7 +218,7 @@ fn read_tensor_infos(c: &mut Cursor<'_>, n_tensors: u64, alignment: usize) -> Re
         if name.len() >= MAX_NAME {
             return Err(format!("tensor {i}: name of {} bytes (at most {} allowed)", name.len(), MAX_NAME - 1));
         }
-        let name = String::from_utf8_lossy(name).into_owned();
+        let name = text(name).map_err(|why| format!("tensor {i}: its name {why}"))?.to_string();
         if !names.insert(name.clone()) {
             return Err(format!("duplicate tensor name {name:?}"));
         }

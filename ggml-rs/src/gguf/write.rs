@@ -21,6 +21,12 @@ pub struct GgufWriter {
     names: HashSet<String>,
 }
 
+// SAFETY: the writer owns its gguf context (plain heap memory, no thread
+// affinity, freed on drop); `&mut self` methods change it, so moving the
+// writer to another thread is safe. Not `Sync`: ggml's gguf calls are not
+// documented as safe to run side by side on one context.
+unsafe impl Send for GgufWriter {}
+
 impl Default for GgufWriter {
     fn default() -> Self {
         Self::new()
@@ -40,7 +46,8 @@ impl GgufWriter {
         GgufWriter { ctx, data: Vec::new(), names: HashSet::new() }
     }
 
-    /// Set metadata `key` to `value` (replacing any earlier value).
+    /// Set metadata `key` to `value`. A key set again takes the new value and
+    /// moves to the end of the file's key order (as ggml's `gguf_set_val_*`).
     ///
     /// # Errors
     /// Empty keys, keys or strings with NUL bytes, and `general.alignment` other
@@ -171,9 +178,10 @@ impl GgufWriter {
         self.add_tensor_bytes(name, t.dtype(), &t.shape(), bytes)
     }
 
-    /// Write the file atomically: to a temporary file beside `path`, flushed and
-    /// fsynced, then renamed over `path` (and the folder fsynced), so `path` is
-    /// either the old file or the complete new one, never a partial write.
+    /// Write the file atomically: to a temporary file beside `path` (its own,
+    /// even when threads write the same path), flushed and fsynced, then renamed
+    /// over `path` (and the folder fsynced), so `path` is either the old file or
+    /// a complete new one, never a partial write.
     ///
     /// # Errors
     /// [`Error::Io`] naming the path when any step fails; the temporary file is removed.
@@ -181,7 +189,10 @@ impl GgufWriter {
         let path = path.as_ref();
         let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let file_name = path.file_name().ok_or_else(|| Error::gguf(path, "not a file path"))?;
-        let tmp = dir.join(format!(".{}.tmp-{}", file_name.to_string_lossy(), std::process::id()));
+        // Unique to this call: two writes of one path (threads of this process) never share a temporary.
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".{}.tmp-{}-{n}", file_name.to_string_lossy(), std::process::id()));
         // Errors name the file being written, not its temporary.
         let named = |e: Error| match e {
             Error::Io { source, .. } => Error::io(path, source),

@@ -12,64 +12,64 @@ use std::path::{Path, PathBuf};
 
 /// A GGUF byte builder, for files the writer would never produce.
 #[derive(Clone, Default)]
-struct B(Vec<u8>);
+pub(crate) struct B(pub(crate) Vec<u8>);
 
 impl B {
-    fn header(version: u32, n_tensors: i64, n_kv: i64) -> B {
+    pub(crate) fn header(version: u32, n_tensors: i64, n_kv: i64) -> B {
         let mut b = B(b"GGUF".to_vec());
         b.u32(version).i64(n_tensors).i64(n_kv);
         b
     }
-    fn u8(&mut self, v: u8) -> &mut Self {
+    pub(crate) fn u8(&mut self, v: u8) -> &mut Self {
         self.0.push(v);
         self
     }
-    fn u32(&mut self, v: u32) -> &mut Self {
+    pub(crate) fn u32(&mut self, v: u32) -> &mut Self {
         self.0.extend(v.to_le_bytes());
         self
     }
-    fn u64(&mut self, v: u64) -> &mut Self {
+    pub(crate) fn u64(&mut self, v: u64) -> &mut Self {
         self.0.extend(v.to_le_bytes());
         self
     }
-    fn i64(&mut self, v: i64) -> &mut Self {
+    pub(crate) fn i64(&mut self, v: i64) -> &mut Self {
         self.0.extend(v.to_le_bytes());
         self
     }
-    fn str(&mut self, s: &[u8]) -> &mut Self {
+    pub(crate) fn str(&mut self, s: &[u8]) -> &mut Self {
         self.u64(s.len() as u64);
         self.0.extend(s);
         self
     }
     /// A key and its scalar type; the caller writes the value.
-    fn key(&mut self, k: &str, ty: u32) -> &mut Self {
+    pub(crate) fn key(&mut self, k: &str, ty: u32) -> &mut Self {
         self.str(k.as_bytes()).u32(ty)
     }
-    fn tensor(&mut self, name: &str, ne: &[i64], ty: u32, offset: u64) -> &mut Self {
+    pub(crate) fn tensor(&mut self, name: &str, ne: &[i64], ty: u32, offset: u64) -> &mut Self {
         self.str(name.as_bytes()).u32(ne.len() as u32);
         for &n in ne {
             self.i64(n);
         }
         self.u32(ty).u64(offset)
     }
-    fn pad(&mut self, align: usize) -> &mut Self {
+    pub(crate) fn pad(&mut self, align: usize) -> &mut Self {
         while self.0.len() % align != 0 {
             self.0.push(0);
         }
         self
     }
-    fn data(&mut self, n: usize) -> &mut Self {
+    pub(crate) fn data(&mut self, n: usize) -> &mut Self {
         self.0.extend((0..n).map(|i| (i * 7) as u8));
         self
     }
 }
 
-const GGUF_U32: u32 = 4;
+pub(crate) const GGUF_U32: u32 = 4;
 const GGUF_BOOL: u32 = 7;
-const GGUF_STRING: u32 = 8;
-const GGUF_ARRAY: u32 = 9;
+pub(crate) const GGUF_STRING: u32 = 8;
+pub(crate) const GGUF_ARRAY: u32 = 9;
 const GGUF_U64: u32 = 10;
-const F32: u32 = 0;
+pub(crate) const F32: u32 = 0;
 
 /// The well-formed file every hostile case departs from: two metadata pairs
 /// (a string and a u32 array) and two f32 tensors of 32 bytes each, so the
@@ -83,13 +83,13 @@ fn baseline() -> B {
     b
 }
 
-struct Files {
+pub(crate) struct Files {
     dir: tempfile::TempDir,
     n: usize,
 }
 
 impl Files {
-    fn new() -> Files {
+    pub(crate) fn new() -> Files {
         Files { dir: tempfile::tempdir().unwrap(), n: 0 }
     }
     fn write(&mut self, bytes: &[u8]) -> PathBuf {
@@ -99,7 +99,7 @@ impl Files {
         p
     }
     /// Open `bytes` as a file; a successful open must give in-bounds tensor data.
-    fn open(&mut self, bytes: &[u8]) -> ggml_rs::Result<GgufFile> {
+    pub(crate) fn open(&mut self, bytes: &[u8]) -> ggml_rs::Result<GgufFile> {
         let p = self.write(bytes);
         let r = GgufFile::open(&p);
         if let Ok(f) = &r {
@@ -114,7 +114,7 @@ impl Files {
         r
     }
     /// `bytes` must be refused with a GGUF error naming the file.
-    fn refuse(&mut self, what: &str, bytes: &[u8]) -> String {
+    pub(crate) fn refuse(&mut self, what: &str, bytes: &[u8]) -> String {
         match self.open(bytes) {
             Ok(f) => panic!("{what}: accepted {f:?}"),
             Err(e @ Error::Gguf { .. }) => {

@@ -10,6 +10,7 @@ mod cross_entropy;
 mod errors;
 mod gguf;
 mod gguf_hostile;
+mod gguf_strings;
 mod grad;
 mod kept;
 mod kernels;
