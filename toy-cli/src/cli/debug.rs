@@ -52,7 +52,8 @@ pub struct TokenizeArgs {
 pub struct ChatMasksArgs {
     /// The model whose chat template and tokenizer render the data (a GGUF).
     pub model: PathBuf,
-    /// Chat data: JSON Lines of {"messages": [...]} or {"prompt", "completion"}.
+    /// Chat data: JSON Lines of {"messages": [...]}, {"conversations": [...]},
+    /// {"prompt", "completion"} or {"instruction", "input", "output"}.
     #[arg(long)]
     pub corpus: PathBuf,
     /// Conversations to show, from the first.

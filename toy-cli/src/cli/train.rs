@@ -248,7 +248,8 @@ flag_group! {
         pub text_field: Option<String>,
         /// finetune: how JSON Lines records are read. auto: per file, from its first
         /// record ("messages" or ShareGPT's "conversations": conversations, "prompt"
-        /// and "completion": pairs, else text); chat: conversations or pairs only;
+        /// and "completion": pairs, Alpaca's "instruction", "input" and "output":
+        /// instructions, else text); chat: conversations, pairs or instructions only;
         /// text: every record is text.
         /// Chat data is rendered with the model's chat template; only the
         /// assistant's tokens are trained.

@@ -28,10 +28,11 @@
 //! (ChatML's `\n`), which the model never writes, is not.
 //!
 //! A prompt-completion pair of strings without a chat template is plain text:
-//! the prompt's ids, then the completion's and the model's EOS (trained).
+//! the prompt's ids, then the completion's and the model's EOS (trained); an
+//! Alpaca record too, its prompt Alpaca's own (`### Instruction:` ...).
 
 use super::chat::{ChatTemplate, Message};
-use super::chat_records::{read_chat, DataFormat, Located, Record, RecordKind};
+use super::chat_records::{alpaca_prompt, read_chat, DataFormat, Located, Record, RecordKind};
 use super::tokenizer::Tokenizer;
 use crate::error::{input, Result};
 use ggml_rs::gguf::GgufFile;
@@ -97,14 +98,23 @@ impl Encoder<'_> {
             (Record::Pair { prompt, completion }, Some(_)) => {
                 self.conversation(&[Message::new("user", prompt), Message::new("assistant", completion)], 1)
             }
-            (Record::Pair { prompt, completion }, None) => {
-                let mut ex = Example::default();
-                ex.push(&self.tok.encode_document(prompt)?, false);
-                ex.push(&self.tok.encode_document(completion)?, true);
-                ex.push(&self.eos.into_iter().collect::<Vec<_>>(), true);
-                Ok(ex)
+            (Record::Pair { prompt, completion }, None) => self.plain(prompt, completion),
+            (Record::Alpaca { instruction, input, output }, Some(_)) => {
+                let user = if input.is_empty() { instruction.clone() } else { format!("{instruction}\n\n{input}") };
+                self.conversation(&[Message::new("user", &user), Message::new("assistant", output)], 1)
             }
+            (Record::Alpaca { instruction, input, output }, None) => self.plain(&alpaca_prompt(instruction, input), output),
         }
+    }
+
+    /// A prompt and its completion as plain text: the prompt's ids (not
+    /// trained), then the completion's and the model's EOS (trained).
+    fn plain(&self, prompt: &str, completion: &str) -> Result<Example> {
+        let mut ex = Example::default();
+        ex.push(&self.tok.encode_document(prompt)?, false);
+        ex.push(&self.tok.encode_document(completion)?, true);
+        ex.push(&self.eos.into_iter().collect::<Vec<_>>(), true);
+        Ok(ex)
     }
 
     /// `messages` rendered by the template, the assistant turns from

@@ -58,6 +58,9 @@ pub enum RecordKind {
     ShareGpt,
     /// `{"prompt": ..., "completion": ...}`.
     PromptCompletion,
+    /// Stanford Alpaca's `{"instruction", "input", "output"}` (`input` may be
+    /// empty or absent; axolotl's `alpaca` type).
+    Alpaca,
 }
 
 impl RecordKind {
@@ -69,6 +72,8 @@ impl RecordKind {
             RecordKind::ShareGpt
         } else if record.get("prompt").is_some() && record.get("completion").is_some() {
             RecordKind::PromptCompletion
+        } else if record.get("instruction").is_some() && record.get("output").is_some() {
+            RecordKind::Alpaca
         } else {
             RecordKind::Text
         }
@@ -81,6 +86,7 @@ impl RecordKind {
             RecordKind::Messages => "conversations (messages)",
             RecordKind::ShareGpt => "ShareGPT conversations (conversations)",
             RecordKind::PromptCompletion => "prompt-completion pairs",
+            RecordKind::Alpaca => "Alpaca records (instruction, input, output)",
         }
     }
 }
@@ -95,6 +101,29 @@ pub enum Record {
     /// A prompt and a completion given as strings: a user turn and an
     /// assistant turn under a chat template, plain text otherwise.
     Pair { prompt: String, completion: String },
+    /// An Alpaca record: under a chat template a user turn (the instruction,
+    /// then a blank line and the input when there is one) and an assistant
+    /// turn (the output); otherwise Alpaca's own prompt ([`alpaca_prompt`])
+    /// and the output, as plain text.
+    Alpaca { instruction: String, input: String, output: String },
+}
+
+/// Stanford Alpaca's prompt (its `PROMPT_DICT`, which axolotl's `alpaca`
+/// type writes too): the preamble, `### Instruction:`, `### Input:` when
+/// there is an input, and `### Response:`, after which the output follows.
+pub fn alpaca_prompt(instruction: &str, input: &str) -> String {
+    if input.is_empty() {
+        format!(
+            "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n\
+             ### Instruction:\n{instruction}\n\n### Response:\n"
+        )
+    } else {
+        format!(
+            "Below is an instruction that describes a task, paired with an input that provides further context. \
+             Write a response that appropriately completes the request.\n\n\
+             ### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n"
+        )
+    }
 }
 
 /// A record and where it is (`file:line`, for messages).
@@ -239,6 +268,14 @@ pub fn parse(v: &Value) -> Result<Record, String> {
                 Record::Chat { messages: prompt, first_trained: n }
             }
         },
+        RecordKind::Alpaca => {
+            let field = |name: &str| match &v[name] {
+                Value::String(t) => Ok(t.clone()),
+                Value::Null if name == "input" => Ok(String::new()),
+                other => Err(format!("{name} is not a string (it is {})", json_type(other))),
+            };
+            Record::Alpaca { instruction: field("instruction")?, input: field("input")?, output: field("output")? }
+        }
         RecordKind::Text => return Err("not a chat record".into()),
     };
     if let Record::Chat { messages, first_trained } = &record {
@@ -335,6 +372,14 @@ mod tests {
             json!({"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "q"}, {"from": "gpt", "value": "a"}]});
         let want = [Message::new("system", "s"), Message::new("user", "q"), Message::new("assistant", "a")];
         assert_eq!(parse(&share).unwrap(), Record::Chat { messages: want.to_vec(), first_trained: 0 });
+        let alpaca = |v: Value| parse(&v).unwrap();
+        let want = |input: &str| Record::Alpaca { instruction: "Add.".into(), input: input.into(), output: "4".into() };
+        assert_eq!(alpaca(json!({"instruction": "Add.", "input": "2+2", "output": "4"})), want("2+2"));
+        assert_eq!(alpaca(json!({"instruction": "Add.", "output": "4"})), want(""));
+        assert_eq!(alpaca(json!({"instruction": "Add.", "input": null, "output": "4"})), want(""));
+        assert_eq!(parse(&json!({"instruction": 1, "output": "4"})).unwrap_err(), "instruction is not a string (it is a number)");
+        assert!(alpaca_prompt("Add.", "").ends_with("### Instruction:\nAdd.\n\n### Response:\n"));
+        assert!(alpaca_prompt("Add.", "2+2").ends_with("### Instruction:\nAdd.\n\n### Input:\n2+2\n\n### Response:\n"));
     }
 
     #[test]

@@ -379,10 +379,12 @@ impl<'s> Documents<'s> {
                     let at = format!("{}:{}", self.sources[i].path.display(), self.line_no);
                     let v = json_record(&at, &line)?;
                     let (prompt, completion) = (v.get("prompt").is_some(), v.get("completion").is_some());
-                    let conversation = v.get("messages").is_some() || v.get("conversations").is_some();
+                    let conversation = v.get("messages").is_some()
+                        || v.get("conversations").is_some()
+                        || (v.get("instruction").is_some() && v.get("output").is_some());
                     let text = v.get(&self.text_field).ok_or_else(|| match (conversation, prompt, completion) {
                         (true, _, _) | (_, true, true) => input(format!(
-                            "{at}: a chat record (messages, conversations, or prompt and completion), not text with a field {:?}: {CHAT_ADVICE}",
+                            "{at}: a chat record (messages, conversations, prompt and completion, or instruction and output), not text with a field {:?}: {CHAT_ADVICE}",
                             self.text_field
                         )),
                         (_, true, false) | (_, false, true) => {

@@ -186,7 +186,7 @@ pub struct ChatRun {
     /// The training split's.
     pub train_fit: Fit,
     pub pack: bool,
-    /// What the records are (`messages`, `sharegpt`, `prompt-completion`), for events.
+    /// What the records are (`messages`, `sharegpt`, `prompt-completion`, `alpaca`), for events.
     pub kind: &'static str,
 }
 
@@ -197,6 +197,7 @@ impl ChatRun {
         let (val, f2) = Windows::build(&c.val, t, pack, c.eos);
         let kind = match c.kind {
             Some(RecordKind::PromptCompletion) => "prompt-completion",
+            Some(RecordKind::Alpaca) => "alpaca",
             Some(RecordKind::ShareGpt) => "sharegpt",
             _ => "messages",
         };

@@ -205,7 +205,7 @@ pub struct Config {
 /// A chat corpus's windows (`run_start`'s `chat`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Chat {
-    /// What the records are (`messages`, `prompt-completion`).
+    /// What the records are (`messages`, `sharegpt`, `prompt-completion`, `alpaca`).
     pub records: &'static str,
     /// Several conversations a window (`--pack`).
     pub pack: bool,

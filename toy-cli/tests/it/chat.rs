@@ -426,7 +426,7 @@ fn bad_chat_data_is_refused_with_its_line() {
     fails(&o, "train", "finetune recipe");
     // Chat data given to from-scratch training: said to be chat data.
     let o = toy(t, &["train", "--preset", "smoke", "--corpus", "good.jsonl", "--out", "x", "--threads", "1"]);
-    fails(&o, "train", "good.jsonl:1: a chat record (messages, conversations, or prompt and completion), not text");
+    fails(&o, "train", "good.jsonl:1: a chat record (messages, conversations, prompt and completion, or instruction and output), not text");
     assert!(!t.join("x").exists());
     // What finetune trains on, as `toy debug chat-masks` shows it.
     let o = toy(t, &["debug", "chat-masks", "chat.gguf", "--corpus", "good.jsonl", "-n", "1"]);

@@ -74,7 +74,11 @@ fn sharegpt_records_are_conversations() {
     assert!(!t.join("x").exists());
     // From-scratch training is told it is chat data.
     let o = toy(t, &["train", "--preset", "smoke", "--corpus", "share.jsonl", "--out", "x", "--threads", "1"]);
-    fails(&o, "train", "share.jsonl:1: a chat record (messages, conversations, or prompt and completion), not text");
+    fails(
+        &o,
+        "train",
+        "share.jsonl:1: a chat record (messages, conversations, prompt and completion, or instruction and output), not text",
+    );
 }
 
 /// `toy eval --json` in `dir`.

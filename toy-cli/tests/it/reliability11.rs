@@ -1,9 +1,10 @@
 //! The eleventh reliability pass (a new user's trial, stop 52): a run a signal
 //! stops between micro-batches ends on the validation of the step it stops
-//! on, and `toy eval`'s truncation note on chat data counts the whole file.
+//! on, `toy eval`'s truncation note on chat data counts the whole file, and
+//! Alpaca records (`instruction`, `input`, `output`) are chat data.
 
-use crate::chat::{chat_model, CHATML};
-use crate::common::process::{signal, toy, wait_for};
+use crate::chat::{chat_model, finetune, CHATML};
+use crate::common::process::{ok, signal, toy, wait_for};
 use std::process::{Command, Stdio};
 
 /// `--grad-accum 3000` makes step 2 long; a signal during it stops the run
@@ -62,4 +63,31 @@ fn eval_notes_truncation_of_the_whole_file() {
     let notes: Vec<&str> = err.lines().filter(|l| l.contains("conversations truncated")).collect();
     assert_eq!(notes.len(), 1, "{err}");
     assert!(notes[0].starts_with("note: 2 of 5 conversations truncated to 257 tokens"), "{err}");
+}
+
+/// Alpaca records fine-tune as a user turn (the instruction, a blank line and
+/// the input) and an assistant turn under the model's template, the answer
+/// alone trained; without a template they are Alpaca's own prompt.
+#[test]
+fn alpaca_records_are_chat_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, Some(CHATML), "chat.gguf");
+    let row = |i: &str, x: &str, o: &str| serde_json::json!({"instruction": i, "input": x, "output": o}).to_string() + "\n";
+    let rows = [row("Name a colour.", "", "Blue."), row("Add the numbers.", "2 and 2", "4")].concat().repeat(10);
+    std::fs::write(t.join("a.jsonl"), rows).unwrap();
+    let o = toy(t, &["debug", "chat-masks", "chat.gguf", "--corpus", "a.jsonl"]);
+    ok(&o);
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(shown.contains("<|im_start|>user\nAdd the numbers.\n\n2 and 2<|im_end|>"), "{shown}");
+    assert!(shown.contains("<|im_start|>assistant\n⟦4<|im_end|>⟧"), "{shown}");
+    let o = finetune(t, "chat.gguf", "a.jsonl", "ft", &["--steps", "2"]);
+    ok(&o);
+    let start = crate::chat::events(&t.join("ft")).into_iter().find(|e| e["kind"] == "run_start").expect("run_start");
+    assert_eq!(start["chat"]["records"], "alpaca", "{start}");
+    // toy's own models carry no template: Alpaca's prompt, as plain text.
+    let o = toy(t, &["debug", "chat-masks", "base/weights/latest", "--corpus", "a.jsonl"]);
+    ok(&o);
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(shown.contains("### Instruction:\nAdd the numbers.\n\n### Input:\n2 and 2\n\n### Response:\n⟦4"), "{shown}");
 }
