@@ -382,7 +382,9 @@ flag_group! {
     #[command(next_help_heading = "Logging and checkpoints")]
     pub struct LogArgs {
         /// Validation loss every N steps, and before the first step and after
-        /// the last one (or the one a stop signal ends the run on) (default
+        /// the last one (or the one a stop signal ends the run on; not on a stop
+        /// between micro-batches or during a checkpoint, which is quick instead:
+        /// `val_step` in `--json` says which step `val_loss` is of) (default
         /// 100; 0: only those two).
         #[arg(long = "eval-every", value_parser = count_u64)]
         pub eval_every: Option<u64>,

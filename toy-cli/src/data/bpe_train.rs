@@ -34,20 +34,25 @@ impl Tokenizer {
     pub fn train_bpe<S: AsRef<str> + Send>(docs: impl Iterator<Item = S> + Send, vocab_size: usize) -> Result<Tokenizer> {
         let (tok, cut) = train_bpe_within(docs, vocab_size, MAX_TRAIN_DISTINCT_BYTES)?;
         if let Some(read) = cut {
-            eprintln!(
-                "note: the BPE was trained on the first {:.1} MB of its text: their distinct words reach {} MB, the most the \
-                 trainer takes (its memory grows with them; text without spaces is nearly all distinct)",
-                read as f64 / 1e6,
-                MAX_TRAIN_DISTINCT_BYTES >> 20
-            );
+            eprintln!("{}", cut_note(read));
         }
         Ok(tok)
     }
 }
 
+/// What a training cut at [`MAX_TRAIN_DISTINCT_BYTES`] after `read` bytes says.
+pub fn cut_note(read: usize) -> String {
+    format!(
+        "note: the BPE was trained on the first {:.1} MB of its text (a uniform sample): their distinct words reach {} MB, \
+         the most the trainer takes (its memory grows with them; text without spaces is nearly all distinct)",
+        read as f64 / 1e6,
+        MAX_TRAIN_DISTINCT_BYTES >> 20
+    )
+}
+
 /// [`Tokenizer::train_bpe`] reading `docs` until their distinct pre-tokens pass
 /// `budget` bytes; with the bytes read when it stopped before the end.
-pub(super) fn train_bpe_within<S: AsRef<str> + Send>(
+pub fn train_bpe_within<S: AsRef<str> + Send>(
     docs: impl Iterator<Item = S> + Send,
     vocab_size: usize,
     budget: usize,
@@ -169,6 +174,18 @@ mod tests {
         // A budget above the text's distinct words reads it all.
         let (_, all) = train_bpe_within(docs.iter(), 400, 1 << 20).unwrap();
         assert_eq!(all, None);
+    }
+
+    /// The trainer counts words: the order the text comes in changes nothing
+    /// (what lets `toy train` feed its pieces shuffled).
+    #[test]
+    fn the_order_of_the_text_changes_nothing() {
+        let all = toy_stories::generate_with(3, 400);
+        let text = crate::data::text::split_documents(&all);
+        assert!(text.len() > 100, "{} documents", text.len());
+        let (a, _) = train_bpe_within(text.iter(), 600, usize::MAX).unwrap();
+        let (b, _) = train_bpe_within(text.iter().rev(), 600, usize::MAX).unwrap();
+        assert_eq!(a.sha256(), b.sha256());
     }
 
     #[test]

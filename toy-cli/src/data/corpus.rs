@@ -227,6 +227,14 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
     encode_text(docs, text, opts).map(|(s, v, t)| corpus(s, v, Some(t), Some(bytes)))
 }
 
+/// Fisher–Yates with a fixed seed (SplitMix64): the same text, the same order.
+fn shuffle<T>(v: &mut [T]) {
+    let mut rng = crate::rng::SplitMix64::new(0x05ee_db9e);
+    for i in (1..v.len()).rev() {
+        v.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+}
+
 /// Bytes of `docs` as [`Corpus::text_bytes`] counts them: each one's, plus one
 /// for its end of text.
 fn document_bytes(docs: &[&str]) -> usize {
@@ -237,8 +245,16 @@ fn document_bytes(docs: &[&str]) -> usize {
 fn encode_text(docs: Vec<&str>, text: &TextOptions, opts: &CorpusOptions) -> Result<(Split, usize, Tokenizer)> {
     let tok = match &text.tokenizer {
         Some(t) => t.clone(),
-        // In pieces: the pre-tokenizer's memory grows with what it is given at once.
-        None => Tokenizer::train_bpe(docs.iter().flat_map(|d| pieces(d, CHUNK_BYTES)), text.bpe_vocab_size)?,
+        // In pieces (the pre-tokenizer's memory grows with what it is given at
+        // once), in a fixed shuffled order: the trainer stops at a budget of
+        // distinct words, and what it reads must be a uniform sample of the
+        // text, not its start; where it reads everything, the order changes
+        // nothing (it counts words).
+        None => {
+            let mut all: Vec<&str> = docs.iter().flat_map(|d| pieces(d, CHUNK_BYTES)).collect();
+            shuffle(&mut all);
+            Tokenizer::train_bpe(all.into_iter(), text.bpe_vocab_size)?
+        }
     };
     let ids = encode_documents(&tok, &docs)?;
     let vocab = tok.vocab_size();

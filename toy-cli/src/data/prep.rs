@@ -462,21 +462,26 @@ fn check_options(files: &[PathBuf], opts: &PrepOptions) -> Result<()> {
 }
 
 /// Train the BPE of `opts.vocab_size` ids on `sample` (`sample_bytes` of the
-/// `n_docs` documents), saying so under `opts.progress`.
-fn train_tokenizer(sample: Vec<String>, sample_bytes: u64, n_docs: usize, opts: &PrepOptions) -> Result<Tokenizer> {
+/// `n_docs` documents), saying so under `opts.progress`; with the bytes it was
+/// trained on (fewer than `sample_bytes` where the trainer's budget of
+/// distinct words cut it, which a note says).
+fn train_tokenizer(sample: Vec<String>, sample_bytes: u64, n_docs: usize, opts: &PrepOptions) -> Result<(Tokenizer, u64)> {
     if opts.progress {
         eprintln!("training the BPE on {:.1} MB of {} documents…", sample_bytes as f64 / 1e6, n_docs);
     }
     let t_bpe = std::time::Instant::now();
     let vocab_size = opts.vocab_size;
-    let tok = crate::signals::interruptible(opts.stop.as_deref(), "training the tokenizer", move || {
-        Tokenizer::train_bpe(sample.iter().map(String::as_str), vocab_size)
+    let (tok, cut) = crate::signals::interruptible(opts.stop.as_deref(), "training the tokenizer", move || {
+        super::bpe_train::train_bpe_within(sample.iter().map(String::as_str), vocab_size, super::bpe_train::MAX_TRAIN_DISTINCT_BYTES)
     })?;
+    if let Some(read) = cut {
+        eprintln!("{}", super::bpe_train::cut_note(read));
+    }
     check_stop(&opts.stop)?;
     if opts.progress {
         eprintln!("trained a BPE of {} ids in {:.1} s", tok.vocab_size(), t_bpe.elapsed().as_secs_f64());
     }
-    Ok(tok)
+    Ok((tok, cut.map_or(sample_bytes, |r| r as u64)))
 }
 
 /// `toy prep`: train a byte-level BPE on `files` (text, JSON Lines, folders,
@@ -506,7 +511,7 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
         return Err(input(format!("no text in {} (empty, or only <|endoftext|> lines)", names.join(", "))));
     }
     let sample: Vec<String> = scan.sample.into_sorted_vec().into_iter().map(|(_, _, t)| t).collect();
-    let tok = train_tokenizer(sample, scan.sample_bytes, scan.n_docs, opts)?;
+    let (tok, trained_bytes) = train_tokenizer(sample, scan.sample_bytes, scan.n_docs, opts)?;
 
     let held = if scan.n_docs == 1 { vec![false] } else { held_out(scan.n_docs, opts.val_fraction, opts.seed) };
     let (mut train, mut val) = (BinWriter::create(train_tmp)?, BinWriter::create(val_tmp)?);
@@ -535,7 +540,7 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
         scan.digests.iter().map(digest).collect(),
         opts.val_fraction,
         opts.seed,
-        Some(scan.sample_bytes),
+        Some(trained_bytes),
     );
     write_manifest(out, &m)?;
     guard.commit();

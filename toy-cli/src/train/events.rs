@@ -323,6 +323,10 @@ pub struct RunEnd {
 pub struct Totals {
     /// The last validation loss.
     pub val_loss: Option<f32>,
+    /// The step `val_loss` is of: `final_step`, but for a run a signal stopped
+    /// between micro-batches or while it wrote a checkpoint (no validation then,
+    /// so that the stop is quick).
+    pub val_step: Option<u64>,
     /// Window positions computed per second of [`Self::wall_seconds`]: the
     /// steps' `batch·context·grad_accum`, a chat window's padding included
     /// (validation and checkpoints take part of that time).
@@ -421,13 +425,13 @@ mod tests {
         let old = json!({ "ended_at": "2026-12-02T07:00:00.000Z", "reason": End::Errored, "final_step": 5u64, "final_loss": loss,
                           "exit_code": 1, "device_used_bytes": used });
         assert_eq!(text(&Event::RunEnd(end(None))), old.to_string());
-        let totals = Totals { val_loss: Some(val), tokens_per_second: 1234.5, wall_seconds: 0.25 };
+        let totals = Totals { val_loss: Some(val), val_step: Some(5), tokens_per_second: 1234.5, wall_seconds: 0.25 };
         let old = json!({ "ended_at": "2026-12-02T07:00:00.000Z", "reason": End::Errored, "final_step": 5u64, "final_loss": loss,
-                          "val_loss": Some(val), "tokens_per_second": 1234.5f64, "wall_seconds": 0.25f64, "exit_code": 1,
+                          "val_loss": Some(val), "val_step": 5u64, "tokens_per_second": 1234.5f64, "wall_seconds": 0.25f64, "exit_code": 1,
                           "device_used_bytes": used });
         assert_eq!(text(&Event::RunEnd(end(Some(totals)))), old.to_string());
-        let no_val = Totals { val_loss: None, ..totals };
-        assert!(text(&Event::RunEnd(end(Some(no_val)))).contains(r#""val_loss":null,"tokens_per_second""#));
+        let no_val = Totals { val_loss: None, val_step: None, ..totals };
+        assert!(text(&Event::RunEnd(end(Some(no_val)))).contains(r#""val_loss":null,"val_step":null,"tokens_per_second""#));
         assert_eq!(Event::RunEnd(end(None)).kind(), "run_end");
     }
 

@@ -26,6 +26,8 @@ pub struct Outcome {
     pub seed: u64,
     pub final_loss: f32,
     pub val_loss: Option<f32>,
+    /// The step `val_loss` is of (see [`events::Totals::val_step`]).
+    pub val_step: Option<u64>,
     /// Completed, or interrupted by a signal.
     pub reason: End,
     pub tokens_per_second: f64,
@@ -45,7 +47,7 @@ impl Outcome {
     pub fn summary(&self) -> serde_json::Value {
         let mut s = serde_json::json!({ "format": "toy/train-v1", "run_id": self.run_id, "run_dir": self.run_dir,
                                         "steps": self.steps, "seed": self.seed, "final_loss": self.final_loss,
-                                        "val_loss": self.val_loss, "reason": self.reason });
+                                        "val_loss": self.val_loss, "val_step": self.val_step, "reason": self.reason });
         if let Some(c) = &self.chat {
             s["chat"] = serde_json::json!(c);
         }

@@ -239,7 +239,8 @@ struct Tally {
     /// The loss of the last applied step.
     last_loss: f32,
     last_val: Option<f32>,
-    /// The step of the last validation, if any ran.
+    /// The step of the last validation, if any ran: the last step, but for a
+    /// run a signal stopped between micro-batches or during a checkpoint.
     val_step: Option<u64>,
 }
 
@@ -261,17 +262,6 @@ impl Loop<'_, '_> {
             report.say(format!("step {step}: val_loss={v}"));
         }
         Ok(())
-    }
-
-    /// Validate after `step` unless the last validation was of it: a run a
-    /// signal stops (between micro-batches, or during a checkpoint) ends with
-    /// the validation of the step it stops on, as a completed run does, so its
-    /// final `val_loss` is that step's.
-    fn eval_unless_done(&mut self, step: u64, tally: &mut Tally, report: &Report) -> Result<()> {
-        if tally.val_step == Some(step) {
-            return Ok(());
-        }
-        self.eval_at(step, tally.last_loss, tally, report)
     }
 
     /// Optimizer step `step` at learning rate `lr`: its batch (all its
@@ -351,7 +341,12 @@ impl Loop<'_, '_> {
             reason,
             final_step: done,
             final_loss: tally.last_loss,
-            totals: Some(Totals { val_loss: tally.last_val, tokens_per_second: tps, wall_seconds: wall }),
+            totals: Some(Totals {
+                val_loss: tally.last_val,
+                val_step: tally.last_val.and(tally.val_step),
+                tokens_per_second: tps,
+                wall_seconds: wall,
+            }),
             exit_code: code,
             device_used_bytes: self.memory.0.used_since_start(self.memory.1),
         }))?;
@@ -362,6 +357,7 @@ impl Loop<'_, '_> {
             seed: cfg.seed,
             final_loss: tally.last_loss,
             val_loss: tally.last_val,
+            val_step: tally.last_val.and(tally.val_step),
             reason,
             tokens_per_second: tps,
             wall_seconds: wall,
@@ -417,8 +413,9 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
             Stepped::Applied(st) => Some(st),
             Stepped::Skipped => None,
             Stepped::Stopped => {
-                // Step `tally.done` is what a checkpoint can hold: validate and save it unless done.
-                l.eval_unless_done(tally.done, &mut tally, &report)?;
+                // Step `tally.done` is what a checkpoint can hold: save it unless it is saved.
+                // No validation: a stop between micro-batches is meant to be quick
+                // (`val_step` says which step the last `val_loss` is of).
                 if l.sink.latest() != Some(tally.done) {
                     l.save_or_end(tally.done, tally.last_loss)?;
                 }
@@ -455,7 +452,6 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         // Read again: a signal that came during this step's validation or
         // checkpoint makes it the last too (saved now if it is not).
         if l.opts.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst) != 0) {
-            l.eval_unless_done(step, &mut tally, &report)?;
             if l.sink.latest() != Some(step) {
                 l.save_or_end(step, tally.last_loss)?;
             }
