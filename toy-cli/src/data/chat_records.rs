@@ -27,12 +27,13 @@ use std::path::Path;
 #[serde(rename_all = "kebab-case")]
 pub enum DataFormat {
     /// Per file, from its first record: "messages" or "conversations" (ShareGPT)
-    /// are conversations, "prompt" and "completion" a pair, anything else text.
+    /// are conversations, "prompt" and "completion" a pair, "instruction" and
+    /// "output" (Alpaca) an instruction, anything else text.
     #[default]
     Auto,
     /// Every record is a document (its `--text-field`).
     Text,
-    /// Every record is a conversation or a prompt-completion pair.
+    /// Every record is a conversation, a prompt-completion pair or an Alpaca instruction.
     Chat,
 }
 
@@ -59,7 +60,9 @@ pub enum RecordKind {
     /// `{"prompt": ..., "completion": ...}`.
     PromptCompletion,
     /// Stanford Alpaca's `{"instruction", "input", "output"}` (`input` may be
-    /// empty or absent; axolotl's `alpaca` type).
+    /// empty or absent), the records of axolotl's `alpaca` type. axolotl always
+    /// writes Alpaca's prompt; toy writes it only for a model without a chat
+    /// template, and renders a user turn with the template otherwise.
     Alpaca,
 }
 
@@ -155,7 +158,7 @@ pub fn read_chat(path: &Path, format: DataFormat) -> Result<Option<(RecordKind, 
     let chat = |k: &RecordKind| *k != RecordKind::Text;
     match (kinds.iter().position(chat), kinds.iter().position(|k| !chat(k))) {
         (None, _) if format == DataFormat::Chat => Err(input(format!(
-            "{} holds no chat records (a JSON Lines record with \"messages\", \"conversations\", or \"prompt\" and \"completion\")",
+            "{} holds no chat records (a JSON Lines record with \"messages\", \"conversations\", \"prompt\" and \"completion\", or \"instruction\" and \"output\")",
             sources[0].path.display()
         ))),
         (None, _) => Ok(None),
@@ -212,10 +215,13 @@ fn first_kind(s: &Source) -> Result<RecordKind> {
         let at = format!("{}:{n}", s.path.display());
         let v = object(&at, line)?;
         kind = RecordKind::of(&v);
-        // Half a prompt-completion pair is a mistake, not a text record.
+        // Half a prompt-completion pair or Alpaca record is a mistake, not a text record.
         let half = v.get("prompt").is_some() != v.get("completion").is_some();
         if kind == RecordKind::Text && half && v.get("text").is_none() {
             return Err(input(format!("{at}: a prompt-completion record needs both \"prompt\" and \"completion\"")));
+        }
+        if kind == RecordKind::Text && v.get("instruction").is_some() && v.get("text").is_none() {
+            return Err(input(format!("{at}: an Alpaca record needs \"instruction\" and \"output\" (and may have \"input\")")));
         }
         Ok(false)
     })?;
@@ -232,6 +238,7 @@ fn read_file(s: &Source, kind: RecordKind, out: &mut Vec<Located>) -> Result<()>
             let (want, first) = match kind {
                 RecordKind::Messages => ("\"messages\" field", "a conversation"),
                 RecordKind::ShareGpt => ("\"conversations\" field", "a ShareGPT conversation"),
+                RecordKind::Alpaca => ("\"instruction\" and \"output\" fields", "an Alpaca record"),
                 _ => ("\"prompt\" and \"completion\" fields", "a prompt-completion pair"),
             };
             return Err(input(format!("{at}: no {want}; the file's first record is {first}, and a file holds one kind of record")));

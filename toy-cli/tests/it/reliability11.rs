@@ -92,3 +92,24 @@ fn alpaca_records_are_chat_data() {
     let shown = String::from_utf8_lossy(&o.stdout);
     assert!(shown.contains("### Instruction:\nAdd the numbers.\n\n### Input:\n2 and 2\n\n### Response:\n⟦4"), "{shown}");
 }
+
+/// A file that starts with Alpaca records holds only them, and half of one
+/// (no output) is named as such, not read as text without a "text" field.
+#[test]
+fn alpaca_files_refuse_other_records_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    chat_model(t, Some(CHATML), "chat.gguf");
+    let alpaca = r#"{"instruction": "Say hi.", "input": "", "output": "Hi."}"#;
+    let msgs = r#"{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}"#;
+    std::fs::write(t.join("mixed.jsonl"), format!("{alpaca}\n{msgs}\n")).unwrap();
+    let o = toy(t, &["eval", "chat.gguf", "--corpus", "mixed.jsonl"]);
+    crate::common::process::fails(
+        &o,
+        "eval",
+        "mixed.jsonl:2: no \"instruction\" and \"output\" fields; the file's first record is an Alpaca record",
+    );
+    std::fs::write(t.join("half.jsonl"), format!("{}\n{alpaca}\n", r#"{"instruction": "Do.", "input": ""}"#)).unwrap();
+    let o = finetune(t, "chat.gguf", "half.jsonl", "h", &["--steps", "1"]);
+    crate::common::process::fails(&o, "train", "half.jsonl:1: an Alpaca record needs \"instruction\" and \"output\"");
+}
