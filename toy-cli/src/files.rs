@@ -33,9 +33,9 @@ pub fn create_fresh(path: &Path) -> std::io::Result<std::fs::File> {
     std::fs::OpenOptions::new().write(true).create_new(true).open(path)
 }
 
-/// The temporary beside `path` that a write goes to first: `.NAME.tmp-PID`
-/// (the name `ggml_rs::gguf::GgufWriter::write` gives its own, which
-/// [`crate::signals::remove_on_interrupt`] relies on).
+/// The temporary beside `path` that a write goes to first: `.NAME.tmp-PID`.
+/// (`ggml_rs::gguf::GgufWriter::write` names its own `.NAME.tmp-PID-N`, one
+/// per call; [`remove_stale_temps`] and [`remove_own_temps`] know both.)
 pub fn temp_path(path: &Path) -> PathBuf {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
@@ -51,8 +51,29 @@ pub fn remove_stale_temps(path: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
         let entry = e.file_name().to_string_lossy().into_owned();
-        let pid = entry.strip_prefix(&prefix).and_then(|p| p.parse::<i32>().ok());
+        let pid = entry.strip_prefix(&prefix).and_then(temp_pid);
         if pid.is_some_and(|p| p > 0 && !process_runs(p)) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// The writer's process id in what follows `.NAME.tmp-` in a temporary's
+/// name: `PID` ([`temp_path`]) or `PID-N` (`GgufWriter::write`).
+fn temp_pid(rest: &str) -> Option<i32> {
+    rest.split_once('-').map_or(rest, |(pid, n)| if n.bytes().all(|b| b.is_ascii_digit()) { pid } else { "" }).parse().ok()
+}
+
+/// Remove this process's temporaries of `path` (both forms of [`temp_pid`]):
+/// what a signal that ends a write leaves half-written.
+pub fn remove_own_temps(path: &Path) {
+    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let prefix = format!(".{name}.tmp-");
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let entry = e.file_name().to_string_lossy().into_owned();
+        if entry.strip_prefix(&prefix).and_then(temp_pid) == Some(std::process::id() as i32) {
             let _ = std::fs::remove_file(e.path());
         }
     }
@@ -263,6 +284,13 @@ pub fn check_out(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
             return Err(input(format!("--out {o}: a run's resume state; write {what} elsewhere")));
         }
     }
+    // A run's checkpoints are its own: one replaced would break its --resume.
+    let folder = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let folder = std::fs::canonicalize(folder).unwrap_or_else(|_| folder.to_path_buf());
+    let run = folder.parent().filter(|_| folder.file_name().is_some_and(|n| n == "weights"));
+    if run.is_some_and(|r| r.join("config.toml").is_file() && r.join("events.jsonl").is_file()) {
+        return Err(input(format!("--out {o}: inside a run's weights folder, which holds its checkpoints; write {what} elsewhere")));
+    }
     if out.as_os_str().to_string_lossy().ends_with('/') {
         return Err(input(format!("--out {o}: give a file name, not a folder")));
     }
@@ -275,4 +303,18 @@ pub fn check_out(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
     std::fs::write(&probe, b"").map_err(|e| input(format!("--out {o}: cannot write into {}: {e}", dir.display())))?;
     let _ = std::fs::remove_file(probe);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporaries_of_both_forms_name_their_writer() {
+        assert_eq!(temp_pid("123"), Some(123));
+        assert_eq!(temp_pid("123-0"), Some(123));
+        assert_eq!(temp_pid("123-45"), Some(123));
+        assert_eq!(temp_pid("123-x"), None);
+        assert_eq!(temp_pid("abc"), None);
+    }
 }

@@ -87,13 +87,13 @@ pub fn json_on_quit() {
 /// the removal and the exit is one that the next write of `out` removes.)
 pub fn remove_on_interrupt(cmd: &'static str, out: &Path) {
     crate::files::remove_stale_temps(out);
-    let temp = crate::files::temp_path(out);
+    let out_path = out.to_path_buf();
     if let Ok(mut c) = COMMAND.lock() {
         *c = cmd;
     }
     let note = format!("interrupted; {} not written", out.display());
     on_quit(Box::new(move || {
-        let _ = std::fs::remove_file(&temp);
+        crate::files::remove_own_temps(&out_path);
         Some(note.clone())
     }));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

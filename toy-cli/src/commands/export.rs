@@ -164,6 +164,10 @@ fn coarse_note(dtype: DType) -> Option<String> {
     })
 }
 
+/// ggml's `GGML_QNT_VERSION`: the version of the quantized block layouts,
+/// which llama.cpp's files record as `general.quantization_version`.
+const GGML_QNT_VERSION: u32 = 2;
+
 fn merge(m: &MergeArgs) -> Result<PathBuf> {
     let base_path = crate::files::file_or_run(&m.base, "--base")?;
     crate::files::check_out(&m.out, &[&base_path, &m.lora], "the merged model")?;
@@ -198,7 +202,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     g.set("toy.lora.merged_sha256", crate::formats::adapter::file_sha256(&lora_abs)?)?;
     let (base_arg, lora_arg) = (format!("--base {}", m.base.display()), format!("--lora {}", m.lora.display()));
     let mut fallback = std::collections::BTreeMap::new();
-    let (mut coarse, mut head_note) = (None, None);
+    let (mut coarse, mut head_note, mut quantized) = (None, None, false);
     // Every tensor is checked before anything is written (the file is written
     // to a temporary and renamed): a merge never leaves a model toy would refuse.
     let tied = f.tensor("output.weight").is_none();
@@ -216,6 +220,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
         } else if !head_q6k && target.is_some_and(|(x, _)| !is_vector(&t.ne) && x != dtype) {
             *fallback.entry(dtype.name()).or_insert(0usize) += 1;
         }
+        quantized |= dtype.is_quantized();
         let a_name = format!("{}.lora_a", t.name);
         let adapted = ad.file.tensor(&a_name).is_some();
         if !adapted && dtype == t.dtype {
@@ -249,6 +254,11 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
             coarse = coarse.or_else(|| coarse_note(dtype));
         }
         g.add_tensor_bytes(&t.name, dtype, &t.ne, bytes)?;
+    }
+    // A file with quantized tensors says which block layout they follow, as
+    // llama-quantize writes it (a toy-trained base has no such key to copy).
+    if quantized && f.get_u64("general.quantization_version").is_err() {
+        g.set("general.quantization_version", GGML_QNT_VERSION)?;
     }
     // Once every tensor is known good: a note on another base file, never before an error.
     crate::formats::adapter::check_base(&ad, &m.lora, &base_path, false)?;

@@ -155,9 +155,10 @@ pub fn check_pair(checkpoint: &Path, run_id: Option<&str>) -> Result<u64> {
             checkpoint.display()
         ))
     };
-    let (s_step, c_step) = (st.get_u64("toy.state.step")?, ck.get_u64("toy.step").unwrap_or(u64::MAX));
-    if s_step != c_step {
-        return Err(differs("step", s_step.to_string(), c_step.to_string()));
+    let (s_step, c_step) = (st.get_u64("toy.state.step")?, ck.get_u64("toy.step").ok());
+    if Some(s_step) != c_step {
+        let c_step = c_step.map_or_else(|| "missing (not a checkpoint toy train wrote)".to_string(), |s| s.to_string());
+        return Err(differs("step", s_step.to_string(), c_step));
     }
     let get = |f: &GgufFile, k: &str| f.get_str(k).map(str::to_string).unwrap_or_default();
     let (s_run, c_run) = (get(&st, "toy.state.run_id"), get(&ck, "toy.run_id"));

@@ -113,3 +113,32 @@ fn alpaca_files_refuse_other_records_by_name() {
     let o = finetune(t, "chat.gguf", "half.jsonl", "h", &["--steps", "1"]);
     crate::common::process::fails(&o, "train", "half.jsonl:1: an Alpaca record needs \"instruction\" and \"output\"");
 }
+
+/// `toy export merge`: the temporaries a killed merge left (`GgufWriter`
+/// names them `.NAME.tmp-PID-N`) are removed by the next; `--out` into a
+/// run's weights folder is refused (a replaced checkpoint broke its
+/// `--resume`); a quantized merge of a toy-trained base records
+/// `general.quantization_version`, as llama-quantize's files do.
+#[test]
+fn export_merge_cleans_up_and_keeps_out_of_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let quick = ["--preset", "smoke", "--threads", "1", "--log-every", "1000"];
+    ok(&toy(t, &[&["train", "--steps", "2", "--out", "base"][..], &quick].concat()));
+    let lora = ["train", "finetune", "--from", "base", "--lora-rank", "2", "--steps", "2", "--out", "lo"];
+    ok(&toy(t, &[&lora[..], &quick].concat()));
+    // A dead writer's temporary, in the writer's form.
+    let mut dead = Command::new("true").spawn().unwrap();
+    dead.wait().unwrap();
+    let stale = t.join(format!(".m.gguf.tmp-{}-0", dead.id()));
+    std::fs::write(&stale, b"half").unwrap();
+    ok(&toy(t, &["export", "merge", "--base", "base", "--lora", "lo", "--out", "m.gguf", "--type", "q8_0"]));
+    assert!(!stale.exists(), "a dead writer's temporary was left");
+    let m = ggml_rs::gguf::GgufFile::open(t.join("m.gguf")).unwrap();
+    assert_eq!(m.get_u64("general.quantization_version").unwrap(), 2);
+    let o = toy(t, &["export", "merge", "--base", "base", "--lora", "lo", "--out", "base/weights/step_1.gguf"]);
+    crate::common::process::fails(&o, "export", "inside a run's weights folder, which holds its checkpoints");
+    // f32 holds nothing quantized: no such key.
+    ok(&toy(t, &["export", "merge", "--base", "base", "--lora", "lo", "--out", "f.gguf", "--type", "f32"]));
+    assert!(ggml_rs::gguf::GgufFile::open(t.join("f.gguf")).unwrap().get_u64("general.quantization_version").is_err());
+}
