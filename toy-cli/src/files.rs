@@ -41,18 +41,28 @@ pub fn temp_path(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 
-/// Remove the temporaries of `path` ([`temp_path`]: `.NAME.tmp-PID`) that
+/// Remove the temporaries of `path` (both forms of [`temp_pid`]) that
 /// processes which no longer run left beside it (killed while writing). A
 /// live process's temporary is left alone: it may be writing `path` now.
 pub fn remove_stale_temps(path: &Path) {
+    remove_temps_of(path, |pid| pid > 0 && !process_runs(pid));
+}
+
+/// Remove this process's temporaries of `path` (both forms of [`temp_pid`]):
+/// what a signal that ends a write leaves half-written.
+pub fn remove_own_temps(path: &Path) {
+    remove_temps_of(path, |pid| pid == std::process::id() as i32);
+}
+
+/// Remove the temporaries beside `path` whose writer's process id `which` picks.
+fn remove_temps_of(path: &Path, which: impl Fn(i32) -> bool) {
     let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let prefix = format!(".{name}.tmp-");
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
         let entry = e.file_name().to_string_lossy().into_owned();
-        let pid = entry.strip_prefix(&prefix).and_then(temp_pid);
-        if pid.is_some_and(|p| p > 0 && !process_runs(p)) {
+        if entry.strip_prefix(&prefix).and_then(temp_pid).is_some_and(&which) {
             let _ = std::fs::remove_file(e.path());
         }
     }
@@ -62,21 +72,6 @@ pub fn remove_stale_temps(path: &Path) {
 /// name: `PID` ([`temp_path`]) or `PID-N` (`GgufWriter::write`).
 fn temp_pid(rest: &str) -> Option<i32> {
     rest.split_once('-').map_or(rest, |(pid, n)| if n.bytes().all(|b| b.is_ascii_digit()) { pid } else { "" }).parse().ok()
-}
-
-/// Remove this process's temporaries of `path` (both forms of [`temp_pid`]):
-/// what a signal that ends a write leaves half-written.
-pub fn remove_own_temps(path: &Path) {
-    let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let prefix = format!(".{name}.tmp-");
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for e in entries.flatten() {
-        let entry = e.file_name().to_string_lossy().into_owned();
-        if entry.strip_prefix(&prefix).and_then(temp_pid) == Some(std::process::id() as i32) {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
 }
 
 /// Whether a process `pid` exists (`kill(pid, 0)`; one of another user's
