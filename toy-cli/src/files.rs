@@ -283,7 +283,7 @@ pub fn check_out(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
     let folder = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let folder = std::fs::canonicalize(folder).unwrap_or_else(|_| folder.to_path_buf());
     let run = folder.parent().filter(|_| folder.file_name().is_some_and(|n| n == "weights"));
-    if run.is_some_and(|r| r.join("config.toml").is_file() && r.join("events.jsonl").is_file()) {
+    if run.is_some_and(crate::run::is_run_folder) {
         return Err(input(format!("--out {o}: inside a run's weights folder, which holds its checkpoints; write {what} elsewhere")));
     }
     if out.as_os_str().to_string_lossy().ends_with('/') {

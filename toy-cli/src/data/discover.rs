@@ -77,7 +77,7 @@ impl Walk {
                     note_once(&p, "it links back to a folder being read (a loop)");
                     continue;
                 }
-                if is_run_folder(&p) {
+                if crate::run::is_run_folder(&p) {
                     note_once(&p, "a toy run folder (its events.jsonl is no training data)");
                     continue;
                 }
@@ -91,12 +91,6 @@ impl Walk {
         }
         Ok(())
     }
-}
-
-/// A folder that `toy train` wrote (a project's `runs/` holds them): its
-/// config.toml and events.jsonl.
-fn is_run_folder(p: &Path) -> bool {
-    p.join("config.toml").is_file() && p.join("events.jsonl").is_file()
 }
 
 /// Say once per process that `path` was skipped and `why`: a corpus folder

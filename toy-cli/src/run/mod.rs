@@ -15,6 +15,12 @@ use crate::files::{create_fresh, is_leftover, lock, temp_path};
 use crate::train::events::{Git, Host};
 use std::path::{Path, PathBuf};
 
+/// A folder that `toy train` wrote (a project's `runs/` holds them): its
+/// config.toml and events.jsonl.
+pub fn is_run_folder(p: &Path) -> bool {
+    p.join("config.toml").is_file() && p.join("events.jsonl").is_file()
+}
+
 /// The run id from `template` (`{arch}`, `{date}` = YYYYMMDD, `{time}` = HHMMSS,
 /// `{seq}` = 1 + the largest 3-digit sequence among today's runs in `runs_dir`).
 pub fn make_run_id(template: &str, arch: &str, runs_dir: &Path) -> String {

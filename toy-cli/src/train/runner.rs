@@ -336,17 +336,13 @@ impl Loop<'_, '_> {
         let tps = ((done - self.start_step) * cfg.tokens_per_step()) as f64 / wall.max(1e-9);
         let sig = self.opts.stop.as_ref().map(|f| f.load(Ordering::SeqCst)).unwrap_or(0);
         let code = if reason == End::Interrupted { 128 + sig } else { 0 };
+        let val_step = tally.last_val.and(tally.val_step);
         self.sink.send(Event::RunEnd(RunEnd {
             ended_at: now_rfc3339(),
             reason,
             final_step: done,
             final_loss: tally.last_loss,
-            totals: Some(Totals {
-                val_loss: tally.last_val,
-                val_step: tally.last_val.and(tally.val_step),
-                tokens_per_second: tps,
-                wall_seconds: wall,
-            }),
+            totals: Some(Totals { val_loss: tally.last_val, val_step, tokens_per_second: tps, wall_seconds: wall }),
             exit_code: code,
             device_used_bytes: self.memory.0.used_since_start(self.memory.1),
         }))?;
@@ -357,7 +353,7 @@ impl Loop<'_, '_> {
             seed: cfg.seed,
             final_loss: tally.last_loss,
             val_loss: tally.last_val,
-            val_step: tally.last_val.and(tally.val_step),
+            val_step,
             reason,
             tokens_per_second: tps,
             wall_seconds: wall,
