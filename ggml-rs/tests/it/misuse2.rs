@@ -4,7 +4,7 @@
 use crate::common::*;
 use crate::errors::{err_with, still_works};
 use ggml_rs::optim::{AdamWConfig, AdamWState, Optimizer, ParamGroup};
-use ggml_rs::{Context, DType, Graph};
+use ggml_rs::{Backend, Context, DType, Graph};
 
 /// Inputs keep what was written from one compute to the next (ggml-alloc had
 /// given `neg`'s result the input's memory: the second run negated it back),
@@ -226,7 +226,8 @@ fn get_rows_checks_the_indices_a_view_picks() {
 /// ggml's 512 (a count past i32 had wrapped to 1 or −1).
 #[test]
 fn cpu_threads_default_to_the_machine_and_are_bounded() {
-    let cpu = cpu();
+    // the CPU backend itself, also when TOY_TEST_DEVICE names another device
+    let cpu = Backend::cpu().unwrap();
     for n in [0usize, 1, 5000, (1 << 32) + 1, usize::MAX] {
         assert!(cpu.set_n_threads(n));
     }
