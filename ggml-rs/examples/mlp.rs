@@ -53,9 +53,7 @@ fn main() -> ggml_rs::Result<()> {
     for step in 1..=500 {
         x.write(&xs)?;
         y.write(&ys)?;
-        opt.prepare_step(1e-2)?;
-        graph.compute()?;
-        opt.finish_step();
+        opt.step(&mut graph, 1e-2)?; // prepare_step, compute, finish_step
         if step == 1 || step % 50 == 0 {
             println!("step {step}: loss={:.6}", loss.scalar()?);
         }

@@ -39,8 +39,8 @@ pub struct Context {
 
 impl Context {
     /// A context with room for `max_tensors` tensor descriptions (views and op
-    /// results included; about 370 bytes of host memory each). Creating more
-    /// returns [`Error::Capacity`].
+    /// results included; about 370 bytes of host memory each; a `max_tensors`
+    /// of 0 is taken as 1). Creating more returns [`Error::Capacity`].
     ///
     /// # Errors
     /// [`Error::Capacity`] when the descriptions' size overflows or the host

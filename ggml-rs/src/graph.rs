@@ -97,6 +97,9 @@ pub struct Graph<'a> {
     cont_grads: HashMap<*mut sys::ggml_tensor, *mut sys::ggml_tensor>,
     mul_mat_grad: MulMatGrad,
     alloc: Option<Allocation>,
+    /// The step states of the optimizers attached to this graph: a compute
+    /// needs each one's step prepared and not yet run.
+    step_gates: Vec<std::sync::Arc<crate::optim::StepGate>>,
     /// The host memory of the graph object; dropped after `ggml_free`.
     _arena: Arena,
 }
@@ -141,6 +144,7 @@ impl<'a> Graph<'a> {
             cont_grads: HashMap::new(),
             mul_mat_grad: MulMatGrad::default(),
             alloc: None,
+            step_gates: Vec::new(),
             _arena: arena,
         })
     }
@@ -400,7 +404,10 @@ impl<'a> Graph<'a> {
     ///
     /// # Errors
     /// [`Error::Compute`] when the graph is not allocated, an index is out of
-    /// range, or a backend reports failure. A check that fails runs nothing:
+    /// range, or a backend reports failure; [`Error::Op`] when an optimizer
+    /// attached to the graph has no step prepared
+    /// ([`Optimizer::prepare_step`](crate::optim::Optimizer::prepare_step)),
+    /// or its prepared step already ran and was not finished. A check that fails runs nothing:
     /// outputs keep the values of the last run that succeeded (a backend's
     /// failure may leave them partly written); read them only after `Ok`.
     pub fn compute(&mut self) -> Result<()> {
@@ -415,6 +422,7 @@ impl<'a> Graph<'a> {
     /// computes before returning. Checks as [`compute`](Self::compute).
     pub fn compute_async(&mut self) -> Result<()> {
         let alloc = self.alloc.as_ref().ok_or_else(|| Error::Compute("allocate the graph before computing it".into()))?;
+        self.step_gates.iter().try_for_each(|g| g.check())?;
         for &t in &alloc.external {
             // SAFETY: the tensor structs live in contexts that outlive the graph.
             if unsafe { (*t).data.is_null() } {
@@ -437,7 +445,19 @@ impl<'a> Graph<'a> {
         if st != sys::GGML_STATUS_SUCCESS {
             return Err(Error::Compute(format!("ggml status {st}: {}", log::take_last_error().unwrap_or_default())));
         }
+        self.step_gates.iter().for_each(|g| g.ran());
         Ok(())
+    }
+
+    /// Make computes of this graph follow `gate`'s steps (an optimizer's
+    /// nodes were added to it).
+    pub(crate) fn add_step_gate(&mut self, gate: std::sync::Arc<crate::optim::StepGate>) {
+        self.step_gates.push(gate);
+    }
+
+    /// Whether `gate` was added by [`add_step_gate`](Self::add_step_gate).
+    pub(crate) fn has_step_gate(&self, gate: &std::sync::Arc<crate::optim::StepGate>) -> bool {
+        self.step_gates.iter().any(|g| std::sync::Arc::ptr_eq(g, gate))
     }
 
     /// Wait until the graph started by [`compute_async`](Self::compute_async)

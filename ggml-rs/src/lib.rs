@@ -57,5 +57,9 @@ pub use error::{Error, Result};
 pub use graph::{Graph, MulMatGrad, Placement};
 pub use ops::RopeMode;
 
+/// The `half` crate whose `f16` and `bf16` are [`Element`]s (`read::<half::bf16>()`),
+/// re-exported so that a user needs no version of their own.
+pub use half;
+
 /// The raw bindings, for what the safe API does not cover.
 pub use ggml_sys as sys;

@@ -10,6 +10,8 @@ use crate::context::{Context, Tensor};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::graph::Graph;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 
 /// AdamW hyper-parameters, with PyTorch's names and defaults
 /// (`torch.optim.AdamW`: lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight_decay 0.01).
@@ -101,8 +103,41 @@ pub struct Optimizer<'a> {
     clip: Option<(Tensor<'a>, f32)>,
     grad_norm: Option<Tensor<'a>>,
     t: u64,
-    /// A step was prepared and not yet finished.
-    pending: bool,
+    /// Where the step stands, shared with the graph that runs it.
+    gate: Arc<StepGate>,
+}
+
+/// Where an optimizer's step stands, shared with the graph that holds its
+/// nodes: [`Graph::compute`] runs it only once prepared, and once only, so
+/// that neither unset hyper-parameters (zeros: a 0/0 update, NaN weights and
+/// moments) nor a repeated update (same bias correction, uncounted) can pass.
+#[derive(Debug, Default)]
+pub(crate) struct StepGate(AtomicU8);
+
+const IDLE: u8 = 0;
+const PREPARED: u8 = 1;
+const RAN: u8 = 2;
+
+impl StepGate {
+    /// Ok when the step is prepared and has not run.
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.0.load(Ordering::Acquire) {
+            PREPARED => Ok(()),
+            IDLE => Err(Error::op(
+                "optimizer",
+                "no step is prepared: call prepare_step(lr) before each compute of a graph with an optimizer (its update would read unset hyper-parameters)",
+            )),
+            _ => Err(Error::op(
+                "optimizer",
+                "the prepared step already ran: call finish_step, then prepare_step, before computing again (the same update would be applied twice)",
+            )),
+        }
+    }
+
+    /// The graph ran the prepared step.
+    pub(crate) fn ran(&self) {
+        self.0.store(RAN, Ordering::Release);
+    }
 }
 
 impl<'a> Optimizer<'a> {
@@ -230,7 +265,9 @@ impl<'a> Optimizer<'a> {
             }
             out_groups.push((g.weight_decay, hp));
         }
-        Ok(Optimizer { kind, groups: out_groups, clip, grad_norm, t: 0, pending: false })
+        let gate = Arc::new(StepGate::default());
+        graph.add_step_gate(gate.clone());
+        Ok(Optimizer { kind, groups: out_groups, clip, grad_norm, t: 0, gate })
     }
 
     /// Write the hyper-parameters of the next step (step `t+1`, bias correction
@@ -247,7 +284,7 @@ impl<'a> Optimizer<'a> {
         if !lr.is_finite() || lr < 0.0 {
             return Err(Error::op("optimizer", format!("learning rate {lr} must be finite and ≥ 0")));
         }
-        if self.pending {
+        if self.gate.0.load(Ordering::Acquire) != IDLE {
             return Err(Error::op(
                 "optimizer",
                 format!("step {} was prepared but not finished: call finish_step after computing each step", self.t + 1),
@@ -268,7 +305,7 @@ impl<'a> Optimizer<'a> {
         if let Some((input, max_norm)) = self.clip {
             input.write(&[max_norm])?;
         }
-        self.pending = true;
+        self.gate.0.store(PREPARED, Ordering::Release);
         Ok(())
     }
 
@@ -276,7 +313,26 @@ impl<'a> Optimizer<'a> {
     /// the step count goes up by one and the next step can be prepared.
     pub fn finish_step(&mut self) {
         self.t += 1;
-        self.pending = false;
+        self.gate.0.store(IDLE, Ordering::Release);
+    }
+
+    /// One whole step of a graph this optimizer is attached to:
+    /// [`prepare_step`](Self::prepare_step) with `lr`, [`Graph::compute`],
+    /// [`finish_step`](Self::finish_step). On an error of the compute the
+    /// step is not counted and stays prepared (the parameters may be partly
+    /// updated: read the error before going on).
+    ///
+    /// # Errors
+    /// [`Error::Op`] for a graph that does not hold this optimizer's nodes;
+    /// those of `prepare_step` and of `compute`.
+    pub fn step(&mut self, graph: &mut Graph<'a>, lr: f32) -> Result<()> {
+        if !graph.has_step_gate(&self.gate) {
+            return Err(Error::op("optimizer", "step: the graph is not the one this optimizer was attached to"));
+        }
+        self.prepare_step(lr)?;
+        graph.compute()?;
+        self.finish_step();
+        Ok(())
     }
 
     /// Steps taken so far (the `t` of bias correction).

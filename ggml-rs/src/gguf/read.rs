@@ -179,19 +179,36 @@ impl GgufFile {
         self.metadata.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
-    /// `key` as an unsigned integer, with an error naming the key when absent or of another type.
+    /// `key` as an unsigned integer (of any GGUF integer type, if not negative).
+    ///
+    /// # Errors
+    /// [`Error::Gguf`] naming the key when it is absent, or its type and value when
+    /// it is not such an integer.
     pub fn get_u64(&self, key: &str) -> Result<u64> {
-        self.get(key).and_then(Value::as_u64).ok_or_else(|| Error::gguf(&self.path, format!("missing or non-integer key {key}")))
+        self.typed(key, "a non-negative integer", Value::as_u64)
     }
 
-    /// `key` as a float, with an error naming the key when absent or not a number.
+    /// `key` as a float (of any GGUF number type); errors as [`get_u64`](Self::get_u64).
     pub fn get_f64(&self, key: &str) -> Result<f64> {
-        self.get(key).and_then(Value::as_f64).ok_or_else(|| Error::gguf(&self.path, format!("missing or non-numeric key {key}")))
+        self.typed(key, "a number", Value::as_f64)
     }
 
-    /// `key` as a string, with an error naming the key when absent or not a string.
+    /// `key` as a string; errors as [`get_u64`](Self::get_u64).
     pub fn get_str(&self, key: &str) -> Result<&str> {
-        self.get(key).and_then(Value::as_str).ok_or_else(|| Error::gguf(&self.path, format!("missing or non-string key {key}")))
+        self.typed(key, "a string", Value::as_str)
+    }
+
+    fn typed<'s, T>(&'s self, key: &str, expected: &str, f: impl Fn(&'s Value) -> Option<T>) -> Result<T> {
+        let Some(v) = self.get(key) else { return Err(Error::gguf(&self.path, format!("key {key} is missing"))) };
+        f(v).ok_or_else(|| {
+            let shown = match v {
+                Value::Array(a) => format!("of {} elements", a.len()),
+                Value::String(s) if s.chars().count() > 40 => format!("{:?}...", s.chars().take(40).collect::<String>()),
+                Value::String(s) => format!("{s:?}"),
+                v => format!("{v:?}").split(['(', ')']).nth(1).unwrap_or_default().to_string(),
+            };
+            Error::gguf(&self.path, format!("key {key} is {} {shown}, expected {expected}", v.type_name()))
+        })
     }
 
     /// All tensor descriptions in file order.

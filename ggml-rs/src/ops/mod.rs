@@ -52,12 +52,24 @@ fn is_float(d: DType) -> bool {
     matches!(d, DType::F32 | DType::F16 | DType::BF16)
 }
 
+/// An operand as messages name it: its name quoted, or "(unnamed)" (ggml
+/// names an unnamed tensor's views " (view)", " (transposed)"...: those are
+/// said as "(unnamed, transposed)").
+pub(crate) fn label(t: &Tensor<'_>) -> String {
+    let name = t.name();
+    match name.strip_prefix(" (").and_then(|r| r.strip_suffix(')')) {
+        _ if !name.is_empty() && !name.starts_with(" (") => format!("{name:?}"),
+        Some(what) => format!("(unnamed, {what})"),
+        None => "(unnamed)".to_string(),
+    }
+}
+
 pub(crate) fn need_dtype(op: &'static str, t: &Tensor<'_>, allowed: &[DType]) -> Result<()> {
     if allowed.contains(&t.dtype()) {
         Ok(())
     } else {
         let names: Vec<&str> = allowed.iter().map(|d| d.name()).collect();
-        Err(Error::op(op, format!("operand {:?} is {}, expected {}", t.name(), t.dtype(), names.join(" or "))))
+        Err(Error::op(op, format!("operand {} is {}, expected {}", label(t), t.dtype(), names.join(" or "))))
     }
 }
 
@@ -68,14 +80,14 @@ pub(crate) fn need_float(op: &'static str, t: &Tensor<'_>) -> Result<()> {
 /// Rows are contiguous (`nb[0]` is the element size), as most kernels require.
 pub(crate) fn need_rows(op: &'static str, t: &Tensor<'_>) -> Result<()> {
     if t.nb()[0] != t.dtype().type_size() || t.dtype().is_quantized() {
-        return Err(Error::op(op, format!("operand {:?} {} must have contiguous rows (use cont first)", t.name(), shape_str(t))));
+        return Err(Error::op(op, format!("operand {} {} must have contiguous rows (use cont first)", label(t), shape_str(t))));
     }
     Ok(())
 }
 
 pub(crate) fn need_contiguous(op: &'static str, t: &Tensor<'_>) -> Result<()> {
     if !t.is_contiguous() {
-        return Err(Error::op(op, format!("operand {:?} {} must be contiguous (use cont first)", t.name(), shape_str(t))));
+        return Err(Error::op(op, format!("operand {} {} must be contiguous (use cont first)", label(t), shape_str(t))));
     }
     Ok(())
 }

@@ -39,7 +39,13 @@ impl Context {
     pub fn view<'a>(&'a self, a: Tensor<'a>, ne: &[i64], nb: &[usize], offset: usize) -> Result<Tensor<'a>> {
         check_shape("view", a.dtype(), ne)?;
         if nb.len() + 1 != ne.len() {
-            return Err(Error::op("view", format!("{} dims need {} strides, got {}", ne.len(), ne.len() - 1, nb.len())));
+            let n = ne.len() - 1;
+            let names: Vec<String> = (1..=n).map(|i| format!("nb{i}")).collect();
+            let which = if n == 0 { "none".to_string() } else { names.join(", ") };
+            return Err(Error::op(
+                "view",
+                format!("{} dims take {n} strides ({which}; nb0 is the element's size, not given), got {}", ne.len(), nb.len()),
+            ));
         }
         let dt = a.dtype();
         let size = dt.type_size();

@@ -58,6 +58,12 @@ fn bad_shapes_name_the_op() {
                                                                                     // A transposed operand (strided rows) would abort in the CPU kernel.
     op_err(ctx.mul_mat(a, ctx.transpose(f32s(&ctx, &[3, 4])).unwrap()), "mul_mat");
     op_err(ctx.mul_mat(ctx.transpose(f32s(&ctx, &[3, 4])).unwrap(), a), "mul_mat");
+    let m = op_err(ctx.scale(ctx.transpose(f32s(&ctx, &[3, 4])).unwrap(), 2.0), "scale");
+    assert!(m.contains("operand (unnamed, transposed) [4, 3, 1, 1]"), "an unnamed operand is said so: {m}");
+    let m = op_err(ctx.get_rows(a, f32s(&ctx, &[2])), "get_rows");
+    assert!(m.contains("operand (unnamed) is f32"), "{m}");
+    let m = op_err(ctx.get_rows(a, f32s(&ctx, &[2]).set_name("ids").unwrap()), "get_rows");
+    assert!(m.contains("operand \"ids\" is f32"), "{m}");
     op_err(ctx.mul_mat(a, ctx.new_tensor(DType::F16, &[4, 2]).unwrap()), "mul_mat");
     op_err(ctx.out_prod(ctx.transpose(f32s(&ctx, &[3, 4])).unwrap(), f32s(&ctx, &[2, 3])), "out_prod");
 

@@ -93,7 +93,14 @@ fn round_trip_every_metadata_type_and_tensors() {
     assert_eq!(f.get_u64("s.u64").unwrap(), u64::MAX);
     assert_eq!(f.get_str("s.string").unwrap(), "héllo, wörld ✓");
     assert_eq!(f.get_f64("s.f32").unwrap(), -1.5e-30f32 as f64);
-    assert!(f.get_str("s.u8").is_err() && f.get_u64("missing").is_err());
+    // The typed getters say what the key holds (a negative int64 had read
+    // "missing or non-integer key").
+    let said = |r: Result<String, ggml_rs::Error>| r.unwrap_err().to_string();
+    assert!(said(f.get_u64("s.i64").map(|v| v.to_string())).contains("key s.i64 is int64 -9223372036854775808, expected a non-negative integer"));
+    assert!(said(f.get_str("s.u8").map(String::from)).contains("key s.u8 is uint8 "));
+    assert!(said(f.get_f64("a.string").map(|v| v.to_string())).contains("key a.string is array of string of 4 elements, expected a number"));
+    assert!(said(f.get_u64("s.string").map(|v| v.to_string())).contains("is string \"héllo, wörld ✓\""));
+    assert!(said(f.get_u64("missing").map(|v| v.to_string())).contains("key missing is missing"));
 
     let names: Vec<&str> = f.tensors().iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["w.f32", "w.f16", "w.4d", "from.context"]);

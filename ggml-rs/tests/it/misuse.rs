@@ -110,20 +110,29 @@ fn a_prepared_step_must_be_finished() {
     let cfg = AdamWConfig { lr: 123.0, ..Default::default() };
     let mut opt = Optimizer::adamw(&ctx, &mut g, &state, &groups, cfg, None).unwrap();
     g.allocate(&backends(&cpu)).unwrap();
+    // A compute before any prepare_step had read zero hyper-parameters: a 0/0
+    // update, NaN in w and in the moments, and Ok.
+    err_with(g.compute(), "call prepare_step(lr) before each compute");
+    assert_eq!(w.read::<f32>().unwrap(), vec![5.0]);
     opt.prepare_step(0.1).unwrap();
     g.compute().unwrap();
+    // Computing again had repeated the update (same bias correction, uncounted).
+    err_with(g.compute(), "already ran: call finish_step");
     // Forgetting finish_step left the step count at 0 forever, silently.
     err_with(opt.prepare_step(0.1), "call finish_step");
     assert_eq!(opt.step_count(), 0);
     opt.finish_step();
     assert_eq!(opt.step_count(), 1);
-    opt.prepare_step(0.1).unwrap();
-    g.compute().unwrap();
-    opt.finish_step();
+    opt.step(&mut g, 0.1).unwrap();
     assert_eq!(opt.step_count(), 2);
     // Two AdamW steps of rate 0.1 (not 123) from 5: about 4.8.
     let after = w.read::<f32>().unwrap()[0];
     assert!((after - 4.8).abs() < 1e-3, "w after two steps of lr 0.1: {after}");
+    // step() takes only the graph that holds the optimizer's nodes.
+    let mut other = Graph::new(&ctx, 16).unwrap();
+    other.expand(loss).unwrap();
+    err_with(opt.step(&mut other, 0.1), "not the one this optimizer was attached to");
+    assert_eq!(opt.step_count(), 2);
     still_works();
 }
 
