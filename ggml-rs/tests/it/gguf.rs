@@ -96,7 +96,8 @@ fn round_trip_every_metadata_type_and_tensors() {
     // The typed getters say what the key holds (a negative int64 had read
     // "missing or non-integer key").
     let said = |r: Result<String, ggml_rs::Error>| r.unwrap_err().to_string();
-    assert!(said(f.get_u64("s.i64").map(|v| v.to_string())).contains("key s.i64 is int64 -9223372036854775808, expected a non-negative integer"));
+    assert!(said(f.get_u64("s.i64").map(|v| v.to_string()))
+        .contains("key s.i64 is int64 -9223372036854775808, expected a non-negative integer"));
     assert!(said(f.get_str("s.u8").map(String::from)).contains("key s.u8 is uint8 "));
     assert!(said(f.get_f64("a.string").map(|v| v.to_string())).contains("key a.string is array of string of 4 elements, expected a number"));
     assert!(said(f.get_u64("s.string").map(|v| v.to_string())).contains("is string \"héllo, wörld ✓\""));
