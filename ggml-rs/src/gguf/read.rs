@@ -237,7 +237,9 @@ impl GgufFile {
     }
 
     /// Copy tensor `name` into `dst` (allocated, contiguous), which must have
-    /// its shape (`ne`) and its type, or be f32 (the values converted).
+    /// its shape (`ne`) and its type, or be f32 (the values converted, as
+    /// [`tensor_f32`](Self::tensor_f32)) or bf16 (those f32 values rounded to
+    /// nearest even, as ggml's `GGML_FP32_TO_BF16`).
     ///
     /// # Errors
     /// [`Error::Gguf`] when there is no such tensor or the shapes or types
@@ -250,6 +252,10 @@ impl GgufFile {
         }
         if dst.dtype() == DType::F32 && same_shape {
             return dst.write(&self.tensor_f32(name)?);
+        }
+        if dst.dtype() == DType::BF16 && same_shape {
+            let values = self.tensor_f32(name)?;
+            return dst.write(&values.into_iter().map(half::bf16::from_f32).collect::<Vec<_>>());
         }
         Err(Error::gguf(
             &self.path,

@@ -128,6 +128,15 @@ fn round_trip_every_metadata_type_and_tensors() {
     assert_eq!(d16.read::<f16>().unwrap(), f16_data);
     assert_eq!(d32.read::<f32>().unwrap(), f16_data.iter().map(|h| h.to_f32()).collect::<Vec<_>>());
     assert!(f.load_into("w.f32", bad).is_err());
+    // A bf16 destination: the f32 values rounded to nearest even (here of
+    // f16 values that bf16 cannot all hold).
+    let dst16 = Context::new(2).unwrap();
+    let b16 = dst16.new_tensor(DType::BF16, &[8, 5]).unwrap();
+    dst16.allocate(&cpu).unwrap();
+    f.load_into("w.f16", b16).unwrap();
+    let want: Vec<half::bf16> = f16_data.iter().map(|h| half::bf16::from_f32(h.to_f32())).collect();
+    assert_eq!(b16.read::<half::bf16>().unwrap(), want);
+    assert!(want.iter().zip(&f16_data).any(|(b, h)| b.to_f32() != h.to_f32()), "some values were rounded");
     // The same element count in another shape is not the same tensor.
     let transposed = dst.new_tensor(DType::F16, &[5, 8]).unwrap();
     dst.allocate(&cpu).unwrap();

@@ -464,10 +464,11 @@ impl Checkpoint {
                 self.file.path().display()
             )));
         }
-        if t.dtype() == DType::F32 {
-            Ok(t.write(&values)?)
-        } else {
-            Ok(self.file.load_into(name, t)?)
+        match t.dtype() {
+            DType::F32 => Ok(t.write(&values)?),
+            // a compact base loaded in bf16 for a bf16 step (train/dequant.rs): rounded to nearest
+            DType::BF16 if info.dtype != DType::BF16 => Ok(t.write(&values.into_iter().map(half::bf16::from_f32).collect::<Vec<_>>())?),
+            _ => Ok(self.file.load_into(name, t)?),
         }
     }
 

@@ -219,6 +219,11 @@ fn write_f16_base(w: &Weights<'_>) {
         let v: Vec<f32> = (0..n).map(|j| 0.2 * ((j * 31 + i * 7) as f32 * 0.37).sin()).collect();
         match p.tensor.dtype() {
             ggml_rs::DType::F16 => p.tensor.write(&v.iter().map(|&x| half::f16::from_f32(x)).collect::<Vec<_>>()).unwrap(),
+            // the same f16 base loaded in bf16 (train/dequant.rs): its f16 values rounded to nearest bf16
+            ggml_rs::DType::BF16 if !p.trainable => {
+                let bf16 = |x: f32| half::bf16::from_f32(half::f16::from_f32(x).to_f32());
+                p.tensor.write(&v.iter().map(|&x| bf16(x)).collect::<Vec<_>>()).unwrap()
+            }
             _ if p.tensor.name().contains("norm") => p.tensor.write(&vec![1.0f32; n]).unwrap(),
             _ => p.tensor.write(&v).unwrap(),
         }
@@ -246,4 +251,35 @@ fn a_compact_base_cast_once_a_step_gives_the_same_step() {
         assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "parameter {i}");
         assert!(a.iter().any(|&x| x != 0.0), "parameter {i} has a gradient");
     }
+}
+
+/// The same f16 base loaded in bf16 once (`train::dequant::bf16_base`, where
+/// a step would cast it once): the matrices' casts gone from the step (the
+/// token table keeps its type, and its one cast where it is the tied head),
+/// and the loss and gradients of the step that casts them once, bit for bit.
+#[test]
+fn a_compact_base_loaded_in_bf16_gives_the_same_step() {
+    let (_, mut c) = configs().into_iter().find(|(w, _)| *w == "llama LoRA").unwrap();
+    c.base_dtype = Some("f16".into());
+    let cpu = Backend::cpu().unwrap();
+    for tied in [false, true] {
+        c.tied = tied;
+        let loaded = crate::train::dequant::bf16_base(&c, &cpu, capacity(c.n_layers)).unwrap().expect("a small base fits");
+        assert_eq!(loaded.base_dtype.as_deref(), Some("bf16"));
+        assert_eq!(loaded.base_dtype_except.iter().collect::<Vec<_>>(), [(&"token_embd.weight".to_string(), &"f16".to_string())]);
+        let inputs = Autocast { inputs: true, ..Default::default() };
+        let once = run_compact(&c, inputs, Compact::Bf16Step);
+        let bf16 = run_compact(&loaded, inputs, Compact::Bf16Step);
+        // the blocks' matrices and the head, or only a tied head's table
+        assert_eq!((once.base_casts, bf16.base_casts), (7 * c.n_layers + 1, tied as usize), "tied {tied}");
+        assert_eq!(bf16.casts - bf16.base_casts, once.casts - once.base_casts, "the same other casts");
+        assert_eq!(once.loss.to_bits(), bf16.loss.to_bits(), "tied {tied}");
+        for (i, (a, b)) in once.grads.iter().zip(&bf16.grads).enumerate() {
+            assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "tied {tied}: parameter {i}");
+        }
+    }
+    // a quantized table keeps its type too
+    c.base_dtype_except.insert("token_embd.weight".into(), "q8_0".into());
+    let loaded = crate::train::dequant::bf16_base(&c, &cpu, capacity(c.n_layers)).unwrap().unwrap();
+    assert_eq!(loaded.base_dtype_except["token_embd.weight"], "q8_0");
 }

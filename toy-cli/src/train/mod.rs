@@ -7,7 +7,7 @@
 pub mod batches;
 pub mod chat_windows;
 pub mod decoder;
-mod dequant;
+pub(crate) mod dequant;
 pub mod devices;
 pub mod events;
 pub mod memory;
@@ -484,15 +484,21 @@ impl<'w> ReplicaState<'w> {
     /// Create, allocate on `device` and initialise (random from the seed, then
     /// the donor's table) the tensors of one replica.
     pub(crate) fn new(wctx: &'w Context, cfg: &TrainConfig, plan: &Plan<'_>, device: &Backend, split: bool) -> Result<ReplicaState<'w>> {
-        let mut weights = Weights::new(wctx, &cfg.model)?;
         // Under bf16 (autocast), each off by its variable for A/B runs: a frozen base's compact
-        // matrices are cast once to bf16 (TOY_NO_0040_CAST: to f32, as on the CPU; patch 0040),
-        // the head writes bf16 logits (TOY_F32_LOGITS; patch 0041), the blocks keep their
+        // matrices are loaded in bf16 where a step's copies fit (TOY_BASE_CAST_PER_STEP: cast
+        // once a step, patch 0061; TOY_NO_0061: for each product), else cast to bf16 for each
+        // product (TOY_NO_0040_CAST: to f32, as on the CPU; patch 0040), the head writes bf16 logits (TOY_F32_LOGITS; patch 0041), the blocks keep their
         // products' inputs in bf16 (TOY_F32_INPUTS; patch 0042) and their attention's q, k and v
         // (TOY_F32_ATTENTION; patch 0043), their SwiGLU's or GELU's inputs (TOY_F32_ACTIVATIONS;
         // patches 0044, 0045), and SwiGLU's gate and up products write bf16 (TOY_F32_OUTPUTS;
         // patch 0048, CUDA only: the CPU has no bf16 product result).
         let autocast = |off: &str| cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os(off).is_none();
+        let per_step = ["TOY_NO_0061", "TOY_BASE_CAST_PER_STEP"].iter().any(|v| std::env::var_os(v).is_some());
+        let bf16_base = match autocast("TOY_NO_0040_CAST") && !per_step {
+            true => dequant::bf16_base(&cfg.model, device, wctx.capacity())?,
+            false => None,
+        };
+        let mut weights = Weights::new(wctx, bf16_base.as_ref().unwrap_or(&cfg.model))?;
         if autocast("TOY_NO_0040_CAST") {
             weights.set_compact(dequant::bf16_compact(&weights, device, std::env::var_os("TOY_NO_0061").is_none()));
         }
