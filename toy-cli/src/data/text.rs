@@ -64,8 +64,8 @@ fn cut_points(doc: &str, chunk: usize, max_uncut: usize) -> Vec<usize> {
     let b = doc.as_bytes();
     let mut cuts = Vec::new();
     let mut last = 0;
-    for i in 1..b.len().saturating_sub(1) {
-        if i + 1 - last >= chunk && b[i] == b'\n' && between_non_whitespace(doc, i) {
+    for (i, &c) in b.iter().enumerate().take(b.len().saturating_sub(1)).skip(1) {
+        if i + 1 - last >= chunk && c == b'\n' && between_non_whitespace(doc, i) {
             cuts.push(i + 1);
             last = i + 1;
         } else if i - last >= max_uncut {
