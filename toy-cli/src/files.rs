@@ -175,6 +175,13 @@ pub fn resolve_model(p: &Path) -> Result<PathBuf> {
         if latest.exists() {
             return Ok(latest);
         }
+        // A folder that cannot be read is not one without checkpoints.
+        let weights = p.join("weights");
+        for (dir, e) in [(p, std::fs::read_dir(p).err()), (weights.as_path(), std::fs::read_dir(&weights).err())] {
+            if let Some(e) = e.filter(|e| e.kind() != std::io::ErrorKind::NotFound) {
+                return Err(input(format!("cannot read {}: {e}", dir.display())));
+            }
+        }
         // What is left when weights/latest is gone: the newest step_N.gguf, if any.
         let newest = crate::run::checkpoint_steps(p).max().map(|n| {
             format!(

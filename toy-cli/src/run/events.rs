@@ -5,7 +5,7 @@
 //! `checkpoint`, `epoch`, `fallback`, `resume`, `run_end`. Readers skip torn lines and ignore keys
 //! they do not know ([`read_events`] does both).
 
-use crate::error::{runtime, Result};
+use crate::error::{input, runtime, Result};
 use crate::train::events::Event;
 use serde_json::{json, Map, Value};
 use std::io::Write;
@@ -94,12 +94,18 @@ fn cut_torn_line(file: &std::fs::File) -> std::io::Result<()> {
 /// whole lines are kept (a torn last line goes, as [`EventLog::open`] cuts
 /// it); the log is rewritten (temporary file, rename) only when lines go.
 pub fn purge_after(path: &Path, step: u64) -> Result<()> {
-    let text = match std::fs::read_to_string(path) {
+    let all = match std::fs::read(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(runtime(format!("cannot read {}: {e}", path.display()))),
+        Err(e) => return Err(input(format!("cannot read {}: {e}", path.display()))),
     };
-    let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+    // The torn last line of a killed writer goes whatever its bytes (a cut
+    // can split a character); the whole lines must be text.
+    let bytes = &all[..all.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)];
+    let whole = std::str::from_utf8(bytes).map_err(|e| {
+        let line = 1 + bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count();
+        input(format!("{}: line {line} is not UTF-8 text (a damaged log): remove or mend that line", path.display()))
+    })?;
     let mut kept: Vec<(&str, Mark)> = Vec::new();
     for line in whole.split_inclusive('\n') {
         let mark = Mark::of(line);
@@ -110,7 +116,7 @@ pub fn purge_after(path: &Path, step: u64) -> Result<()> {
     }
     cut_after(&mut kept, step);
     let out: String = kept.iter().map(|(line, _)| *line).collect();
-    if out.len() == text.len() {
+    if out.len() == all.len() {
         return Ok(());
     }
     crate::files::write_atomic(path, out.as_bytes())
@@ -154,7 +160,8 @@ fn cut_after(lines: &mut Vec<(&str, Mark)>, step: u64) {
 
 /// Read the events of a log, skipping lines that do not parse (a torn last line).
 pub fn read_events(path: &Path) -> Result<Vec<Value>> {
-    let text = std::fs::read_to_string(path).map_err(|e| runtime(format!("cannot read {}: {e}", path.display())))?;
+    let bytes = std::fs::read(path).map_err(|e| runtime(format!("cannot read {}: {e}", path.display())))?;
+    let text = String::from_utf8_lossy(&bytes); // a line with a damaged character does not parse: skipped
     Ok(text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).filter(|v| v.is_object()).collect())
 }
 
@@ -180,6 +187,18 @@ mod tests {
         assert_eq!(purged(&log, 2), saved);
         assert_eq!(purged(&saved, 2), saved, "nothing after step 2");
         assert_eq!(purged(&format!("{saved}{{\"kind\":\"st"), 2), saved, "a torn last line goes");
+        // a torn line can end inside a character: it goes as well
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let mut torn = saved.clone().into_bytes();
+        torn.extend_from_slice(&"{\"corpus\":\"rün 📁".as_bytes()[..17]);
+        std::fs::write(&path, &torn).unwrap();
+        purge_after(&path, 2).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), saved);
+        // a damaged whole line is said, with its number
+        std::fs::write(&path, [saved.as_bytes(), b"{\"kind\":\"\xff\"}\n"].concat()).unwrap();
+        let e = purge_after(&path, 2).unwrap_err().to_string();
+        assert!(e.contains("line 7 is not UTF-8 text"), "{e}");
         let ended = format!("{log}{{\"kind\":\"run_end\",\"final_step\":3}}\n");
         assert_eq!(purged(&ended, 3), ended);
         assert_eq!(purged(&ended, 2), saved, "the end of a run past step 2 goes too");

@@ -95,8 +95,12 @@ fn remove_folder(path: &Path, created: Option<&Path>) -> String {
 
 /// Whether the run folder `path` holds a checkpoint (`weights/latest` or a resume state).
 fn has_checkpoint(path: &Path) -> bool {
-    let Ok(rd) = std::fs::read_dir(path.join("weights")) else { return false };
-    rd.flatten().any(|e| e.file_name().to_str().is_some_and(|n| n == "latest" || n.ends_with(".state.gguf")))
+    match std::fs::read_dir(path.join("weights")) {
+        Ok(rd) => rd.flatten().any(|e| e.file_name().to_str().is_some_and(|n| n == "latest" || n.ends_with(".state.gguf"))),
+        // A weights/ that cannot be read may hold checkpoints: never taken for
+        // a run without any (restarted, or removed when it fails).
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    }
 }
 
 /// An open run folder, locked for this process ([`RunDir::create`]).
@@ -162,7 +166,13 @@ impl RunDir {
             return Err(not_a_folder(&path));
         }
         let created = path.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(Path::to_path_buf);
-        std::fs::create_dir_all(path.join("weights")).map_err(|e| input(format!("cannot create run folder {}: {e}", path.display())))?;
+        let weights = path.join("weights");
+        if weights.exists() && !weights.is_dir() {
+            return Err(input(format!("{} is not a folder (a run folder keeps its checkpoints there)", weights.display())));
+        }
+        std::fs::create_dir_all(&weights).map_err(|e| input(format!("cannot create run folder {}: {e}", path.display())))?;
+        // A weights/ this process cannot list would pass for one without checkpoints.
+        std::fs::read_dir(&weights).map_err(|e| input(format!("cannot read {}: {e}", weights.display())))?;
         // Probe writability now rather than after the first training step.
         let probe = path.join(".write-probe");
         create_fresh(&probe).map_err(|e| input(format!("cannot write into {}: {e}", path.display())))?;

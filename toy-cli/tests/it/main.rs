@@ -21,6 +21,7 @@ mod qwen2_fixture;
 mod reliability;
 mod reliability10;
 mod reliability11;
+mod reliability12;
 mod reliability3_data;
 mod reliability3_models;
 mod reliability3_runs;
