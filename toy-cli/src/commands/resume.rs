@@ -103,9 +103,23 @@ fn short(sha: &str) -> &str {
 /// # Errors
 /// [`crate::error::Error::Input`] naming the first field that differs.
 pub fn checkpoint(cfg: &TrainConfig, ck: &Path, dir: &Path) -> Result<Checkpoint> {
-    let opened = open_checkpoint_on(ck, cfg.from.as_deref().map(Path::new).filter(|_| cfg.model.lora.is_some()))?;
-    let (m, c) = (&cfg.model, &opened.config);
     let at = || format!("--resume {}: config.toml", dir.display());
+    let base = cfg.from.as_deref().map(Path::new).filter(|_| cfg.model.lora.is_some());
+    let opened = open_checkpoint_on(ck, base).map_err(|e| {
+        // An adapter refused by its base: a base other than the one the run
+        // started from is said as such (the refusal names --lora, a flag of eval).
+        let sha = |p: &Path| crate::formats::adapter::file_sha256(p).ok();
+        match (base, &cfg.from_sha256) {
+            (Some(b), Some(want)) if sha(b).is_some_and(|got| got != *want) => input(format!(
+                "{}'s from {} is not the base the run started from (its SHA-256 differs from from_sha256 {}…)",
+                at(),
+                b.display(),
+                &want[..want.len().min(12)]
+            )),
+            _ => e,
+        }
+    })?;
+    let (m, c) = (&cfg.model, &opened.config);
     let fields = [
         ("vocab", m.vocab, c.vocab),
         ("d_model", m.d_model, c.d_model),

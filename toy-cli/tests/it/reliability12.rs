@@ -81,3 +81,21 @@ fn a_log_torn_inside_a_character_resumes() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.lines().all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()), "whole lines only");
 }
+
+/// A LoRA run's `from` edited by hand to another base: said as such (it
+/// named `--lora`, a flag `train` does not have).
+#[test]
+fn a_lora_run_on_another_base_is_said_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    for (name, seed) in [("b1", "1"), ("b2", "2")] {
+        ok(&toy(t, &["train", "--threads", "1", "--preset", "smoke", "--steps", "1", "--seed", seed, "--out", name]));
+    }
+    let lora = ["train", "finetune", "--threads", "1", "--from", "b1/weights/latest", "--lora-rank", "2", "--steps", "2", "--out", "l"];
+    ok(&toy(t, &lora));
+    let cfg = std::fs::read_to_string(t.join("l/config.toml")).unwrap();
+    let from = cfg.lines().find(|l| l.starts_with("from = ")).expect("from in config.toml");
+    let other = t.join("b2/weights").join(std::fs::read_link(t.join("b2/weights/latest")).unwrap());
+    std::fs::write(t.join("l/config.toml"), cfg.replace(from, &format!("from = {:?}", other.display().to_string()))).unwrap();
+    fails(&toy(t, &["train", "--resume", "l", "--steps", "3"]), "train", "is not the base the run started from");
+}
