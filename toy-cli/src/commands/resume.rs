@@ -110,7 +110,7 @@ pub fn checkpoint(cfg: &TrainConfig, ck: &Path, dir: &Path) -> Result<Checkpoint
         // started from is said as such (the refusal names --lora, a flag of eval).
         let sha = |p: &Path| crate::formats::adapter::file_sha256(p).ok();
         match (base, &cfg.from_sha256) {
-            (Some(b), Some(want)) if sha(b).is_some_and(|got| got != *want) => input(format!(
+            (Some(b), Some(want)) if e.to_string().contains("--lora ") && sha(b).is_some_and(|got| got != *want) => input(format!(
                 "{}'s from {} is not the base the run started from (its SHA-256 differs from from_sha256 {}…)",
                 at(),
                 b.display(),
