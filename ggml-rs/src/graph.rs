@@ -455,6 +455,11 @@ impl<'a> Graph<'a> {
         self.step_gates.push(gate);
     }
 
+    /// Whether an optimizer attached to this graph steps the parameter at address `p`.
+    pub(crate) fn steps_param(&self, p: usize) -> bool {
+        self.step_gates.iter().any(|g| g.steps(p))
+    }
+
     /// Whether `gate` was added by [`add_step_gate`](Self::add_step_gate).
     pub(crate) fn has_step_gate(&self, gate: &std::sync::Arc<crate::optim::StepGate>) -> bool {
         self.step_gates.iter().any(|g| std::sync::Arc::ptr_eq(g, gate))

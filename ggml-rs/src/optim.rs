@@ -112,7 +112,7 @@ pub struct Optimizer<'a> {
 /// that neither unset hyper-parameters (zeros: a 0/0 update, NaN weights and
 /// moments) nor a repeated update (same bias correction, uncounted) can pass.
 #[derive(Debug, Default)]
-pub(crate) struct StepGate(AtomicU8);
+pub(crate) struct StepGate(AtomicU8, Vec<usize>);
 
 const IDLE: u8 = 0;
 const PREPARED: u8 = 1;
@@ -137,6 +137,11 @@ impl StepGate {
     /// The graph ran the prepared step.
     pub(crate) fn ran(&self) {
         self.0.store(RAN, Ordering::Release);
+    }
+
+    /// Whether this optimizer steps the parameter at address `p`.
+    pub(crate) fn steps(&self, p: usize) -> bool {
+        self.1.contains(&p)
     }
 }
 
@@ -219,6 +224,13 @@ impl<'a> Optimizer<'a> {
                 p.name()
             )));
         }
+        // So would one that another optimizer of this graph steps.
+        if let Some(p) = groups.iter().flat_map(|g| &g.params).find(|p| graph.steps_param(p.raw() as usize)) {
+            return Err(Error::Backward(format!(
+                "parameter {:?} is stepped by another optimizer of this graph: it would be updated twice a step",
+                p.name()
+            )));
+        }
         // Global gradient norm and clip coefficient, computed in the graph.
         let mut clip = None;
         let mut grad_norm = None;
@@ -265,7 +277,7 @@ impl<'a> Optimizer<'a> {
             }
             out_groups.push((g.weight_decay, hp));
         }
-        let gate = Arc::new(StepGate::default());
+        let gate = Arc::new(StepGate(AtomicU8::new(IDLE), seen.into_iter().map(|p| p as usize).collect()));
         graph.add_step_gate(gate.clone());
         Ok(Optimizer { kind, groups: out_groups, clip, grad_norm, t: 0, gate })
     }
@@ -277,17 +289,18 @@ impl<'a> Optimizer<'a> {
     ///
     /// # Errors
     /// [`Error::Op`] for a negative or non-finite `lr`, or when the step
-    /// prepared before was not finished (without `finish_step` the step count,
-    /// and so the bias correction, would stay at step 1 forever); errors of
-    /// writing the hyper-parameter inputs (graph not allocated).
+    /// prepared before ran and was not finished (without `finish_step` the step
+    /// count, and so the bias correction, would stay at step 1 forever); errors
+    /// of writing the hyper-parameter inputs (graph not allocated). A step
+    /// prepared and not run (its compute failed, say) is prepared again.
     pub fn prepare_step(&mut self, lr: f32) -> Result<()> {
         if !lr.is_finite() || lr < 0.0 {
             return Err(Error::op("optimizer", format!("learning rate {lr} must be finite and ≥ 0")));
         }
-        if self.gate.0.load(Ordering::Acquire) != IDLE {
+        if self.gate.0.load(Ordering::Acquire) == RAN {
             return Err(Error::op(
                 "optimizer",
-                format!("step {} was prepared but not finished: call finish_step after computing each step", self.t + 1),
+                format!("step {} ran but was not finished: call finish_step after computing each step", self.t + 1),
             ));
         }
         let t = (self.t + 1) as i32;
@@ -309,18 +322,21 @@ impl<'a> Optimizer<'a> {
         Ok(())
     }
 
-    /// Record that the step prepared by [`prepare_step`](Self::prepare_step) ran:
-    /// the step count goes up by one and the next step can be prepared.
+    /// Close the step prepared by [`prepare_step`](Self::prepare_step): when
+    /// the graph ran it, the step count goes up by one; a step prepared and
+    /// not run is dropped, uncounted. The next step can then be prepared.
     pub fn finish_step(&mut self) {
-        self.t += 1;
-        self.gate.0.store(IDLE, Ordering::Release);
+        if self.gate.0.swap(IDLE, Ordering::AcqRel) == RAN {
+            self.t += 1;
+        }
     }
 
     /// One whole step of a graph this optimizer is attached to:
     /// [`prepare_step`](Self::prepare_step) with `lr`, [`Graph::compute`],
     /// [`finish_step`](Self::finish_step). On an error of the compute the
-    /// step is not counted and stays prepared (the parameters may be partly
-    /// updated: read the error before going on).
+    /// step is not counted and can be tried again (a check that failed ran
+    /// nothing; a backend's failure may have updated the parameters in part:
+    /// read the error before going on).
     ///
     /// # Errors
     /// [`Error::Op`] for a graph that does not hold this optimizer's nodes;

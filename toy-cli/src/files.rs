@@ -177,6 +177,9 @@ pub fn resolve_model(p: &Path) -> Result<PathBuf> {
         }
         // A folder that cannot be read is not one without checkpoints.
         let weights = p.join("weights");
+        if weights.is_symlink() && !weights.exists() {
+            return Err(input(format!("{} is a link to nothing", weights.display())));
+        }
         for (dir, e) in [(p, std::fs::read_dir(p).err()), (weights.as_path(), std::fs::read_dir(&weights).err())] {
             if let Some(e) = e.filter(|e| e.kind() != std::io::ErrorKind::NotFound) {
                 return Err(input(format!("cannot read {}: {e}", dir.display())));

@@ -202,6 +202,7 @@ impl GgufFile {
         let Some(v) = self.get(key) else { return Err(Error::gguf(&self.path, format!("key {key} is missing"))) };
         f(v).ok_or_else(|| {
             let shown = match v {
+                Value::Array(a) if a.len() == 1 => "of 1 element".to_string(),
                 Value::Array(a) => format!("of {} elements", a.len()),
                 Value::String(s) if s.chars().count() > 40 => format!("{:?}...", s.chars().take(40).collect::<String>()),
                 Value::String(s) => format!("{s:?}"),

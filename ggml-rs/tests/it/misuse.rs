@@ -118,14 +118,25 @@ fn a_prepared_step_must_be_finished() {
     g.compute().unwrap();
     // Computing again had repeated the update (same bias correction, uncounted).
     err_with(g.compute(), "already ran: call finish_step");
+    let before_second = w.read::<f32>().unwrap()[0];
     // Forgetting finish_step left the step count at 0 forever, silently.
-    err_with(opt.prepare_step(0.1), "call finish_step");
+    err_with(opt.prepare_step(0.1), "ran but was not finished: call finish_step");
     assert_eq!(opt.step_count(), 0);
     opt.finish_step();
     assert_eq!(opt.step_count(), 1);
-    opt.step(&mut g, 0.1).unwrap();
+    // A step prepared and not run is not counted (nor one never prepared), and
+    // a step prepared again (after a failed compute, say) is one step.
+    opt.prepare_step(0.1).unwrap();
+    opt.finish_step();
+    opt.finish_step();
+    assert_eq!(opt.step_count(), 1);
+    opt.prepare_step(0.5).unwrap();
+    opt.prepare_step(0.1).unwrap();
+    assert_eq!(w.read::<f32>().unwrap()[0], before_second, "nothing ran");
+    g.compute().unwrap();
+    opt.finish_step();
     assert_eq!(opt.step_count(), 2);
-    // Two AdamW steps of rate 0.1 (not 123) from 5: about 4.8.
+    // Two AdamW steps of rate 0.1 (not 123, nor the 0.5 prepared and replaced) from 5: about 4.8.
     let after = w.read::<f32>().unwrap()[0];
     assert!((after - 4.8).abs() < 1e-3, "w after two steps of lr 0.1: {after}");
     // step() takes only the graph that holds the optimizer's nodes.
@@ -133,6 +144,11 @@ fn a_prepared_step_must_be_finished() {
     other.expand(loss).unwrap();
     err_with(opt.step(&mut other, 0.1), "not the one this optimizer was attached to");
     assert_eq!(opt.step_count(), 2);
+    opt.step(&mut g, 0.1).unwrap();
+    assert_eq!(opt.step_count(), 3);
+    // A second optimizer of the same parameter on this graph would update it twice a step.
+    let e = Optimizer::adamw(&ctx, &mut g, &state, &groups, AdamWConfig::default(), None).err().expect("refused");
+    assert!(e.to_string().contains("stepped by another optimizer of this graph"), "{e}");
     still_works();
 }
 

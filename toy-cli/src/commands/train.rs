@@ -170,7 +170,7 @@ fn run_config(dir: &Path) -> Result<TrainConfig> {
                 "--resume {}: no config.toml, only an empty weights/ (a run stopped before it started, or no run folder); start it again with --out",
                 dir.display()
             ))
-        } else if dir.join("config.toml").exists() {
+        } else if e.kind() != std::io::ErrorKind::NotFound || dir.join("config.toml").exists() {
             input(format!("--resume {}: cannot read config.toml: {e}", dir.display()))
         } else {
             input(format!("--resume {}: no config.toml ({e}); is it a run folder?", dir.display()))

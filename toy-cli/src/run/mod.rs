@@ -167,6 +167,13 @@ impl RunDir {
         }
         let created = path.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(Path::to_path_buf);
         let weights = path.join("weights");
+        if weights.is_symlink() && !weights.exists() {
+            return Err(input(format!(
+                "{} is a link to nothing ({})",
+                weights.display(),
+                std::fs::read_link(&weights).map(|t| t.display().to_string()).unwrap_or_default()
+            )));
+        }
         if weights.exists() && !weights.is_dir() {
             return Err(input(format!("{} is not a folder (a run folder keeps its checkpoints there)", weights.display())));
         }

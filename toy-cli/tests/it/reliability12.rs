@@ -20,6 +20,7 @@ fn permissions_bind(t: &Path) -> bool {
     std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o000)).unwrap();
     let binds = std::fs::read_dir(&probe).is_err();
     std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::remove_dir(&probe).unwrap();
     binds
 }
 
@@ -58,6 +59,19 @@ fn a_run_folder_that_cannot_be_read_is_refused_and_kept() {
         fails(&toy(t, &["generate", "r", "-n", "2"]), "generate", "cannot read");
         std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(files(&t.join("r")), before, "nothing removed");
+    }
+    // weights/ a link to nothing
+    std::fs::rename(&w, t.join("kept-weights")).unwrap();
+    std::os::unix::fs::symlink("../gone", &w).unwrap();
+    fails(&toy(t, &["train", "--resume", "r", "--steps", "3"]), "train", "weights is a link to nothing");
+    fails(&toy(t, &["generate", "r", "-n", "2"]), "generate", "weights is a link to nothing");
+    std::fs::remove_file(&w).unwrap();
+    std::fs::rename(t.join("kept-weights"), &w).unwrap();
+    if permissions_bind(t) {
+        // the run folder itself unreadable: config.toml cannot be read (it said "no config.toml")
+        std::fs::set_permissions(t.join("r"), std::fs::Permissions::from_mode(0o000)).unwrap();
+        fails(&toy(t, &["train", "--resume", "r", "--steps", "3"]), "train", "cannot read config.toml");
+        std::fs::set_permissions(t.join("r"), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     // and the run goes on from its checkpoint
     let out = toy(t, &["train", "--resume", "r", "--steps", "3"]);
