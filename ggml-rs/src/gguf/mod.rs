@@ -100,12 +100,30 @@ impl Array {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The GGUF type of the elements (`uint8`... `float64`), for messages.
+    pub fn element_type_name(&self) -> &'static str {
+        match self {
+            Array::U8(_) => "uint8",
+            Array::I8(_) => "int8",
+            Array::U16(_) => "uint16",
+            Array::I16(_) => "int16",
+            Array::U32(_) => "uint32",
+            Array::I32(_) => "int32",
+            Array::F32(_) => "float32",
+            Array::Bool(_) => "bool",
+            Array::String(_) => "string",
+            Array::U64(_) => "uint64",
+            Array::I64(_) => "int64",
+            Array::F64(_) => "float64",
+        }
+    }
 }
 
 impl Value {
     /// The GGUF type's name (`uint32`, `string`, `array of float32`...), for messages.
     pub fn type_name(&self) -> String {
-        let scalar = |v: &Value| match v {
+        let name = match self {
             Value::U8(_) => "uint8",
             Value::I8(_) => "int8",
             Value::U16(_) => "uint16",
@@ -118,27 +136,9 @@ impl Value {
             Value::U64(_) => "uint64",
             Value::I64(_) => "int64",
             Value::F64(_) => "float64",
-            Value::Array(_) => "array",
+            Value::Array(a) => return format!("array of {}", a.element_type_name()),
         };
-        let Value::Array(a) = self else { return scalar(self).to_string() };
-        let element = match a {
-            Array::U8(_) => Value::U8(0),
-            Array::I8(_) => Value::I8(0),
-            Array::U16(_) => Value::U16(0),
-            Array::I16(_) => Value::I16(0),
-            Array::U32(_) => Value::U32(0),
-            Array::I32(_) => Value::I32(0),
-            Array::F32(_) => Value::F32(0.0),
-            Array::Bool(_) => Value::Bool(false),
-            Array::String(_) => Value::U8(0),
-            Array::U64(_) => Value::U64(0),
-            Array::I64(_) => Value::I64(0),
-            Array::F64(_) => Value::F64(0.0),
-        };
-        match a {
-            Array::String(_) => "array of string".to_string(),
-            _ => format!("array of {}", scalar(&element)),
-        }
+        name.to_string()
     }
 
     /// The value as u64 when it is any unsigned or non-negative signed integer.
