@@ -5,6 +5,10 @@
 //! `ggml_opt_step_sgd`, in place on each parameter) after the backward pass.
 //! Hyper-parameters are small input tensors written before each step, so the
 //! learning rate can follow a schedule without rebuilding the graph.
+//!
+//! A step is [`Optimizer::prepare_step`], [`Graph::compute`],
+//! [`Optimizer::finish_step`] (or [`Optimizer::step`], all three): a graph
+//! with an optimizer refuses a compute that is not of a prepared step, once.
 
 use crate::context::{Context, Tensor};
 use crate::dtype::DType;
