@@ -64,7 +64,11 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
     let text_field = args.text_field.clone().unwrap_or_else(|| TextOptions::default().text_field);
     let text = TextOptions { tokenizer, text_field, ..Default::default() };
     let opts = CorpusOptions { val_fraction: held_out(args.split), vocab_size: Some(ck.config.vocab) };
-    let c = load_corpus_with(path, &opts, &text)?;
+    // A prepared folder's validation split alone: train.bin is not read.
+    let c = match args.split {
+        Split::Val if is_prepared(path) => crate::data::prep::read_prepared_val(path)?,
+        _ => load_corpus_with(path, &opts, &text)?,
+    };
     match (&ck.tokenizer, &c.tokenizer) {
         (Some(ours), _) => c.check_tokenizer(ours, crate::data::corpus::GIVE_RAW_TEXT)?,
         (None, Some(_)) if !is_prepared(path) => return Err(no_tokenizer(path, "is text")),

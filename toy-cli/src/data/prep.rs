@@ -15,7 +15,7 @@
 //! choice by document gave it (default 5% held out). Memory stays bounded by
 //! the sample, one batch of documents and the longest line.
 
-pub use super::prepared::{read_manifest, read_prepared, Manifest, SourceFile, DTYPE, FORMAT};
+pub use super::prepared::{read_manifest, read_prepared, read_prepared_val, Manifest, SourceFile, DTYPE, FORMAT};
 use super::sources::{discover, Documents, FileDigest, Source};
 use super::text::{held_out, Split};
 use super::tokenizer::Tokenizer;

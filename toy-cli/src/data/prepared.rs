@@ -129,6 +129,16 @@ fn read_full(r: &mut impl std::io::Read, buf: &mut [u8]) -> std::io::Result<usiz
 /// Read the prepared corpus in `dir`, checking the tokenizer's hash, the
 /// files' sizes and every id against the manifest.
 pub fn read_prepared(dir: &Path) -> Result<Corpus> {
+    read_splits(dir, true)
+}
+
+/// [`read_prepared`] of `val.bin` alone (`train` empty; `train.bin` is not
+/// read): what `toy eval --split val` scores.
+pub fn read_prepared_val(dir: &Path) -> Result<Corpus> {
+    read_splits(dir, false)
+}
+
+fn read_splits(dir: &Path, with_train: bool) -> Result<Corpus> {
     let m = read_manifest(dir)?;
     let d = dir.display();
     let tok = Tokenizer::load(&dir.join("tokenizer.json"))?;
@@ -138,9 +148,12 @@ pub fn read_prepared(dir: &Path) -> Result<Corpus> {
     if tok.vocab_size() != m.vocab_size {
         return Err(input(format!("{d}: the tokenizer has {} ids but manifest.json says {}", tok.vocab_size(), m.vocab_size)));
     }
-    let train = read_packed(&dir.join("train.bin"), &m.dtype, m.train_tokens, m.vocab_size)?;
+    let train = match with_train {
+        true => read_packed(&dir.join("train.bin"), &m.dtype, m.train_tokens, m.vocab_size)?,
+        false => Tokens::default(),
+    };
     let val = read_packed(&dir.join("val.bin"), &m.dtype, m.val_tokens, m.vocab_size)?;
-    if train.is_empty() {
+    if with_train && train.is_empty() {
         return Err(input(format!("corpus {d} is empty (train.bin holds no tokens)")));
     }
     Ok(Corpus { train, val, vocab_size: m.vocab_size, tokenizer: Some(tok), source: dir.to_path_buf(), chat: None, text_bytes: None })

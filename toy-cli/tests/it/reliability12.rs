@@ -2,7 +2,8 @@
 //! 53): a run folder that cannot be read is never taken for one without
 //! checkpoints (`--resume` had restarted it from step 0, and a failure then
 //! removed the earlier run's files), a log torn inside a character resumes,
-//! and the messages name the file that cannot be read.
+//! the messages name the file that cannot be read, and `toy eval --split val`
+//! of a prepared folder reads `val.bin` alone.
 
 use crate::common::process::{fails, ok, toy};
 use std::os::unix::fs::PermissionsExt;
@@ -113,4 +114,25 @@ fn a_lora_run_on_another_base_is_said_so() {
     let other = t.join("b2/weights").join(std::fs::read_link(t.join("b2/weights/latest")).unwrap());
     std::fs::write(t.join("l/config.toml"), cfg.replace(from, &format!("from = {:?}", other.display().to_string()))).unwrap();
     fails(&toy(t, &["train", "--resume", "l", "--steps", "3"]), "train", "is not the base the run started from");
+}
+
+/// `toy eval --split val` of a prepared folder reads `val.bin` alone: the
+/// same loss without `train.bin` (it had needed it readable, and read all of it).
+#[test]
+fn eval_of_a_prepared_val_split_needs_no_train_bin() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    std::fs::write(t.join("s.txt"), toy_stories::generate_with(5, 160)).unwrap();
+    ok(&toy(t, &["prep", "s.txt", "--vocab-size", "300", "--out", "p"]));
+    ok(&toy(t, &["train", "--corpus", "p", "--preset", "smoke", "--steps", "1", "--threads", "1", "--out", "r"]));
+    let val = |t: &Path| {
+        let o = toy(t, &["eval", "r", "--corpus", "p", "--split", "val", "--json", "--threads", "1"]);
+        ok(&o);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        serde_json::from_str::<serde_json::Value>(out.trim().lines().last().unwrap()).unwrap()["loss"].as_f64().unwrap()
+    };
+    let before = val(t);
+    std::fs::rename(t.join("p/train.bin"), t.join("train.bin.away")).unwrap();
+    assert_eq!(val(t), before);
+    fails(&toy(t, &["eval", "r", "--corpus", "p", "--split", "train", "--threads", "1"]), "eval", "train.bin");
 }
