@@ -31,7 +31,9 @@ impl Graph<'_> {
     /// # Errors
     /// [`Error::Tensor`] when a parameter or an AdamW moment of the graph has no
     /// memory yet, or an op result of the graph has memory of another allocated
-    /// graph (a tensor belongs to one allocated graph at a time); [`Error::Backend`] when the backend list is empty or does not
+    /// graph (a tensor belongs to one allocated graph at a time); [`Error::Op`]
+    /// when the graph holds an optimizer's update nodes but not that optimizer
+    /// (expanded from another graph: it would run them unprepared); [`Error::Backend`] when the backend list is empty or does not
     /// end with the CPU, or a pre-allocated tensor sits on a backend that cannot
     /// run its op; [`Error::Compute`] when allocation fails (out of memory).
     pub fn allocate(&mut self, backends: &[Backend]) -> Result<()> {
@@ -42,6 +44,7 @@ impl Graph<'_> {
             return Err(Error::Compute("the graph has no nodes".into()));
         }
         check_state_allocated(&nodes, &leafs)?;
+        self.check_steps_gated(&nodes)?;
         check_not_in_other_graph(&nodes)?;
         mark_inputs_and_outputs(&nodes, &leafs);
         let index_checks = index_checks(&nodes);
@@ -347,4 +350,27 @@ fn new_scheduler(backends: &[Backend], graph_size: usize) -> Result<NonNull<sys:
         sys::ggml_backend_sched_new(raw_backends.as_mut_ptr(), std::ptr::null_mut(), raw_backends.len() as i32, graph_size, false, true)
     };
     NonNull::new(sched).ok_or_else(|| Error::Compute("cannot create a scheduler".into()))
+}
+
+impl Graph<'_> {
+    /// Every optimizer update node (`opt_step_adamw`, `opt_step_sgd`) of `nodes`
+    /// belongs to an optimizer attached to this graph, whose step state its
+    /// computes follow ([`crate::optim::Optimizer::prepare_step`]).
+    fn check_steps_gated(&self, nodes: &[RawTensor]) -> Result<()> {
+        for &n in nodes {
+            // SAFETY: live nodes of this graph; an update node's src[0] is its parameter.
+            let (op, param) = unsafe { ((*n).op, (*n).src[0]) };
+            let update = op == sys::GGML_OP_OPT_STEP_ADAMW || op == sys::GGML_OP_OPT_STEP_SGD;
+            if update && !self.steps_param(param as usize) {
+                let name = unsafe { CStr::from_ptr((*param).name.as_ptr()) }.to_string_lossy().into_owned();
+                return Err(Error::op(
+                    "allocate",
+                    format!(
+                        "the update of {name:?} belongs to the graph its optimizer was attached to: this graph would run it unprepared"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }

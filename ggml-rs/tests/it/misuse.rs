@@ -149,6 +149,12 @@ fn a_prepared_step_must_be_finished() {
     // A second optimizer of the same parameter on this graph would update it twice a step.
     let e = Optimizer::adamw(&ctx, &mut g, &state, &groups, AdamWConfig::default(), None).err().expect("refused");
     assert!(e.to_string().contains("stepped by another optimizer of this graph"), "{e}");
+    // The update nodes expanded into another graph would run there unprepared (NaN).
+    let mut copy = Graph::new(&ctx, 256).unwrap();
+    for n in g.nodes().into_iter().filter(|n| n.op() == ggml_rs::sys::GGML_OP_OPT_STEP_ADAMW) {
+        copy.expand(n).unwrap();
+    }
+    err_with(copy.allocate(&backends(&cpu)), "belongs to the graph its optimizer was attached to");
     still_works();
 }
 
