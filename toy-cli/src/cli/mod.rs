@@ -101,7 +101,8 @@ pub struct RunOnArgs {
     /// Device: cpu, cuda, cuda:N, metal.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// CPU threads (default: all cores; 0 too).
+    /// CPU threads (default: all cores; 0 too). On a machine that other work
+    /// keeps busy give fewer: ggml's threads wait for one another at every op.
     #[arg(long, default_value_t = 0, hide_default_value = true, value_parser = count_usize)]
     pub threads: usize,
     /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);

@@ -426,7 +426,8 @@ flag_group! {
         /// training on one host (cuda:0,cuda:1, cuda:all, cpu,cpu; train only).
         #[arg(long)]
         pub device: Option<String>,
-        /// CPU threads (default: all cores).
+        /// CPU threads (default: all cores). On a machine that other work keeps
+        /// busy give fewer: ggml's threads wait for one another at every op.
         #[arg(long, value_parser = count_usize)]
         pub threads: Option<usize>,
         /// f32 matrix products on CUDA: highest (f32) or high (TF32 tensor cores);
