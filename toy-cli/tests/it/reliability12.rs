@@ -6,6 +6,7 @@
 //! of a prepared folder reads `val.bin` alone.
 
 use crate::common::process::{fails, ok, toy};
+use crate::reliability8::eval_val;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
@@ -125,14 +126,8 @@ fn eval_of_a_prepared_val_split_needs_no_train_bin() {
     std::fs::write(t.join("s.txt"), toy_stories::generate_with(5, 160)).unwrap();
     ok(&toy(t, &["prep", "s.txt", "--vocab-size", "300", "--out", "p"]));
     ok(&toy(t, &["train", "--corpus", "p", "--preset", "smoke", "--steps", "1", "--threads", "1", "--out", "r"]));
-    let val = |t: &Path| {
-        let o = toy(t, &["eval", "r", "--corpus", "p", "--split", "val", "--json", "--threads", "1"]);
-        ok(&o);
-        let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        serde_json::from_str::<serde_json::Value>(out.trim().lines().last().unwrap()).unwrap()["loss"].as_f64().unwrap()
-    };
-    let before = val(t);
+    let before = eval_val(t, "r", &[]);
     std::fs::rename(t.join("p/train.bin"), t.join("train.bin.away")).unwrap();
-    assert_eq!(val(t), before);
+    assert_eq!(eval_val(t, "r", &[]), before);
     fails(&toy(t, &["eval", "r", "--corpus", "p", "--split", "train", "--threads", "1"]), "eval", "train.bin");
 }

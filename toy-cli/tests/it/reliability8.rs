@@ -5,14 +5,14 @@ use crate::common::process::{ok, toy};
 use std::path::Path;
 
 /// The last line of a `--json` command's stdout, parsed.
-fn json(o: &std::process::Output) -> serde_json::Value {
+pub(crate) fn json(o: &std::process::Output) -> serde_json::Value {
     ok(o);
     let out = String::from_utf8_lossy(&o.stdout);
     serde_json::from_str(out.trim().lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
 /// `toy eval RUN --corpus p --split val` with `extra`: its loss.
-fn eval_val(t: &Path, run: &str, extra: &[&str]) -> f64 {
+pub(crate) fn eval_val(t: &Path, run: &str, extra: &[&str]) -> f64 {
     let args = ["eval", run, "--corpus", "p", "--split", "val", "--json", "--threads", "1"];
     json(&toy(t, &[&args[..], extra].concat()))["loss"].as_f64().unwrap()
 }
