@@ -360,9 +360,12 @@ impl<'a> Optimizer<'a> {
         self.t
     }
 
-    /// Set the step count, when resuming from saved moments.
+    /// Set the step count, when resuming from saved moments. A step prepared
+    /// and not run is dropped (its bias correction was of the old count):
+    /// prepare it again.
     pub fn set_step_count(&mut self, t: u64) {
         self.t = t;
+        let _ = self.gate.0.compare_exchange(PREPARED, IDLE, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// The global gradient norm before clipping (readable after compute), when clipping.

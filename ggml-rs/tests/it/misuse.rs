@@ -146,6 +146,12 @@ fn a_prepared_step_must_be_finished() {
     assert_eq!(opt.step_count(), 2);
     opt.step(&mut g, 0.1).unwrap();
     assert_eq!(opt.step_count(), 3);
+    // A new step count drops a prepared step (it had run with the old bias correction).
+    opt.prepare_step(0.1).unwrap();
+    opt.set_step_count(7);
+    err_with(g.compute(), "no step is prepared");
+    opt.step(&mut g, 0.1).unwrap();
+    assert_eq!(opt.step_count(), 8);
     // A second optimizer of the same parameter on this graph would update it twice a step.
     let e = Optimizer::adamw(&ctx, &mut g, &state, &groups, AdamWConfig::default(), None).err().expect("refused");
     assert!(e.to_string().contains("stepped by another optimizer of this graph"), "{e}");
