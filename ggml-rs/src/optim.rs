@@ -115,7 +115,7 @@ pub struct Optimizer<'a> {
 /// nodes: [`Graph::compute`] runs it only once prepared, and once only, so
 /// that neither unset hyper-parameters (zeros: a 0/0 update, NaN weights and
 /// moments) nor a repeated update (same bias correction, uncounted) can pass.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct StepGate(AtomicU8, Vec<usize>);
 
 const IDLE: u8 = 0;

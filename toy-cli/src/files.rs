@@ -176,15 +176,8 @@ pub fn resolve_model(p: &Path) -> Result<PathBuf> {
             return Ok(latest);
         }
         // A folder that cannot be read is not one without checkpoints.
-        let weights = p.join("weights");
-        if weights.is_symlink() && !weights.exists() {
-            return Err(input(format!("{} is a link to nothing", weights.display())));
-        }
-        for (dir, e) in [(p, std::fs::read_dir(p).err()), (weights.as_path(), std::fs::read_dir(&weights).err())] {
-            if let Some(e) = e.filter(|e| e.kind() != std::io::ErrorKind::NotFound) {
-                return Err(input(format!("cannot read {}: {e}", dir.display())));
-            }
-        }
+        std::fs::read_dir(p).map_err(|e| input(format!("cannot read {}: {e}", p.display())))?;
+        crate::run::check_weights(p)?;
         // What is left when weights/latest is gone: the newest step_N.gguf, if any.
         let newest = crate::run::checkpoint_steps(p).max().map(|n| {
             format!(

@@ -16,76 +16,32 @@ fn file(kv: &dyn Fn(&mut B), tensor: &[u8]) -> Vec<u8> {
     b.0
 }
 
+/// What a file is refused for, its extra metadata pair, its tensor's name,
+/// and what the refusal says.
+type Case = (&'static str, fn(&mut B), &'static [u8], &'static str);
+
 #[test]
 fn strings_that_are_not_plain_utf8_text_are_refused() {
     let mut fs = Files::new();
-    fs.open(&file(
-        &|b| {
-            b.key("s.ok", GGUF_STRING).str("héllo 字".as_bytes());
-        },
-        b"t0",
-    ))
-    .unwrap();
-    let msg = fs.refuse(
-        "non-UTF-8 value",
-        &file(
-            &|b| {
-                b.key("s.bad", GGUF_STRING).str(b"ab\xff\xfecd");
-            },
+    fs.open(&file(&|b| _ = b.key("s.ok", GGUF_STRING).str("héllo 字".as_bytes()), b"t0")).unwrap();
+    let ok_pair: fn(&mut B) = |b| _ = b.key("ok", GGUF_STRING).str(b"v");
+    let cases: [Case; 6] = [
+        ("non-UTF-8 value", |b| _ = b.key("s.bad", GGUF_STRING).str(b"ab\xff\xfecd"), b"t0", "\"s.bad\": the string value is not UTF-8"),
+        ("NUL in a value", |b| _ = b.key("s.nul", GGUF_STRING).str(b"abc\0def"), b"t0", "\"s.nul\": the string value contains a NUL byte"),
+        (
+            "array element",
+            |b| _ = b.key("s.arr", GGUF_ARRAY).u32(GGUF_STRING).u64(3).str(b"a").str(b"b").str(b"c\xff"),
             b"t0",
+            "\"s.arr\": string 2 is not UTF-8",
         ),
-    );
-    assert!(msg.contains("\"s.bad\": the string value is not UTF-8"), "{msg}");
-    let msg = fs.refuse(
-        "NUL in a value",
-        &file(
-            &|b| {
-                b.key("s.nul", GGUF_STRING).str(b"abc\0def");
-            },
-            b"t0",
-        ),
-    );
-    assert!(msg.contains("\"s.nul\": the string value contains a NUL byte"), "{msg}");
-    let msg = fs.refuse(
-        "array element",
-        &file(
-            &|b| {
-                b.key("s.arr", GGUF_ARRAY).u32(GGUF_STRING).u64(3).str(b"a").str(b"b").str(b"c\xff");
-            },
-            b"t0",
-        ),
-    );
-    assert!(msg.contains("\"s.arr\": string 2 is not UTF-8"), "{msg}");
-    let msg = fs.refuse(
-        "NUL in a key",
-        &file(
-            &|b| {
-                b.key("k\0a", GGUF_STRING).str(b"v");
-            },
-            b"t0",
-        ),
-    );
-    assert!(msg.contains("metadata key 1 contains a NUL byte"), "{msg}");
-    let msg = fs.refuse(
-        "NUL in a tensor name",
-        &file(
-            &|b| {
-                b.key("ok", GGUF_STRING).str(b"v");
-            },
-            b"x\0a",
-        ),
-    );
-    assert!(msg.contains("tensor 0: its name contains a NUL byte"), "{msg}");
-    let msg = fs.refuse(
-        "non-UTF-8 tensor name",
-        &file(
-            &|b| {
-                b.key("ok", GGUF_STRING).str(b"v");
-            },
-            b"w\xff",
-        ),
-    );
-    assert!(msg.contains("tensor 0: its name is not UTF-8"), "{msg}");
+        ("NUL in a key", |b| _ = b.key("k\0a", GGUF_STRING).str(b"v"), b"t0", "metadata key 1 contains a NUL byte"),
+        ("NUL in a tensor name", ok_pair, b"x\0a", "tensor 0: its name contains a NUL byte"),
+        ("non-UTF-8 tensor name", ok_pair, b"w\xff", "tensor 0: its name is not UTF-8"),
+    ];
+    for (what, kv, tensor, says) in cases {
+        let msg = fs.refuse(what, &file(&kv, tensor));
+        assert!(msg.contains(says), "{what}: {msg}");
+    }
 }
 
 #[test]

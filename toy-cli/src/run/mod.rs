@@ -103,6 +103,24 @@ fn has_checkpoint(path: &Path) -> bool {
     }
 }
 
+/// Refuse a `weights/` in the run folder `path` that would pass for one
+/// without checkpoints: a link to nothing, not a folder, or one this process
+/// cannot list. A missing one is fine (a new run makes it).
+pub(crate) fn check_weights(path: &Path) -> Result<()> {
+    let weights = path.join("weights");
+    if weights.is_symlink() && !weights.exists() {
+        let to = std::fs::read_link(&weights).map(|t| t.display().to_string()).unwrap_or_default();
+        return Err(input(format!("{} is a link to nothing ({to})", weights.display())));
+    }
+    if weights.exists() && !weights.is_dir() {
+        return Err(input(format!("{} is not a folder (a run folder keeps its checkpoints there)", weights.display())));
+    }
+    match std::fs::read_dir(&weights) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(input(format!("cannot read {}: {e}", weights.display()))),
+        _ => Ok(()),
+    }
+}
+
 /// An open run folder, locked for this process ([`RunDir::create`]).
 #[derive(Clone, Debug)]
 pub struct RunDir {
@@ -166,20 +184,8 @@ impl RunDir {
             return Err(not_a_folder(&path));
         }
         let created = path.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(Path::to_path_buf);
-        let weights = path.join("weights");
-        if weights.is_symlink() && !weights.exists() {
-            return Err(input(format!(
-                "{} is a link to nothing ({})",
-                weights.display(),
-                std::fs::read_link(&weights).map(|t| t.display().to_string()).unwrap_or_default()
-            )));
-        }
-        if weights.exists() && !weights.is_dir() {
-            return Err(input(format!("{} is not a folder (a run folder keeps its checkpoints there)", weights.display())));
-        }
-        std::fs::create_dir_all(&weights).map_err(|e| input(format!("cannot create run folder {}: {e}", path.display())))?;
-        // A weights/ this process cannot list would pass for one without checkpoints.
-        std::fs::read_dir(&weights).map_err(|e| input(format!("cannot read {}: {e}", weights.display())))?;
+        check_weights(&path)?;
+        std::fs::create_dir_all(path.join("weights")).map_err(|e| input(format!("cannot create run folder {}: {e}", path.display())))?;
         // Probe writability now rather than after the first training step.
         let probe = path.join(".write-probe");
         create_fresh(&probe).map_err(|e| input(format!("cannot write into {}: {e}", path.display())))?;

@@ -6,6 +6,7 @@
 //! of a prepared folder reads `val.bin` alone.
 
 use crate::common::process::{fails, ok, toy};
+use crate::reliability3_models::names;
 use crate::reliability8::eval_val;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -26,18 +27,12 @@ fn permissions_bind(t: &Path) -> bool {
     binds
 }
 
-fn files(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn a_run_folder_that_cannot_be_read_is_refused_and_kept() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     run(t, "r");
-    let before = files(&t.join("r"));
+    let before = names(&t.join("r"));
     // weights/ replaced by a file: said so (it was "cannot create run folder: File exists")
     let w = t.join("r/weights");
     std::fs::rename(&w, t.join("kept-weights")).unwrap();
@@ -45,7 +40,7 @@ fn a_run_folder_that_cannot_be_read_is_refused_and_kept() {
     fails(&toy(t, &["train", "--resume", "r", "--steps", "3"]), "train", "r/weights is not a folder");
     std::fs::remove_file(&w).unwrap();
     std::fs::rename(t.join("kept-weights"), &w).unwrap();
-    assert_eq!(files(&t.join("r")), before, "nothing removed");
+    assert_eq!(names(&t.join("r")), before, "nothing removed");
     // config.toml that is not text: the file is named as unreadable, not missing
     let cfg = std::fs::read(t.join("r/config.toml")).unwrap();
     std::fs::write(t.join("r/config.toml"), [0xffu8, 0xfe, 0]).unwrap();
@@ -60,7 +55,7 @@ fn a_run_folder_that_cannot_be_read_is_refused_and_kept() {
         fails(&toy(t, &["train", "--resume", "r", "--steps", "3"]), "train", "cannot read");
         fails(&toy(t, &["generate", "r", "-n", "2"]), "generate", "cannot read");
         std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(files(&t.join("r")), before, "nothing removed");
+        assert_eq!(names(&t.join("r")), before, "nothing removed");
     }
     // weights/ a link to nothing
     std::fs::rename(&w, t.join("kept-weights")).unwrap();
