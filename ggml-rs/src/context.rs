@@ -344,6 +344,12 @@ impl<'a> Tensor<'a> {
         self.get().flags & sys::GGML_TENSOR_FLAG_KEEP as i32 != 0
     }
 
+    /// True for an activation that the backward computes again
+    /// ([`Context::recompute_in_backward`]).
+    pub fn is_recomputed(&self) -> bool {
+        self.get().flags & sys::GGML_TENSOR_FLAG_RECOMPUTE as i32 != 0
+    }
+
     /// True when marked as a graph input ([`set_input`](Self::set_input)).
     pub fn is_input(&self) -> bool {
         self.get().flags & sys::GGML_TENSOR_FLAG_INPUT as i32 != 0

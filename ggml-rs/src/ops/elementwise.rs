@@ -191,4 +191,29 @@ impl Context {
         // SAFETY: checked.
         self.op("repeat_back", |ctx| unsafe { sys::ggml_repeat_back(ctx, a.raw(), like.raw()) })
     }
+
+    /// Flag the activation `a` (a [`gelu`](Self::gelu), another unary op or a
+    /// GLU such as [`swiglu_split`](Self::swiglu_split)) to be computed again in
+    /// the backward for the weight gradient of each product that reads it, maybe
+    /// through reshapes (`GGML_TENSOR_FLAG_RECOMPUTE`, toy-rs patch 0062). The
+    /// forward's `a` then dies after its forward uses instead of living until
+    /// the backward: activation checkpointing of one op, as `torch.compile`
+    /// does for pointwise ops. Costs one more pass of the op in the backward;
+    /// its sources are kept anyway for its own gradient. Returns `a`.
+    ///
+    /// # Errors
+    /// [`Error::Op`] when `a` is not a unary or GLU op's result, or is a view
+    /// or not contiguous.
+    pub fn recompute_in_backward<'a>(&'a self, a: Tensor<'a>) -> Result<Tensor<'a>> {
+        if !matches!(a.op(), sys::GGML_OP_UNARY | sys::GGML_OP_GLU) || a.is_view() {
+            return Err(Error::op(
+                "recompute_in_backward",
+                format!("{} is a {} result; only a unary op's or a GLU's can be computed again", a.name(), a.op_name()),
+            ));
+        }
+        need_contiguous("recompute_in_backward", &a)?;
+        // SAFETY: a live tensor of this context.
+        unsafe { (*a.raw()).flags |= sys::GGML_TENSOR_FLAG_RECOMPUTE as i32 };
+        Ok(a)
+    }
 }

@@ -23,5 +23,6 @@ mod optim;
 mod optim_many;
 mod products;
 mod quant;
+mod recompute;
 mod sgemm;
 mod side;
