@@ -421,6 +421,8 @@ stage_side_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_NO_0060 ab_cases; 
 stage_dequant_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_NO_0061 ab_cases; }
 # The LoRA base loaded in bf16 once (train/dequant.rs) against patch 0061's casts once a step.
 stage_base_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_BASE_CAST_PER_STEP ab_cases; }
+# Patch 0062: GPT-2's GELU computed again in the backward (toy's TOY_NO_0062: kept), GPT-2 124M by default.
+stage_recompute_ab() { AB_CASES=${AB_CASES:-2} AB_ENV=TOY_NO_0062 ab_cases; }
 stage_dequant_list_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_CUDA_NO_0061 ab_cases; }
 # Patch 0060 for every weight gradient (full fine-tuning's too): the default limit
 # (2^16 values a node), then none (TOY_CUDA_0060_MAX).

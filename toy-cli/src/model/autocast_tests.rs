@@ -22,6 +22,11 @@ struct Run {
     bf16_backs: usize,
     /// Of `casts`, those of an f16 base's frozen matrices.
     base_casts: usize,
+    /// GELU nodes, and those flagged to be computed again (patch 0062).
+    gelus: usize,
+    recomputed: usize,
+    /// Bytes of the step's compute buffers.
+    compute_bytes: usize,
 }
 
 /// One batch under `autocast`.
@@ -75,7 +80,11 @@ fn run_compact(c: &ModelConfig, autocast: Autocast, compact: Compact) -> Run {
         .filter(|n| n.op() == sys::GGML_OP_SWIGLU_BACK || (n.op() == sys::GGML_OP_GELU_BACK && n.srcs()[1].dtype() == ggml_rs::DType::BF16))
         .count();
     let base_casts = cast_nodes.iter().filter(|n| n.srcs()[0].dtype() == ggml_rs::DType::F16).count();
-    Run { loss, grads, casts, adapter_casts, bf16_backs, base_casts }
+    let gelu = |n: &&ggml_rs::Tensor<'_>| n.op() == sys::GGML_OP_UNARY && n.op_name() == "GELU";
+    let gelus = nodes.iter().filter(gelu).count();
+    let recomputed = nodes.iter().filter(gelu).filter(|n| n.is_recomputed()).count();
+    let compute_bytes = gs.graph().buffer_sizes().into_iter().map(|(_, s)| s).sum();
+    Run { loss, grads, casts, adapter_casts, bf16_backs, base_casts, gelus, recomputed, compute_bytes }
 }
 
 /// Loss and gradients agree to bf16's precision.
@@ -282,4 +291,21 @@ fn a_compact_base_loaded_in_bf16_gives_the_same_step() {
     c.base_dtype_except.insert("token_embd.weight".into(), "q8_0".into());
     let loaded = crate::train::dequant::bf16_base(&c, &cpu, capacity(c.n_layers)).unwrap().unwrap();
     assert_eq!(loaded.base_dtype_except["token_embd.weight"], "q8_0");
+}
+
+/// Under `recompute`, GPT-2's bf16 GELU runs again in the backward for the down
+/// projection's weight gradient (patch 0062): the same loss and gradients bit
+/// for bit, one GELU more a layer, and a smaller compute buffer (each layer's
+/// GELU output no longer lives from the forward to the backward).
+#[test]
+fn a_recomputed_gelu_gives_the_same_step_in_less_memory() {
+    let c = ModelConfig::new(Arch::Gpt2, 61, 32, 3, 4, 512, 128);
+    let kept = run(&c, Autocast { inputs: true, activations: true, ..Default::default() });
+    let again = run(&c, Autocast { inputs: true, activations: true, recompute: true, ..Default::default() });
+    assert_eq!(again.loss.to_bits(), kept.loss.to_bits());
+    assert_eq!(again.grads, kept.grads);
+    assert_eq!((kept.gelus, kept.recomputed), (c.n_layers, 0));
+    assert_eq!((again.gelus, again.recomputed), (2 * c.n_layers, c.n_layers));
+    assert!(again.compute_bytes < kept.compute_bytes, "{} bytes, {} without recomputing", again.compute_bytes, kept.compute_bytes);
+    eprintln!("compute buffer {} -> {} bytes", kept.compute_bytes, again.compute_bytes);
 }

@@ -44,6 +44,12 @@ pub struct Autocast {
     /// projections and no casts, and SWIGLU_BACK writes their gradients in
     /// bf16, as autocast's linears do. CUDA only (the CPU has no bf16 result).
     pub outputs: bool,
+    /// With [`activations`](Self::activations), GELU's bf16 output is computed
+    /// again in the backward for the down projection's weight gradient instead
+    /// of living from the forward to the backward ([`Block::gelu`], patch 0062):
+    /// a layer keeps `[d_ff, T·B]` bf16 once (GELU's input), as PyTorch's
+    /// compiled step does.
+    pub recompute: bool,
 }
 
 /// One block's tensors (`blk.N.*`), in the table's block order.
@@ -151,10 +157,13 @@ impl<'w> Block<'w> {
     /// GELU (tanh form) of an f32 `[d_ff, T, B]` projection, as the down
     /// projection's input; as [`swiglu`](Self::swiglu), under
     /// [`Autocast::activations`] it reads `x` cast to bf16 and is bf16 (its
-    /// backward reads the bf16 copy, toy-rs patch 0045).
+    /// backward reads the bf16 copy, toy-rs patch 0045), and with
+    /// [`Autocast::recompute`] computed again for the down projection's weight
+    /// gradient (patch 0062).
     pub fn gelu<'a>(&self, ctx: &'a Context, x: Tensor<'a>) -> Result<Tensor<'a>> {
         if self.autocast.activations {
-            return ctx.gelu(ctx.cast(x, DType::BF16)?);
+            let y = ctx.gelu(ctx.cast(x, DType::BF16)?)?;
+            return if self.autocast.recompute { ctx.recompute_in_backward(y) } else { Ok(y) };
         }
         self.product_input(ctx, ctx.gelu(x)?)
     }

@@ -491,7 +491,8 @@ impl<'w> ReplicaState<'w> {
         // products' inputs in bf16 (TOY_F32_INPUTS; patch 0042) and their attention's q, k and v
         // (TOY_F32_ATTENTION; patch 0043), their SwiGLU's or GELU's inputs (TOY_F32_ACTIVATIONS;
         // patches 0044, 0045), and SwiGLU's gate and up products write bf16 (TOY_F32_OUTPUTS;
-        // patch 0048, CUDA only: the CPU has no bf16 product result).
+        // patch 0048, CUDA only: the CPU has no bf16 product result), and GELU's bf16 output is
+        // computed again in the backward (TOY_NO_0062; patch 0062).
         let autocast = |off: &str| cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os(off).is_none();
         let per_step = ["TOY_NO_0061", "TOY_BASE_CAST_PER_STEP"].iter().any(|v| std::env::var_os(v).is_some());
         let bf16_base = match autocast("TOY_NO_0040_CAST") && !per_step {
@@ -508,6 +509,7 @@ impl<'w> ReplicaState<'w> {
             attention: autocast("TOY_F32_ATTENTION"),
             activations: autocast("TOY_F32_ACTIVATIONS"),
             outputs: autocast("TOY_F32_OUTPUTS") && !device.is_cpu(),
+            recompute: autocast("TOY_NO_0062"),
         });
         let trainable: Vec<_> = weights.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
         for &p in &trainable {
