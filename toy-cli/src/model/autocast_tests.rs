@@ -307,5 +307,4 @@ fn a_recomputed_gelu_gives_the_same_step_in_less_memory() {
     assert_eq!((kept.gelus, kept.recomputed), (c.n_layers, 0));
     assert_eq!((again.gelus, again.recomputed), (2 * c.n_layers, c.n_layers));
     assert!(again.compute_bytes < kept.compute_bytes, "{} bytes, {} without recomputing", again.compute_bytes, kept.compute_bytes);
-    eprintln!("compute buffer {} -> {} bytes", kept.compute_bytes, again.compute_bytes);
 }
