@@ -66,7 +66,8 @@ fn bench_config(a: &BenchArgs, device: &str) -> Result<crate::config::TrainConfi
 fn bench_base(a: &BenchArgs, cfg: &mut crate::config::TrainConfig) -> Result<Option<crate::formats::checkpoint::Checkpoint>> {
     use crate::commands::finetune;
     let Some(from) = &a.from else { return Ok(None) };
-    let path = crate::files::resolve_model(from)?;
+    // as finetune says it
+    let path = crate::files::resolve_model(from).map_err(|e| crate::error::input(format!("--from {e}")))?;
     // What finetune takes: llama and qwen2 models (not an adapter), of the types it reads.
     let (ck, _) = finetune::open_base(&path)?;
     let base = &ck.config;
@@ -159,6 +160,7 @@ fn bench(a: &BenchArgs) -> Result<()> {
         return Err(input(format!("--batch {b} does not divide evenly over the {n} devices of --device {}", dev.name)));
     }
     dev.dtype.check_device(&dev.name, "--dtype")?;
+    crate::error::set_oom_advice("use a smaller --batch, --context or --preset");
     let backends = devices::backends(&devs, dev.threads, dev.dtype.precision(dev.precision))?;
     let memory = crate::train::memory::DeviceMemory::start(&backends[0][0]);
     let wctxs = (0..n).map(|_| Context::new(capacity(cfg.model.n_layers))).collect::<ggml_rs::Result<Vec<_>>>()?;

@@ -64,7 +64,8 @@ fn default_context(base: usize, corpus: &crate::data::Corpus, pack: bool) -> (us
         let filled: usize = lens.iter().map(|&n| n.saturating_sub(1).min(fit)).sum();
         let padding = 100 - (100 * filled).div_ceil(fit * lens.len().max(1));
         let advice = if padding >= 50 {
-            format!("the windows are {padding}% padding: --pack fills them; --context to change")
+            // the figure is the chat summary's, counted over the training windows
+            "most of each window is padding: --pack fills them; --context to change".to_string()
         } else {
             "--context to change, --pack to fill windows".to_string()
         };

@@ -217,6 +217,34 @@ pub const RESUME_FLAGS: [&str; 12] = [
     "--skip-nonfinite",
 ];
 
+/// Refuse a resumed run's bf16 on a device without bf16 products, naming where
+/// each side came from: `--dtype` or `--device` given now, else the run's
+/// config.toml (as `TrainConfig::validate` would, without its "from --dtype,
+/// toy.toml or the run's config.toml").
+///
+/// # Errors
+/// [`Error::Input`] naming the run folder.
+pub fn check_dtype(cfg: &TrainConfig, a: &TrainArgs, dir: &Path) -> Result<()> {
+    if cfg.dtype.check_device(&cfg.device, "").is_ok() {
+        return Ok(());
+    }
+    let (dtype_given, device_given) = (a.device.dtype.is_some(), a.device.device.is_some());
+    let device = &cfg.device;
+    let advice = match (dtype_given, device_given) {
+        (true, false) => format!(
+            "--dtype bf16 needs a CUDA device, and the run trains on {device} (its config.toml): add --device cuda, or use --dtype f32"
+        ),
+        (false, true) => format!(
+            "the run trains in bf16 (its config.toml), which needs a CUDA device, not --device {device}: add --dtype f32 to go on in f32"
+        ),
+        (true, true) => format!("--dtype bf16 needs a CUDA device, not --device {device}: use --dtype f32"),
+        (false, false) => {
+            format!("its config.toml has dtype bf16 on device {device}; bf16 needs a CUDA device: add --device cuda, or --dtype f32")
+        }
+    };
+    Err(input(format!("--resume {}: {advice}", dir.display())))
+}
+
 /// `e`, an error of a resumed run's `TrainConfig::validate` (whose messages
 /// name flags), said of the run's config.toml where the values came from it:
 /// every flag named that the resume was not given (all but

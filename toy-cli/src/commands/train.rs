@@ -214,6 +214,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     }
     cfg.skip_nonfinite |= a.log.skip_nonfinite;
     super::resume::check_corpus(&mut cfg, dir, a.allow_corpus_change)?;
+    super::resume::check_dtype(&cfg, a, dir)?;
     cfg.validate().map_err(|e| super::resume::config_error(e, a, dir))?;
     // The id the run started with (its checkpoints carry it), even in a
     // renamed or copied folder; else the folder's name.

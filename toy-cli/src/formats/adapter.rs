@@ -161,7 +161,8 @@ pub fn open_adapter(path: &Path, base: &ModelConfig) -> Result<AdapterFile> {
         let ne = table.lora_spec(targets[k]).map(|s| (s.ne)(base)).unwrap_or_default(); // [in, out]
         let (n_in, n_out) = (ne[0], ne[1]);
         let r = t.ne[1] as usize;
-        if t.shape() != [n_in as i64, r as i64] || b.shape() != [r as i64, n_out as i64] {
+        // all four ne: GGUF drops trailing 1s (rank 1's A [in, 1] is stored as [in])
+        if t.ne != [n_in as i64, r as i64, 1, 1] || b.ne != [r as i64, n_out as i64, 1, 1] {
             return Err(other(format!("{stem} is [{n_in}, {n_out}] in the base, its adapters are {:?} and {:?}", t.shape(), b.shape())));
         }
         if t.dtype != DType::F32 || b.dtype != DType::F32 {

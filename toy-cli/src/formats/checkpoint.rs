@@ -262,7 +262,8 @@ pub fn check_shapes(file: &GgufFile, c: &ModelConfig, what: &str) -> Result<()> 
 pub fn check_shapes_of(table: &Table, file: &GgufFile, c: &ModelConfig, what: &str) -> Result<()> {
     for (name, shape) in expected_shapes_of(table, c) {
         let info = file.tensor(&name).ok_or_else(|| input(format!("{what}: missing tensor {name}")))?;
-        if info.shape() != shape {
+        // GGUF stores ggml_n_dims dimensions: trailing 1s are not written ([64, 1] is [64])
+        if info.shape() != without_trailing_ones(&shape) {
             return Err(input(format!(
                 "{what}: tensor {name} is {:?}, but the file's keys (width {}, {} heads, {} kv heads, feed-forward {}, vocabulary {}) make it {shape:?}",
                 info.shape(),
@@ -281,6 +282,12 @@ pub fn check_shapes_of(table: &Table, file: &GgufFile, c: &ModelConfig, what: &s
         }
     }
     Ok(())
+}
+
+/// `ne` without its trailing 1s, keeping at least one dimension (ggml's `ggml_n_dims`).
+fn without_trailing_ones(ne: &[i64]) -> &[i64] {
+    let n = ne.iter().rposition(|&d| d != 1).map_or(1, |i| i + 1).min(ne.len());
+    &ne[..n]
 }
 
 /// Open `path` and read the model shape from its keys, checking every tensor against it.

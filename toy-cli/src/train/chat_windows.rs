@@ -217,11 +217,12 @@ impl ChatRun {
         let padding = 1.0 - f.filled as f64 / (f.windows * t).max(1) as f64;
         let hint = if !self.pack && padding > 0.5 { "; --pack puts several conversations in a window" } else { "" };
         format!(
-            "chat data: {} conversation{} ({} records): {} windows of {t} tokens for training, {} held out for validation; {} trained tokens in the training windows, {:.0}% of the windows padding{hint}",
+            "chat data: {} conversation{} ({} records): {} window{} of {t} tokens for training, {} held out for validation; {} trained tokens in the training windows, {:.0}% of the windows padding{hint}",
             f.conversations,
             if f.conversations == 1 { "" } else { "s" },
             self.kind,
             self.train.len(),
+            if self.train.len() == 1 { "" } else { "s" },
             self.val.len(),
             self.train_fit.trained_tokens,
             100.0 * padding

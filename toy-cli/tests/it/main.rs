@@ -22,6 +22,7 @@ mod reliability;
 mod reliability10;
 mod reliability11;
 mod reliability12;
+mod reliability13;
 mod reliability3_data;
 mod reliability3_models;
 mod reliability3_runs;
