@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::log;
 use ggml_sys as sys;
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -138,7 +139,7 @@ impl Context {
     /// memory (checked first), [`Error::Backend`] when the allocation fails anyway.
     pub fn allocate(&self, backend: &Backend) -> Result<()> {
         // SAFETY: live context and backend. NULL means "nothing to allocate" or failure.
-        let pending: Vec<Tensor<'_>> = self.tensors().filter(|t| !t.is_allocated() && !t.is_view()).collect();
+        let pending: Vec<Tensor<'_>> = self.all_tensors().filter(|t| !t.is_allocated() && !t.is_view()).collect();
         if pending.is_empty() {
             return Ok(());
         }
@@ -161,8 +162,27 @@ impl Context {
         self.buffers.borrow().iter().map(|b| unsafe { sys::ggml_backend_buffer_get_size(b.ptr) }).sum()
     }
 
-    /// Iterate over the tensors of the context in creation order.
+    /// Iterate over the tensors of the context in creation order that are
+    /// made from this context's tensors alone. An op result that reads or
+    /// views a tensor of another context (a graph over another context's
+    /// weights) is left out: a handle from here would be tied to this context
+    /// only and could outlive that one; keep the handle the op returned, whose
+    /// lifetime is bounded by both.
     pub fn tensors(&self) -> impl Iterator<Item = Tensor<'_>> + '_ {
+        let mut own: HashSet<*mut sys::ggml_tensor> = HashSet::new();
+        self.all_tensors().filter(move |t| {
+            // Sources come before their results: each is known by the time it is read.
+            let r = t.get();
+            let ok = r.src.iter().chain(std::iter::once(&r.view_src)).all(|&s| s.is_null() || own.contains(&s));
+            if ok {
+                own.insert(t.raw());
+            }
+            ok
+        })
+    }
+
+    /// Every tensor of the context in creation order, whatever it reads.
+    fn all_tensors(&self) -> impl Iterator<Item = Tensor<'_>> + '_ {
         // SAFETY: live context; the list is stable while we borrow it.
         let mut cur = unsafe { sys::ggml_get_first_tensor(self.raw()) };
         std::iter::from_fn(move || {
@@ -173,7 +193,8 @@ impl Context {
         })
     }
 
-    /// The tensor named `name`, if any.
+    /// The tensor named `name`, if any, among [`tensors`](Self::tensors) (not
+    /// an op result that reads another context's tensors).
     pub fn get(&self, name: &str) -> Option<Tensor<'_>> {
         self.tensors().find(|t| t.name() == name)
     }

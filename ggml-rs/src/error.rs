@@ -20,7 +20,7 @@ pub enum Error {
     Capacity(String),
 
     /// A tensor was used in a way its state does not allow (not allocated, wrong dtype, ...).
-    #[error("tensor {name:?}: {msg}")]
+    #[error("tensor {}: {msg}", shown_name(.name))]
     Tensor {
         /// The tensor's name (empty when unset).
         name: String,
@@ -95,5 +95,15 @@ fn gguf_prefix(path: &std::path::Path) -> String {
         "gguf: ".into()
     } else {
         format!("{}: ", path.display())
+    }
+}
+
+/// A tensor's name as [`Error::Tensor`] says it: quoted, or "(unnamed)" for
+/// an empty name (as the ops' messages name unnamed operands).
+fn shown_name(name: &str) -> String {
+    if name.is_empty() {
+        "(unnamed)".to_string()
+    } else {
+        format!("{name:?}")
     }
 }

@@ -208,7 +208,7 @@ impl Context {
         if !matches!(a.op(), sys::GGML_OP_UNARY | sys::GGML_OP_GLU) || a.is_view() {
             return Err(Error::op(
                 "recompute_in_backward",
-                format!("{} is a {} result; only a unary op's or a GLU's can be computed again", a.name(), a.op_name()),
+                format!("{} is the result of {}; only a unary op's or a GLU's can be computed again", super::label(&a), a.op_name()),
             ));
         }
         need_contiguous("recompute_in_backward", &a)?;

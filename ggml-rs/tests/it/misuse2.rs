@@ -234,3 +234,34 @@ fn cpu_threads_default_to_the_machine_and_are_bounded() {
     cpu.set_n_threads(1);
     still_works();
 }
+
+/// A third library user (stop 54): an op result in one context that reads a
+/// tensor of another was handed out again by `Context::get` and `tensors`
+/// with the first context's lifetime only, so it outlived the other context
+/// and read its freed memory (valgrind: invalid read; then a ggml assert).
+/// Those calls now leave such results out; the op's own handle works while
+/// both contexts live. An unnamed tensor's error says "(unnamed)", not `""`.
+#[test]
+fn a_result_over_another_contexts_tensor_is_not_handed_out_again() {
+    let cpu = Backend::cpu().unwrap();
+    let ctx = Context::new(64).unwrap();
+    let own = ctx.new_tensor_1d(DType::F32, 6).unwrap().set_name("own").unwrap();
+    let mine = ctx.reshape(own, &[3, 2]).unwrap().set_name("mine").unwrap();
+    {
+        let c2 = Context::new(8).unwrap();
+        let t2 = c2.new_tensor_1d(DType::F32, 6).unwrap();
+        c2.allocate(&cpu).unwrap();
+        t2.write(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        let v = ctx.reshape(t2, &[3, 2]).unwrap().set_name("v").unwrap();
+        assert_eq!(v.read_f32().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "the op's handle, while c2 lives");
+        let s = ctx.add(mine, v).unwrap().set_name("s").unwrap();
+        assert_eq!(s.ne()[0], 3);
+        assert!(ctx.get("v").is_none() && ctx.get("s").is_none(), "not handed out with ctx's lifetime");
+    }
+    let names: Vec<String> = ctx.tensors().map(|t| t.name()).collect();
+    assert_eq!(names, ["own", "mine"], "results over c2's tensor left out");
+    assert_eq!(ctx.get("mine").unwrap().ne()[..2], [3, 2]);
+    // an unnamed tensor's error
+    let e = ctx.sum(own).unwrap().scalar().unwrap_err().to_string();
+    assert!(e.starts_with("tensor (unnamed): "), "{e}");
+}
