@@ -46,7 +46,7 @@ fn dtype_is_recorded_and_bf16_needs_cuda() {
     fails(
         &toy(t, &["train", "--resume", "r", "--steps", "3", "--dtype", "bf16"]),
         "train",
-        "dtype bf16 (from --dtype, toy.toml or the run's config.toml) needs CUDA",
+        "--dtype bf16 needs a CUDA device, and the run trains on cpu (its config.toml)",
     );
     let o = toy(t, &["train", "--resume", "r", "--steps", "3", "--threads", "1"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
