@@ -358,18 +358,19 @@ ab_case_list() {
     "--from $w/smol-q4_1.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down --context 512 --batch 8"
     "--from $w/smol-f16.gguf --context 512 --batch 8"
     "--from $w/smol-f16.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down --context 512 --batch 8"
+    "--preset gpt2-124m --vocab 8192 --dtype bf16"
   )
 }
 # A/B of a patch that an environment variable turns off: each case of AB_CASES
 # (indices into ab_case_list, default all) with the patch on, then with
-# AB_ENV=1; $OUT/ab-AB_ENV.jsonl.
+# AB_ENV=1; $OUT/ab-AB_ENV.jsonl. With AB_OPT_IN=1 the variable turns it on.
 ab_cases() {
   local on i
   ab_case_list
   for i in ${AB_CASES:-0 1 2 3 4 5 6}; do
     local c=${CASES[$i]}
     for on in 1 0; do
-      if [ $on = 0 ]; then export "$AB_ENV"="${AB_VALUE:-1}"; else unset "$AB_ENV"; fi
+      if [ $on = "${AB_OPT_IN:-0}" ]; then export "$AB_ENV"="${AB_VALUE:-1}"; else unset "$AB_ENV"; fi
       timeout 150 $T debug bench $c --device cuda --steps ${AB_STEPS:-10} --warmup 3 > /tmp/b.json 2> /tmp/b.err || { echo "$c on=$on failed: $(tail -2 /tmp/b.err)"; continue; }
       CASE="$c" ON=$on python3 -c "import json,os; d=json.load(open('/tmp/b.json')); d['patch_on']=int(os.environ['ON']); d['case']=os.environ['CASE']; print(json.dumps(d))" >> "$OUT/ab-$AB_ENV.jsonl"
       CASE="$c" ON=$on python3 -c "import json,os; d=json.load(open('/tmp/b.json')); print('on=' + os.environ['ON'], os.environ['CASE'][:60], d['dtype'], 'median ms', round(d['median_ms'],2), 'device used MiB', (d.get('device_used_bytes') or 0)>>20, 'fallbacks', len(d['cpu_fallbacks']), 'loss', round(d['last_loss'],5))"
@@ -421,6 +422,9 @@ stage_side_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_NO_0060 ab_cases; 
 stage_dequant_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_NO_0061 ab_cases; }
 # The LoRA base loaded in bf16 once (train/dequant.rs) against patch 0061's casts once a step.
 stage_base_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_BASE_CAST_PER_STEP ab_cases; }
+# Patch 0063 (opt-in): the cross-entropy forward writing its gradient, on and off
+# (GPT-2 124M at vocabularies 50257 and 8192, bf16, by default).
+stage_fused_ce_ab() { AB_CASES=${AB_CASES:-2 7 2 7} AB_ENV=TOY_CUDA_0063 AB_OPT_IN=1 ab_cases; }
 # Patch 0062: GPT-2's GELU computed again in the backward (toy's TOY_NO_0062: kept), GPT-2 124M by default.
 stage_recompute_ab() { AB_CASES=${AB_CASES:-2} AB_ENV=TOY_NO_0062 ab_cases; }
 stage_dequant_list_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_CUDA_NO_0061 ab_cases; }
