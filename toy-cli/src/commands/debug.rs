@@ -66,7 +66,7 @@ fn bench_config(a: &BenchArgs, device: &str) -> Result<crate::config::TrainConfi
 fn bench_base(a: &BenchArgs, cfg: &mut crate::config::TrainConfig) -> Result<Option<crate::formats::checkpoint::Checkpoint>> {
     use crate::commands::finetune;
     let Some(from) = &a.from else { return Ok(None) };
-    // as finetune says it
+    // the refusal names --from, as finetune's does
     let path = crate::files::resolve_model(from).map_err(|e| crate::error::input(format!("--from {e}")))?;
     // What finetune takes: llama and qwen2 models (not an adapter), of the types it reads.
     let (ck, _) = finetune::open_base(&path)?;

@@ -225,7 +225,8 @@ pub const RESUME_FLAGS: [&str; 12] = [
 /// # Errors
 /// [`Error::Input`] naming the run folder.
 pub fn check_dtype(cfg: &TrainConfig, a: &TrainArgs, dir: &Path) -> Result<()> {
-    if cfg.dtype.check_device(&cfg.device, "").is_ok() {
+    use crate::config::Dtype;
+    if cfg.dtype != Dtype::Bf16 || Dtype::default_for(&cfg.device) == Dtype::Bf16 {
         return Ok(());
     }
     let (dtype_given, device_given) = (a.device.dtype.is_some(), a.device.device.is_some());
