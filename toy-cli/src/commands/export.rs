@@ -65,15 +65,16 @@ fn in_dtype(values: &[f32], dtype: DType) -> Result<Vec<u8>, Option<(usize, f32)
 }
 
 /// The type a tensor `ne` of type `base` is written in under `--type`
-/// `target` (None: `same`): vectors (norms, biases) f32, as llama.cpp's
+/// `target` (None: `same`): vectors (norms and biases, `matrix` false; a
+/// one-row matrix, which GGUF stores as `[n]`, is a matrix) f32, as llama.cpp's
 /// quantizer keeps them; the output head (`head`: output.weight, or a tied
 /// token_embd) q6_k when the target is coarser; matrices the target, or
 /// where their rows do not split into its blocks of 256 what llama.cpp's
 /// quantizer falls back to (q4_K to q5_0, q5_K to q5_1, q6_K to q8_0), else
 /// f16.
-fn out_type(target: Option<DType>, base: DType, ne: &[i64], head: bool) -> DType {
+fn out_type(target: Option<DType>, base: DType, ne: &[i64], head: bool, matrix: bool) -> DType {
     let Some(t) = target else { return base };
-    if is_vector(ne) {
+    if !matrix {
         return DType::F32;
     }
     // The output head (a tied token_embd too): q6_k under a coarser target, as
@@ -206,9 +207,11 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     // Every tensor is checked before anything is written (the file is written
     // to a temporary and renamed): a merge never leaves a model toy would refuse.
     let tied = f.tensor("output.weight").is_none();
+    let matrices = crate::formats::checkpoint::matrix_names(&base.config);
     for t in f.tensors() {
         let head = t.name == "output.weight" || (tied && t.name == "token_embd.weight");
-        let dtype = out_type(target.map(|x| x.0), t.dtype, &t.ne, head);
+        let matrix = matrices.contains(&t.name) || !is_vector(&t.ne);
+        let dtype = out_type(target.map(|x| x.0), t.dtype, &t.ne, head, matrix);
         let head_q6k = head && target.is_some_and(|(x, _)| is_coarse(x));
         if head_q6k && dtype != DType::Q6K {
             head_note = Some(format!(
@@ -217,7 +220,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
                 target.map_or("", |(x, _)| x.name()),
                 t.ne[0]
             ));
-        } else if !head_q6k && target.is_some_and(|(x, _)| !is_vector(&t.ne) && x != dtype) {
+        } else if !head_q6k && target.is_some_and(|(x, _)| matrix && x != dtype) {
             *fallback.entry(dtype.name()).or_insert(0usize) += 1;
         }
         quantized |= dtype.is_quantized();

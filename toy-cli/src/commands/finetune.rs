@@ -189,7 +189,7 @@ pub(crate) fn finetune_model(
     context: usize,
     lora: Option<LoraConfig>,
 ) -> (crate::model::ModelConfig, Option<String>) {
-    let (base_dtype, base_dtype_except) = matrix_dtype(&ck.file);
+    let (base_dtype, base_dtype_except) = matrix_dtype(&ck.file, &ck.config);
     // matrix_dtype says None when every matrix is f32 already.
     let (base_dtype, base_dtype_except, note) = match (&lora, base_dtype) {
         (Some(_), kept) => (kept, base_dtype_except, None),

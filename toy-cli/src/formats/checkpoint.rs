@@ -332,12 +332,21 @@ pub fn open_checkpoint_on(path: &Path, base: Option<&Path>) -> Result<Checkpoint
     model_from(file, path)
 }
 
-/// The types a frozen LoRA base keeps from the model in `f` (its matrices and
-/// token table, the tensors with more than one row): the most common one, and
-/// the tensors of another type by name ([`ModelConfig::base_dtype`],
-/// [`ModelConfig::base_dtype_except`]); `(None, {})` when they are all f32.
-pub fn matrix_dtype(f: &GgufFile) -> (Option<String>, std::collections::BTreeMap<String, String>) {
-    let big: Vec<_> = f.tensors().iter().filter(|t| t.ne[1] > 1).collect();
+/// The names of `c`'s matrices: the tensors with two dimensions in the
+/// architecture's table, one of them maybe 1 (GGUF stores `[64, 1]` as
+/// `[64]`, so a stored shape cannot tell a one-row matrix from a norm).
+pub fn matrix_names(c: &ModelConfig) -> std::collections::HashSet<String> {
+    expected_shapes(c).into_iter().filter(|(_, ne)| ne.len() >= 2).map(|(name, _)| name).collect()
+}
+
+/// The types a frozen LoRA base keeps from the model `c` in `f` (its matrices
+/// and token table, [`matrix_names`], and any tensor with more than one row):
+/// the most common one, and the tensors of another type by name
+/// ([`ModelConfig::base_dtype`], [`ModelConfig::base_dtype_except`]);
+/// `(None, {})` when they are all f32.
+pub fn matrix_dtype(f: &GgufFile, c: &ModelConfig) -> (Option<String>, std::collections::BTreeMap<String, String>) {
+    let matrices = matrix_names(c);
+    let big: Vec<_> = f.tensors().iter().filter(|t| t.ne[1] > 1 || matrices.contains(&t.name)).collect();
     if big.iter().all(|t| t.dtype == DType::F32) {
         return (None, Default::default());
     }
@@ -447,7 +456,7 @@ impl Checkpoint {
         let a = super::adapter::open_adapter(path, &self.config)?;
         super::adapter::check_base(&a, path, self.file.path(), strict)?;
         self.config.lora = Some(a.config.clone());
-        (self.config.base_dtype, self.config.base_dtype_except) = matrix_dtype(&self.file);
+        (self.config.base_dtype, self.config.base_dtype_except) = matrix_dtype(&self.file, &self.config);
         self.adapter = Some(a);
         Ok(self)
     }

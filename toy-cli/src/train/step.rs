@@ -530,7 +530,7 @@ fn load_config(ck: &crate::formats::checkpoint::Checkpoint, purpose: LoadFor) ->
     // The llama family: gpt2's fused attn_qkv is split on load through f32.
     let compact = ck.file.tensors().iter().all(|t| BASE_TYPES.contains(&t.dtype));
     if purpose != LoadFor::Gradients && cfg.lora.is_none() && cfg.arch.takes_lora() && compact {
-        (cfg.base_dtype, cfg.base_dtype_except) = matrix_dtype(&ck.file);
+        (cfg.base_dtype, cfg.base_dtype_except) = matrix_dtype(&ck.file, &ck.config);
         cfg.stored_types = true;
     }
     cfg

@@ -1,7 +1,8 @@
 //! The thirteenth reliability pass (a new user's trial, stop 54): a model
 //! with a dimension of size 1 (context 1, feed-forward 1, LoRA rank 1) is
-//! read back from the checkpoints it wrote (GGUF drops trailing 1s: `[64, 1]`
-//! is stored as `[64]`, and the shape check had refused its own files), and
+//! read back from the checkpoints and merges it wrote (GGUF drops trailing 1s:
+//! `[64, 1]` is stored as `[64]`; the shape check had refused toy's own files,
+//! and a merge had kept such a matrix f32 as if it were a norm), and
 //! a resumed run's bf16 on the CPU names where each side came from, and a
 //! benchmark's refusals name their flag.
 
@@ -26,6 +27,18 @@ fn checkpoints_with_a_dimension_of_one_load_back() {
     // feed-forward 1: ffn_gate/ffn_up [64, 1]
     train(t, "ff1", &["--arch", "llama", "--preset", "smoke", "--d-ff", "1"]);
     ok(&toy(t, &["generate", "ff1", "--prompt", "Once", "-n", "2", "--threads", "1"]));
+    // merged in a quantized type: those one-row matrices are matrices (they had been kept f32
+    // as if they were norms, and the merged file was refused); q4_k falls back to q5_0 for them
+    ok(&toy(t, &["train", "finetune", "--from", "ff1", "--lora-rank", "1", "--steps", "1", "--threads", "1", "--out", "ff1-r1"]));
+    for ty in ["q8_0", "q4_k"] {
+        let out = format!("ff1-{ty}.gguf");
+        ok(&toy(t, &["export", "merge", "--base", "ff1", "--lora", "ff1-r1", "--out", &out, "--type", ty]));
+        ok(&toy(t, &["generate", &out, "--prompt", "Once", "-n", "2", "--threads", "1"]));
+        ok(&toy(
+            t,
+            &["train", "finetune", "--from", &out, "--lora-rank", "1", "--steps", "1", "--threads", "1", "--out", &format!("again-{ty}")],
+        ));
+    }
     // LoRA rank 1: each A [in, 1]
     train(t, "base", &["--preset", "smoke"]);
     ok(&toy(t, &["train", "finetune", "--from", "base", "--lora-rank", "1", "--steps", "1", "--threads", "1", "--out", "r1"]));
