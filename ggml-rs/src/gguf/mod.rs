@@ -77,6 +77,28 @@ pub enum Array {
     F64(Vec<f64>),
 }
 
+/// GGUF's name of the scalar type of a `Value` or an `Array` (`$e`) variant,
+/// with `$p => $r` for `Value`'s array variant.
+macro_rules! gguf_type_name {
+    ($e:ident, $v:expr $(, $p:pat => $r:expr)?) => {
+        match $v {
+            $e::U8(_) => "uint8",
+            $e::I8(_) => "int8",
+            $e::U16(_) => "uint16",
+            $e::I16(_) => "int16",
+            $e::U32(_) => "uint32",
+            $e::I32(_) => "int32",
+            $e::F32(_) => "float32",
+            $e::Bool(_) => "bool",
+            $e::String(_) => "string",
+            $e::U64(_) => "uint64",
+            $e::I64(_) => "int64",
+            $e::F64(_) => "float64",
+            $($p => $r,)?
+        }
+    };
+}
+
 impl Array {
     /// Number of elements.
     pub fn len(&self) -> usize {
@@ -103,42 +125,14 @@ impl Array {
 
     /// The GGUF type of the elements (`uint8`... `float64`), for messages.
     pub fn element_type_name(&self) -> &'static str {
-        match self {
-            Array::U8(_) => "uint8",
-            Array::I8(_) => "int8",
-            Array::U16(_) => "uint16",
-            Array::I16(_) => "int16",
-            Array::U32(_) => "uint32",
-            Array::I32(_) => "int32",
-            Array::F32(_) => "float32",
-            Array::Bool(_) => "bool",
-            Array::String(_) => "string",
-            Array::U64(_) => "uint64",
-            Array::I64(_) => "int64",
-            Array::F64(_) => "float64",
-        }
+        gguf_type_name!(Array, self)
     }
 }
 
 impl Value {
     /// The GGUF type's name (`uint32`, `string`, `array of float32`...), for messages.
     pub fn type_name(&self) -> String {
-        let name = match self {
-            Value::U8(_) => "uint8",
-            Value::I8(_) => "int8",
-            Value::U16(_) => "uint16",
-            Value::I16(_) => "int16",
-            Value::U32(_) => "uint32",
-            Value::I32(_) => "int32",
-            Value::F32(_) => "float32",
-            Value::Bool(_) => "bool",
-            Value::String(_) => "string",
-            Value::U64(_) => "uint64",
-            Value::I64(_) => "int64",
-            Value::F64(_) => "float64",
-            Value::Array(a) => return format!("array of {}", a.element_type_name()),
-        };
-        name.to_string()
+        gguf_type_name!(Value, self, Value::Array(a) => return format!("array of {}", a.element_type_name())).to_string()
     }
 
     /// The value as u64 when it is any unsigned or non-negative signed integer.

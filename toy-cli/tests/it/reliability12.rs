@@ -7,7 +7,7 @@
 
 use crate::common::process::{fails, ok, toy};
 use crate::reliability3_models::names;
-use crate::reliability8::eval_val;
+use crate::reliability8::{eval_val, prepared_stories};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
@@ -118,8 +118,7 @@ fn a_lora_run_on_another_base_is_said_so() {
 fn eval_of_a_prepared_val_split_needs_no_train_bin() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
-    std::fs::write(t.join("s.txt"), toy_stories::generate_with(5, 160)).unwrap();
-    ok(&toy(t, &["prep", "s.txt", "--vocab-size", "300", "--out", "p"]));
+    prepared_stories(t);
     ok(&toy(t, &["train", "--corpus", "p", "--preset", "smoke", "--steps", "1", "--threads", "1", "--out", "r"]));
     let before = eval_val(t, "r", &[]);
     std::fs::rename(t.join("p/train.bin"), t.join("train.bin.away")).unwrap();

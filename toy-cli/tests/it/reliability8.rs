@@ -11,6 +11,13 @@ pub(crate) fn json(o: &std::process::Output) -> serde_json::Value {
     serde_json::from_str(out.trim().lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
+/// 160 generated stories (seed 5) in `t/s.txt`, prepared into `t/p` (a
+/// vocabulary of 300).
+pub(crate) fn prepared_stories(t: &Path) {
+    std::fs::write(t.join("s.txt"), toy_stories::generate_with(5, 160)).unwrap();
+    ok(&toy(t, &["prep", "s.txt", "--vocab-size", "300", "--out", "p"]));
+}
+
 /// `toy eval RUN --corpus p --split val` with `extra`: its loss.
 pub(crate) fn eval_val(t: &Path, run: &str, extra: &[&str]) -> f64 {
     let args = ["eval", run, "--corpus", "p", "--split", "val", "--json", "--threads", "1"];
@@ -25,8 +32,7 @@ pub(crate) fn eval_val(t: &Path, run: &str, extra: &[&str]) -> f64 {
 fn a_runs_val_loss_is_toy_evals_over_its_windows() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
-    std::fs::write(t.join("s.txt"), toy_stories::generate_with(5, 160)).unwrap();
-    ok(&toy(t, &["prep", "s.txt", "--vocab-size", "300", "--out", "p"]));
+    prepared_stories(t);
     let train = |out: &str, extra: &[&str]| {
         let args =
             ["train", "--corpus", "p", "--preset", "smoke", "--batch", "5", "--steps", "1", "--threads", "1", "--json", "--out", out];
