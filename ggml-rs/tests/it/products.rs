@@ -312,3 +312,68 @@ fn narrow_out_prods_over_long_inner_sides_against_f64() {
         assert!(err < 1e-4, "[{m}, {n}] over {k}: {err:e}");
     }
 }
+
+/// Products with a side of at most 32 (a LoRA adapter's rank) of bf16
+/// operands, in each layout the adapters' products take (on CUDA cuBLAS's
+/// skinny and split-K GEMMs), against f64 sums of the same bf16 values. `mul_mat_bf16(a [k, m], b [k, n])` (bf16 result, CUDA
+/// only: `A·x`, `B·h`), `out_prod(a [m, k], b [n, k])` (`dA`, `dB`) and
+/// `out_prod(a [m, k], bᵀ)` of `b` `[k, n]` (`Aᵀ·d(Ax)`, `Bᵀ·dy`).
+#[test]
+fn skinny_bf16_products_in_each_layout_against_f64() {
+    let dev = cpu();
+    let bf = |v: f32| half::bf16::from_f32(v).to_f32();
+    // (layout, m, n, k): the result [m, n] over an inner side k
+    let cases = [
+        ("mul_mat", 16i64, 512i64, 576i64),
+        ("mul_mat", 576, 512, 16),
+        ("mul_mat", 32, 48, 1024),
+        ("out_prod", 576, 16, 4096),
+        ("out_prod", 16, 1536, 4096),
+        ("out_prod", 48, 32, 272),
+        ("out_prod_t", 576, 4096, 16),
+        ("out_prod_t", 16, 512, 576),
+        ("out_prod_t", 24, 40, 8),
+    ];
+    for (case, &(how, m, n, k)) in cases.iter().enumerate() {
+        if how == "mul_mat" && dev.is_cpu() {
+            continue; // no bf16 product result on the CPU
+        }
+        let (mu, nu, ku) = (m as usize, n as usize, k as usize);
+        let mut g = rng(7700 + case as u64);
+        let a: Vec<f32> = uniform(&mut g, mu * ku, -1.0, 1.0).into_iter().map(bf).collect();
+        let b: Vec<f32> = uniform(&mut g, nu * ku, -1.0, 1.0).into_iter().map(bf).collect();
+        // a(i, t) and b(t, j) as each layout stores them
+        let (a_shape, b_shape, ai, bi): (_, _, fn(usize, usize, usize, usize) -> usize, fn(usize, usize, usize, usize) -> usize) =
+            match how {
+                "mul_mat" => ([k, m], [k, n], |i, t, _, k| t + i * k, |t, j, _, k| t + j * k),
+                "out_prod" => ([m, k], [n, k], |i, t, m, _| i + t * m, |t, j, n, _| j + t * n),
+                _ => ([m, k], [k, n], |i, t, m, _| i + t * m, |t, j, _, k| t + j * k),
+            };
+        let ctx = Context::new(64).unwrap();
+        let (at, bt) = (ctx.new_tensor(DType::F32, &a_shape).unwrap(), ctx.new_tensor(DType::F32, &b_shape).unwrap());
+        ctx.allocate(&dev).unwrap();
+        at.write(&a).unwrap();
+        bt.write(&b).unwrap();
+        // b stays f32 (its values bf16 already) where OUT_PROD reads it: CUDA converts it
+        let a16 = ctx.cast(at, DType::BF16).unwrap();
+        let out = match how {
+            "mul_mat" => ctx.mul_mat_bf16(a16, ctx.cast(bt, DType::BF16).unwrap()).unwrap(),
+            "out_prod" => ctx.out_prod(a16, bt).unwrap(),
+            _ => ctx.out_prod(a16, ctx.transpose(bt).unwrap()).unwrap(),
+        };
+        assert_eq!(out.ne()[..2], [m, n], "{how}");
+        let got = &eval_on(&dev, &ctx, &[out])[0];
+        let mut want = vec![0f64; mu * nu];
+        for j in 0..nu {
+            for i in 0..mu {
+                want[i + j * mu] = (0..ku).map(|t| a[ai(i, t, mu, ku)] as f64 * b[bi(t, j, nu, ku)] as f64).sum();
+            }
+        }
+        let err = max_rel_err(got, &want);
+        println!("{how} [{m}, {n}] over {k}: max rel err {err:.2e}");
+        // f32 sums, relative to max(1, |sum|); a bf16 result is within half its unit in the
+        // last place, 2^-8 of a value in [1, 2)
+        let bound = if out.dtype() == DType::BF16 { 4e-3 } else { 1e-4 };
+        assert!(err < bound, "{how} [{m}, {n}] over {k}: {err:e}");
+    }
+}
