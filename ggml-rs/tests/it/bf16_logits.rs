@@ -26,7 +26,14 @@ fn head(dev: &ggml_rs::Backend, w: &[f32], x: &[f32], targets: &[i32], k: i64, v
 /// [`head`]; without `keep_logits` the logits are no graph's output, so that
 /// CUDA's cross-entropy forward writes their gradient over them (toy-rs patch
 /// 0063), and `logits` comes back empty.
-fn head_as(dev: &ggml_rs::Backend, w: &[f32], x: &[f32], targets: &[i32], [k, vp, nv]: [i64; 3], keep_logits: bool) -> ggml_rs::Result<HeadRun> {
+fn head_as(
+    dev: &ggml_rs::Backend,
+    w: &[f32],
+    x: &[f32],
+    targets: &[i32],
+    [k, vp, nv]: [i64; 3],
+    keep_logits: bool,
+) -> ggml_rs::Result<HeadRun> {
     let n = targets.len() as i64;
     let ctx = Context::new(256)?;
     let (wt, xt) = (ctx.new_tensor(DType::F32, &[k, vp])?, ctx.new_tensor(DType::F32, &[k, n])?);

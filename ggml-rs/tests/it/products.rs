@@ -315,9 +315,10 @@ fn narrow_out_prods_over_long_inner_sides_against_f64() {
 
 /// Products with a side of at most 32 (a LoRA adapter's rank) of bf16
 /// operands, in each layout the adapters' products take (on CUDA cuBLAS's
-/// skinny and split-K GEMMs), against f64 sums of the same bf16 values. `mul_mat_bf16(a [k, m], b [k, n])` (bf16 result, CUDA
-/// only: `A·x`, `B·h`), `out_prod(a [m, k], b [n, k])` (`dA`, `dB`) and
-/// `out_prod(a [m, k], bᵀ)` of `b` `[k, n]` (`Aᵀ·d(Ax)`, `Bᵀ·dy`).
+/// skinny and split-K GEMMs), against f64 sums of the same bf16 values:
+/// `mul_mat_bf16(a [k, m], b [k, n])` (bf16 result, CUDA only: `A·x`, `B·h`),
+/// `out_prod(a [m, k], b [n, k])` (`dA`, `dB`) and `out_prod(a [m, k], bᵀ)`
+/// of `b` `[k, n]` (`Aᵀ·d(Ax)`, `Bᵀ·dy`).
 #[test]
 fn skinny_bf16_products_in_each_layout_against_f64() {
     let dev = cpu();
@@ -342,13 +343,12 @@ fn skinny_bf16_products_in_each_layout_against_f64() {
         let mut g = rng(7700 + case as u64);
         let a: Vec<f32> = uniform(&mut g, mu * ku, -1.0, 1.0).into_iter().map(bf).collect();
         let b: Vec<f32> = uniform(&mut g, nu * ku, -1.0, 1.0).into_iter().map(bf).collect();
-        // a(i, t) and b(t, j) as each layout stores them
-        let (a_shape, b_shape, ai, bi): (_, _, fn(usize, usize, usize, usize) -> usize, fn(usize, usize, usize, usize) -> usize) =
-            match how {
-                "mul_mat" => ([k, m], [k, n], |i, t, _, k| t + i * k, |t, j, _, k| t + j * k),
-                "out_prod" => ([m, k], [n, k], |i, t, m, _| i + t * m, |t, j, n, _| j + t * n),
-                _ => ([m, k], [k, n], |i, t, m, _| i + t * m, |t, j, _, k| t + j * k),
-            };
+        // a(i, t) at i·sa[0] + t·sa[1] and b(t, j) at t·sb[0] + j·sb[1], as each layout stores them
+        let (a_shape, b_shape, sa, sb) = match how {
+            "mul_mat" => ([k, m], [k, n], [ku, 1], [1, ku]),
+            "out_prod" => ([m, k], [n, k], [1, mu], [nu, 1]),
+            _ => ([m, k], [k, n], [1, mu], [1, ku]),
+        };
         let ctx = Context::new(64).unwrap();
         let (at, bt) = (ctx.new_tensor(DType::F32, &a_shape).unwrap(), ctx.new_tensor(DType::F32, &b_shape).unwrap());
         ctx.allocate(&dev).unwrap();
@@ -366,7 +366,7 @@ fn skinny_bf16_products_in_each_layout_against_f64() {
         let mut want = vec![0f64; mu * nu];
         for j in 0..nu {
             for i in 0..mu {
-                want[i + j * mu] = (0..ku).map(|t| a[ai(i, t, mu, ku)] as f64 * b[bi(t, j, nu, ku)] as f64).sum();
+                want[i + j * mu] = (0..ku).map(|t| a[i * sa[0] + t * sa[1]] as f64 * b[t * sb[0] + j * sb[1]] as f64).sum();
             }
         }
         let err = max_rel_err(got, &want);
