@@ -426,7 +426,7 @@ flag_group! {
         /// training on one host (cuda:0,cuda:1, cuda:all, cpu,cpu; train only).
         #[arg(long)]
         pub device: Option<String>,
-        /// CPU threads (default: all cores). On a machine that other work keeps
+        /// CPU threads (default: all cores; 0 too). On a machine that other work keeps
         /// busy give fewer: ggml's threads wait for one another at every op.
         #[arg(long, value_parser = count_usize)]
         pub threads: Option<usize>,

@@ -43,7 +43,8 @@ pub fn apply_epochs(a: &TrainArgs, cfg: &mut TrainConfig, corpus: &Corpus) -> Re
     let per_step = cfg.batch * cfg.grad_accum;
     let steps = epochs_steps(epochs, windows, per_step);
     if steps >= 2f64.powi(53) {
-        return Err(input(format!("--epochs {epochs}: {steps:.0} steps are too many")));
+        // in exponent form: 1e300 epochs has 300 digits written out
+        return Err(input(format!("--epochs {epochs:e}: {steps:.3e} steps are too many (at most 2^53)")));
     }
     cfg.steps = steps as u64;
     let plural = |n: u64, what: &str| if n == 1 { format!("1 {what}") } else { format!("{n} {what}s") };

@@ -158,6 +158,11 @@ impl RunDir {
         if path.exists() && !path.is_dir() {
             return Err(not_a_folder(path));
         }
+        // A file on the way (`notes.txt/run`): say so, not what reading a folder under it gives.
+        let above = crate::files::nearest_existing(path);
+        if !path.exists() && !above.is_dir() {
+            return Err(input(format!("run folder {}: {} is not a folder", path.display(), above.display())));
+        }
         // A run being set up or trained by another process (two trainings given one --out) says so.
         if path.is_dir() {
             crate::files::refuse_locked(path, "run folder")?;

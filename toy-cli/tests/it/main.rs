@@ -23,6 +23,7 @@ mod reliability10;
 mod reliability11;
 mod reliability12;
 mod reliability13;
+mod reliability14;
 mod reliability3_data;
 mod reliability3_models;
 mod reliability3_runs;
