@@ -38,12 +38,14 @@ fn dispatch(command: &Command) -> toy::error::Result<()> {
         Command::Train(a) => match toy::commands::train::run(a) {
             Ok(o) => {
                 if a.json {
+                    toy::signals::main_reports_end();
                     say!("{}", o.summary())?;
                 }
                 o.into_result().map(|_| ())
             }
             // --json: stdout holds one object however the command ends.
             Err(e) => {
+                toy::signals::main_reports_end();
                 if a.json {
                     let reason = if matches!(e, toy::error::Error::Interrupted(..)) { "interrupted" } else { "errored" };
                     let _ = say!("{}", toy::train::summary_without_outcome(reason, &e.to_string(), e.exit_code()));
@@ -206,6 +208,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            toy::signals::main_reports_end();
             // One line whatever the message holds (a path with a newline or an escape sequence).
             eprintln!("toy {name}: {}", one_line(&e.to_string()));
             ExitCode::from(e.exit_code() as u8)

@@ -39,14 +39,46 @@ pub fn on_quit(f: OnQuit) {
     }
 }
 
+/// Who reports how the process ends (`--json`'s object, the error line): 0
+/// no one yet, [`BY_MAIN`] or [`BY_WATCHER`]; the first to claim it.
+static ENDING: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+const BY_MAIN: u8 = 1;
+const BY_WATCHER: u8 = 2;
+
+/// Whether `who` reports the end: it claimed it first, or had already.
+fn claim_end(who: u8) -> bool {
+    match ENDING.compare_exchange(0, who, Ordering::SeqCst, Ordering::SeqCst) {
+        Ok(_) => true,
+        Err(had) => had == who,
+    }
+}
+
+/// For the main thread, before it reports how the command ended (its JSON
+/// object, its error line): a quit signal's watcher may be reporting it already
+/// (a signal while the corpus is read ends both the work and the process), and
+/// then this waits for the watcher to end the process, so that one object and
+/// one line are printed, not two.
+pub fn main_reports_end() {
+    if !claim_end(BY_MAIN) {
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
 /// Within 10 ms of a quit signal, outside any [`critical`] section: run
-/// [`on_quit`]'s work, print its note and end the process with 128 + the signal.
+/// [`on_quit`]'s work, print its note and end the process with 128 + the signal
+/// (unless the main thread is reporting an end of its own:
+/// [`main_reports_end`]).
 fn watch_quit() {
     loop {
         std::thread::sleep(std::time::Duration::from_millis(10));
         let sig = QUIT.load(Ordering::SeqCst);
         if sig == 0 || CRITICAL.load(Ordering::SeqCst) != 0 {
             continue;
+        }
+        if !claim_end(BY_WATCHER) {
+            return;
         }
         let note = match PREPARED_WHAT.lock().ok().map(|w| *w).filter(|_| IN_PREPARATION.load(Ordering::SeqCst)) {
             Some(what) => Some(format!("interrupted while {what}; nothing was saved")),
