@@ -89,11 +89,6 @@ fn out_type(target: Option<DType>, base: DType, ne: &[i64], head: bool, matrix: 
     [t, fallback, DType::F16].into_iter().find(|d| ne[0] % d.block_size() == 0).unwrap_or(DType::F32)
 }
 
-/// One row (norms, biases): every dimension after the first is 1.
-fn is_vector(ne: &[i64]) -> bool {
-    ne.iter().skip(1).all(|&n| n == 1)
-}
-
 /// `values` (rows of `ne0`) as the bytes of `dtype`: [`in_dtype`] for f32,
 /// f16 and bf16, ggml's quantizers otherwise. Errors as [`in_dtype`]'s.
 fn encode(values: &[f32], dtype: DType, ne0: i64) -> Result<Vec<u8>, Option<(usize, f32)>> {
@@ -210,7 +205,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     let matrices = crate::formats::checkpoint::matrix_names(&base.config);
     for t in f.tensors() {
         let head = t.name == "output.weight" || (tied && t.name == "token_embd.weight");
-        let matrix = matrices.contains(&t.name) || !is_vector(&t.ne);
+        let matrix = crate::formats::checkpoint::is_matrix(&matrices, &t.name, &t.ne);
         let dtype = out_type(target.map(|x| x.0), t.dtype, &t.ne, head, matrix);
         let head_q6k = head && target.is_some_and(|(x, _)| is_coarse(x));
         if head_q6k && dtype != DType::Q6K {

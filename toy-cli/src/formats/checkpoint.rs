@@ -339,14 +339,21 @@ pub fn matrix_names(c: &ModelConfig) -> std::collections::HashSet<String> {
     expected_shapes(c).into_iter().filter(|(_, ne)| ne.len() >= 2).map(|(name, _)| name).collect()
 }
 
+/// Whether the tensor `name` stored as `ne` is a matrix: one of `matrices`
+/// ([`matrix_names`]; a one-row matrix is stored as a vector) or stored with
+/// more than one row.
+pub fn is_matrix(matrices: &std::collections::HashSet<String>, name: &str, ne: &[i64]) -> bool {
+    matrices.contains(name) || ne.iter().skip(1).any(|&n| n != 1)
+}
+
 /// The types a frozen LoRA base keeps from the model `c` in `f` (its matrices
-/// and token table, [`matrix_names`], and any tensor with more than one row):
+/// and token table, [`is_matrix`]):
 /// the most common one, and the tensors of another type by name
 /// ([`ModelConfig::base_dtype`], [`ModelConfig::base_dtype_except`]);
 /// `(None, {})` when they are all f32.
 pub fn matrix_dtype(f: &GgufFile, c: &ModelConfig) -> (Option<String>, std::collections::BTreeMap<String, String>) {
     let matrices = matrix_names(c);
-    let big: Vec<_> = f.tensors().iter().filter(|t| t.ne[1] > 1 || matrices.contains(&t.name)).collect();
+    let big: Vec<_> = f.tensors().iter().filter(|t| is_matrix(&matrices, &t.name, &t.ne)).collect();
     if big.iter().all(|t| t.dtype == DType::F32) {
         return (None, Default::default());
     }
