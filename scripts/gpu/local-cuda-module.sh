@@ -28,8 +28,10 @@ if [ ! -d "$rt/nvidia" ]; then
   (cd "$rt" && unzip -q -o ./*.whl)
 fi
 rm -rf "$tk" && mkdir -p "$tk/bin/crt" "$tk/include" "$tk/lib64/stubs"
-for f in "$nv"/bin/*; do ln -s "$f" "$tk/bin/"; done
-printf '#include <stddef.h>\n#include "crt/host_runtime.h"\n' > "$tk/bin/crt/link.stub"
+for f in "$nv"/bin/*; do [ "$(basename "$f")" = crt ] || ln -s "$f" "$tk/bin/"; done
+# Newer nvidia-cuda-crt wheels ship bin/crt/*.stub; older ones do not.
+for f in "$nv"/bin/crt/*; do [ -e "$f" ] && ln -s "$f" "$tk/bin/crt/"; done
+[ -e "$tk/bin/crt/link.stub" ] || printf '#include <stddef.h>\n#include "crt/host_runtime.h"\n' > "$tk/bin/crt/link.stub"
 ln -s "$nv/nvvm" "$tk/nvvm"
 for f in "$nv"/include/*; do ln -s "$f" "$tk/include/"; done
 for f in "$rt"/nvidia/cu13/include/*; do rm -rf "$tk/include/$(basename "$f")"; ln -s "$f" "$tk/include/"; done
