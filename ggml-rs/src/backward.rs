@@ -76,7 +76,8 @@ pub(crate) fn check_differentiable(nodes: &[Tensor<'_>]) -> Result<()> {
                 || (n.op() == sys::GGML_OP_UNARY && matches!(unary(n), sys::GGML_UNARY_OP_SGN | sys::GGML_UNARY_OP_STEP))
         };
         let src_needs: Vec<bool> = (0..srcs.len()).map(|j| !ignored(j) && needs.contains(&srcs[j].raw())).collect();
-        let node_needs = n.is_param() || src_needs.iter().any(|&b| b);
+        // a detached tensor (patch 0066) is a constant to the backward pass
+        let node_needs = n.is_param() || (!n.is_detached() && src_needs.iter().any(|&b| b));
         if n.is_param() {
             any_param = true;
         }

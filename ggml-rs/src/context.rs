@@ -371,6 +371,11 @@ impl<'a> Tensor<'a> {
         self.get().flags & sys::GGML_TENSOR_FLAG_RECOMPUTE as i32 != 0
     }
 
+    /// True for a tensor that passes no gradient ([`Context::detach`]).
+    pub fn is_detached(&self) -> bool {
+        self.get().flags & sys::GGML_TENSOR_FLAG_DETACHED as i32 != 0
+    }
+
     /// True when marked as a graph input ([`set_input`](Self::set_input)).
     pub fn is_input(&self) -> bool {
         self.get().flags & sys::GGML_TENSOR_FLAG_INPUT as i32 != 0

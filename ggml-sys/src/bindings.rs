@@ -331,6 +331,7 @@ pub const GGML_TENSOR_FLAG_COMPUTE: ggml_tensor_flag = 16;
 pub const GGML_TENSOR_FLAG_SIDE: ggml_tensor_flag = 32;
 pub const GGML_TENSOR_FLAG_KEEP: ggml_tensor_flag = 64;
 pub const GGML_TENSOR_FLAG_RECOMPUTE: ggml_tensor_flag = 128;
+pub const GGML_TENSOR_FLAG_DETACHED: ggml_tensor_flag = 256;
 pub type ggml_tensor_flag = ::std::os::raw::c_uint;
 pub const GGML_TRI_TYPE_UPPER_DIAG: ggml_tri_type = 0;
 pub const GGML_TRI_TYPE_UPPER: ggml_tri_type = 1;
@@ -840,6 +841,9 @@ unsafe extern "C" {
 }
 unsafe extern "C" {
     pub fn ggml_mul_mat_set_grad(a: *mut ggml_tensor, grad: ggml_mul_mat_grad);
+}
+unsafe extern "C" {
+    pub fn ggml_mul_mat_set_backward_weight(a: *mut ggml_tensor, w: *mut ggml_tensor);
 }
 unsafe extern "C" {
     pub fn ggml_gelu_back(ctx: *mut ggml_context, a: *mut ggml_tensor, b: *mut ggml_tensor) -> *mut ggml_tensor;

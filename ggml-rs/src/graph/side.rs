@@ -22,7 +22,8 @@ impl Graph<'_> {
     /// The tail is every node that reads a parameter's gradient, directly or
     /// through another tail node (the gradient norm's sums, the clip, AdamW).
     /// An activation is a node computed from the graph's inputs (leaves
-    /// without data, or marked as inputs); the gradients of activations are
+    /// without data, or marked as inputs) other than through a detached view
+    /// ([`Context::detach`](crate::Context::detach)); the gradients of activations are
     /// the backward's main path, which the next layer's products wait for,
     /// and stay where they are. A flagged node writes a buffer of its own (not
     /// in place), or is a view (which writes nothing) read only by flagged or
@@ -63,6 +64,10 @@ impl Graph<'_> {
         let mut activation: HashSet<RawTensor> = HashSet::new();
         for &t in nodes {
             let srcs = unsafe { (*t).src };
+            // a detached view (Context::detach) passes no gradient: what reads it is no activation for it
+            if flag(t, sys::GGML_TENSOR_FLAG_DETACHED) {
+                continue;
+            }
             if srcs.iter().any(|&s| !s.is_null() && (data_input(s) || activation.contains(&s))) {
                 activation.insert(t);
             }

@@ -8,6 +8,7 @@
 //! the offending shapes instead of reaching a ggml assert.
 
 mod elementwise;
+mod grad;
 mod nn;
 mod shape;
 mod train;

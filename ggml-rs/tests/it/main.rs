@@ -15,6 +15,7 @@ mod grad;
 mod kept;
 mod kernels;
 mod linkage;
+mod merged;
 mod misuse;
 mod misuse2;
 mod norm_back;
