@@ -104,6 +104,10 @@ pub fn new_adapter<'w>(ctx: &'w Context, block: usize, target: &str, n_in: usize
 /// reverse, starts with `W`'s product: it converts the output gradient to
 /// bf16 once, and the adapter's two products that read it (the gradients of
 /// `B` and of `A·x`) take that copy (patch 0040) instead of running in f32.
+///
+/// With `merged` (the adapter and its scale) the product's input gradient goes
+/// through `W + scale·B·A` ([`merged_weight`]); the term must then have been
+/// built from `detach(x)`, so that the adapter adds nothing more to it.
 pub fn linear<'a>(
     ctx: &'a Context,
     w: Tensor<'a>,
@@ -111,6 +115,7 @@ pub fn linear<'a>(
     x: Tensor<'a>,
     r: Option<Tensor<'a>>,
     how: super::weights::Compact,
+    merged: Option<(Adapter<'a>, f32)>,
 ) -> Result<Tensor<'a>> {
     // `r` before the product it is added to: no node (such as the reshape of
     // `r`) between a product and its sum, which CUDA folds into the GEMM.
@@ -118,7 +123,11 @@ pub fn linear<'a>(
         (Some(r), Some(t)) => Some(ctx.add(r, t)?),
         (r, t) => r.or(t),
     };
-    let y = ctx.mul_mat(super::weights::operand(ctx, w, how)?, x)?;
+    let op = super::weights::operand(ctx, w, how)?;
+    let y = match merged {
+        Some((l, scale)) => ctx.mul_mat_backward_weight(op, x, merged_weight(ctx, w, op, how, l, scale)?)?,
+        None => ctx.mul_mat(op, x)?,
+    };
     match addend {
         Some(a) => ctx.add(a, y),
         None => Ok(y),
@@ -167,6 +176,40 @@ pub fn term_bf16<'a>(ctx: &'a Context, l: Adapter<'a>, scale: f32, x: Tensor<'a>
     let (a, b) = bf16_factors(ctx, l, scale)?;
     let h = ctx.mul_mat_bf16(a, x)?; // bf16 [r, N]
     ctx.mul_mat_bf16(b, h) // bf16 [out, N]
+}
+
+/// `W + scale·B·A` `[in, out]` of `W` (stored; `op`, the forward product's
+/// operand made of it as `how` says: f32, or bf16 under autocast) and its adapter, detached
+/// ([`Context::detach`]): what the
+/// product's input gradient multiplies when the adapter's term reads a
+/// detached `x` (toy-rs patch 0066, [`Context::mul_mat_backward_weight`]).
+/// Only the backward computes it, where that gradient is built: one matrix
+/// of the base's size at a time, not one per adapted matrix from the forward.
+///
+/// Why: the adapter's share of `dx`, `Aᵀ·(scale·Bᵀ·dy)`, otherwise costs two
+/// narrow products and a sum over `[in, T·B]` per adapted matrix, on the
+/// backward's critical path; here it is in the base product's own GEMM, and
+/// what is left of the adapter's backward (its `Bᵀ·dy`, `dA` and `dB`) only
+/// leads to `A`'s and `B`'s gradients, which CUDA runs on its side stream
+/// (patch 0060). The sum is made in f32 and rounded once to `W`'s type, as
+/// autocast rounds a fully fine-tuned weight: the same gradient in f32, the
+/// same to bf16's rounding under autocast.
+pub fn merged_weight<'a>(
+    ctx: &'a Context,
+    w: Tensor<'a>,
+    op: Tensor<'a>,
+    how: super::weights::Compact,
+    l: Adapter<'a>,
+    scale: f32,
+) -> Result<Tensor<'a>> {
+    // `W` as the forward's product read it (`op`) where that is `W` itself or a copy kept for the
+    // backward anyway (Bf16Step); else cast afresh, a node of its own made in the backward with
+    // the rest of this, so that the forward's per-product copy dies after the forward
+    let w = if op == w || how == super::weights::Compact::Bf16Step { op } else { super::weights::operand(ctx, w, how)? };
+    // [in, out]: Σ_k A[i, k]·B[k, o], the outer products of A [in, r] and Bᵀ [out, r] (a view)
+    let d = ctx.out_prod(ctx.detach(l.a)?, ctx.transpose(ctx.detach(l.b)?)?)?;
+    let d = if scale == 1.0 { d } else { ctx.scale(d, scale)? }; // on CUDA the GEMM's alpha (patch 0037)
+    ctx.detach(ctx.add(w, d)?) // W's type
 }
 
 /// `scale·A` `[in, r]` and `B` `[r, out]` cast to bf16, once for the step's

@@ -50,6 +50,12 @@ pub struct Autocast {
     /// a layer keeps `[d_ff, T·B]` bf16 once (GELU's input), as PyTorch's
     /// compiled step does.
     pub recompute: bool,
+    /// A LoRA-adapted product's input gradient goes through its weight with
+    /// the update merged, `W + scale·B·A` ([`lora::merged_weight`], patch
+    /// 0066), instead of two more narrow products and a sum per adapter; the
+    /// adapter's products read a detached input and only give `A` and `B`
+    /// their gradients. Not a bf16 setting: f32 graphs take it too.
+    pub merged_lora: bool,
 }
 
 /// One block's tensors (`blk.N.*`), in the table's block order.
@@ -140,9 +146,14 @@ impl<'w> Block<'w> {
             let product = |stem: &str| -> Result<Tensor<'a>> {
                 let (k, w) = self.matrix(stem)?;
                 // an adapter's bf16 term first, so that its sum is the product's epilogue (patch 0055)
-                let term = self.lora[k].map(|l| lora::term_bf16(ctx, l, scale, x2)).transpose()?; // bf16 [d_ff, T·B]
-                let w = operand(ctx, w, self.compact)?; // [d, d_ff]
-                let y = ctx.mul_mat_bf16(w, x2)?; // bf16 [d_ff, T·B]
+                let merged = self.lora[k].filter(|_| self.autocast.merged_lora);
+                let xa = if merged.is_some() { ctx.detach(x2)? } else { x2 }; // the adapter's input (patch 0066)
+                let term = self.lora[k].map(|l| lora::term_bf16(ctx, l, scale, xa)).transpose()?; // bf16 [d_ff, T·B]
+                let op = operand(ctx, w, self.compact)?; // [d, d_ff]
+                let y = match merged {
+                    Some(l) => ctx.mul_mat_bf16_backward_weight(op, x2, lora::merged_weight(ctx, w, op, self.compact, l, scale)?)?,
+                    None => ctx.mul_mat_bf16(op, x2)?, // bf16 [d_ff, T·B]
+                };
                 let y = match term {
                     Some(t) => ctx.add(t, y)?,
                     None => y,
@@ -218,8 +229,10 @@ impl<'w> Block<'w> {
             Some(r) => return ctx.add(r, self.linear_onto(ctx, stem, scale, x, None)?),
             None => None,
         };
-        let term = self.lora[k].map(|l| lora::term(ctx, l, scale, x2, self.autocast)).transpose()?; // built before W's product
-        let y = lora::linear(ctx, w, term, x2, r2, self.compact)?;
+        let merged = self.lora[k].filter(|_| self.autocast.merged_lora).map(|l| (l, scale));
+        let xa = if merged.is_some() { ctx.detach(x2)? } else { x2 }; // the adapter's input
+        let term = self.lora[k].map(|l| lora::term(ctx, l, scale, xa, self.autocast)).transpose()?; // built before W's product
+        let y = lora::linear(ctx, w, term, x2, r2, self.compact, merged)?;
         let y = match self.get(&format!("{stem}.bias")) {
             Some(b) => ctx.add(y, b)?,
             None => y,
