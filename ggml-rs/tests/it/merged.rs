@@ -54,14 +54,8 @@ fn layer(dev: &ggml_rs::Backend, precision: MatmulPrecision, merged: bool, casts
     let out_prods = |g: &Graph<'_>| g.nodes().iter().filter(|t| t.op() == ggml_rs::sys::GGML_OP_OUT_PROD).count();
     assert_eq!(out_prods(&graph), 0);
     graph.build_backward(loss).unwrap();
-    assert!(!merged || out_prods(&graph) > 0 || MulMatGrad::for_backend(dev) == MulMatGrad::MulMat);
-    let grads: Vec<_> = [xt, at, bt].iter().map(|&t| graph.grad(t).unwrap().set_output()).collect();
-    graph.allocate(&backends(dev))?;
-    graph.compute().unwrap();
-    assert!(graph.cpu_fallbacks().is_empty(), "{:?}", graph.cpu_fallbacks());
-    let mut out = vec![loss.read_f32().unwrap()];
-    out.extend(grads.iter().map(|t| t.read_f32().unwrap()));
-    Ok(out)
+    assert!(!merged || out_prods(&graph) > 0);
+    loss_and_grads(&mut graph, dev, loss, &[xt, at, bt])
 }
 
 /// Max |Δ| of each output over the largest |value| of `want`'s, within `tol`.

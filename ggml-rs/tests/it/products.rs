@@ -54,13 +54,7 @@ fn lora_layer_as(dev: &ggml_rs::Backend, precision: MatmulPrecision, seed: u64, 
             |t: &ggml_rs::Tensor<'_>| t.op() == ggml_rs::sys::GGML_OP_OUT_PROD && t.dtype() == DType::BF16 && t.ne()[..2] == [r, n];
         assert!(graph.nodes().iter().any(bf16_grad), "A·x's gradient in bf16");
     }
-    let grads: Vec<_> = [xt, at, bt].iter().map(|&t| graph.grad(t).unwrap().set_output()).collect();
-    graph.allocate(&backends(dev))?;
-    graph.compute().unwrap();
-    assert!(graph.cpu_fallbacks().is_empty(), "{:?}", graph.cpu_fallbacks());
-    let mut out = vec![loss.read_f32().unwrap()];
-    out.extend(grads.iter().map(|t| t.read_f32().unwrap()));
-    Ok(out)
+    loss_and_grads(&mut graph, dev, loss, &[xt, at, bt])
 }
 
 fn lora_layer(dev: &ggml_rs::Backend, precision: MatmulPrecision, seed: u64) -> Vec<Vec<f32>> {

@@ -132,6 +132,20 @@ pub fn eval_on<'a>(dev: &Backend, ctx: &'a Context, outs: &[Tensor<'a>]) -> Vec<
     outs.iter().map(|o| o.read_f32().unwrap()).collect()
 }
 
+/// Allocate `graph` (its backward built) on `dev`, compute it, and read the
+/// loss and then the gradient of each of `params`; checks that nothing fell
+/// back to the CPU. `Err` is the allocation's error (a backend that refuses
+/// an op).
+pub fn loss_and_grads<'a>(graph: &mut Graph<'a>, dev: &Backend, loss: Tensor<'a>, params: &[Tensor<'a>]) -> ggml_rs::Result<Vec<Vec<f32>>> {
+    let grads: Vec<_> = params.iter().map(|&t| graph.grad(t).unwrap().set_output()).collect();
+    graph.allocate(&backends(dev))?;
+    graph.compute().unwrap();
+    assert!(graph.cpu_fallbacks().is_empty(), "{:?}", graph.cpu_fallbacks());
+    let mut out = vec![loss.read_f32().unwrap()];
+    out.extend(grads.iter().map(|t| t.read_f32().unwrap()));
+    Ok(out)
+}
+
 /// Largest elementwise relative error `|a − b| / max(1, |b|)` of `got` against
 /// `want` (exact matches, infinities included, count as 0; a NaN on either
 /// side as infinite). Dividing by `max(1, |b|)` keeps values near 0 from
