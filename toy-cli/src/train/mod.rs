@@ -494,7 +494,7 @@ impl<'w> ReplicaState<'w> {
         // patch 0048, CUDA only: the CPU has no bf16 product result), and GELU's bf16 output is
         // computed again in the backward (TOY_NO_0062; patch 0062). Opt-in until timed on a GPU:
         // a LoRA product's input gradient through its weight with the update merged (TOY_0066;
-        // patch 0066).
+        // patch 0066; f32 too, where the CPU runs it for checks).
         let autocast = |off: &str| cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os(off).is_none();
         let per_step = ["TOY_NO_0061", "TOY_BASE_CAST_PER_STEP"].iter().any(|v| std::env::var_os(v).is_some());
         let bf16_base = match autocast("TOY_NO_0040_CAST") && !per_step {
@@ -512,7 +512,7 @@ impl<'w> ReplicaState<'w> {
             activations: autocast("TOY_F32_ACTIVATIONS"),
             outputs: autocast("TOY_F32_OUTPUTS") && !device.is_cpu(),
             recompute: autocast("TOY_NO_0062"),
-            merged_lora: cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os("TOY_0066").is_some(),
+            merged_lora: std::env::var_os("TOY_0066").is_some(),
         });
         let trainable: Vec<_> = weights.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
         for &p in &trainable {
