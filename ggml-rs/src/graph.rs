@@ -250,7 +250,7 @@ impl<'a> Graph<'a> {
     ///
     /// # Errors
     /// [`Error::Backward`] when the graph was not created [`with_grads`](Self::with_grads),
-    /// `loss` is not a one-element f32 node of the graph, no parameter reaches it,
+    /// `loss` is not a one-element f32 node of the graph or is detached, no parameter reaches it,
     /// an op on the way has no backward in ggml, or ggml's backward would abort on
     /// the graph (a broadcast second operand of `sub`/`div` needing a gradient; a
     /// `permute`/`transpose` whose strided gradient its operand's backward cannot
@@ -300,6 +300,9 @@ impl<'a> Graph<'a> {
         }
         if loss.nelements() != 1 || loss.dtype() != DType::F32 {
             return Err(Error::Backward(format!("the loss must be a one-element f32 tensor, not {:?}", loss)));
+        }
+        if loss.is_detached() {
+            return Err(Error::Backward("the loss is detached (Context::detach): it passes no gradient".into()));
         }
         let nodes = self.nodes();
         backward::check_differentiable(&nodes)?;

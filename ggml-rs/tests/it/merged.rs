@@ -114,6 +114,11 @@ fn a_detached_tensor_passes_no_gradient() {
     graph.allocate(&backends(&dev)).unwrap();
     graph.compute().unwrap();
     assert_eq!(gx.read_f32().unwrap(), v);
+    // a detached loss is refused, as PyTorch refuses the backward of a tensor without grad_fn
+    let loss = ctx.detach(ctx.sum(ctx.mul(x, x).unwrap()).unwrap()).unwrap();
+    let mut graph = Graph::with_grads(&ctx, 64).unwrap();
+    let e = graph.build_backward(loss).unwrap_err().to_string();
+    assert!(e.contains("the loss is detached"), "{e}");
 }
 
 /// A backward weight must be a constant or detached, of the weight's shape.
