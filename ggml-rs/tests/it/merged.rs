@@ -39,9 +39,7 @@ fn layer(dev: &ggml_rs::Backend, precision: MatmulPrecision, merged: bool, casts
         ctx.mul_mat(bt, ctx.scale(ctx.mul_mat(at, xa).unwrap(), 0.5).unwrap()).unwrap()
     };
     let base = if merged {
-        let d = ctx.scale(ctx.out_prod(ctx.detach(at).unwrap(), ctx.transpose(ctx.detach(bt).unwrap()).unwrap()).unwrap(), 0.5).unwrap();
-        let w_back = ctx.detach(ctx.add(w_op, d).unwrap()).unwrap(); // [k, m], W's type
-        ctx.mul_mat_backward_weight(w_op, x_op, w_back).unwrap()
+        ctx.mul_mat_backward_weight(w_op, x_op, merged_weight(&ctx, w_op, at, bt, 0.5)).unwrap()
     } else {
         ctx.mul_mat(w_op, x_op).unwrap()
     };
@@ -56,6 +54,20 @@ fn layer(dev: &ggml_rs::Backend, precision: MatmulPrecision, merged: bool, casts
     graph.build_backward(loss).unwrap();
     assert!(!merged || out_prods(&graph) > 0);
     loss_and_grads(&mut graph, dev, loss, &[xt, at, bt])
+}
+
+/// `detach(w + s·A·B)` `[k, m]` in `w`'s type, of `A` `[k, r]` and `B` `[r, m]`
+/// (as toy's `lora::merged_weight`): the outer products of `A` and `Bᵀ`.
+fn merged_weight<'a>(
+    ctx: &'a Context,
+    w: ggml_rs::Tensor<'a>,
+    a: ggml_rs::Tensor<'a>,
+    b: ggml_rs::Tensor<'a>,
+    s: f32,
+) -> ggml_rs::Tensor<'a> {
+    let d = ctx.out_prod(ctx.detach(a).unwrap(), ctx.transpose(ctx.detach(b).unwrap()).unwrap()).unwrap();
+    let d = if s == 1.0 { d } else { ctx.scale(d, s).unwrap() };
+    ctx.detach(ctx.add(w, d).unwrap()).unwrap()
 }
 
 /// Max |Δ| of each output over the largest |value| of `want`'s, within `tol`.
@@ -171,20 +183,14 @@ fn a_detached_recomputed_activation_is_computed_again() {
         let act = ctx.gelu(ctx.mul_mat(w1, x).unwrap()).unwrap(); // [f, p]
         let act = if again { ctx.recompute_in_backward(act).unwrap() } else { act };
         let term = ctx.mul_mat(b, ctx.mul_mat(a, ctx.detach(act).unwrap()).unwrap()).unwrap(); // [n, p]
-        let d = ctx.out_prod(ctx.detach(a).unwrap(), ctx.transpose(ctx.detach(b).unwrap()).unwrap()).unwrap(); // [f, n]
-        let w_back = ctx.detach(ctx.add(ctx.detach(w2).unwrap(), d).unwrap()).unwrap();
+        let w_back = merged_weight(&ctx, ctx.detach(w2).unwrap(), a, b, 1.0); // [f, n]
         let y = ctx.add(term, ctx.mul_mat_backward_weight(w2, act, w_back).unwrap()).unwrap();
         let loss = ctx.sum(ctx.mul(y, rt).unwrap()).unwrap().set_output();
         let mut graph = Graph::with_grads(&ctx, 256).unwrap();
         graph.expand(loss).unwrap();
         graph.build_backward(loss).unwrap();
-        let grads: Vec<_> = [x, w1, w2, a, b].iter().map(|&t| graph.grad(t).unwrap().set_output()).collect();
         let gelus = graph.nodes().iter().filter(|t| t.op() == ggml_rs::sys::GGML_OP_UNARY).count();
-        graph.allocate(&backends(&dev)).unwrap();
-        graph.compute().unwrap();
-        let mut out = vec![loss.read_f32().unwrap()];
-        out.extend(grads.iter().map(|t| t.read_f32().unwrap()));
-        (out, gelus)
+        (loss_and_grads(&mut graph, &dev, loss, &[x, w1, w2, a, b]).unwrap(), gelus)
     };
     let (kept, again) = (run(false), run(true));
     assert_eq!(again.0, kept.0, "bit for bit");

@@ -146,8 +146,7 @@ impl<'w> Block<'w> {
             let product = |stem: &str| -> Result<Tensor<'a>> {
                 let (k, w) = self.matrix(stem)?;
                 // an adapter's bf16 term first, so that its sum is the product's epilogue (patch 0055)
-                let merged = self.lora[k].filter(|_| self.autocast.merged_lora);
-                let xa = if merged.is_some() { ctx.detach(x2)? } else { x2 }; // the adapter's input (patch 0066)
+                let (merged, xa) = self.adapter_input(ctx, k, x2)?;
                 let term = self.lora[k].map(|l| lora::term_bf16(ctx, l, scale, xa)).transpose()?; // bf16 [d_ff, T·B]
                 let op = operand(ctx, w, self.compact)?; // [d, d_ff]
                 let y = match merged {
@@ -197,6 +196,19 @@ impl<'w> Block<'w> {
         causal_attention(ctx, q, k, v, x, layer)
     }
 
+    /// The adapter of `self.tensors[k]` where its product's input gradient goes
+    /// through the merged weight ([`Autocast::merged_lora`], patch 0066), and
+    /// what the adapter's products read: `detach(x)` then, else `x`.
+    fn adapter_input<'a>(&self, ctx: &'a Context, k: usize, x: Tensor<'a>) -> Result<(Option<Adapter<'a>>, Tensor<'a>)>
+    where
+        'w: 'a,
+    {
+        match self.lora[k].filter(|_| self.autocast.merged_lora) {
+            Some(l) => Ok((Some(l), ctx.detach(x)?)),
+            None => Ok((None, x)),
+        }
+    }
+
     /// `W·x`, plus `scale·B·(A·x)` where an adapter targets `W`, plus `b` where
     /// the table has `{stem}.bias`: `[in, ...] → [out, ...]`, with `W` the
     /// matrix `{stem}.weight` `[in, out]`.
@@ -229,10 +241,9 @@ impl<'w> Block<'w> {
             Some(r) => return ctx.add(r, self.linear_onto(ctx, stem, scale, x, None)?),
             None => None,
         };
-        let merged = self.lora[k].filter(|_| self.autocast.merged_lora).map(|l| (l, scale));
-        let xa = if merged.is_some() { ctx.detach(x2)? } else { x2 }; // the adapter's input
+        let (merged, xa) = self.adapter_input(ctx, k, x2)?;
         let term = self.lora[k].map(|l| lora::term(ctx, l, scale, xa, self.autocast)).transpose()?; // built before W's product
-        let y = lora::linear(ctx, w, term, x2, r2, self.compact, merged)?;
+        let y = lora::linear(ctx, w, term, x2, r2, self.compact, merged.map(|l| (l, scale)))?;
         let y = match self.get(&format!("{stem}.bias")) {
             Some(b) => ctx.add(y, b)?,
             None => y,
