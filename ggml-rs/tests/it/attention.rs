@@ -65,10 +65,13 @@ fn matches_reference_and_finite_differences() {
 
 #[test]
 fn several_key_blocks() {
-    // d_head 16 and 32 take the blocked CPU kernels (patch 0022), whose key
-    // blocks are 64 wide: T 130 is two full blocks and a partial one.
+    // d_head 16, 32, 64 and 128 take the blocked CPU kernels (patches 0022,
+    // 0068), whose key blocks are 48 wide and query blocks 24: T 130 is two
+    // full key blocks and a partial one; at T 100 a query block crosses the
+    // second key block's start.
     check_shape([16, 2, 1, 130, 1], 2004);
     check_shape([32, 4, 2, 70, 2], 2005);
+    check_shape([64, 3, 1, 100, 1], 2006);
 }
 
 #[test]
