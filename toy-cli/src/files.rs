@@ -232,6 +232,19 @@ pub fn empty_folder(dir: &Path) {
     }
 }
 
+/// Remove the folders above `path` up to, not including, `above` (the nearest
+/// folder that existed before they were made) while they are empty: what a
+/// failed command made for its output and nothing else uses; best effort.
+pub fn remove_empty_parents(path: &Path, above: &Path) {
+    // `above` is "." for a relative path none of whose folders existed.
+    let inside = |p: &Path| above == Path::new(".") || p.starts_with(above);
+    for p in path.ancestors().skip(1) {
+        if p.as_os_str().is_empty() || p == above || !inside(p) || std::fs::remove_dir(p).is_err() {
+            break;
+        }
+    }
+}
+
 /// Make the folders above `out` that are missing (as `toy prep` and `toy train`
 /// make theirs), right before `out` is written.
 ///

@@ -75,6 +75,9 @@ impl Default for PrepOptions {
 pub struct OutDir {
     /// Whether [`check_out_dir`] created the folder.
     pub created: bool,
+    /// The nearest folder above it that existed before (the folders between
+    /// were made for it).
+    pub above: PathBuf,
     _lock: std::fs::File,
 }
 
@@ -114,8 +117,8 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
     // preps racing to a new folder only one made it, and only the one holding
     // the lock may take it away again (the other removed the winner's lock
     // and folder, and both failed).
+    let above = crate::files::nearest_existing(out);
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        let above = crate::files::nearest_existing(out);
         if !above.is_dir() {
             return Err(input(format!("--out {o}: {} is not a folder", above.display())));
         }
@@ -127,14 +130,16 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
         Err(e) => return Err(input(format!("cannot create --out {o}: {e}"))),
     };
     let lock = crate::files::lock(out, "--out", "a toy prep writing into it").inspect_err(|_| {
-        if created {
-            let _ = std::fs::remove_dir(out); // empty unless another prep holds it: then it stays
+        if created && std::fs::remove_dir(out).is_ok() {
+            crate::files::remove_empty_parents(out, &above); // empty unless another prep holds it: then it stays
         }
     })?;
     let undo = |e: Error| {
         if created {
             let _ = std::fs::remove_file(out.join(".lock"));
-            let _ = std::fs::remove_dir(out);
+            if std::fs::remove_dir(out).is_ok() {
+                crate::files::remove_empty_parents(out, &above);
+            }
         }
         e
     };
@@ -157,7 +162,7 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
         return Err(undo(input(format!("cannot write into --out {o}: {e}"))));
     }
     let _ = std::fs::remove_file(&probe);
-    Ok(OutDir { created, _lock: lock })
+    Ok(OutDir { created, above, _lock: lock })
 }
 
 fn pack(ids: &[u32]) -> Vec<u8> {
@@ -189,6 +194,7 @@ pub fn write_prepared(
     let guard = Cleanup {
         out: out.to_path_buf(),
         created: false,
+        above: out.to_path_buf(),
         files: ["tokenizer.json", "train.bin", "val.bin"].iter().map(|n| out.join(n)).collect(),
         done: false,
     };
@@ -253,6 +259,7 @@ fn remove_stale_manifest(out: &Path) -> Result<()> {
 struct Cleanup {
     out: PathBuf,
     created: bool,
+    above: PathBuf,
     files: Vec<PathBuf>,
     done: bool,
 }
@@ -271,8 +278,8 @@ impl Drop for Cleanup {
         for f in &self.files {
             let _ = std::fs::remove_file(f);
         }
-        if self.created {
-            let _ = std::fs::remove_dir(&self.out);
+        if self.created && std::fs::remove_dir(&self.out).is_ok() {
+            crate::files::remove_empty_parents(&self.out, &self.above);
         }
     }
 }
@@ -503,7 +510,7 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
     if out_dir.created {
         temps.push(out.join(".lock"));
     }
-    let mut guard = Cleanup { out: out.to_path_buf(), created: out_dir.created, files: temps, done: false };
+    let mut guard = Cleanup { out: out.to_path_buf(), created: out_dir.created, above: out_dir.above.clone(), files: temps, done: false };
 
     let scan = scan(&sources, opts, total)?;
     if scan.n_docs == 0 {

@@ -1,6 +1,7 @@
 //! `toy prep` on the inputs people have: JSON Lines, folders of text files and
 //! gzip give the ids of the same text; malformed records name file and line;
-//! an interrupted prep leaves nothing that looks like a prepared corpus.
+//! an interrupted or failed prep leaves nothing that looks like a prepared corpus,
+//! nor the folders it made for it.
 
 use std::io::Write;
 use std::path::Path;
@@ -153,4 +154,22 @@ fn an_interrupted_prep_leaves_no_prepared_corpus() {
         assert!(!out.join("manifest.json").exists(), "{sig}: a manifest was left behind");
         assert!(!out.exists(), "{sig}: the output folder was left behind");
     }
+}
+
+#[test]
+fn a_failed_prep_removes_the_folders_it_made() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    std::fs::write(t.join("empty.txt"), "").unwrap();
+    std::fs::write(t.join("bad.txt"), b"ok\n\xff\xfe\n").unwrap();
+    std::fs::create_dir(t.join("mine")).unwrap();
+    for (input, out) in [("empty.txt", "data/x"), ("bad.txt", "a/b/c"), ("bad.txt", "mine/b/c")] {
+        let o = toy(t, &["prep", input, "--out", out]);
+        assert_eq!(o.status.code(), Some(2), "{input} -> {out}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    // What was there before stays (the inputs and `mine`); nothing the preps made does.
+    let mut left: Vec<String> = std::fs::read_dir(t).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    left.sort();
+    assert_eq!(left, ["bad.txt", "empty.txt", "mine"]);
+    assert_eq!(std::fs::read_dir(t.join("mine")).unwrap().count(), 0);
 }
