@@ -429,8 +429,8 @@ stage_fused_ce_ab() { AB_CASES=${AB_CASES:-2 7 2 7} AB_ENV=TOY_CUDA_0063 AB_OPT_
 # patch 0064: the fused cross-entropy (0063 on) reading each row once, staged in shared memory,
 # against reading it twice (GPT-2 124M at 50257 and 8192).
 stage_ce_stage_ab() { TOY_CUDA_0063=1 AB_CASES=${AB_CASES:-2 7} AB_ENV=TOY_CUDA_NO_0064 ab_cases; }
-# patch 0065 (opt-in): the main stream at the greatest priority (LoRA over Q4_1 and f16, full fine-tuning).
-stage_priority_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_0065 AB_OPT_IN=1 ab_cases; }
+# patch 0065 (on unless TOY_CUDA_NO_0065): the main stream at the greatest priority (LoRA over Q4_1 and f16, full fine-tuning).
+stage_priority_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_NO_0065 ab_cases; }
 # patch 0066 (opt-in in toy): LoRA's input gradient through the merged weight (LoRA over Q4_1 and f16).
 stage_merged_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_0066 AB_OPT_IN=1 ab_cases; }
 stage_recompute_ab() { AB_CASES=${AB_CASES:-2} AB_ENV=TOY_NO_0062 ab_cases; }
