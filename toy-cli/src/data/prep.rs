@@ -130,8 +130,9 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
         Err(e) => return Err(input(format!("cannot create --out {o}: {e}"))),
     };
     let lock = crate::files::lock(out, "--out", "a toy prep writing into it").inspect_err(|_| {
+        // Empty unless another prep holds it: then it stays.
         if created && std::fs::remove_dir(out).is_ok() {
-            crate::files::remove_empty_parents(out, &above); // empty unless another prep holds it: then it stays
+            crate::files::remove_empty_parents(out, &above);
         }
     })?;
     let undo = |e: Error| {
