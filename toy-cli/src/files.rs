@@ -232,14 +232,18 @@ pub fn empty_folder(dir: &Path) {
     }
 }
 
-/// Remove the folders above `path` up to, not including, `above` (the nearest
-/// folder that existed before they were made) while they are empty: what a
-/// failed command made for its output and nothing else uses; best effort.
-pub fn remove_empty_parents(path: &Path, above: &Path) {
-    // `above` is "." for a relative path none of whose folders existed.
-    let inside = |p: &Path| above == Path::new(".") || p.starts_with(above);
+/// The outermost folder of `p` and its parents that does not exist yet: what
+/// `create_dir_all(p)` would make first; `None` when `p` exists.
+pub fn outermost_missing(p: &Path) -> Option<PathBuf> {
+    p.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(Path::to_path_buf)
+}
+
+/// Remove the parents of `path` that lie inside `top` (the outermost folder a
+/// command made for its output, [`outermost_missing`]) while they are empty;
+/// best effort.
+pub fn remove_empty_parents(path: &Path, top: &Path) {
     for p in path.ancestors().skip(1) {
-        if p.as_os_str().is_empty() || p == above || !inside(p) || std::fs::remove_dir(p).is_err() {
+        if !p.starts_with(top) || std::fs::remove_dir(p).is_err() {
             break;
         }
     }

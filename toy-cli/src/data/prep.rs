@@ -75,9 +75,8 @@ impl Default for PrepOptions {
 pub struct OutDir {
     /// Whether [`check_out_dir`] created the folder.
     pub created: bool,
-    /// The nearest folder above it that existed before (the folders between
-    /// were made for it).
-    pub above: PathBuf,
+    /// The outermost of the folders above it that [`check_out_dir`] made.
+    pub parents: Option<PathBuf>,
     _lock: std::fs::File,
 }
 
@@ -117,11 +116,13 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
     // preps racing to a new folder only one made it, and only the one holding
     // the lock may take it away again (the other removed the winner's lock
     // and folder, and both failed).
-    let above = crate::files::nearest_existing(out);
+    let mut parents = None;
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        let above = crate::files::nearest_existing(out);
         if !above.is_dir() {
             return Err(input(format!("--out {o}: {} is not a folder", above.display())));
         }
+        parents = crate::files::outermost_missing(parent);
         std::fs::create_dir_all(parent).map_err(|e| input(format!("cannot create --out {o}: {e}")))?;
     }
     let created = match std::fs::create_dir(out) {
@@ -129,19 +130,20 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && out.is_dir() => false,
         Err(e) => return Err(input(format!("cannot create --out {o}: {e}"))),
     };
-    let lock = crate::files::lock(out, "--out", "a toy prep writing into it").inspect_err(|_| {
-        // Empty unless another prep holds it: then it stays.
+    // The folders made for `out`, out first (empty unless another prep holds it: then it stays).
+    let remove_made = |out: &Path| {
         if created && std::fs::remove_dir(out).is_ok() {
-            crate::files::remove_empty_parents(out, &above);
+            if let Some(top) = &parents {
+                crate::files::remove_empty_parents(out, top);
+            }
         }
-    })?;
+    };
+    let lock = crate::files::lock(out, "--out", "a toy prep writing into it").inspect_err(|_| remove_made(out))?;
     let undo = |e: Error| {
         if created {
             let _ = std::fs::remove_file(out.join(".lock"));
-            if std::fs::remove_dir(out).is_ok() {
-                crate::files::remove_empty_parents(out, &above);
-            }
         }
+        remove_made(out);
         e
     };
     if let Ok(rd) = std::fs::read_dir(out) {
@@ -163,7 +165,7 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
         return Err(undo(input(format!("cannot write into --out {o}: {e}"))));
     }
     let _ = std::fs::remove_file(&probe);
-    Ok(OutDir { created, above, _lock: lock })
+    Ok(OutDir { created, parents, _lock: lock })
 }
 
 fn pack(ids: &[u32]) -> Vec<u8> {
@@ -195,7 +197,7 @@ pub fn write_prepared(
     let guard = Cleanup {
         out: out.to_path_buf(),
         created: false,
-        above: out.to_path_buf(),
+        parents: None,
         files: ["tokenizer.json", "train.bin", "val.bin"].iter().map(|n| out.join(n)).collect(),
         done: false,
     };
@@ -260,7 +262,7 @@ fn remove_stale_manifest(out: &Path) -> Result<()> {
 struct Cleanup {
     out: PathBuf,
     created: bool,
-    above: PathBuf,
+    parents: Option<PathBuf>,
     files: Vec<PathBuf>,
     done: bool,
 }
@@ -280,7 +282,9 @@ impl Drop for Cleanup {
             let _ = std::fs::remove_file(f);
         }
         if self.created && std::fs::remove_dir(&self.out).is_ok() {
-            crate::files::remove_empty_parents(&self.out, &self.above);
+            if let Some(top) = &self.parents {
+                crate::files::remove_empty_parents(&self.out, top);
+            }
         }
     }
 }
@@ -511,7 +515,8 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
     if out_dir.created {
         temps.push(out.join(".lock"));
     }
-    let mut guard = Cleanup { out: out.to_path_buf(), created: out_dir.created, above: out_dir.above.clone(), files: temps, done: false };
+    let mut guard =
+        Cleanup { out: out.to_path_buf(), created: out_dir.created, parents: out_dir.parents.clone(), files: temps, done: false };
 
     let scan = scan(&sources, opts, total)?;
     if scan.n_docs == 0 {

@@ -85,11 +85,7 @@ fn remove_folder(path: &Path, created: Option<&Path>) -> String {
         return format!("nothing was saved, so what the run wrote in {} was removed", path.display());
     };
     let _ = std::fs::remove_dir_all(path);
-    for p in path.ancestors().skip(1) {
-        if !p.starts_with(top) || std::fs::remove_dir(p).is_err() {
-            break;
-        }
-    }
+    crate::files::remove_empty_parents(path, top);
     format!("nothing was saved, so the run folder {} was removed", path.display())
 }
 
@@ -188,7 +184,7 @@ impl RunDir {
         } else if path.exists() && !path.is_dir() {
             return Err(not_a_folder(&path));
         }
-        let created = path.ancestors().take_while(|a| !a.as_os_str().is_empty() && !a.exists()).last().map(Path::to_path_buf);
+        let created = crate::files::outermost_missing(&path);
         check_weights(&path)?;
         std::fs::create_dir_all(path.join("weights")).map_err(|e| input(format!("cannot create run folder {}: {e}", path.display())))?;
         // Probe writability now rather than after the first training step.
