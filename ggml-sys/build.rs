@@ -11,7 +11,8 @@
 //! - `TOY_GGML_CMAKE=1`: build with cmake even where the compiler alone would do.
 //! - `GGML_*`, `CMAKE_*` (cmake builds): forwarded to cmake as `-D` definitions (ours
 //!   win on conflict only for the options this crate must control, listed in `FORCED`).
-//! - `CMAKE_CUDA_ARCHITECTURES` (feature `cuda`): default `90`.
+//! - `CMAKE_CUDA_ARCHITECTURES` (feature `cuda`): default `90a` (H100/H200; the flash
+//!   attention's wgmma kernels of patch 0069 need it; `90` or others for other GPUs).
 
 use std::collections::BTreeMap;
 use std::env;
@@ -196,7 +197,7 @@ fn build_ggml(manifest_dir: &Path, ggml_dir: &Path) -> Vec<PathBuf> {
         .define("CMAKE_POSITION_INDEPENDENT_CODE", "ON");
 
     if cfg!(feature = "cuda") {
-        let archs = env::var("CMAKE_CUDA_ARCHITECTURES").unwrap_or_else(|_| "90".into());
+        let archs = env::var("CMAKE_CUDA_ARCHITECTURES").unwrap_or_else(|_| "90a".into());
         cfg.define("CMAKE_CUDA_ARCHITECTURES", archs)
             .define("GGML_CUDA_FA", "OFF")
             .define("GGML_CUDA_NCCL", "OFF")

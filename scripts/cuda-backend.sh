@@ -10,7 +10,8 @@
 # GGML_SOURCE: the patched ggml folder (default dist/ggml-src, written by
 #   scripts/dist.sh; or any ggml 0.26.0 folder with patches/ applied).
 # OUT_DIR: where libggml-cuda.so goes (default dist).
-# Environment: CMAKE_CUDA_ARCHITECTURES (default 90 = H100/H200),
+# Environment: CMAKE_CUDA_ARCHITECTURES (default 90a = H100/H200, with patch
+#   0069's wgmma kernels; 90 or others for other GPUs),
 #   GGML_CUDA_FA (default OFF: FlashAttention has no backward, training never
 #   uses it), JOBS (default: all cores).
 set -euo pipefail
@@ -29,7 +30,7 @@ cmake -S "$here/ggml-sys/cmake" -B "$build" "${gen[@]}" \
   -DBUILD_SHARED_LIBS=ON -DGGML_BACKEND_DL=ON -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF \
   -DGGML_BLAS=OFF -DGGML_LLAMAFILE=ON -DGGML_CCACHE=OFF -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF \
   -DGGML_CUDA=ON -DGGML_CUDA_FA="${GGML_CUDA_FA:-OFF}" -DGGML_CUDA_NCCL=OFF -DGGML_CUDA_GRAPHS=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="${CMAKE_CUDA_ARCHITECTURES:-90}" -DCMAKE_POSITION_INDEPENDENT_CODE=ON
+  -DCMAKE_CUDA_ARCHITECTURES="${CMAKE_CUDA_ARCHITECTURES:-90a}" -DCMAKE_POSITION_INDEPENDENT_CODE=ON
 cmake --build "$build" --target ggml-cuda -j "${JOBS:-$(nproc)}"
 lib=$(find "$build" -name 'libggml-cuda.so' | head -1)
 cp "$lib" "$out/"

@@ -7,9 +7,12 @@
 // Each check and timing runs twice: with f32 q, k, v (copied to bf16 by the
 // op) and with bf16 ones (what an autocast model gives the op).
 //
-//   nvcc -O3 -std=c++17 -arch=sm_90 -use_fast_math -I dist/ggml-src/src/ggml-cuda scripts/gpu/attn-flash-test.cu -o /tmp/aft
+//   nvcc -O3 -std=c++17 -arch=sm_90a -DGGML_CUDA_WGMMA -use_fast_math -I dist/ggml-src/src/ggml-cuda scripts/gpu/attn-flash-test.cu -o /tmp/aft
 //   /tmp/aft            # checks, then timings; exit code 1 when a check fails
 //   /tmp/aft time D hq hkv T B [bf16]   # the timing of that one shape (e.g. under ncu)
+//
+// Built for sm_90a with GGML_CUDA_WGMMA, head size 64 runs patch 0069's wgmma
+// kernels on an H100/H200; TOY_CUDA_NO_0069=1 runs the mma.sync ones instead.
 
 #include "attn-flash.cuh"
 

@@ -346,7 +346,8 @@ stage_parity_bf16() {
 }
 # The cases of the A/B stages (ab_cases, toy-ab), by index: SmolLM2's shape at
 # contexts 2048 and 1024, GPT-2 124M (bf16 and TF32), LoRA rank 16 over a Q4_1
-# base and full fine-tuning of its f16 copy (context 512, batch 8), LoRA over that f16 copy.
+# base and full fine-tuning of its f16 copy (context 512, batch 8), LoRA over that f16 copy,
+# GPT-2 124M at vocabulary 8192, SmolLM2's shape at contexts 4096 and 8192.
 ab_case_list() {
   local w=$LORA_BENCH
   lora_bases
@@ -359,6 +360,8 @@ ab_case_list() {
     "--from $w/smol-f16.gguf --context 512 --batch 8"
     "--from $w/smol-f16.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down --context 512 --batch 8"
     "--preset gpt2-124m --vocab 8192 --dtype bf16"
+    "--preset smollm2-135m --vocab 49152 --context 4096 --attention fused"
+    "--preset smollm2-135m --vocab 49152 --context 8192 --attention fused"
   )
 }
 # A/B of a patch that an environment variable turns off: each case of AB_CASES
@@ -432,6 +435,8 @@ stage_ce_stage_ab() { TOY_CUDA_0063=1 AB_CASES=${AB_CASES:-2 7} AB_ENV=TOY_CUDA_
 # patch 0065 (on unless TOY_CUDA_NO_0065): the main stream at the greatest priority (LoRA over Q4_1 and f16, full fine-tuning).
 stage_priority_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_NO_0065 ab_cases; }
 # patch 0066 (opt-in in toy): LoRA's input gradient through the merged weight (LoRA over Q4_1 and f16).
+# Patch 0069 (the flash kernels on wgmma, sm_90a modules) on and off: SmolLM2 at 2048, 4096, 8192, GPT-2 124M.
+stage_wgmma_ab() { AB_CASES=${AB_CASES:-0 8 9 2} AB_ENV=TOY_CUDA_NO_0069 ab_cases; }
 stage_merged_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_0066 AB_OPT_IN=1 ab_cases; }
 stage_recompute_ab() { AB_CASES=${AB_CASES:-2} AB_ENV=TOY_NO_0062 ab_cases; }
 stage_dequant_list_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_CUDA_NO_0061 ab_cases; }
@@ -474,7 +479,7 @@ stage_module_ab() {
 # and the names of the kernels SDPA runs.
 stage_flash_harness() {
   local src=${FLASH_SRC:-dist/ggml-src/src/ggml-cuda}
-  nvcc -O3 -std=c++17 -arch=sm_90 -use_fast_math -I "$src" scripts/gpu/attn-flash-test.cu -o /tmp/aft 2> "$OUT/flash-nvcc.err" || { echo "nvcc failed"; tail -20 "$OUT/flash-nvcc.err"; return; }
+  nvcc -O3 -std=c++17 -arch=sm_90a -DGGML_CUDA_WGMMA -use_fast_math -I "$src" scripts/gpu/attn-flash-test.cu -o /tmp/aft 2> "$OUT/flash-nvcc.err" || { echo "nvcc failed"; tail -20 "$OUT/flash-nvcc.err"; return; }
   /tmp/aft ${FLASH_ARGS:-} | tee -a "$OUT/flash-harness.txt"
   [ -n "${FLASH_NO_SDPA:-}" ] || python3 scripts/gpu/sdpa-time.py --kernels | tee -a "$OUT/sdpa-time.txt"
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the CUDA module (libggml-cuda.so, sm_90) on a machine without a GPU or a
+# Build the CUDA module (libggml-cuda.so, sm_90a) on a machine without a GPU or a
 # CUDA toolkit, from pip's CUDA 13 wheels, so that a GPU call does not spend its
 # minutes on the build (about 13 minutes on 2 cores here, ~3 on the GPU machine).
 #
