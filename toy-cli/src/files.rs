@@ -249,6 +249,17 @@ pub fn remove_empty_parents(path: &Path, top: &Path) {
     }
 }
 
+/// Remove the folder `dir` if it is empty, then, when it went, the parents of it
+/// inside `top` (the outermost folder made above it, if any) while they are
+/// empty ([`remove_empty_parents`]); best effort.
+pub fn remove_made_folder(dir: &Path, top: Option<&Path>) {
+    if std::fs::remove_dir(dir).is_ok() {
+        if let Some(top) = top {
+            remove_empty_parents(dir, top);
+        }
+    }
+}
+
 /// Make the folders above `out` that are missing (as `toy prep` and `toy train`
 /// make theirs), right before `out` is written.
 ///

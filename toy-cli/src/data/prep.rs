@@ -131,19 +131,17 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
         Err(e) => return Err(input(format!("cannot create --out {o}: {e}"))),
     };
     // The folders made for `out`, out first (empty unless another prep holds it: then it stays).
-    let remove_made = |out: &Path| {
-        if created && std::fs::remove_dir(out).is_ok() {
-            if let Some(top) = &parents {
-                crate::files::remove_empty_parents(out, top);
-            }
+    let remove_made = || {
+        if created {
+            crate::files::remove_made_folder(out, parents.as_deref());
         }
     };
-    let lock = crate::files::lock(out, "--out", "a toy prep writing into it").inspect_err(|_| remove_made(out))?;
+    let lock = crate::files::lock(out, "--out", "a toy prep writing into it").inspect_err(|_| remove_made())?;
     let undo = |e: Error| {
         if created {
             let _ = std::fs::remove_file(out.join(".lock"));
         }
-        remove_made(out);
+        remove_made();
         e
     };
     if let Ok(rd) = std::fs::read_dir(out) {
@@ -281,10 +279,8 @@ impl Drop for Cleanup {
         for f in &self.files {
             let _ = std::fs::remove_file(f);
         }
-        if self.created && std::fs::remove_dir(&self.out).is_ok() {
-            if let Some(top) = &self.parents {
-                crate::files::remove_empty_parents(&self.out, top);
-            }
+        if self.created {
+            crate::files::remove_made_folder(&self.out, self.parents.as_deref());
         }
     }
 }
