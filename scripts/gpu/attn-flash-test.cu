@@ -127,9 +127,12 @@ static void launch(const shape & s, const run_bufs & r, bool fwd, bool bwd, bool
         else flash_forward<128>(q, k, v, s.T, s.B, s.hq, s.hkv, scale, r.out, r.lse, r.ws, 0);
     }
     if (bwd) {
-        k_rowdot<<<(rows + 255)/256, 256>>>(r.dout, r.out, r.rd, s.D, rows);
-        if (s.D == 64) flash_backward<64>(q, k, v, r.dout, s.T, s.B, s.hq, s.hkv, scale, r.lse, r.rd, r.dq, r.dk, r.dv, r.ws, 0);
-        else flash_backward<128>(q, k, v, r.dout, s.T, s.B, s.hq, s.hkv, scale, r.lse, r.rd, r.dq, r.dk, r.dv, r.ws, 0);
+        // patch 0070: the row dots computed with dO's copy, unless TOY_CUDA_NO_0070 is set
+        static const bool no_0070 = std::getenv("TOY_CUDA_NO_0070") != nullptr;
+        if (no_0070) k_rowdot<<<(rows + 255)/256, 256>>>(r.dout, r.out, r.rd, s.D, rows);
+        const float * o = no_0070 ? nullptr : r.out;
+        if (s.D == 64) flash_backward<64>(q, k, v, r.dout, o, s.T, s.B, s.hq, s.hkv, scale, r.lse, r.rd, r.dq, r.dk, r.dv, r.ws, 0);
+        else flash_backward<128>(q, k, v, r.dout, o, s.T, s.B, s.hq, s.hkv, scale, r.lse, r.rd, r.dq, r.dk, r.dv, r.ws, 0);
     }
     CK(cudaGetLastError());
 }

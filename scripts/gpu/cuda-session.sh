@@ -436,6 +436,8 @@ stage_ce_stage_ab() { TOY_CUDA_0063=1 AB_CASES=${AB_CASES:-2 7} AB_ENV=TOY_CUDA_
 stage_priority_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_NO_0065 ab_cases; }
 # Patch 0069 (the flash kernels on wgmma, sm_90a modules) on and off: SmolLM2 at 2048, 4096, 8192, GPT-2 124M.
 stage_wgmma_ab() { AB_CASES=${AB_CASES:-0 8 9 2} AB_ENV=TOY_CUDA_NO_0069 ab_cases; }
+# Patch 0070 (dO's copy and the row dots in one pass) on and off: SmolLM2 at 2048 and 4096, GPT-2 124M.
+stage_rowdot_ab() { AB_CASES=${AB_CASES:-0 8 2} AB_ENV=TOY_CUDA_NO_0070 ab_cases; }
 # patch 0066 (opt-in in toy): LoRA's input gradient through the merged weight (LoRA over Q4_1 and f16).
 stage_merged_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_0066 AB_OPT_IN=1 ab_cases; }
 stage_recompute_ab() { AB_CASES=${AB_CASES:-2} AB_ENV=TOY_NO_0062 ab_cases; }
