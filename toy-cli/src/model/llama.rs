@@ -75,10 +75,13 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
     if let Some((lens, _)) = w.lens() {
         h = ctx.mul_mat(lens, h)?; // [d, T·B]
     }
-    let mut h = ctx.reshape(h, &[d, t, b])?; // [d, T, B]
+    // The residual stream stays [d, T·B]: each residual sum then adds h itself
+    // (no reshape of it), so that the backward reaches that sum before h's norm
+    // and the norm's backward adds h's gradient in its own pass (patch 0047)
+    // instead of an ADD after it.
+    let (hq, hkv) = (c.n_heads as i64, c.n_kv_heads as i64);
     for (layer, blk) in w.blocks().iter().enumerate() {
-        let a = blk.product_input(ctx, ctx.rms_norm_gain(h, blk.tensor("attn_norm.weight")?, eps)?)?; // [d, T, B]
-        let (hq, hkv) = (c.n_heads as i64, c.n_kv_heads as i64);
+        let a = blk.product_input(ctx, ctx.rms_norm_gain(h, blk.tensor("attn_norm.weight")?, eps)?)?; // [d, T·B]
         let lin = |stem: &str, x| blk.linear(ctx, stem, s, x);
         // RoPE over [dh, heads, T·B] with per-token positions: its backward then
         // receives a contiguous gradient (through the reshape), which CUDA needs.
@@ -88,13 +91,14 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
         let k = ctx.reshape(k, &[dh, hkv, t, b])?;
         let v = ctx.reshape(lin("attn_v", a)?, &[dh, hkv, t, b])?;
         let att = blk.attention(ctx, [q, k, v], &x, layer)?; // [H·dh, T, B]
-        h = blk.linear_onto(ctx, "attn_output", s, att, Some(h))?; // h + W_o·att (+ LoRA)
+        let att = ctx.reshape(att, &[dh * hq, t * b])?; // [H·dh, T·B]
+        h = blk.linear_onto(ctx, "attn_output", s, att, Some(h))?; // h + W_o·att (+ LoRA), [d, T·B]
 
         let m = blk.product_input(ctx, ctx.rms_norm_gain(h, blk.tensor("ffn_norm.weight")?, eps)?)?;
-        let g = blk.gated(ctx, s, m)?; // [d_ff, T, B]
+        let g = blk.gated(ctx, s, m)?; // [d_ff, T·B]
         h = blk.linear_onto(ctx, "ffn_down", s, g, Some(h))?;
     }
-    ctx.rms_norm_gain(h, w.tensor("output_norm.weight")?, eps) // [d, T, B]
+    ctx.reshape(ctx.rms_norm_gain(h, w.tensor("output_norm.weight")?, eps)?, &[d, t, b]) // [d, T, B]
 }
 
 #[cfg(test)]
