@@ -187,13 +187,22 @@ impl<'w> Block<'w> {
     /// the f32 tensors die after the casts (half the bytes, as autocast keeps
     /// a linear's bf16 output for SDPA's backward), and the kernels read the
     /// casts where they lie (patch 0046: no padded copies of their own).
+    ///
+    /// The result is the output projection's input, so under
+    /// [`Autocast::inputs`] it is cast to bf16 as
+    /// [`product_input`](Self::product_input) casts the others: the projection
+    /// reads that copy forward and backward (its weight gradient), where it
+    /// converted the f32 output itself each time (CUDA). A fused attention
+    /// still keeps its f32 output for its own backward.
     pub fn attention<'a>(&self, ctx: &'a Context, [q, k, v]: [Tensor<'a>; 3], x: &Batch<'a>, layer: usize) -> Result<Tensor<'a>> {
         let dh = q.ne()[0];
-        if self.autocast.attention && x.attention == Attention::Fused && x.cache.is_none() && (dh == 64 || dh == 128) {
+        let o = if self.autocast.attention && x.attention == Attention::Fused && x.cache.is_none() && (dh == 64 || dh == 128) {
             let bf16 = |t| ctx.cast(t, DType::BF16);
-            return causal_attention(ctx, bf16(q)?, bf16(k)?, bf16(v)?, x, layer);
-        }
-        causal_attention(ctx, q, k, v, x, layer)
+            causal_attention(ctx, bf16(q)?, bf16(k)?, bf16(v)?, x, layer)?
+        } else {
+            causal_attention(ctx, q, k, v, x, layer)?
+        };
+        self.product_input(ctx, o)
     }
 
     /// The adapter of `self.tensors[k]` where its product's input gradient goes
