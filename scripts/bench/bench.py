@@ -145,12 +145,41 @@ def torch_worker(args):
             # other workers, then time alone on the GPU, holding the lock.
             barrier_wait(args.barrier, args.n_barrier)
             lock = gpu_lock(args.barrier)
+    if args.profile:
+        profile_step(args.profile, step, lambda: [torch.randint(0, args.vocab, (b, t), generator=g).to(dev) for _ in range(2)])
     import resource
     peak = torch.cuda.max_memory_allocated() if dev.type == "cuda" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     reserved = torch.cuda.max_memory_reserved() if dev.type == "cuda" else None
     print(json.dumps({"median_ms": statistics.median(times), "step_ms": times, "peak_bytes": peak, "peak_reserved_bytes": reserved,
                       "compile_s": compile_s,
                       "tokens_per_step": t * b, "torch": torch.__version__}))
+
+
+def profile_step(path, step, batch):
+    """One more step under torch.profiler: its GPU kernels by total time, to `path`
+    (the side's counterpart of toy's ncu tables; profiled after the timed steps)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    tokens, targets = batch()
+    cuda = tokens.is_cuda  # else the CPU's operators (nested ones included)
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        step(tokens, targets).item()
+        if cuda:
+            torch.cuda.synchronize()
+    kernels = {}
+    for e in prof.events():
+        if e.device_type == (torch.autograd.DeviceType.CUDA if cuda else torch.autograd.DeviceType.CPU):
+            k = kernels.setdefault(e.name, [0, 0.0])
+            k[0] += 1
+            k[1] += e.device_time_total if cuda else e.cpu_time_total
+    total = sum(v[1] for v in kernels.values())
+    with open(path, "w") as f:
+        what = "kernels" if cuda else "operators"
+        f.write(f"{sum(v[0] for v in kernels.values())} {what}, {total / 1e3:.3f} ms\n")
+        f.write(f"| {what[:-1]} | calls | us | share |\n|---|---:|---:|---:|\n")
+        for name, (n, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:60]:
+            f.write(f"| `{name[:110]}` | {n} | {us:.1f} | {100 * us / total:.1f}% |\n")
 
 
 def barrier_wait(folder, n, timeout=900):
@@ -217,6 +246,7 @@ def main():
     ap.add_argument("--context", type=int, help="override every preset's context")
     ap.add_argument("--attention", default="fused", choices=["reference", "fused"], help="toy's attention (fused: its default)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--profile", help=argparse.SUPPRESS)  # worker: one more step under torch.profiler, its kernels to this file
     ap.add_argument("--preset", help=argparse.SUPPRESS)
     ap.add_argument("--variant", default="eager", help=argparse.SUPPRESS)
     ap.add_argument("--precision", default="highest", help=argparse.SUPPRESS)
