@@ -98,13 +98,14 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
         let g = blk.gated(ctx, s, m)?; // [d_ff, T·B]
         h = blk.linear_onto(ctx, "ffn_down", s, g, Some(h))?;
     }
-    ctx.reshape(ctx.rms_norm_gain(h, w.tensor("output_norm.weight")?, eps)?, &[d, t, b]) // [d, T, B]
+    ctx.reshape(ctx.rms_norm_gain(h, w.tensor("output_norm.weight")?, eps)?, &[d, t, b])
+    // [d, T, B]
 }
 
 #[cfg(test)]
 mod tests {
     use crate::model::{lora::LoraConfig, Arch, ModelConfig, Weights};
-    use crate::train::step::{capacity, Consts, Forward};
+    use crate::train::step::{capacity, Consts, Forward, GradStep};
     use ggml_rs::{sys, Backend, Context};
 
     /// Every sum of a product (the residual stream's, a LoRA adapter's) comes
@@ -147,5 +148,37 @@ mod tests {
             // Two residual sums per layer, and with LoRA one adapter sum per adapted matrix.
             assert_eq!(sums, 2 * c.n_layers + if lora { 7 * c.n_layers } else { 0 }, "lora {lora}");
         }
+    }
+
+    /// Each block norm's backward (NORM_GAIN_BACK, patch 0047) adds the residual
+    /// stream's gradient in its own pass: the residual sums read h itself, so the
+    /// backward reaches them first. Through a reshape of h it came after the
+    /// norm, and an ADD of [d, T·B] followed each of the 2·layers norms.
+    #[test]
+    fn block_norms_add_the_residual_gradient_themselves() {
+        let mut c = ModelConfig::new(Arch::Llama, 61, 32, 3, 4, 48, 8);
+        c.n_kv_heads = 2;
+        let backend = Backend::cpu().unwrap();
+        let wctx = Context::new(capacity(c.n_layers)).unwrap();
+        let w = Weights::new(&wctx, &c).unwrap();
+        for p in w.params() {
+            wctx.set_param(p.tensor).unwrap();
+        }
+        let consts = Consts::new(&wctx, c.context, 2).unwrap();
+        wctx.allocate(&backend).unwrap();
+        let cctx = Context::new(capacity(c.n_layers)).unwrap();
+        let gs = GradStep::new(&cctx, &w, &consts, c.context, 2, &[backend]).unwrap();
+        let nodes = gs.graph().nodes();
+        let backs: Vec<_> = nodes.iter().filter(|n| n.op() == sys::GGML_OP_NORM_GAIN_BACK).collect();
+        // the block norms, and the output norm (h's one reader there: nothing to add)
+        assert_eq!(backs.len(), 2 * c.n_layers + 1);
+        assert_eq!(backs.iter().filter(|n| n.srcs().len() == 4).count(), 2 * c.n_layers);
+        let d = c.d_model as i64;
+        let adds = nodes.iter().filter(|n| {
+            n.op() == sys::GGML_OP_ADD
+                && ggml_rs::Tensor::ne(n)[0] == d
+                && n.srcs().iter().any(|s| s.op() == sys::GGML_OP_VIEW && s.srcs()[0].op() == sys::GGML_OP_NORM_GAIN_BACK)
+        });
+        assert_eq!(adds.count(), 0, "an ADD of a norm's gradient");
     }
 }
