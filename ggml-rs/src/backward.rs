@@ -180,6 +180,22 @@ fn is_bf16_product(t: &Tensor<'_>) -> bool {
     })
 }
 
+/// Whether `t` is the bf16 result of `attn_causal` (bf16 q, k and v) or a view
+/// of its output, maybe reshaped (as ggml's `toy_is_bf16_attention`, patch
+/// 0073): the output's gradient is f32.
+fn is_bf16_attention(t: &Tensor<'_>) -> bool {
+    let Some(t) = through_reshapes(t) else { return false };
+    let t = if t.op() == sys::GGML_OP_VIEW {
+        match t.srcs().first() {
+            Some(s) => *s,
+            None => return false,
+        }
+    } else {
+        t
+    };
+    t.op() == sys::GGML_OP_ATTN_CAUSAL && t.dtype() == crate::DType::BF16
+}
+
 /// Whether `t` is a bf16 split SwiGLU of two bf16 casts (or two bf16 products,
 /// patch 0048) or the bf16 GELU of one cast, maybe through reshapes (as ggml's
 /// `toy_is_bf16_activation`, patches 0044, 0045).
@@ -230,7 +246,10 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
         // (patch 0055: and a sum of two bf16 products reads them, its gradient theirs)
         let bf16_product =
             matches!(op, sys::GGML_OP_GLU | sys::GGML_OP_RESHAPE | sys::GGML_OP_MUL_MAT | sys::GGML_OP_ADD) && is_bf16_product(s);
-        let bf16_input = (reads_casts && is_bf16_cast(s)) || (product && is_bf16_activation(s)) || bf16_product;
+        // the attention's bf16 output (patch 0073), viewed, reshaped, multiplied or cast to f32
+        let bf16_attention =
+            matches!(op, sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE | sys::GGML_OP_MUL_MAT | sys::GGML_OP_CPY) && is_bf16_attention(s);
+        let bf16_input = (reads_casts && is_bf16_cast(s)) || (product && is_bf16_activation(s)) || bf16_product || bf16_attention;
         // (f16 too would reach kernels without an f16 case: scale, binary ops, gelu's backward)
         if need && !bf16_logits && !bf16_input && s.dtype() != crate::DType::F32 {
             return Err(fail(

@@ -101,8 +101,20 @@ static double rel(const std::vector<float> & a, const std::vector<double> & r) {
 
 struct run_bufs {
     float *q, *k, *v, *dout, *out, *lse, *rd, *dq, *dk, *dv;
-    __nv_bfloat16 *qb, *kb, *vb, *ws;
+    __nv_bfloat16 *qb, *kb, *vb, *ws, *ob;
 };
+
+// Patch 0073: FLASH_OUT_BF16=1 has the forward write O in bf16 (r.ob) and the
+// backward read it there, as the op does for bf16 q, k and v.
+static bool out_bf16() {
+    static const bool b = std::getenv("FLASH_OUT_BF16") != nullptr;
+    return b;
+}
+
+static __global__ void k_from_bf16(const __nv_bfloat16 * x, float * y, int64_t n) {
+    const int64_t i = (int64_t) blockIdx.x*blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __bfloat162float(x[i]);
+}
 
 static __global__ void k_to_bf16(const float * x, __nv_bfloat16 * y, int64_t n) {
     const int64_t i = (int64_t) blockIdx.x*blockDim.x + threadIdx.x;
@@ -122,17 +134,19 @@ static void launch(const shape & s, const run_bufs & r, bool fwd, bool bwd, bool
     const flash_src q = { bf16 ? (const void *) r.qb : r.q, s.D, (int64_t) s.hq*s.D, (int64_t) s.T*s.hq*s.D, bf16 };
     const flash_src k = { bf16 ? (const void *) r.kb : r.k, s.D, (int64_t) s.hkv*s.D, (int64_t) s.T*s.hkv*s.D, bf16 };
     const flash_src v = { bf16 ? (const void *) r.vb : r.v, s.D, (int64_t) s.hkv*s.D, (int64_t) s.T*s.hkv*s.D, bf16 };
+    const bool obf = out_bf16();
+    void * out = obf ? (void *) r.ob : (void *) r.out;
     if (fwd) {
-        if (s.D == 64) flash_forward<64>(q, k, v, s.T, s.B, s.hq, s.hkv, scale, r.out, r.lse, r.ws, 0);
-        else flash_forward<128>(q, k, v, s.T, s.B, s.hq, s.hkv, scale, r.out, r.lse, r.ws, 0);
+        if (s.D == 64) flash_forward<64>(q, k, v, s.T, s.B, s.hq, s.hkv, scale, out, obf, r.lse, r.ws, 0);
+        else flash_forward<128>(q, k, v, s.T, s.B, s.hq, s.hkv, scale, out, obf, r.lse, r.ws, 0);
     }
     if (bwd) {
-        // patch 0070: the row dots computed with dO's copy, unless TOY_CUDA_NO_0070 is set
-        static const bool no_0070 = std::getenv("TOY_CUDA_NO_0070") != nullptr;
+        // patch 0070: the row dots computed with dO's copy, unless TOY_CUDA_NO_0070 is set (and O is f32)
+        static const bool no_0070 = std::getenv("TOY_CUDA_NO_0070") != nullptr && !obf;
         if (no_0070) k_rowdot<<<(rows + 255)/256, 256>>>(r.dout, r.out, r.rd, s.D, rows);
-        const float * o = no_0070 ? nullptr : r.out;
-        if (s.D == 64) flash_backward<64>(q, k, v, r.dout, o, s.T, s.B, s.hq, s.hkv, scale, r.lse, r.rd, r.dq, r.dk, r.dv, r.ws, 0);
-        else flash_backward<128>(q, k, v, r.dout, o, s.T, s.B, s.hq, s.hkv, scale, r.lse, r.rd, r.dq, r.dk, r.dv, r.ws, 0);
+        const void * o = no_0070 ? nullptr : out;
+        if (s.D == 64) flash_backward<64>(q, k, v, r.dout, o, obf, s.T, s.B, s.hq, s.hkv, scale, r.lse, r.rd, r.dq, r.dk, r.dv, r.ws, 0);
+        else flash_backward<128>(q, k, v, r.dout, o, obf, s.T, s.B, s.hq, s.hkv, scale, r.lse, r.rd, r.dq, r.dk, r.dv, r.ws, 0);
     }
     CK(cudaGetLastError());
 }
@@ -150,7 +164,7 @@ static run_bufs alloc_run(const shape & s, std::vector<float> * hq, std::vector<
     run_bufs r;
     r.q = to_dev(q); r.k = to_dev(k); r.v = to_dev(v); r.dout = to_dev(dout);
     CK(cudaMalloc(&r.out, nq*4)); CK(cudaMalloc(&r.dq, nq*4)); CK(cudaMalloc(&r.dk, nk*4)); CK(cudaMalloc(&r.dv, nk*4));
-    CK(cudaMalloc(&r.lse, nq/s.D*4)); CK(cudaMalloc(&r.rd, nq/s.D*4));
+    CK(cudaMalloc(&r.lse, nq/s.D*4)); CK(cudaMalloc(&r.rd, nq/s.D*4)); CK(cudaMalloc(&r.ob, nq*2));
     const size_t tp = (s.T + 127)/128*128, wq = (size_t) s.D*s.hq*tp*s.B, wk = (size_t) s.D*s.hkv*tp*s.B;
     CK(cudaMalloc(&r.ws, (2*wq + 2*wk)*2));   // the most any version of the kernels asks for
     r.qb = to_bf16(r.q, nq); r.kb = to_bf16(r.k, nk); r.vb = to_bf16(r.v, nk);
@@ -160,7 +174,7 @@ static run_bufs alloc_run(const shape & s, std::vector<float> * hq, std::vector<
 
 static void free_run(run_bufs & r) {
     for (float * p : { r.q, r.k, r.v, r.dout, r.out, r.lse, r.rd, r.dq, r.dk, r.dv }) cudaFree(p);
-    for (__nv_bfloat16 * p : { r.qb, r.kb, r.vb, r.ws }) cudaFree(p);
+    for (__nv_bfloat16 * p : { r.qb, r.kb, r.vb, r.ws, r.ob }) cudaFree(p);
 }
 
 static bool check(const shape & s, const bool bf16) {
@@ -172,6 +186,10 @@ static bool check(const shape & s, const bool bf16) {
     std::vector<double> out, lse, dq, dk, dv;
     reference(s, q, k, v, dout, scale, out, lse, dq, dk, dv);
     const size_t nq = out.size(), nk = dk.size();
+    if (out_bf16()) {
+        k_from_bf16<<<(nq + 255)/256, 256>>>(r.ob, r.out, (int64_t) nq);
+        CK(cudaDeviceSynchronize());
+    }
     const double e[5] = { rel(to_host(r.out, nq), out), rel(to_host(r.lse, lse.size()), lse),
         rel(to_host(r.dq, nq), dq), rel(to_host(r.dk, nk), dk), rel(to_host(r.dv, nk), dv) };
     const bool ok = e[0] < 1e-2 && e[1] < 1e-2 && e[2] < 1e-2 && e[3] < 1e-2 && e[4] < 1e-2;

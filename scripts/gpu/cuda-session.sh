@@ -438,6 +438,10 @@ stage_priority_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_NO_0065 ab_cas
 stage_wgmma_ab() { AB_CASES=${AB_CASES:-0 8 9 2} AB_ENV=TOY_CUDA_NO_0069 ab_cases; }
 # Patch 0070 (dO's copy and the row dots in one pass) on and off: SmolLM2 at 2048 and 4096, GPT-2 124M.
 stage_rowdot_ab() { AB_CASES=${AB_CASES:-0 8 2} AB_ENV=TOY_CUDA_NO_0070 ab_cases; }
+# Patch 0073 (the attention's bf16 output for bf16 q, k, v) on and off: SmolLM2 at 2048 and 4096, GPT-2 124M.
+stage_attn_out_ab() { AB_CASES=${AB_CASES:-0 8 2} AB_ENV=TOY_NO_0073 ab_cases; }
+# Any variable's A/B: AB_ENV (with AB_VALUE, AB_OPT_IN, AB_CASES) from the caller.
+stage_env_ab() { : "${AB_ENV:?the variable to A/B}"; ab_cases; }
 # patch 0066 (opt-in in toy): LoRA's input gradient through the merged weight (LoRA over Q4_1 and f16).
 stage_merged_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_0066 AB_OPT_IN=1 ab_cases; }
 stage_recompute_ab() { AB_CASES=${AB_CASES:-2} AB_ENV=TOY_NO_0062 ab_cases; }

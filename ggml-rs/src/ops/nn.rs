@@ -378,8 +378,10 @@ impl Context {
     /// other strides free. Or all three bf16 (patch 0043: casts of f32
     /// tensors, whose gradients stay f32), on CUDA only, for `d_head` 64 or
     /// 128 (its flash kernels): [`Graph::allocate`](crate::Graph::allocate)
-    /// refuses such a node elsewhere. Returns the f32 output
-    /// `[d_head, n_head, T, B]` (contiguous: a view of the op's packed result).
+    /// refuses such a node elsewhere. Returns the output `[d_head, n_head, T, B]`
+    /// (contiguous: a view of the op's packed result): f32, or bf16 for bf16
+    /// inputs (patch 0073, as PyTorch's SDPA under autocast; its gradient
+    /// stays f32; `TOY_NO_0073`, read here, keeps it f32).
     /// CPU and CUDA kernels; on other backends the scheduler runs it on the CPU.
     ///
     /// # Errors
@@ -407,7 +409,7 @@ impl Context {
         }
         // SAFETY: checked.
         let packed = self.op("attn_causal", |ctx| unsafe { sys::ggml_attn_causal(ctx, q.raw(), k.raw(), v.raw(), scale) })?;
-        let row = qn[0] as usize * 4;
+        let row = qn[0] as usize * packed.dtype().type_size();
         let nb = [row, row * qn[1] as usize, row * (qn[1] * qn[2]) as usize];
         self.view(packed, &qn, &nb, 0)
     }

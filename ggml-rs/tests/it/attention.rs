@@ -190,6 +190,9 @@ fn check_bf16(dims: [usize; 5], seed: u64, cast: bool) -> ggml_rs::Result<Vec<Ve
     }
     let read = |x| if cast { ctx.cast(x, DType::BF16) } else { Ok(x) };
     let o = ctx.attn_causal(read(q)?, read(k)?, read(v)?, scale)?.set_output();
+    // bf16 inputs give a bf16 output (patch 0073), read here through an f32 cast
+    assert_eq!(o.dtype(), if cast && std::env::var_os("TOY_NO_0073").is_none() { DType::BF16 } else { DType::F32 });
+    let o = if o.dtype() == DType::BF16 { ctx.cast(o, DType::F32)?.set_output() } else { o };
     let rt = ctx.new_tensor(DType::F32, &o.ne())?.set_input();
     let loss = ctx.sum(ctx.mul(o, rt)?)?.set_output();
     let mut g = ggml_rs::Graph::with_grads(&ctx, 1024)?;
@@ -226,8 +229,12 @@ fn bf16_products_within_bf16_tolerance() {
 
 /// Patch 0043: q, k and v cast to bf16 give on CUDA what the flash kernels
 /// give from the f32 tensors (which they round the same way; to 1e-6), and
-/// their f32 gradients reach the parameters through the casts. The CPU has no
-/// bf16 kernel: the graph is refused before ggml sees it.
+/// their f32 gradients reach the parameters through the casts. Patch 0073: the
+/// output is then bf16 (within half a bf16 step of the f32 one: 2^-8 of the
+/// value at most), and the
+/// backward's row dots read it, so the gradients agree to bf16's precision
+/// (1e-2, the bound against the f64 reference); TOY_NO_0073 keeps 1e-6. The
+/// CPU has no bf16 kernel: the graph is refused before ggml sees it.
 #[test]
 fn bf16_inputs_give_what_the_f32_inputs_give() {
     let dev = cpu();
@@ -239,10 +246,16 @@ fn bf16_inputs_give_what_the_f32_inputs_give() {
             continue;
         }
         let plain = check_bf16(dims, seed, false).unwrap();
+        let f32_out = std::env::var_os("TOY_NO_0073").is_some();
         for (what, (a, b)) in ["out", "dq", "dk", "dv"].iter().zip(cast.unwrap().iter().zip(&plain)) {
             // dq is summed with f32 atomics, in no fixed order
             let d = scaled_err(a, &f64s(b));
-            assert!(d <= 1e-6, "{dims:?} {what}: bf16 inputs differ from f32 inputs by {d:e} of the scale");
+            let bound = match (f32_out, *what) {
+                (true, _) => 1e-6,
+                (false, "out") => 2f64.powi(-8), // rounded to nearest bf16: half of 2^-7, bf16's step at 1
+                (false, _) => 1e-2,
+            };
+            assert!(d <= bound, "{dims:?} {what}: bf16 inputs differ from f32 inputs by {d:e} of the scale");
         }
     }
     let ctx = Context::new(8).unwrap();

@@ -107,7 +107,7 @@ impl<'w> Block<'w> {
     /// cast where nothing else reads it (a norm's or GELU's output): what
     /// autocast saves for a linear's backward, at half the bytes.
     pub fn product_input<'a>(&self, ctx: &'a Context, x: Tensor<'a>) -> Result<Tensor<'a>> {
-        if self.autocast.inputs {
+        if self.autocast.inputs && x.dtype() != DType::BF16 {
             ctx.cast(x, ggml_rs::DType::BF16)
         } else {
             Ok(x)
@@ -192,8 +192,9 @@ impl<'w> Block<'w> {
     /// [`Autocast::inputs`] it is cast to bf16 as
     /// [`product_input`](Self::product_input) casts the others: the projection
     /// reads that copy forward and backward (its weight gradient), where it
-    /// converted the f32 output itself each time (CUDA). A fused attention
-    /// still keeps its f32 output for its own backward.
+    /// converted the f32 output itself each time (CUDA). The fused attention
+    /// of bf16 q, k and v writes a bf16 output itself (patch 0073), which
+    /// needs no cast and which its backward reads.
     pub fn attention<'a>(&self, ctx: &'a Context, [q, k, v]: [Tensor<'a>; 3], x: &Batch<'a>, layer: usize) -> Result<Tensor<'a>> {
         let dh = q.ne()[0];
         let o = if self.autocast.attention && x.attention == Attention::Fused && x.cache.is_none() && (dh == 64 || dh == 128) {
