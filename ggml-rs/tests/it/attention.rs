@@ -231,10 +231,10 @@ fn bf16_products_within_bf16_tolerance() {
 /// give from the f32 tensors (which they round the same way; to 1e-6), and
 /// their f32 gradients reach the parameters through the casts. Patch 0073: the
 /// output is then bf16 (within half a bf16 step of the f32 one: 2^-8 of the
-/// value at most), and the
-/// backward's row dots read it, so the gradients agree to bf16's precision
-/// (1e-2, the bound against the f64 reference); TOY_NO_0073 keeps 1e-6. The
-/// CPU has no bf16 kernel: the graph is refused before ggml sees it.
+/// value at most), and the backward's row dots read it, so the gradients agree
+/// to bf16's precision (1e-2, the bound against the f64 reference);
+/// TOY_NO_0073 keeps 1e-6. The CPU has no bf16 kernel: the graph is refused
+/// before ggml sees it.
 #[test]
 fn bf16_inputs_give_what_the_f32_inputs_give() {
     let dev = cpu();
