@@ -298,7 +298,8 @@ fn parse_bin(bytes: &[u8], path: &Path) -> Result<Vec<u32>> {
 }
 
 /// The vocabulary size: `given`, or the largest id + 1. `what(i)` names
-/// position `i` in the error for an id outside a given vocabulary.
+/// position `i` in the error for an id outside a given vocabulary, and in the
+/// note printed when the largest id makes a vocabulary above [`BIG_VOCAB`].
 fn check_vocab(ids: &[u32], given: Option<usize>, what: impl Fn(usize) -> String) -> Result<usize> {
     match given {
         Some(v) => match ids.iter().position(|&x| x as usize >= v) {
@@ -310,7 +311,17 @@ fn check_vocab(ids: &[u32], given: Option<usize>, what: impl Fn(usize) -> String
             Some((i, &m)) if m as usize >= i32::MAX as usize => {
                 Err(input(format!("{}: id {m} is beyond any vocabulary toy can train (ids below {})", what(i), i32::MAX)))
             }
-            Some((_, &m)) => Ok(m as usize + 1),
+            Some((i, &m)) => {
+                // larger than any tokenizer's: more likely a typo than a vocabulary (as for id lines)
+                if m as usize + 1 > BIG_VOCAB {
+                    eprintln!(
+                        "note: {}: id {m} makes the vocabulary {} (the largest id + 1); give --vocab-size if it is a typo",
+                        what(i),
+                        m as usize + 1
+                    );
+                }
+                Ok(m as usize + 1)
+            }
             None => Ok(1),
         },
     }

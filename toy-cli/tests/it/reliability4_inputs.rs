@@ -209,4 +209,12 @@ fn short_validation_and_huge_ids_are_noted() {
         toy(d.path()).args(["train", "--corpus", "ids.txt"]).args(["--preset", "smoke", "--steps", "1", "--out", "y"]).output().unwrap();
     let err = ok(&o);
     assert!(err.contains("ids.txt:2:1: id 300000 makes the vocabulary 300001"), "{err}");
+    // The same note for a .bin id file, naming the token: with ids in the millions the
+    // memory refusal that follows would otherwise never say which id made the vocabulary.
+    let bin: Vec<u8> = (0..300u32).map(|i| i % 7).chain([300_000]).flat_map(|x| x.to_le_bytes()).collect();
+    std::fs::write(d.path().join("ids.bin"), bin).unwrap();
+    let o =
+        toy(d.path()).args(["train", "--corpus", "ids.bin"]).args(["--preset", "smoke", "--steps", "1", "--out", "z"]).output().unwrap();
+    let err = ok(&o);
+    assert!(err.contains("ids.bin: token 300: id 300000 makes the vocabulary 300001"), "{err}");
 }
