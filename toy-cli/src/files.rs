@@ -261,39 +261,17 @@ pub fn remove_made_folder(dir: &Path, top: Option<&Path>) {
 }
 
 /// Make the folders above `out` that are missing (as `toy prep` and `toy train`
-/// make theirs), right before `out` is written. A missing folder followed by
-/// `..` is not made (`a/../m.gguf` writes `m.gguf` and leaves no `a/`).
+/// make theirs), right before `out` is written.
 ///
 /// # Errors
 /// A runtime error naming the folder that could not be made.
 pub fn make_parent(out: &Path) -> Result<()> {
     match out.parent().filter(|p| !p.as_os_str().is_empty()) {
         Some(dir) if !dir.is_dir() => {
-            let dir = without_undone_folders(dir);
-            if dir.as_os_str().is_empty() || dir.is_dir() {
-                return Ok(());
-            }
-            std::fs::create_dir_all(&dir).map_err(|e| crate::error::runtime(format!("cannot make the folder {}: {e}", dir.display())))
+            std::fs::create_dir_all(dir).map_err(|e| crate::error::runtime(format!("cannot make the folder {}: {e}", dir.display())))
         }
         _ => Ok(()),
     }
-}
-
-/// `p` without each folder name that a `..` right after it undoes (`a/b/../c`
-/// is `a/c`), read as text: for a path whose missing folders are to be made,
-/// where no link can sit between a name and its `..`.
-fn without_undone_folders(p: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out: Vec<Component> = Vec::new();
-    for c in p.components() {
-        match (c, out.last()) {
-            (Component::ParentDir, Some(Component::Normal(_))) => {
-                out.pop();
-            }
-            _ => out.push(c),
-        }
-    }
-    out.iter().collect()
 }
 
 /// What a file that is not a regular one is, as messages name it.
@@ -364,19 +342,5 @@ mod tests {
         assert_eq!(temp_pid("123-45"), Some(123));
         assert_eq!(temp_pid("123-x"), None);
         assert_eq!(temp_pid("abc"), None);
-    }
-
-    #[test]
-    fn a_folder_undone_by_dotdot_is_not_made() {
-        assert_eq!(without_undone_folders(Path::new("a/..")), PathBuf::from(""));
-        assert_eq!(without_undone_folders(Path::new("a/../m")), PathBuf::from("m"));
-        assert_eq!(without_undone_folders(Path::new("a/b/../c")), PathBuf::from("a/c"));
-        assert_eq!(without_undone_folders(Path::new("../a/./b/..")), PathBuf::from("../a"));
-        assert_eq!(without_undone_folders(Path::new("/x/../y")), PathBuf::from("/y"));
-        let d = tempfile::tempdir().unwrap();
-        make_parent(&d.path().join("a/../m.gguf")).unwrap();
-        assert!(!d.path().join("a").exists());
-        make_parent(&d.path().join("b/c/../m.gguf")).unwrap();
-        assert!(d.path().join("b").is_dir() && !d.path().join("b/c").exists());
     }
 }
