@@ -184,16 +184,8 @@ fn is_bf16_product(t: &Tensor<'_>) -> bool {
 /// of its output, maybe reshaped (as ggml's `toy_is_bf16_attention`, patch
 /// 0073): the output's gradient is f32.
 fn is_bf16_attention(t: &Tensor<'_>) -> bool {
-    let Some(t) = through_reshapes(t) else { return false };
-    let t = if t.op() == sys::GGML_OP_VIEW {
-        match t.srcs().first() {
-            Some(s) => *s,
-            None => return false,
-        }
-    } else {
-        t
-    };
-    t.op() == sys::GGML_OP_ATTN_CAUSAL && t.dtype() == crate::DType::BF16
+    let result = through_reshapes(t).and_then(|t| if t.op() == sys::GGML_OP_VIEW { t.srcs().first().copied() } else { Some(t) });
+    result.is_some_and(|t| t.op() == sys::GGML_OP_ATTN_CAUSAL && t.dtype() == crate::DType::BF16)
 }
 
 /// Whether `t` is a bf16 split SwiGLU of two bf16 casts (or two bf16 products,

@@ -381,7 +381,7 @@ impl Context {
     /// refuses such a node elsewhere. Returns the output `[d_head, n_head, T, B]`
     /// (contiguous: a view of the op's packed result): f32, or bf16 for bf16
     /// inputs (patch 0073, as PyTorch's SDPA under autocast; its gradient
-    /// stays f32; `TOY_NO_0073`, read here, keeps it f32).
+    /// stays f32; `TOY_NO_0073`, read by ggml as the op is made, keeps it f32).
     /// CPU and CUDA kernels; on other backends the scheduler runs it on the CPU.
     ///
     /// # Errors

@@ -208,10 +208,7 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
                 None => {
                     let all = lines.iter().flat_map(|(n, l)| l.iter().map(move |&(id, col)| (id as usize + 1, *n, col)));
                     let (v, line, col) = all.max_by_key(|x| x.0).unwrap_or((1, 0, 0));
-                    // Larger than any tokenizer's: more likely a typo than a vocabulary.
-                    if v > BIG_VOCAB {
-                        eprintln!("note: {p}:{line}:{col}: id {} makes the vocabulary {v} (the largest id + 1); give --vocab-size if it is a typo", v - 1);
-                    }
+                    note_big_vocab(&format!("{p}:{line}:{col}"), v);
                     v
                 }
             };
@@ -312,14 +309,7 @@ fn check_vocab(ids: &[u32], given: Option<usize>, what: impl Fn(usize) -> String
                 Err(input(format!("{}: id {m} is beyond any vocabulary toy can train (ids below {})", what(i), i32::MAX)))
             }
             Some((i, &m)) => {
-                // larger than any tokenizer's: more likely a typo than a vocabulary (as for id lines)
-                if m as usize + 1 > BIG_VOCAB {
-                    eprintln!(
-                        "note: {}: id {m} makes the vocabulary {} (the largest id + 1); give --vocab-size if it is a typo",
-                        what(i),
-                        m as usize + 1
-                    );
-                }
+                note_big_vocab(&what(i), m as usize + 1);
                 Ok(m as usize + 1)
             }
             None => Ok(1),
@@ -333,6 +323,15 @@ const AS_IDS: &str =
 
 /// Vocabularies above this (Gemma's is 256,000) are noted when read off an id file.
 const BIG_VOCAB: usize = 262_144;
+
+/// A note when `vocab`, the largest id + 1 read at `at` (a path with a line and
+/// column, or a token), is above [`BIG_VOCAB`]: larger than any tokenizer's,
+/// more likely a typo than a vocabulary.
+fn note_big_vocab(at: &str, vocab: usize) {
+    if vocab > BIG_VOCAB {
+        eprintln!("note: {at}: id {} makes the vocabulary {vocab} (the largest id + 1); give --vocab-size if it is a typo", vocab - 1);
+    }
+}
 
 /// A parsed id line: its 1-based number and its ids with their 1-based columns.
 type IdLine = (usize, Vec<(u32, usize)>);

@@ -98,8 +98,8 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
         let g = blk.gated(ctx, s, m)?; // [d_ff, T·B]
         h = blk.linear_onto(ctx, "ffn_down", s, g, Some(h))?;
     }
-    ctx.reshape(ctx.rms_norm_gain(h, w.tensor("output_norm.weight")?, eps)?, &[d, t, b])
-    // [d, T, B]
+    let out = ctx.rms_norm_gain(h, w.tensor("output_norm.weight")?, eps)?; // [d, T·B]
+    ctx.reshape(out, &[d, t, b]) // [d, T, B]
 }
 
 #[cfg(test)]

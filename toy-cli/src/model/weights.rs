@@ -108,7 +108,7 @@ impl<'w> Block<'w> {
     /// autocast saves for a linear's backward, at half the bytes.
     pub fn product_input<'a>(&self, ctx: &'a Context, x: Tensor<'a>) -> Result<Tensor<'a>> {
         if self.autocast.inputs && x.dtype() != DType::BF16 {
-            ctx.cast(x, ggml_rs::DType::BF16)
+            ctx.cast(x, DType::BF16)
         } else {
             Ok(x)
         }
