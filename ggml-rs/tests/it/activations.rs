@@ -161,6 +161,73 @@ fn swiglu_of_bf16_products_takes_bf16_gradients() {
     }
 }
 
+/// Patch 0075: as above, with the products' gradients by OUT_PROD (toy's CUDA
+/// setting) and the down projection's weight f32 (a trained weight) or bf16
+/// (a frozen base): the SwiGLU's own gradient is written in bf16 by the down
+/// projection's OUT_PROD and SWIGLU_BACK reads it so (autocast's backward).
+/// Where a second product reads the SwiGLU first (a LoRA adapter's `A·y`, here
+/// with `A = 0` so that the chain rule stays the same), the gradient stays f32
+/// (the sum of the two). The gradients of `W_g`, `W_u` and `x` within 1e-2 of
+/// the f64 chain rule on the unrounded values; the CPU refuses the graphs (no
+/// bf16 product result).
+#[test]
+fn swiglu_of_bf16_products_takes_its_gradient_in_bf16() {
+    let dev = cpu();
+    let (k, f, n, m) = (32usize, 48usize, 6usize, 5usize);
+    let mut r = rng(7501);
+    let x = uniform(&mut r, k * n, -1.0, 1.0);
+    let (wg, wu) = (uniform(&mut r, k * f, -0.4, 0.4), uniform(&mut r, k * f, -0.4, 0.4));
+    let (wd, rt) = (uniform(&mut r, f * m, -0.5, 0.5), uniform(&mut r, m * n, -1.0, 1.0));
+    let (gx, dgate, dup) = swiglu_chain(Shape { k, f, n, m }, &x, &wg, &wu, &wd, &rt);
+    let gw = |d: &[f64]| outer(k, f, n, &x, d);
+    for (wd_type, adapter) in [(DType::F32, false), (DType::BF16, false), (DType::F32, true)] {
+        let what = format!("W_down {wd_type}{}", if adapter { ", a second reader" } else { "" });
+        let ctx = Context::new(256).unwrap();
+        let param = |ne: &[i64], d: &[f32]| {
+            let t = leaf(&ctx, &dev, ne, d);
+            ctx.set_param(t).unwrap();
+            t
+        };
+        let (px, pg, pu) = (param(&[k as i64, n as i64], &x), param(&[k as i64, f as i64], &wg), param(&[k as i64, f as i64], &wu));
+        let wdt = leaf(&ctx, &dev, &[f as i64, m as i64], &wd);
+        let wdt = if wd_type == DType::BF16 { ctx.cast(wdt, DType::BF16).unwrap() } else { wdt };
+        let rtt = leaf(&ctx, &dev, &[m as i64, n as i64], &rt);
+        let xb = ctx.cast(px, DType::BF16).unwrap();
+        let (gate, up) = (ctx.mul_mat_bf16(pg, xb).unwrap(), ctx.mul_mat_bf16(pu, xb).unwrap());
+        let y = ctx.swiglu_split(gate, up).unwrap();
+        // an adapter's term B·(A·y) with A = 0, built before W_down's product as toy builds it
+        let term = adapter.then(|| {
+            let a = param(&[f as i64, 4], &vec![0.0; f * 4]);
+            let b = param(&[4, m as i64], &uniform(&mut rng(7502), 4 * m, -0.5, 0.5));
+            ctx.mul_mat(b, ctx.mul_mat(a, y).unwrap()).unwrap()
+        });
+        let out = ctx.mul_mat(wdt, y).unwrap();
+        let out = term.map_or(out, |t| ctx.add(out, t).unwrap());
+        let loss = ctx.sum(ctx.mul(out, rtt).unwrap()).unwrap().set_output();
+        let mut g = Graph::with_grads(&ctx, 512).unwrap();
+        g.set_mul_mat_grad(ggml_rs::MulMatGrad::OutProd);
+        g.expand(loss).unwrap();
+        g.build_backward(loss).unwrap();
+        let back = g.nodes().into_iter().find(|t| t.op() == ggml_rs::sys::GGML_OP_SWIGLU_BACK).expect("a SWIGLU_BACK node");
+        let want = if adapter { DType::F32 } else { DType::BF16 };
+        assert_eq!(back.srcs()[0].dtype(), want, "{what}: the swiglu's gradient");
+        assert_eq!(back.dtype(), DType::BF16, "{what}: the products' gradients in bf16");
+        let grads: Vec<_> = [px, pg, pu].iter().map(|&p| g.grad(p).unwrap().set_output()).collect();
+        let alloc = g.allocate(&backends(&dev));
+        if dev.is_cpu() {
+            let e = alloc.expect_err("the CPU refuses bf16 products").to_string();
+            assert!(e.contains("runs on none of") || e.contains("cannot run MUL_MAT"), "{e}");
+            continue;
+        }
+        alloc.unwrap();
+        g.compute().unwrap();
+        assert!(g.cpu_fallbacks().is_empty(), "{:?}", g.cpu_fallbacks());
+        for (name, got, want) in [("x", &grads[0], &gx), ("W_gate", &grads[1], &gw(&dgate)), ("W_up", &grads[2], &gw(&dup))] {
+            assert_within(&format!("{what}: d{name}"), &got.read_f32().unwrap(), want, 1e-2);
+        }
+    }
+}
+
 /// The gradients of `params` of `sum(mul_mat(wd, y) ⊙ rt)` for a bf16 SwiGLU
 /// `y` of bf16 products: checks that SWIGLU_BACK writes bf16, and on the CPU
 /// (no bf16 product result) that the graph is refused, giving `None`.
