@@ -188,6 +188,14 @@ fn is_bf16_attention(t: &Tensor<'_>) -> bool {
     result.is_some_and(|t| t.op() == sys::GGML_OP_ATTN_CAUSAL && t.dtype() == crate::DType::BF16)
 }
 
+/// Whether `t` is the bf16 rope of a bf16 product, maybe through reshapes
+/// (both) (as ggml's `toy_is_bf16_rope`, patch 0076): its gradient is f32,
+/// and the rope's backward gives the product a bf16 one.
+fn is_bf16_rope(t: &Tensor<'_>) -> bool {
+    through_reshapes(t)
+        .is_some_and(|t| t.op() == sys::GGML_OP_ROPE && t.dtype() == crate::DType::BF16 && t.srcs().first().is_some_and(is_bf16_product))
+}
+
 /// Whether `t` is a bf16 split SwiGLU of two bf16 casts (or two bf16 products,
 /// patch 0048) or the bf16 GELU of one cast, maybe through reshapes (as ggml's
 /// `toy_is_bf16_activation`, patches 0044, 0045).
@@ -241,7 +249,12 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
         // the attention's bf16 output (patch 0073), viewed, reshaped, multiplied or cast to f32
         let bf16_attention =
             matches!(op, sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE | sys::GGML_OP_MUL_MAT | sys::GGML_OP_CPY) && is_bf16_attention(s);
-        let bf16_input = (reads_casts && is_bf16_cast(s)) || (product && is_bf16_activation(s)) || bf16_product || bf16_attention;
+        // a rope reads a bf16 product, the attention bf16 ropes of them (q, k) and a bf16 product
+        // (v), maybe reshaped, and a reshape reads such a rope (patch 0076)
+        let bf16_qkv = (matches!(op, sys::GGML_OP_ROPE | sys::GGML_OP_ATTN_CAUSAL) && is_bf16_product(s))
+            || (matches!(op, sys::GGML_OP_RESHAPE | sys::GGML_OP_ATTN_CAUSAL) && is_bf16_rope(s));
+        let bf16_input =
+            (reads_casts && is_bf16_cast(s)) || (product && is_bf16_activation(s)) || bf16_product || bf16_attention || bf16_qkv;
         // (f16 too would reach kernels without an f16 case: scale, binary ops, gelu's backward)
         if need && !bf16_logits && !bf16_input && s.dtype() != crate::DType::F32 {
             return Err(fail(

@@ -214,8 +214,10 @@ impl Context {
     /// frequency factors or context extension). `a` is `[head_dim, n_head, n_pos, n_seq]`
     /// f32, `pos` an i32 vector of `n_pos` positions; the first `n_dims` (even, ≤
     /// head_dim) dimensions of each head rotate by `pos·base^(−2i/n_dims)`.
+    /// `a` may be bf16 (a `mul_mat_bf16` product, patch 0076), the result then
+    /// bf16 too: CUDA only, where the CPU refuses the graph.
     pub fn rope_ext<'a>(&'a self, a: Tensor<'a>, pos: Tensor<'a>, n_dims: usize, mode: RopeMode, freq_base: f32) -> Result<Tensor<'a>> {
-        need_dtype("rope_ext", &a, &[DType::F32])?;
+        need_dtype("rope_ext", &a, &[DType::F32, DType::BF16])?;
         need_dtype("rope_ext", &pos, &[DType::I32])?;
         need_rows("rope_ext", &a)?;
         let (an, pn) = (a.ne(), pos.ne());

@@ -23,6 +23,7 @@ mod ops;
 mod optim;
 mod optim_many;
 mod products;
+mod qkv_bf16;
 mod quant;
 mod recompute;
 mod sgemm;

@@ -7,6 +7,7 @@
 
 use super::weights::{Autocast, Compact};
 use super::{init::init_weights, lora::LoraConfig, Arch, ModelConfig, Weights};
+use crate::model::attention::Attention;
 use crate::train::step::{capacity, Consts, GradStep};
 use ggml_rs::{sys, Backend, Context};
 
@@ -154,7 +155,6 @@ fn bf16_activation_inputs_agree_with_f32() {
 /// in ggml-rs (`attention::bf16_inputs_give_what_the_f32_inputs_give`).
 #[test]
 fn bf16_attention_inputs_only_where_the_flash_kernels_take_them() {
-    use crate::model::attention::Attention;
     let graph = |c: &ModelConfig, attention| -> ggml_rs::Result<usize> {
         let backend = Backend::cpu()?;
         let wctx = Context::new(capacity(c.n_layers))?;
@@ -204,9 +204,36 @@ fn bf16_gate_and_up_products_for_llama_blocks() {
     }
 }
 
+/// bf16 q, k and v products (toy-rs patch 0076, [`Block::qkv_bf16`](super::weights::Block::qkv_bf16))
+/// only where the fused attention takes bf16 inputs: a llama block with heads
+/// of 64 then multiplies into bf16, which the CPU refuses at the q product
+/// (MUL_MAT, ggml-rs's error) instead of at the attention; gpt2 (its own pass,
+/// biased products) and heads of 8 stay as they were (the same error, the same
+/// step). CUDA's numbers: ggml-rs's
+/// `attention::bf16_ropes_of_bf16_products_against_the_f32_chain`.
+#[test]
+fn bf16_qkv_products_only_where_the_flash_kernels_take_them() {
+    let base = Autocast { inputs: true, attention: true, ..Default::default() };
+    let all = Autocast { qkv: true, ..base };
+    for arch in [Arch::Llama, Arch::Gpt2] {
+        let wide = ModelConfig::new(arch, 61, 128, 2, 2, 96, 8); // heads of 64
+        let e = step_error_in(&wide, all, Some(Attention::Fused)).expect("the CPU has no bf16 product result or attention");
+        let refused = if arch == Arch::Llama { "MUL_MAT" } else { "ATTN_CAUSAL" };
+        assert!(e.contains("runs on none of") && e.contains(refused), "{arch:?}: {e}");
+        let narrow = ModelConfig::new(arch, 61, 32, 2, 4, 48, 8); // heads of 8
+        let (want, got) = (run(&narrow, base), run(&narrow, all));
+        assert_eq!((got.casts, got.loss), (want.casts, want.loss), "{arch:?}");
+    }
+}
+
 /// The error of building (and allocating) one step's graph under `autocast`
 /// on the CPU, if any.
 fn step_error(c: &ModelConfig, autocast: Autocast) -> Option<String> {
+    step_error_in(c, autocast, None)
+}
+
+/// [`step_error`] with the attention `attention` where given (else the default).
+fn step_error_in(c: &ModelConfig, autocast: Autocast, attention: Option<Attention>) -> Option<String> {
     let backend = Backend::cpu().unwrap();
     let wctx = Context::new(capacity(c.n_layers)).unwrap();
     let mut w = Weights::new(&wctx, c).unwrap();
@@ -214,7 +241,8 @@ fn step_error(c: &ModelConfig, autocast: Autocast) -> Option<String> {
     for p in w.params().into_iter().filter(|p| p.trainable) {
         wctx.set_param(p.tensor).unwrap();
     }
-    let consts = Consts::new(&wctx, c.context, 2).unwrap();
+    let mut consts = Consts::new(&wctx, c.context, 2).unwrap();
+    consts.attention = attention.unwrap_or(consts.attention);
     wctx.allocate(&backend).unwrap();
     let cctx = Context::new(capacity(c.n_layers)).unwrap();
     GradStep::new(&cctx, &w, &consts, c.context, 2, &[backend]).err().map(|e| e.to_string())

@@ -83,13 +83,17 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
     for (layer, blk) in w.blocks().iter().enumerate() {
         let a = blk.product_input(ctx, ctx.rms_norm_gain(h, blk.tensor("attn_norm.weight")?, eps)?)?; // [d, T·B]
         let lin = |stem: &str, x| blk.linear(ctx, stem, s, x);
-        // RoPE over [dh, heads, T·B] with per-token positions: its backward then
-        // receives a contiguous gradient (through the reshape), which CUDA needs.
-        let q = rope(ctx, ctx.reshape(lin("attn_q", a)?, &[dh, hq, t * b])?, x.pos, mode, c.rope_base)?;
-        let k = rope(ctx, ctx.reshape(lin("attn_k", a)?, &[dh, hkv, t * b])?, x.pos, mode, c.rope_base)?;
+        let [q, k, v] = match blk.qkv_bf16(ctx, a, &x, dh)? {
+            Some(qkv) => qkv, // bf16 (patch 0076)
+            None => [lin("attn_q", a)?, lin("attn_k", a)?, lin("attn_v", a)?],
+        }; // [H·dh, T·B], [Hkv·dh, T·B] ×2
+           // RoPE over [dh, heads, T·B] with per-token positions: its backward then
+           // receives a contiguous gradient (through the reshape), which CUDA needs.
+        let q = rope(ctx, ctx.reshape(q, &[dh, hq, t * b])?, x.pos, mode, c.rope_base)?;
+        let k = rope(ctx, ctx.reshape(k, &[dh, hkv, t * b])?, x.pos, mode, c.rope_base)?;
         let q = ctx.reshape(q, &[dh, hq, t, b])?; // [dh, H, T, B]
         let k = ctx.reshape(k, &[dh, hkv, t, b])?;
-        let v = ctx.reshape(lin("attn_v", a)?, &[dh, hkv, t, b])?;
+        let v = ctx.reshape(v, &[dh, hkv, t, b])?;
         let att = blk.attention(ctx, [q, k, v], &x, layer)?; // [H·dh, T, B]
         let att = ctx.reshape(att, &[dh * hq, t * b])?; // [H·dh, T·B]
         h = blk.linear_onto(ctx, "attn_output", s, att, Some(h))?; // h + W_o·att (+ LoRA), [d, T·B]

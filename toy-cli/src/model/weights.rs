@@ -44,6 +44,12 @@ pub struct Autocast {
     /// projections and no casts, and SWIGLU_BACK writes their gradients in
     /// bf16, as autocast's linears do. CUDA only (the CPU has no bf16 result).
     pub outputs: bool,
+    /// The attention's q, k and v projections write bf16 (`ggml_mul_mat_bf16`,
+    /// [`Block::qkv_bf16`], patch 0076) where they are plain products, with
+    /// [`attention`](Self::attention) and the fused attention: q and k's ropes
+    /// read and write bf16, and the ropes' backward gives the products bf16
+    /// gradients. CUDA only (the CPU has no bf16 result).
+    pub qkv: bool,
     /// With [`activations`](Self::activations), GELU's bf16 output is computed
     /// again in the backward for the down projection's weight gradient instead
     /// of living from the forward to the backward ([`Block::gelu`], patch 0062):
@@ -164,6 +170,29 @@ impl<'w> Block<'w> {
         self.swiglu(ctx, self.linear(ctx, "ffn_gate", scale, x)?, self.linear(ctx, "ffn_up", scale, x)?)
     }
 
+    /// The attention's q, k and v of a bf16 `a` `[d, T·B]` as bf16 products
+    /// `[H·dh, T·B]`, `[Hkv·dh, T·B]`, `[Hkv·dh, T·B]` (`mul_mat_bf16`, patch
+    /// 0076) under [`Autocast::qkv`] and [`Autocast::attention`] where the fused
+    /// attention takes them (no key/value cache, `dh` 64 or 128) and all three
+    /// are plain products (no adapter, no bias); else `None`, and the caller
+    /// takes [`linear`](Self::linear)'s f32 products.
+    pub fn qkv_bf16<'a>(&self, ctx: &'a Context, a: Tensor<'a>, x: &Batch<'a>, dh: i64) -> Result<Option<[Tensor<'a>; 3]>>
+    where
+        'w: 'a,
+    {
+        let plain = |stem: &str| {
+            self.index(&format!("{stem}.weight")).is_some_and(|k| self.lora[k].is_none()) && self.get(&format!("{stem}.bias")).is_none()
+        };
+        let (at, fused) = (self.autocast, x.attention == Attention::Fused && x.cache.is_none());
+        if !(at.qkv && at.attention && fused && (dh == 64 || dh == 128) && a.dtype() == DType::BF16 && a.is_contiguous())
+            || !["attn_q", "attn_k", "attn_v"].into_iter().all(plain)
+        {
+            return Ok(None);
+        }
+        let product = |stem: &str| ctx.mul_mat_bf16(operand(ctx, self.matrix(stem)?.1, self.compact)?, a);
+        Ok(Some([product("attn_q")?, product("attn_k")?, product("attn_v")?]))
+    }
+
     /// GELU (tanh form) of an f32 `[d_ff, T, B]` projection, as the down
     /// projection's input; as [`swiglu`](Self::swiglu), under
     /// [`Autocast::activations`] it reads `x` cast to bf16 and is bf16 (its
@@ -198,7 +227,8 @@ impl<'w> Block<'w> {
     pub fn attention<'a>(&self, ctx: &'a Context, [q, k, v]: [Tensor<'a>; 3], x: &Batch<'a>, layer: usize) -> Result<Tensor<'a>> {
         let dh = q.ne()[0];
         let o = if self.autocast.attention && x.attention == Attention::Fused && x.cache.is_none() && (dh == 64 || dh == 128) {
-            let bf16 = |t| ctx.cast(t, DType::BF16);
+            // (q, k and v of qkv_bf16 are bf16 already)
+            let bf16 = |t: Tensor<'a>| if t.dtype() == DType::BF16 { Ok(t) } else { ctx.cast(t, DType::BF16) };
             causal_attention(ctx, bf16(q)?, bf16(k)?, bf16(v)?, x, layer)?
         } else {
             causal_attention(ctx, q, k, v, x, layer)?

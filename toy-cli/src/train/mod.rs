@@ -491,7 +491,8 @@ impl<'w> ReplicaState<'w> {
         // products' inputs in bf16 (TOY_F32_INPUTS; patch 0042) and their attention's q, k and v
         // (TOY_F32_ATTENTION; patch 0043), their SwiGLU's or GELU's inputs (TOY_F32_ACTIVATIONS;
         // patches 0044, 0045), and SwiGLU's gate and up products write bf16 (TOY_F32_OUTPUTS;
-        // patch 0048, CUDA only: the CPU has no bf16 product result), and GELU's bf16 output is
+        // patch 0048, CUDA only: the CPU has no bf16 product result), and so do the attention's q, k and v
+        // (TOY_NO_0076; patch 0076, CUDA only), and GELU's bf16 output is
         // computed again in the backward (TOY_NO_0062; patch 0062). Opt-in until timed on a GPU:
         // a LoRA product's input gradient through its weight with the update merged (TOY_0066;
         // patch 0066; f32 too, where the CPU runs it for checks).
@@ -511,6 +512,7 @@ impl<'w> ReplicaState<'w> {
             attention: autocast("TOY_F32_ATTENTION"),
             activations: autocast("TOY_F32_ACTIVATIONS"),
             outputs: autocast("TOY_F32_OUTPUTS") && !device.is_cpu(),
+            qkv: autocast("TOY_NO_0076") && !device.is_cpu(),
             recompute: autocast("TOY_NO_0062"),
             merged_lora: std::env::var_os("TOY_0066").is_some(),
         });

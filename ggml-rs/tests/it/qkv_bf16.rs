@@ -1,0 +1,105 @@
+//! The attention's q, k and v as bf16 products (patch 0076): a block's
+//! `attn_causal(rope(W_q·x), rope(W_k·x), W_v·x)` with the three products
+//! written in bf16 (`mul_mat_bf16`) and the ropes reading and writing bf16,
+//! against the same chain with f32 products whose results are cast to bf16
+//! for the attention (toy's path before it): the ropes' backward gives the
+//! products bf16 gradients, and the parameters' gradients agree to bf16's
+//! precision. CUDA only: the CPU refuses the bf16 graph.
+
+use crate::common::{backends, cpu, f64s, leaf, leaf_i32, rng, uniform};
+use ggml_rs::{sys, Context, DType, Graph, RopeMode, Tensor};
+
+/// Heads of `dh`, `h` query and `hkv` key/value heads, `t` positions, `b`
+/// sequences, model width `d`.
+#[derive(Clone, Copy)]
+struct Dims {
+    dh: usize,
+    h: usize,
+    hkv: usize,
+    t: usize,
+    b: usize,
+    d: usize,
+}
+
+/// `sum(attn_causal(q, k, v) ⊙ r)`'s gradients of `x`, `W_q`, `W_k`, `W_v`,
+/// and the dtypes of the graph's ROPE and ROPE_BACK results; `bf16`: the
+/// products in bf16 (patch 0076), else f32 products cast to bf16. `Err`: the
+/// device refused the graph.
+fn grads(s: Dims, seed: u64, bf16: bool) -> ggml_rs::Result<(Vec<Vec<f32>>, Vec<DType>)> {
+    let Dims { dh, h, hkv, t, b, d } = s;
+    let n = t * b;
+    let mut r = rng(seed);
+    let dev = cpu();
+    dev.set_matmul_precision(ggml_rs::MatmulPrecision::Medium);
+    let ctx = Context::new(512)?;
+    let param = |ne: &[usize], lo: f32, hi: f32, r: &mut _| {
+        let ne: Vec<i64> = ne.iter().map(|&x| x as i64).collect();
+        let x = leaf(&ctx, &dev, &ne, &uniform(r, ne.iter().product::<i64>() as usize, lo, hi));
+        ctx.set_param(x).unwrap();
+        x
+    };
+    let x = param(&[d, n], -1.0, 1.0, &mut r);
+    let (wq, wk, wv) =
+        (param(&[d, dh * h], -0.3, 0.3, &mut r), param(&[d, dh * hkv], -0.3, 0.3, &mut r), param(&[d, dh * hkv], -0.3, 0.3, &mut r));
+    let rt = leaf(&ctx, &dev, &[(dh * h) as i64, t as i64, b as i64], &uniform(&mut r, dh * h * n, -1.0, 1.0));
+    let pos = leaf_i32(&ctx, &dev, &[n as i64], &(0..n).map(|i| (i % t) as i32).collect::<Vec<_>>());
+    let xb = ctx.cast(x, DType::BF16)?;
+    let product = |w| if bf16 { ctx.mul_mat_bf16(w, xb) } else { ctx.mul_mat(w, xb) };
+    let rope = |y, heads: usize| -> ggml_rs::Result<_> {
+        let y = ctx.rope_ext(ctx.reshape(y, &[dh as i64, heads as i64, n as i64])?, pos, dh, RopeMode::Normal, 10000.0)?;
+        ctx.reshape(y, &[dh as i64, heads as i64, t as i64, b as i64])
+    };
+    let (q, k) = (as_bf16(&ctx, rope(product(wq)?, h)?)?, as_bf16(&ctx, rope(product(wk)?, hkv)?)?);
+    let v = as_bf16(&ctx, ctx.reshape(product(wv)?, &[dh as i64, hkv as i64, t as i64, b as i64])?)?;
+    let o = ctx.attn_causal(q, k, v, 1.0 / (dh as f32).sqrt())?;
+    let o = if o.dtype() == DType::BF16 { ctx.cast(o, DType::F32)? } else { o };
+    let loss = ctx.sum(ctx.mul(ctx.reshape(o, &rt.ne())?, rt)?)?.set_output();
+    let mut g = Graph::with_grads(&ctx, 2048)?;
+    g.set_mul_mat_grad(ggml_rs::MulMatGrad::OutProd);
+    g.expand(loss)?;
+    g.build_backward(loss)?;
+    let ropes = g.nodes().into_iter().filter(|n| matches!(n.op(), sys::GGML_OP_ROPE | sys::GGML_OP_ROPE_BACK)).map(|n| n.dtype()).collect();
+    let outs: Vec<_> = [x, wq, wk, wv].iter().map(|&p| g.grad(p).unwrap().set_output()).collect();
+    g.allocate(&backends(&dev))?;
+    g.compute()?;
+    assert!(g.cpu_fallbacks().is_empty(), "{:?}", g.cpu_fallbacks());
+    Ok((outs.iter().map(|t| t.read_f32().unwrap()).collect(), ropes))
+}
+
+/// `y` itself where bf16, else its bf16 cast.
+fn as_bf16<'a>(ctx: &'a Context, y: Tensor<'a>) -> ggml_rs::Result<Tensor<'a>> {
+    if y.dtype() == DType::BF16 {
+        Ok(y)
+    } else {
+        ctx.cast(y, DType::BF16)
+    }
+}
+
+/// SmolLM2's heads (64, 9/3) over 130 positions (two full 64-row blocks and a
+/// partial one), and heads of 128: the gradients of `x`, `W_q`, `W_k` and `W_v`
+/// within 2e-2 of each tensor's largest value of the f32-product chain's (both
+/// round q, k and v to bf16 for the attention; the bf16 chain also rounds the
+/// products before the rope and the ropes' gradients); every ROPE and
+/// ROPE_BACK of the bf16 chain is bf16. The CPU refuses the bf16 graph.
+#[test]
+fn bf16_ropes_of_bf16_products_against_the_f32_chain() {
+    for (s, seed) in
+        [(Dims { dh: 64, h: 9, hkv: 3, t: 130, b: 2, d: 96 }, 7601), (Dims { dh: 128, h: 2, hkv: 1, t: 70, b: 1, d: 64 }, 7602)]
+    {
+        let got = grads(s, seed, true);
+        if cpu().is_cpu() {
+            let e = got.expect_err("the CPU refuses bf16 products and ropes").to_string();
+            assert!(e.contains("runs on none of") || e.contains("cannot run"), "{e}");
+            continue;
+        }
+        let ((got, ropes), (want, _)) = (got.unwrap(), grads(s, seed, false).unwrap());
+        assert_eq!(ropes, vec![DType::BF16; 4], "dh {}: two ropes and their backward in bf16", s.dh);
+        for (name, (a, w)) in ["x", "W_q", "W_k", "W_v"].iter().zip(got.iter().zip(&want)) {
+            let w = f64s(w);
+            let scale = w.iter().fold(1e-30f64, |m, v| m.max(v.abs()));
+            let err = a.iter().zip(&w).fold(0.0f64, |m, (&g, v)| m.max((g as f64 - v).abs())) / scale;
+            println!("dh {}: d{name}: max err / scale {err:.3e}", s.dh);
+            assert!(err <= 2e-2, "dh {}: d{name} off by {err:e} of the scale", s.dh);
+        }
+    }
+}
