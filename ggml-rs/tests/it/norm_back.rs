@@ -76,3 +76,46 @@ fn which_norms_get_the_fused_backward() {
     assert_eq!(backward_nodes(8193, false), (0, false, 1), "RMSNorm, 8193");
     assert_eq!(backward_nodes(4097, true), (0, false, 1), "LayerNorm, 4097");
 }
+
+/// The gradients of `W0`, `x` and `g` of `Σ r ⊙ (W1·rms_norm_gain(W0·x, g))`
+/// computed on `dev` with bf16 products (the CPU ignores the setting: f32).
+fn norm_between_products(dev: &ggml_rs::Backend, seed: u64) -> Vec<Vec<f32>> {
+    let (k, d, n, m) = (256usize, 576usize, 512usize, 32usize);
+    let mut r = rng(seed);
+    dev.set_matmul_precision(ggml_rs::MatmulPrecision::Medium);
+    let ctx = Context::new(256).unwrap();
+    let param = |ne: &[usize], lo: f32, hi: f32, r: &mut _| {
+        let ne: Vec<i64> = ne.iter().map(|&v| v as i64).collect();
+        let t = leaf(&ctx, dev, &ne, &uniform(r, ne.iter().product::<i64>() as usize, lo, hi));
+        ctx.set_param(t).unwrap();
+        t
+    };
+    let (x, w0, g) = (param(&[k, n], -1.0, 1.0, &mut r), param(&[k, d], -0.2, 0.2, &mut r), param(&[d], 0.5, 1.5, &mut r));
+    let w1 = leaf(&ctx, dev, &[d as i64, m as i64], &uniform(&mut r, d * m, -0.2, 0.2));
+    let rt = leaf(&ctx, dev, &[m as i64, n as i64], &uniform(&mut r, m * n, -1.0, 1.0));
+    let h = ctx.rms_norm_gain(ctx.mul_mat(w0, x).unwrap(), g, EPS).unwrap();
+    let loss = ctx.sum(ctx.mul(ctx.mul_mat(w1, h).unwrap(), rt).unwrap()).unwrap().set_output();
+    let mut graph = Graph::with_grads(&ctx, 512).unwrap();
+    graph.set_mul_mat_grad(ggml_rs::MulMatGrad::OutProd);
+    graph.expand(loss).unwrap();
+    graph.build_backward(loss).unwrap();
+    assert!(graph.nodes().iter().any(|t| t.op() == sys::GGML_OP_NORM_GAIN_BACK), "a NORM_GAIN_BACK node");
+    loss_and_grads(&mut graph, dev, loss, &[w0, x, g]).unwrap().split_off(1)
+}
+
+/// Patch 0077: under bf16 products on CUDA, NORM_GAIN_BACK writes its result's
+/// bf16 copy too, and the OUT_PRODs of the product before the norm read that
+/// copy instead of converting the gradient (here both: `[256, 576]` and
+/// `[256, 512]` results). The gradients of `W0`, `x` and `g` on the test
+/// device against the CPU's f32, within 1e-2 of each tensor's largest value.
+#[test]
+fn a_norm_gradient_read_by_bf16_products() {
+    let got = norm_between_products(&cpu(), 7701);
+    let want = norm_between_products(&ggml_rs::Backend::cpu().unwrap(), 7701);
+    for (name, (a, w)) in ["W0", "x", "g"].iter().zip(got.iter().zip(&want)) {
+        let scale = w.iter().fold(1e-30f32, |s, v| s.max(v.abs())) as f64;
+        let err = a.iter().zip(w).fold(0.0f64, |e, (&p, &q)| e.max((p as f64 - q as f64).abs())) / scale;
+        println!("d{name}: max err / scale {err:.3e}");
+        assert!(err <= 1e-2, "d{name}: {err:e} of the scale");
+    }
+}

@@ -206,8 +206,9 @@ fn bf16_gate_and_up_products_for_llama_blocks() {
 
 /// bf16 q, k and v products (toy-rs patch 0076, [`Block::qkv_bf16`](super::weights::Block::qkv_bf16))
 /// only where the fused attention takes bf16 inputs: a llama block with heads
-/// of 64 then multiplies into bf16, which the CPU refuses at the q product
-/// (MUL_MAT, ggml-rs's error) instead of at the attention; gpt2 (its own pass,
+/// of 64, with or without adapters on q, k and v, then multiplies into bf16,
+/// which the CPU refuses at the q product (MUL_MAT, ggml-rs's error) instead
+/// of at the attention; gpt2 (its own pass,
 /// biased products) and heads of 8 stay as they were (the same error, the same
 /// step). CUDA's numbers: ggml-rs's
 /// `attention::bf16_ropes_of_bf16_products_against_the_f32_chain`.
@@ -217,9 +218,15 @@ fn bf16_qkv_products_only_where_the_flash_kernels_take_them() {
     let all = Autocast { qkv: true, ..base };
     for arch in [Arch::Llama, Arch::Gpt2] {
         let wide = ModelConfig::new(arch, 61, 128, 2, 2, 96, 8); // heads of 64
-        let e = step_error_in(&wide, all, Some(Attention::Fused)).expect("the CPU has no bf16 product result or attention");
-        let refused = if arch == Arch::Llama { "MUL_MAT" } else { "ATTN_CAUSAL" };
-        assert!(e.contains("runs on none of") && e.contains(refused), "{arch:?}: {e}");
+        let mut adapted = wide.clone(); // LoRA on q, k and v: their adapters' terms added in bf16
+        let targets = ["attn_q", "attn_k", "attn_v"].map(String::from).to_vec();
+        adapted.lora = Some(LoraConfig { rank: 4, alpha: 8.0, targets });
+        let configs = if arch == Arch::Llama { vec![&wide, &adapted] } else { vec![&wide] }; // (gpt2's is attn_qkv)
+        for c in configs {
+            let e = step_error_in(c, all, Some(Attention::Fused)).expect("the CPU has no bf16 product result or attention");
+            let refused = if arch == Arch::Llama { "MUL_MAT" } else { "ATTN_CAUSAL" };
+            assert!(e.contains("runs on none of") && e.contains(refused), "{arch:?}, LoRA {}: {e}", c.lora.is_some());
+        }
         let narrow = ModelConfig::new(arch, 61, 32, 2, 4, 48, 8); // heads of 8
         let (want, got) = (run(&narrow, base), run(&narrow, all));
         assert_eq!((got.casts, got.loss), (want.casts, want.loss), "{arch:?}");

@@ -83,7 +83,7 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
     for (layer, blk) in w.blocks().iter().enumerate() {
         let a = blk.product_input(ctx, ctx.rms_norm_gain(h, blk.tensor("attn_norm.weight")?, eps)?)?; // [d, T·B]
         let lin = |stem: &str, x| blk.linear(ctx, stem, s, x);
-        let [q, k, v] = match blk.qkv_bf16(ctx, a, &x, dh)? {
+        let [q, k, v] = match blk.qkv_bf16(ctx, a, &x, dh, s)? {
             Some(qkv) => qkv, // bf16 (patch 0076)
             None => [lin("attn_q", a)?, lin("attn_k", a)?, lin("attn_v", a)?],
         }; // [H·dh, T·B], [Hkv·dh, T·B] ×2

@@ -45,7 +45,7 @@ pub struct Autocast {
     /// bf16, as autocast's linears do. CUDA only (the CPU has no bf16 result).
     pub outputs: bool,
     /// The attention's q, k and v projections write bf16 (`ggml_mul_mat_bf16`,
-    /// [`Block::qkv_bf16`], patch 0076) where they are plain products, with
+    /// [`Block::qkv_bf16`], patch 0076) where they have no bias, with
     /// [`attention`](Self::attention) and the fused attention: q and k's ropes
     /// read and write bf16, and the ropes' backward gives the products bf16
     /// gradients. CUDA only (the CPU has no bf16 result).
@@ -150,19 +150,7 @@ impl<'w> Block<'w> {
         if a.outputs && a.activations && x.dtype() == DType::BF16 && x.is_contiguous() && plain("ffn_gate") && plain("ffn_up") {
             let x2 = ctx.reshape(x, &[ne[0], ne[1] * ne[2] * ne[3]])?; // [d, T·B]
             let product = |stem: &str| -> Result<Tensor<'a>> {
-                let (k, w) = self.matrix(stem)?;
-                // an adapter's bf16 term first, so that its sum is the product's epilogue (patch 0055)
-                let (merged, xa) = self.adapter_input(ctx, k, x2)?;
-                let term = self.lora[k].map(|l| lora::term_bf16(ctx, l, scale, xa)).transpose()?; // bf16 [d_ff, T·B]
-                let op = operand(ctx, w, self.compact)?; // [d, d_ff]
-                let y = match merged {
-                    Some(l) => ctx.mul_mat_bf16_backward_weight(op, x2, lora::merged_weight(ctx, w, op, self.compact, l, scale)?)?,
-                    None => ctx.mul_mat_bf16(op, x2)?, // bf16 [d_ff, T·B]
-                };
-                let y = match term {
-                    Some(t) => ctx.add(t, y)?,
-                    None => y,
-                };
+                let y = self.bf16_product(ctx, stem, scale, x2)?; // bf16 [d_ff, T·B]
                 ctx.reshape(y, &[y.ne()[0], ne[1], ne[2], ne[3]])
             };
             return ctx.swiglu_split(product("ffn_gate")?, product("ffn_up")?);
@@ -170,26 +158,48 @@ impl<'w> Block<'w> {
         self.swiglu(ctx, self.linear(ctx, "ffn_gate", scale, x)?, self.linear(ctx, "ffn_up", scale, x)?)
     }
 
-    /// The attention's q, k and v of a bf16 `a` `[d, T·B]` as bf16 products
-    /// `[H·dh, T·B]`, `[Hkv·dh, T·B]`, `[Hkv·dh, T·B]` (`mul_mat_bf16`, patch
-    /// 0076) under [`Autocast::qkv`] and [`Autocast::attention`] where the fused
-    /// attention takes them (no key/value cache, `dh` 64 or 128) and all three
-    /// are plain products (no adapter, no bias); else `None`, and the caller
-    /// takes [`linear`](Self::linear)'s f32 products.
-    pub fn qkv_bf16<'a>(&self, ctx: &'a Context, a: Tensor<'a>, x: &Batch<'a>, dh: i64) -> Result<Option<[Tensor<'a>; 3]>>
+    /// `W·x` of the matrix `{stem}.weight` `[in, out]` and a bf16 `x` `[in, T·B]`
+    /// as a bf16 product `[out, T·B]` (`mul_mat_bf16`), plus an adapter's bf16
+    /// term where LoRA targets `W`, added first so that the sum is the product's
+    /// epilogue (patch 0055); the product's input gradient through the merged
+    /// weight under [`Autocast::merged_lora`]. CUDA only (the CPU has no bf16
+    /// result).
+    fn bf16_product<'a>(&self, ctx: &'a Context, stem: &str, scale: f32, x: Tensor<'a>) -> Result<Tensor<'a>>
     where
         'w: 'a,
     {
-        let plain = |stem: &str| {
-            self.index(&format!("{stem}.weight")).is_some_and(|k| self.lora[k].is_none()) && self.get(&format!("{stem}.bias")).is_none()
+        let (k, w) = self.matrix(stem)?;
+        let (merged, xa) = self.adapter_input(ctx, k, x)?;
+        let term = self.lora[k].map(|l| lora::term_bf16(ctx, l, scale, xa)).transpose()?; // bf16 [out, T·B]
+        let op = operand(ctx, w, self.compact)?; // [in, out]
+        let y = match merged {
+            Some(l) => ctx.mul_mat_bf16_backward_weight(op, x, lora::merged_weight(ctx, w, op, self.compact, l, scale)?)?,
+            None => ctx.mul_mat_bf16(op, x)?, // bf16 [out, T·B]
         };
+        match term {
+            Some(t) => ctx.add(t, y),
+            None => Ok(y),
+        }
+    }
+
+    /// The attention's q, k and v of a bf16 `a` `[d, T·B]` as bf16 products
+    /// `[H·dh, T·B]`, `[Hkv·dh, T·B]`, `[Hkv·dh, T·B]` (`mul_mat_bf16`, patch
+    /// 0076) under [`Autocast::qkv`] and [`Autocast::attention`] where the fused
+    /// attention takes them (no key/value cache, `dh` 64 or 128) and none has a
+    /// bias (an adapter's term is added in bf16, [`bf16_product`](Self::bf16_product));
+    /// else `None`, and the caller takes [`linear`](Self::linear)'s f32 products.
+    pub fn qkv_bf16<'a>(&self, ctx: &'a Context, a: Tensor<'a>, x: &Batch<'a>, dh: i64, scale: f32) -> Result<Option<[Tensor<'a>; 3]>>
+    where
+        'w: 'a,
+    {
+        let plain = |stem: &str| self.index(&format!("{stem}.weight")).is_some() && self.get(&format!("{stem}.bias")).is_none();
         let (at, fused) = (self.autocast, x.attention == Attention::Fused && x.cache.is_none());
         if !(at.qkv && at.attention && fused && (dh == 64 || dh == 128) && a.dtype() == DType::BF16 && a.is_contiguous())
             || !["attn_q", "attn_k", "attn_v"].into_iter().all(plain)
         {
             return Ok(None);
         }
-        let product = |stem: &str| ctx.mul_mat_bf16(operand(ctx, self.matrix(stem)?.1, self.compact)?, a);
+        let product = |stem: &str| self.bf16_product(ctx, stem, scale, a);
         Ok(Some([product("attn_q")?, product("attn_k")?, product("attn_v")?]))
     }
 
