@@ -161,6 +161,33 @@ fn through_reshapes<'a>(t: &Tensor<'a>) -> Option<Tensor<'a>> {
     }
     Some(t)
 }
+/// Whether node `n` (op `op`) may read the bf16 operand `s` with the gradient
+/// flowing through it (ggml's `build_backward_expand` takes the same list).
+fn bf16_input(n: &Tensor<'_>, op: sys::ggml_op, s: &Tensor<'_>) -> bool {
+    // Ops whose operand may be a bf16 cast of an f32 tensor, its gradient f32: a product's
+    // input, maybe reshaped (patch 0042), the attention's (patch 0043), a swiglu's or a
+    // GELU's (patches 0044, 0045); and a product may read the bf16 swiglu or GELU of such casts,
+    // or the swiglu of two bf16 products (patch 0048).
+    let product = matches!(op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_RESHAPE);
+    let reads_casts = product
+        || matches!(op, sys::GGML_OP_ATTN_CAUSAL | sys::GGML_OP_GLU)
+        || (op == sys::GGML_OP_UNARY && unary(n) == sys::GGML_UNARY_OP_GELU);
+    // bf16 logits (patch 0041): the loss's bf16 gradient goes to their product's OUT_PRODs
+    let bf16_logits = op == sys::GGML_OP_CROSS_ENTROPY_LOSS_IDS && s.dtype() == crate::DType::BF16 && s.op() == sys::GGML_OP_MUL_MAT;
+    // a swiglu (or a reshape) reads a bf16 product, its gradient bf16 (patch 0048); a product
+    // reads one (a LoRA adapter's A·x), its gradient f32, which the bf16 product's OUT_PRODs take
+    // (patch 0055: and a sum of two bf16 products reads them, its gradient theirs)
+    let bf16_product =
+        matches!(op, sys::GGML_OP_GLU | sys::GGML_OP_RESHAPE | sys::GGML_OP_MUL_MAT | sys::GGML_OP_ADD) && is_bf16_product(s);
+    // the attention's bf16 output (patch 0073), viewed, reshaped, multiplied or cast to f32
+    let bf16_attention =
+        matches!(op, sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE | sys::GGML_OP_MUL_MAT | sys::GGML_OP_CPY) && is_bf16_attention(s);
+    // a rope reads a bf16 product, the attention bf16 ropes of them (q, k) and a bf16 product
+    // (v), maybe reshaped, and a reshape reads such a rope (patch 0076)
+    let bf16_qkv = (matches!(op, sys::GGML_OP_ROPE | sys::GGML_OP_ATTN_CAUSAL) && is_bf16_product(s))
+        || (matches!(op, sys::GGML_OP_RESHAPE | sys::GGML_OP_ATTN_CAUSAL) && is_bf16_rope(s));
+    bf16_logits || (reads_casts && is_bf16_cast(s)) || (product && is_bf16_activation(s)) || bf16_product || bf16_attention || bf16_qkv
+}
 
 /// Whether `t` is `cast(x, BF16)` of an f32 `x`, maybe through reshapes (as
 /// ggml's `toy_is_bf16_cast`, patch 0042).
@@ -190,7 +217,8 @@ fn is_bf16_attention(t: &Tensor<'_>) -> bool {
 
 /// Whether `t` is the bf16 rope of a bf16 product, maybe through reshapes
 /// (both) (as ggml's `toy_is_bf16_rope`, patch 0076): its gradient is f32,
-/// and the rope's backward gives the product a bf16 one.
+/// and where the rope is the product's only reader, the rope's backward gives
+/// the product a bf16 one.
 fn is_bf16_rope(t: &Tensor<'_>) -> bool {
     through_reshapes(t)
         .is_some_and(|t| t.op() == sys::GGML_OP_ROPE && t.dtype() == crate::DType::BF16 && t.srcs().first().is_some_and(is_bf16_product))
@@ -230,33 +258,10 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
     if n.is_view() && op != sys::GGML_OP_CPY && !is_view_op(op) {
         return Err(fail(n, "in-place ops cannot be differentiated"));
     }
-    // Ops whose operand may be a bf16 cast of an f32 tensor, its gradient f32: a product's
-    // input, maybe reshaped (patch 0042), the attention's (patch 0043), a swiglu's or a
-    // GELU's (patches 0044, 0045); and a product may read the bf16 swiglu or GELU of such casts,
-    // or the swiglu of two bf16 products (patch 0048).
-    let product = matches!(op, sys::GGML_OP_MUL_MAT | sys::GGML_OP_RESHAPE);
-    let reads_casts = product
-        || matches!(op, sys::GGML_OP_ATTN_CAUSAL | sys::GGML_OP_GLU)
-        || (op == sys::GGML_OP_UNARY && unary(n) == sys::GGML_UNARY_OP_GELU);
+    // Gradients flow through f32 operands, and through the bf16 ones of bf16_input.
     for (s, &need) in srcs.iter().zip(src_needs) {
-        // bf16 logits (patch 0041): the loss's bf16 gradient goes to their product's OUT_PRODs
-        let bf16_logits = op == sys::GGML_OP_CROSS_ENTROPY_LOSS_IDS && s.dtype() == crate::DType::BF16 && s.op() == sys::GGML_OP_MUL_MAT;
-        // a swiglu (or a reshape) reads a bf16 product, its gradient bf16 (patch 0048); a product
-        // reads one (a LoRA adapter's A·x), its gradient f32, which the bf16 product's OUT_PRODs take
-        // (patch 0055: and a sum of two bf16 products reads them, its gradient theirs)
-        let bf16_product =
-            matches!(op, sys::GGML_OP_GLU | sys::GGML_OP_RESHAPE | sys::GGML_OP_MUL_MAT | sys::GGML_OP_ADD) && is_bf16_product(s);
-        // the attention's bf16 output (patch 0073), viewed, reshaped, multiplied or cast to f32
-        let bf16_attention =
-            matches!(op, sys::GGML_OP_VIEW | sys::GGML_OP_RESHAPE | sys::GGML_OP_MUL_MAT | sys::GGML_OP_CPY) && is_bf16_attention(s);
-        // a rope reads a bf16 product, the attention bf16 ropes of them (q, k) and a bf16 product
-        // (v), maybe reshaped, and a reshape reads such a rope (patch 0076)
-        let bf16_qkv = (matches!(op, sys::GGML_OP_ROPE | sys::GGML_OP_ATTN_CAUSAL) && is_bf16_product(s))
-            || (matches!(op, sys::GGML_OP_RESHAPE | sys::GGML_OP_ATTN_CAUSAL) && is_bf16_rope(s));
-        let bf16_input =
-            (reads_casts && is_bf16_cast(s)) || (product && is_bf16_activation(s)) || bf16_product || bf16_attention || bf16_qkv;
         // (f16 too would reach kernels without an f16 case: scale, binary ops, gelu's backward)
-        if need && !bf16_logits && !bf16_input && s.dtype() != crate::DType::F32 {
+        if need && !bf16_input(n, op, s) && s.dtype() != crate::DType::F32 {
             return Err(fail(
                 n,
                 &format!("gradients flow only through f32 operands, and {:?} is {}: cast to f32 before this op", s.name(), s.dtype()),

@@ -212,10 +212,10 @@ impl Context {
 
     /// Rotary position embedding (Su et al. 2021; `ggml_rope_ext` without
     /// frequency factors or context extension). `a` is `[head_dim, n_head, n_pos, n_seq]`
-    /// f32, `pos` an i32 vector of `n_pos` positions; the first `n_dims` (even, ≤
+    /// f32 or bf16 (see below), `pos` an i32 vector of `n_pos` positions; the first `n_dims` (even, ≤
     /// head_dim) dimensions of each head rotate by `pos·base^(−2i/n_dims)`.
-    /// `a` may be bf16 (a `mul_mat_bf16` product, patch 0076), the result then
-    /// bf16 too: CUDA only, where the CPU refuses the graph.
+    /// A bf16 `a` (a `mul_mat_bf16` product, patch 0076) gives a bf16 result, in
+    /// the normal and NeoX modes on CUDA only; the CPU refuses the graph.
     pub fn rope_ext<'a>(&'a self, a: Tensor<'a>, pos: Tensor<'a>, n_dims: usize, mode: RopeMode, freq_base: f32) -> Result<Tensor<'a>> {
         need_dtype("rope_ext", &a, &[DType::F32, DType::BF16])?;
         need_dtype("rope_ext", &pos, &[DType::I32])?;

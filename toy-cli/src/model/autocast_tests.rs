@@ -211,7 +211,7 @@ fn bf16_gate_and_up_products_for_llama_blocks() {
 /// of at the attention; gpt2 (its own pass,
 /// biased products) and heads of 8 stay as they were (the same error, the same
 /// step). CUDA's numbers: ggml-rs's
-/// `attention::bf16_ropes_of_bf16_products_against_the_f32_chain`.
+/// `qkv_bf16::bf16_ropes_of_bf16_products_against_the_f32_chain`.
 #[test]
 fn bf16_qkv_products_only_where_the_flash_kernels_take_them() {
     let base = Autocast { inputs: true, attention: true, ..Default::default() };
@@ -228,6 +228,7 @@ fn bf16_qkv_products_only_where_the_flash_kernels_take_them() {
             assert!(e.contains("runs on none of") && e.contains(refused), "{arch:?}, LoRA {}: {e}", c.lora.is_some());
         }
         let narrow = ModelConfig::new(arch, 61, 32, 2, 4, 48, 8); // heads of 8
+        assert_eq!(step_error_in(&narrow, all, Some(Attention::Fused)), None, "{arch:?}: heads of 8 stay f32 under the fused attention");
         let (want, got) = (run(&narrow, base), run(&narrow, all));
         assert_eq!((got.casts, got.loss), (want.casts, want.loss), "{arch:?}");
     }

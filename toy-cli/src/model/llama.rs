@@ -83,12 +83,13 @@ pub fn pass<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>, mode: RopeMode)
     for (layer, blk) in w.blocks().iter().enumerate() {
         let a = blk.product_input(ctx, ctx.rms_norm_gain(h, blk.tensor("attn_norm.weight")?, eps)?)?; // [d, T·B]
         let lin = |stem: &str, x| blk.linear(ctx, stem, s, x);
+        // q [H·dh, T·B], k and v [Hkv·dh, T·B]
         let [q, k, v] = match blk.qkv_bf16(ctx, a, &x, dh, s)? {
             Some(qkv) => qkv, // bf16 (patch 0076)
             None => [lin("attn_q", a)?, lin("attn_k", a)?, lin("attn_v", a)?],
-        }; // [H·dh, T·B], [Hkv·dh, T·B] ×2
-           // RoPE over [dh, heads, T·B] with per-token positions: its backward then
-           // receives a contiguous gradient (through the reshape), which CUDA needs.
+        };
+        // RoPE over [dh, heads, T·B] with per-token positions: its backward then
+        // receives a contiguous gradient (through the reshape), which CUDA needs.
         let q = rope(ctx, ctx.reshape(q, &[dh, hq, t * b])?, x.pos, mode, c.rope_base)?;
         let k = rope(ctx, ctx.reshape(k, &[dh, hkv, t * b])?, x.pos, mode, c.rope_base)?;
         let q = ctx.reshape(q, &[dh, hq, t, b])?; // [dh, H, T, B]

@@ -185,9 +185,13 @@ impl<'w> Block<'w> {
     /// The attention's q, k and v of a bf16 `a` `[d, T·B]` as bf16 products
     /// `[H·dh, T·B]`, `[Hkv·dh, T·B]`, `[Hkv·dh, T·B]` (`mul_mat_bf16`, patch
     /// 0076) under [`Autocast::qkv`] and [`Autocast::attention`] where the fused
-    /// attention takes them (no key/value cache, `dh` 64 or 128) and none has a
-    /// bias (an adapter's term is added in bf16, [`bf16_product`](Self::bf16_product));
-    /// else `None`, and the caller takes [`linear`](Self::linear)'s f32 products.
+    /// attention takes them (no key/value cache, `dh` 64 or 128), `a` is
+    /// contiguous and none has a bias (an adapter's term is added in bf16,
+    /// [`bf16_product`](Self::bf16_product)); else `None`, and the caller takes
+    /// [`linear`](Self::linear)'s f32 products.
+    ///
+    /// # Errors
+    /// A ggml-rs error from building the products (a matrix the table lacks).
     pub fn qkv_bf16<'a>(&self, ctx: &'a Context, a: Tensor<'a>, x: &Batch<'a>, dh: i64, scale: f32) -> Result<Option<[Tensor<'a>; 3]>>
     where
         'w: 'a,
