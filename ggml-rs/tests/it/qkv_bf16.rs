@@ -21,6 +21,9 @@ struct Dims {
     d: usize,
 }
 
+/// The dtypes of a graph's ROPE and ROPE_BACK results, in graph order.
+type Ropes = Vec<DType>;
+
 /// `sum(attn_causal(q, k, v) ⊙ r)`'s gradients of `x`, `W_q`, `W_k`, `W_v`
 /// (and with `adapter`, of `A` and `B` of a LoRA-like term `B·(A·x)` added to
 /// q and to v), and the dtypes of the graph's ROPE and ROPE_BACK results;
@@ -28,7 +31,7 @@ struct Dims {
 /// 0076; the term's too, added in bf16 as patch 0055 adds it); else all in f32
 /// on the CPU (the reference). The inner `Err`: the device refused the graph
 /// at allocation (the ropes' dtypes known by then).
-fn grads(s: Dims, seed: u64, bf16: bool, adapter: bool) -> ggml_rs::Result<(ggml_rs::Result<Vec<Vec<f32>>>, Vec<DType>)> {
+fn grads(s: Dims, seed: u64, bf16: bool, adapter: bool) -> ggml_rs::Result<(ggml_rs::Result<Vec<Vec<f32>>>, Ropes)> {
     let Dims { dh, h, hkv, t, b, d } = s;
     let n = t * b;
     let mut r = rng(seed);
