@@ -4,7 +4,7 @@
 //! of f32 parameters against the f64 chain rule: on the test device (the CPU,
 //! or `TOY_TEST_DEVICE`).
 
-use crate::common::{backends, check, cpu, leaf, rng, uniform};
+use crate::common::{backends, check, cpu, leaf, param_leaf, rng, uniform};
 use ggml_rs::{Context, DType, Graph, Tensor};
 
 /// `x` rounded to bf16, to nearest even (ggml's `GGML_FP32_TO_BF16`, CUDA's `__float2bfloat16`).
@@ -91,11 +91,7 @@ fn bf16_activation_of_casts_differentiates_to_the_f32_parameters() {
         .collect();
     for swiglu in [true, false] {
         let ctx = Context::new(256).unwrap();
-        let param = |d: &[f32]| {
-            let t = leaf(&ctx, &dev, &[n0, n1], d);
-            ctx.set_param(t).unwrap();
-            t
-        };
+        let param = |d: &[f32]| param_leaf(&ctx, &dev, &[n0, n1], d);
         let (pa, pb) = (param(&a), param(&b));
         let (wt, rtt) = (leaf(&ctx, &dev, &[n0, m], &w), leaf(&ctx, &dev, &[m, n1], &rt));
         let cast = |t| ctx.cast(t, DType::BF16).unwrap();
@@ -143,11 +139,7 @@ fn swiglu_of_bf16_products_takes_bf16_gradients() {
     let (wg, wu) = (uniform(&mut r, k * f, -0.4, 0.4), uniform(&mut r, k * f, -0.4, 0.4));
     let (wd, rt) = (uniform(&mut r, f * m, -0.5, 0.5), uniform(&mut r, m * n, -1.0, 1.0));
     let ctx = Context::new(256).unwrap();
-    let param = |ne: &[i64], d: &[f32]| {
-        let t = leaf(&ctx, &dev, ne, d);
-        ctx.set_param(t).unwrap();
-        t
-    };
+    let param = |ne: &[i64], d: &[f32]| param_leaf(&ctx, &dev, ne, d);
     let (px, pg, pu) = (param(&[k as i64, n as i64], &x), param(&[k as i64, f as i64], &wg), param(&[k as i64, f as i64], &wu));
     let (wdt, rtt) = (leaf(&ctx, &dev, &[f as i64, m as i64], &wd), leaf(&ctx, &dev, &[m as i64, n as i64], &rt));
     let xb = ctx.cast(px, DType::BF16).unwrap();
@@ -183,11 +175,7 @@ fn swiglu_of_bf16_products_takes_its_gradient_in_bf16() {
     for (wd_type, adapter) in [(DType::F32, false), (DType::BF16, false), (DType::F32, true)] {
         let what = format!("W_down {wd_type}{}", if adapter { ", a second reader" } else { "" });
         let ctx = Context::new(256).unwrap();
-        let param = |ne: &[i64], d: &[f32]| {
-            let t = leaf(&ctx, &dev, ne, d);
-            ctx.set_param(t).unwrap();
-            t
-        };
+        let param = |ne: &[i64], d: &[f32]| param_leaf(&ctx, &dev, ne, d);
         let (px, pg, pu) = (param(&[k as i64, n as i64], &x), param(&[k as i64, f as i64], &wg), param(&[k as i64, f as i64], &wu));
         let wdt = leaf(&ctx, &dev, &[f as i64, m as i64], &wd);
         let wdt = if wd_type == DType::BF16 { ctx.cast(wdt, DType::BF16).unwrap() } else { wdt };
@@ -322,11 +310,7 @@ fn swiglu_of_bf16_products_with_lora_terms_takes_bf16_gradients() {
     let (wd, rt) = (uniform(&mut r, f * m, -0.5, 0.5), uniform(&mut r, m * n, -1.0, 1.0));
     let ab: Vec<Vec<f32>> = (0..4).map(|i| uniform(&mut r, if i % 2 == 0 { k * r_ } else { r_ * f }, -0.4, 0.4)).collect();
     let ctx = Context::new(512).unwrap();
-    let param = |ne: &[usize], d: &[f32]| {
-        let t = leaf(&ctx, &dev, &ne.iter().map(|&v| v as i64).collect::<Vec<_>>(), d);
-        ctx.set_param(t).unwrap();
-        t
-    };
+    let param = |ne: &[usize], d: &[f32]| param_leaf(&ctx, &dev, &ne.iter().map(|&v| v as i64).collect::<Vec<_>>(), d);
     let px = param(&[k, n], &x);
     let (a_ne, b_ne) = ([k, r_], [r_, f]);
     let pab: Vec<_> = ab.iter().enumerate().map(|(i, d)| param(if i % 2 == 0 { &a_ne } else { &b_ne }, d)).collect();

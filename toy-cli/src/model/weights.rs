@@ -145,9 +145,14 @@ impl<'w> Block<'w> {
     where
         'w: 'a,
     {
-        let plain = |stem: &str| self.index(&format!("{stem}.weight")).is_some() && self.get(&format!("{stem}.bias")).is_none();
         let (a, ne) = (self.autocast, x.ne());
-        if a.outputs && a.activations && x.dtype() == DType::BF16 && x.is_contiguous() && plain("ffn_gate") && plain("ffn_up") {
+        if a.outputs
+            && a.activations
+            && x.dtype() == DType::BF16
+            && x.is_contiguous()
+            && self.unbiased("ffn_gate")
+            && self.unbiased("ffn_up")
+        {
             let x2 = ctx.reshape(x, &[ne[0], ne[1] * ne[2] * ne[3]])?; // [d, T·B]
             let product = |stem: &str| -> Result<Tensor<'a>> {
                 let y = self.bf16_product(ctx, stem, scale, x2)?; // bf16 [d_ff, T·B]
@@ -156,6 +161,18 @@ impl<'w> Block<'w> {
             return ctx.swiglu_split(product("ffn_gate")?, product("ffn_up")?);
         }
         self.swiglu(ctx, self.linear(ctx, "ffn_gate", scale, x)?, self.linear(ctx, "ffn_up", scale, x)?)
+    }
+
+    /// Whether the block has the matrix `{stem}.weight` and no `{stem}.bias`.
+    fn unbiased(&self, stem: &str) -> bool {
+        self.index(&format!("{stem}.weight")).is_some() && self.get(&format!("{stem}.bias")).is_none()
+    }
+
+    /// Whether the attention of `x` with heads of `dh` reads bf16 q, k and v
+    /// ([`Autocast::attention`]): the fused attention without a key/value
+    /// cache, at the head sizes of CUDA's flash kernels (64, 128).
+    fn bf16_attention(&self, x: &Batch<'_>, dh: i64) -> bool {
+        self.autocast.attention && x.attention == Attention::Fused && x.cache.is_none() && (dh == 64 || dh == 128)
     }
 
     /// `W·x` of the matrix `{stem}.weight` `[in, out]` and a bf16 `x` `[in, T·B]`
@@ -196,11 +213,8 @@ impl<'w> Block<'w> {
     where
         'w: 'a,
     {
-        let plain = |stem: &str| self.index(&format!("{stem}.weight")).is_some() && self.get(&format!("{stem}.bias")).is_none();
-        let (at, fused) = (self.autocast, x.attention == Attention::Fused && x.cache.is_none());
-        if !(at.qkv && at.attention && fused && (dh == 64 || dh == 128) && a.dtype() == DType::BF16 && a.is_contiguous())
-            || !["attn_q", "attn_k", "attn_v"].into_iter().all(plain)
-        {
+        let takes = self.autocast.qkv && self.bf16_attention(x, dh) && a.dtype() == DType::BF16 && a.is_contiguous();
+        if !(takes && ["attn_q", "attn_k", "attn_v"].into_iter().all(|stem| self.unbiased(stem))) {
             return Ok(None);
         }
         let product = |stem: &str| self.bf16_product(ctx, stem, scale, a);
@@ -239,8 +253,7 @@ impl<'w> Block<'w> {
     /// of bf16 q, k and v writes a bf16 output itself (patch 0073), which
     /// needs no cast and which its backward reads.
     pub fn attention<'a>(&self, ctx: &'a Context, [q, k, v]: [Tensor<'a>; 3], x: &Batch<'a>, layer: usize) -> Result<Tensor<'a>> {
-        let dh = q.ne()[0];
-        let o = if self.autocast.attention && x.attention == Attention::Fused && x.cache.is_none() && (dh == 64 || dh == 128) {
+        let o = if self.bf16_attention(x, q.ne()[0]) {
             // (q, k and v of qkv_bf16 are bf16 already)
             let bf16 = |t: Tensor<'a>| if t.dtype() == DType::BF16 { Ok(t) } else { ctx.cast(t, DType::BF16) };
             causal_attention(ctx, bf16(q)?, bf16(k)?, bf16(v)?, x, layer)?

@@ -107,6 +107,13 @@ pub fn leaf<'a>(ctx: &'a Context, cpu: &Backend, ne: &[i64], data: &[f32]) -> Te
     t
 }
 
+/// A [`leaf`] marked as a parameter (`Context::set_param`).
+pub fn param_leaf<'a>(ctx: &'a Context, cpu: &Backend, ne: &[i64], data: &[f32]) -> Tensor<'a> {
+    let t = leaf(ctx, cpu, ne, data);
+    ctx.set_param(t).unwrap();
+    t
+}
+
 /// An i32 leaf, as [`leaf`].
 pub fn leaf_i32<'a>(ctx: &'a Context, cpu: &Backend, ne: &[i64], data: &[i32]) -> Tensor<'a> {
     let t = ctx.new_tensor(DType::I32, ne).unwrap();
