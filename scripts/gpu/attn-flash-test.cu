@@ -145,8 +145,8 @@ static void launch(const shape & s, const run_bufs & r, bool fwd, bool bwd, bool
         static const bool no_0070 = std::getenv("TOY_CUDA_NO_0070") != nullptr && !obf;
         if (no_0070) k_rowdot<<<(rows + 255)/256, 256>>>(r.dout, r.out, r.rd, s.D, rows);
         const void * o = no_0070 ? nullptr : out;
-        if (s.D == 64) flash_backward<64>(q, k, v, r.dout, o, obf, s.T, s.B, s.hq, s.hkv, scale, r.lse, r.rd, r.dq, r.dk, r.dv, r.ws, 0);
-        else flash_backward<128>(q, k, v, r.dout, o, obf, s.T, s.B, s.hq, s.hkv, scale, r.lse, r.rd, r.dq, r.dk, r.dv, r.ws, 0);
+        if (s.D == 64) flash_backward<64>(q, k, v, r.dout, false, o, obf, s.T, s.B, s.hq, s.hkv, scale, r.lse, r.rd, r.dq, r.dk, r.dv, r.ws, 0);
+        else flash_backward<128>(q, k, v, r.dout, false, o, obf, s.T, s.B, s.hq, s.hkv, scale, r.lse, r.rd, r.dq, r.dk, r.dv, r.ws, 0);
     }
     CK(cudaGetLastError());
 }
