@@ -87,8 +87,9 @@ fn grads(s: Dims, seed: u64, bf16: bool, adapter: bool, norm: bool) -> ggml_rs::
     let (ao, bo) = (param(&[dh * h, 4], -0.3, 0.3, &mut r), param(&[4, d], -0.3, 0.3, &mut r));
     let o = ctx.attn_causal(q, k, v, 1.0 / (dh as f32).sqrt())?; // [dh, h, t, b], bf16 of bf16 q, k, v (patch 0073)
     let o2 = ctx.reshape(o, &[(dh * h) as i64, n as i64])?;
-    let y = ctx.mul_mat(wo, o2)?; // [d, n] f32: the output projection
-    // with `adapter`, its term B_o·(A_o·o) added as toy adds an f32 product's (A_o·o a bf16 product)
+    // [d, n] f32: the output projection; with `adapter`, its term B_o·(A_o·o) added as toy adds
+    // an f32 product's (A_o·o a bf16 product)
+    let y = ctx.mul_mat(wo, o2)?;
     let y = if adapter { ctx.add(ctx.mul_mat(bo, mm(ao, o2)?)?, y)? } else { y };
     let loss = ctx.sum(ctx.mul(y, rt)?)?.set_output();
     let mut g = Graph::with_grads(&ctx, 2048)?;
