@@ -315,12 +315,14 @@ lora_bases() {
   mkdir -p $LORA_BENCH && python3 scripts/bench/make-smollm-shape.py $LORA_BENCH/smol-f16.gguf > /dev/null
   python3 scripts/bench/typed-copy.py $LORA_BENCH/smol-f16.gguf $LORA_BENCH/smol-q4_1.gguf q4_1 --embd q8_0
 }
+# (NCU_SIDES: lora over Q4_1, lora16 over its f16 copy, full fine-tuning of that copy)
 stage_ncu_lora() {
   local w=$LORA_BENCH
   lora_bases
   for side in ${NCU_SIDES:-lora full}; do
     local extra=(--from $w/smol-f16.gguf)
     [ $side = lora ] && extra=(--from $w/smol-q4_1.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down)
+    [ $side = lora16 ] && extra=(--from $w/smol-f16.gguf --lora-rank 16 --lora-targets attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down)
     ncu_step $side ${NCU_TOP:-15} "${extra[@]}" --context 512 --batch 8
   done
   gzip -f "$OUT"/ncu-*.csv
@@ -441,6 +443,20 @@ stage_rowdot_ab() { AB_CASES=${AB_CASES:-0 8 2} AB_ENV=TOY_CUDA_NO_0070 ab_cases
 # Patch 0073 (the attention's bf16 output for bf16 q, k, v) on and off: SmolLM2 at 2048 and 4096, GPT-2 124M.
 stage_attn_out_ab() { AB_CASES=${AB_CASES:-0 8 2} AB_ENV=TOY_NO_0073 ab_cases; }
 # Any variable's A/B: AB_ENV (with AB_VALUE, AB_OPT_IN, AB_CASES) from the caller.
+# The bf16 parity harness at llama medium (heads of 64: the bf16 q, k, v and attention
+# patches in play), PARITY_STEPS (default 100) steps, as built, then with PARITY_OFF (a
+# space-separated list of variables, e.g. "TOY_NO_0078 TOY_NO_0079") set.
+stage_parity_medium_ab() {
+  local off v
+  for off in 0 1; do
+    if [ $off = 1 ]; then for v in ${PARITY_OFF:?variables to set}; do export "$v"=1; done; fi
+    timeout 200 python3 scripts/parity/parity.py --toy $T --arch llama --preset medium --steps ${PARITY_STEPS:-100} --matmul-precision high \
+      --dtype bf16 --corpus data/default-corpus.txt --device cuda --torch-device cuda --work /tmp/pm$off \
+      > "$OUT/parity-llama-medium-bf16-off$off.txt" 2> "$OUT/parity-llama-medium-bf16-off$off.err"
+    echo "== parity llama medium bf16, off=$off (rc=$?)"; grep -E "loss, steps|gradients, step_|logits, step_|parity:" "$OUT/parity-llama-medium-bf16-off$off.txt"
+  done
+  for v in ${PARITY_OFF}; do unset "$v"; done
+}
 stage_env_ab() { : "${AB_ENV:?the variable to A/B}"; ab_cases; }
 # patch 0066 (opt-in in toy): LoRA's input gradient through the merged weight (LoRA over Q4_1 and f16).
 stage_merged_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_0066 AB_OPT_IN=1 ab_cases; }
