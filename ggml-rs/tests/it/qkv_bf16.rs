@@ -34,11 +34,12 @@ struct Facts {
     dout: Option<DType>,
 }
 
-/// `sum(attn_causal(q, k, v) ⊙ r)`'s gradients of `x`, `W_q`, `W_k`, `W_v`
-/// (and with `adapter`, of `A` and `B` of a LoRA-like term `B·(A·x)` added to
-/// q and to v, and of `A_o` and `B_o` of one added to the output projection; with `norm`, of the gain `g` of `rms_norm_gain(x, g)`, which the
-/// products then read instead of `x`, as a llama block's attention reads its
-/// norm), and the graph's [`Facts`]; `bf16`: on the test device, the products'
+/// `sum((W_o·attn_causal(q, k, v)) ⊙ r)`'s gradients of `x`, `W_q`, `W_k`,
+/// `W_v`, `W_o` (and with `adapter`, of `A` and `B` of a LoRA-like term
+/// `B·(A·x)` added to q and to v, and of `A_o` and `B_o` of one added to the
+/// output projection; with `norm`, of the gain `g` of `rms_norm_gain(x, g)`,
+/// which the products then read instead of `x`, as a llama block's attention
+/// reads its norm), and the graph's [`Facts`]; `bf16`: on the test device, the products'
 /// input cast to bf16 and the products in bf16 (patch 0076; the term's too,
 /// added in bf16 as patch 0055 adds it); else all in f32 on the CPU (the
 /// reference). The inner `Err`: the device refused the graph at allocation
