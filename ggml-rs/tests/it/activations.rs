@@ -4,8 +4,9 @@
 //! of f32 parameters against the f64 chain rule: on the test device (the CPU,
 //! or `TOY_TEST_DEVICE`).
 
-use crate::common::{backends, check, cpu, leaf, param_leaf, rng, uniform};
+use crate::common::{assert_within, backends, check, cpu, leaf, param_leaf, rng, uniform};
 use ggml_rs::{Context, DType, Graph, Tensor};
+use rand::rngs::StdRng;
 
 /// `x` rounded to bf16, to nearest even (ggml's `GGML_FP32_TO_BF16`, CUDA's `__float2bfloat16`).
 fn bf16(x: f32) -> f32 {
@@ -133,11 +134,7 @@ fn bf16_activation_of_casts_differentiates_to_the_f32_parameters() {
 #[test]
 fn swiglu_of_bf16_products_takes_bf16_gradients() {
     let dev = cpu();
-    let (k, f, n, m) = (32usize, 48usize, 6usize, 5usize);
-    let mut r = rng(4801);
-    let x = uniform(&mut r, k * n, -1.0, 1.0);
-    let (wg, wu) = (uniform(&mut r, k * f, -0.4, 0.4), uniform(&mut r, k * f, -0.4, 0.4));
-    let (wd, rt) = (uniform(&mut r, f * m, -0.5, 0.5), uniform(&mut r, m * n, -1.0, 1.0));
+    let SwigluData { s: Shape { k, f, n, m }, x, wg, wu, wd, rt, .. } = swiglu_data(4801);
     let ctx = Context::new(256).unwrap();
     let param = |ne: &[i64], d: &[f32]| param_leaf(&ctx, &dev, ne, d);
     let (px, pg, pu) = (param(&[k as i64, n as i64], &x), param(&[k as i64, f as i64], &wg), param(&[k as i64, f as i64], &wu));
@@ -165,11 +162,7 @@ fn swiglu_of_bf16_products_takes_bf16_gradients() {
 #[test]
 fn swiglu_of_bf16_products_takes_its_gradient_in_bf16() {
     let dev = cpu();
-    let (k, f, n, m) = (32usize, 48usize, 6usize, 5usize);
-    let mut r = rng(7501);
-    let x = uniform(&mut r, k * n, -1.0, 1.0);
-    let (wg, wu) = (uniform(&mut r, k * f, -0.4, 0.4), uniform(&mut r, k * f, -0.4, 0.4));
-    let (wd, rt) = (uniform(&mut r, f * m, -0.5, 0.5), uniform(&mut r, m * n, -1.0, 1.0));
+    let SwigluData { s: Shape { k, f, n, m }, x, wg, wu, wd, rt, .. } = swiglu_data(7501);
     let (gx, dgate, dup) = swiglu_chain(Shape { k, f, n, m }, &x, &wg, &wu, &wd, &rt);
     let gw = |d: &[f64]| outer(k, f, n, &x, d);
     for (wd_type, adapter) in [(DType::F32, false), (DType::BF16, false), (DType::F32, true)] {
@@ -254,6 +247,29 @@ struct Shape {
     m: usize,
 }
 
+/// A SwiGLU test's values, uniform from one seed's stream in this order: `x`
+/// `[k, n]` in ±1, `wg` and `wu` `[k, f]` in ±0.4, `wd` `[f, m]` in ±0.5, `rt`
+/// `[m, n]` in ±1, at `k` 32, `f` 48, `n` 6, `m` 5; and the stream after them.
+struct SwigluData {
+    s: Shape,
+    x: Vec<f32>,
+    wg: Vec<f32>,
+    wu: Vec<f32>,
+    wd: Vec<f32>,
+    rt: Vec<f32>,
+    rest: StdRng,
+}
+
+fn swiglu_data(seed: u64) -> SwigluData {
+    let s = Shape { k: 32, f: 48, n: 6, m: 5 };
+    let Shape { k, f, n, m } = s;
+    let mut r = rng(seed);
+    let x = uniform(&mut r, k * n, -1.0, 1.0);
+    let (wg, wu) = (uniform(&mut r, k * f, -0.4, 0.4), uniform(&mut r, k * f, -0.4, 0.4));
+    let (wd, rt) = (uniform(&mut r, f * m, -0.5, 0.5), uniform(&mut r, m * n, -1.0, 1.0));
+    SwigluData { s, x, wg, wu, wd, rt, rest: r }
+}
+
 /// The f64 chain rule of `sum(mul_mat(wd, swiglu(wg·x, wu·x)) ⊙ rt)` on the
 /// unrounded values: `(dx [k, n], dgate [f, n], dup [f, n])`, flat as
 /// `i0 + ne0·i1`.
@@ -284,14 +300,6 @@ fn outer(k: usize, f: usize, n: usize, x: &[f32], d: &[f64]) -> Vec<f64> {
     (0..k * f).map(|ci| (0..n).map(|j| x[ci % k + k * j] as f64 * d[ci / k + f * j]).sum()).collect()
 }
 
-/// Max |got − want| within `tol` of want's largest value.
-fn assert_within(what: &str, got: &[f32], want: &[f64], tol: f64) {
-    let scale = want.iter().fold(1e-30f64, |s, v| s.max(v.abs()));
-    let err = got.iter().zip(want).fold(0.0f64, |e, (&g, w)| e.max((g as f64 - w).abs()));
-    println!("{what}: max err / scale {:.3e}", err / scale);
-    assert!(err <= tol * scale, "{what}: {err:e} of {scale:e}");
-}
-
 /// Patch 0055: gate and up as bf16 products of a frozen weight plus a LoRA
 /// adapter's bf16 term, `W·x + B·(A·x)` with `A`, `B` and `h = A·x` bf16 and
 /// the sum bf16 (on CUDA the term is the product's GEMM's C): SWIGLU_BACK
@@ -302,12 +310,8 @@ fn assert_within(what: &str, got: &[f32], want: &[f64], tol: f64) {
 #[test]
 fn swiglu_of_bf16_products_with_lora_terms_takes_bf16_gradients() {
     let dev = cpu();
-    let s = Shape { k: 32, f: 48, n: 6, m: 5 };
+    let SwigluData { s, x, wg, wu, wd, rt, rest: mut r } = swiglu_data(5501);
     let (Shape { k, f, n, m }, r_) = (s, 4usize);
-    let mut r = rng(5501);
-    let x = uniform(&mut r, k * n, -1.0, 1.0);
-    let (wg, wu) = (uniform(&mut r, k * f, -0.4, 0.4), uniform(&mut r, k * f, -0.4, 0.4));
-    let (wd, rt) = (uniform(&mut r, f * m, -0.5, 0.5), uniform(&mut r, m * n, -1.0, 1.0));
     let ab: Vec<Vec<f32>> = (0..4).map(|i| uniform(&mut r, if i % 2 == 0 { k * r_ } else { r_ * f }, -0.4, 0.4)).collect();
     let ctx = Context::new(512).unwrap();
     let param = |ne: &[usize], d: &[f32]| param_leaf(&ctx, &dev, &ne.iter().map(|&v| v as i64).collect::<Vec<_>>(), d);

@@ -87,9 +87,7 @@ fn norm_between_products(dev: &ggml_rs::Backend, seed: u64, mode: ggml_rs::MulMa
     let ctx = Context::new(256).unwrap();
     let param = |ne: &[usize], lo: f32, hi: f32, r: &mut _| {
         let ne: Vec<i64> = ne.iter().map(|&v| v as i64).collect();
-        let t = leaf(&ctx, dev, &ne, &uniform(r, ne.iter().product::<i64>() as usize, lo, hi));
-        ctx.set_param(t).unwrap();
-        t
+        param_leaf(&ctx, dev, &ne, &uniform(r, ne.iter().product::<i64>() as usize, lo, hi))
     };
     let (x, w0, g) = (param(&[k, n], -1.0, 1.0, &mut r), param(&[k, d], -0.2, 0.2, &mut r), param(&[d], 0.5, 1.5, &mut r));
     let w1 = leaf(&ctx, dev, &[d as i64, m as i64], &uniform(&mut r, d * m, -0.2, 0.2));
@@ -117,9 +115,6 @@ fn a_norm_gradient_read_by_bf16_products() {
     let got = norm_between_products(&cpu(), 7701, ggml_rs::MulMatGrad::OutProd);
     let want = norm_between_products(&ggml_rs::Backend::cpu().unwrap(), 7701, ggml_rs::MulMatGrad::MulMat);
     for (name, (a, w)) in ["W0", "x", "g"].iter().zip(got.iter().zip(&want)) {
-        let scale = w.iter().fold(1e-30f32, |s, v| s.max(v.abs())) as f64;
-        let err = a.iter().zip(w).fold(0.0f64, |e, (&p, &q)| e.max((p as f64 - q as f64).abs())) / scale;
-        println!("d{name}: max err / scale {err:.3e}");
-        assert!(err <= 1e-2, "d{name}: {err:e} of the scale");
+        assert_within(&format!("d{name}"), a, &f64s(w), 1e-2);
     }
 }

@@ -114,6 +114,15 @@ pub fn param_leaf<'a>(ctx: &'a Context, cpu: &Backend, ne: &[i64], data: &[f32])
     t
 }
 
+/// Max |got − want| within `tol` of want's largest value (printed, for the
+/// closing notes' figures).
+pub fn assert_within(what: &str, got: &[f32], want: &[f64], tol: f64) {
+    let scale = want.iter().fold(1e-30f64, |s, v| s.max(v.abs()));
+    let err = got.iter().zip(want).fold(0.0f64, |e, (&g, w)| e.max((g as f64 - w).abs()));
+    println!("{what}: max err / scale {:.3e}", err / scale);
+    assert!(err <= tol * scale, "{what}: {err:e} of {scale:e}");
+}
+
 /// An i32 leaf, as [`leaf`].
 pub fn leaf_i32<'a>(ctx: &'a Context, cpu: &Backend, ne: &[i64], data: &[i32]) -> Tensor<'a> {
     let t = ctx.new_tensor(DType::I32, ne).unwrap();
