@@ -58,13 +58,14 @@ fn grads(s: Dims, seed: u64, bf16: bool, adapter: bool, norm: bool) -> ggml_rs::
     let x = param(&[d, n], -1.0, 1.0, &mut r);
     // the products' bound: 0.3 up to a width of 96, then 0.3·√(96/d), so that q·k keeps its
     // size at SmolLM2's 576 (a wider sum of ±0.3 weights saturates the softmax, where bf16's
-    // rounding of q and k moves the probabilities by tens of percent)
+    // rounding of q and k moves the probabilities by tens of percent); the adapter's A reads x
+    // too, and takes the same bound
     let wb = 0.3 * (96.0 / d as f32).sqrt().min(1.0);
     let (wq, wk, wv) =
         (param(&[d, dh * h], -wb, wb, &mut r), param(&[d, dh * hkv], -wb, wb, &mut r), param(&[d, dh * hkv], -wb, wb, &mut r));
     let rt = leaf(&ctx, &dev, &[d as i64, n as i64], &uniform(&mut r, d * n, -1.0, 1.0));
     let pos = leaf_i32(&ctx, &dev, &[n as i64], &(0..n).map(|i| (i % t) as i32).collect::<Vec<_>>());
-    let (a, bq, bv) = (param(&[d, 4], -0.3, 0.3, &mut r), param(&[4, dh * h], -0.3, 0.3, &mut r), param(&[4, dh * hkv], -0.3, 0.3, &mut r));
+    let (a, bq, bv) = (param(&[d, 4], -wb, wb, &mut r), param(&[4, dh * h], -0.3, 0.3, &mut r), param(&[4, dh * hkv], -0.3, 0.3, &mut r));
     let gain = if norm { Some(param(&[d], 0.5, 1.5, &mut r)) } else { None };
     let xn = match gain {
         Some(gain) => ctx.rms_norm_gain(x, gain, 1e-5)?,

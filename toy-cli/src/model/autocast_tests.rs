@@ -23,6 +23,10 @@ struct Run {
     bf16_backs: usize,
     /// Of `casts`, those of an f16 base's frozen matrices.
     base_casts: usize,
+    /// Of `casts`, those of trainable matrices (maybe padded: the head), and
+    /// how many of them come before the graph's first product.
+    weight_casts: usize,
+    weight_casts_first: usize,
     /// GELU nodes, and those flagged to be computed again (patch 0062).
     gelus: usize,
     recomputed: usize,
@@ -81,11 +85,19 @@ fn run_compact(c: &ModelConfig, autocast: Autocast, compact: Compact) -> Run {
         .filter(|n| n.op() == sys::GGML_OP_SWIGLU_BACK || (n.op() == sys::GGML_OP_GELU_BACK && n.srcs()[1].dtype() == ggml_rs::DType::BF16))
         .count();
     let base_casts = cast_nodes.iter().filter(|n| n.srcs()[0].dtype() == ggml_rs::DType::F16).count();
+    let of_weight = |n: &ggml_rs::Tensor<'_>| {
+        let s = n.srcs()[0];
+        let s = if s.op() == sys::GGML_OP_PAD { s.srcs()[0] } else { s };
+        s.is_param() && s.op() == sys::GGML_OP_NONE && !of_adapter(s)
+    };
+    let weight_casts = cast_nodes.iter().filter(|n| of_weight(n)).count();
+    let first_product = nodes.iter().position(|n| n.op() == sys::GGML_OP_MUL_MAT).unwrap_or(nodes.len());
+    let weight_casts_first = nodes[..first_product].iter().filter(|n| n.op() == sys::GGML_OP_CPY && of_weight(n)).count();
     let gelu = |n: &&ggml_rs::Tensor<'_>| n.op() == sys::GGML_OP_UNARY && n.op_name() == "GELU";
     let gelus = nodes.iter().filter(gelu).count();
     let recomputed = nodes.iter().filter(gelu).filter(|n| n.is_recomputed()).count();
     let compute_bytes = gs.graph().buffer_sizes().into_iter().map(|(_, s)| s).sum();
-    Run { loss, grads, casts, adapter_casts, bf16_backs, base_casts, gelus, recomputed, compute_bytes }
+    Run { loss, grads, casts, adapter_casts, bf16_backs, base_casts, weight_casts, weight_casts_first, gelus, recomputed, compute_bytes }
 }
 
 /// Loss and gradients agree to bf16's precision.
@@ -124,6 +136,26 @@ fn bf16_product_inputs_agree_with_f32_inputs() {
         assert_eq!((want.casts, got.casts, got.bf16_backs), (0, 4 * c.n_layers, 0), "{what}");
         // and each adapter's A and B, once for the step's four products
         assert_eq!((want.adapter_casts, got.adapter_casts), (0, 2 * adapters(&c)), "{what}");
+        assert_close(what, &got, &want);
+    }
+}
+
+/// Under `weights` each trainable matrix is cast to bf16 once, before the
+/// step's first product (its head padded first), where LoRA's base stays as
+/// it is, and the step agrees with the one whose products read the f32
+/// matrices to bf16's precision: every parameter still gets its gradient,
+/// through the casts.
+#[test]
+fn trainable_matrices_cast_once_a_step_agree_with_f32_matrices() {
+    for (what, c) in configs() {
+        let inputs = Autocast { inputs: true, ..Default::default() };
+        let want = run(&c, inputs);
+        let got = run(&c, Autocast { weights: true, ..inputs });
+        let per_layer = if c.arch == Arch::Gpt2 { 6 } else { 7 }; // q, k, v, output, (gate,) up, down
+        let matrices = if c.lora.is_some() { 0 } else { per_layer * c.n_layers + 1 }; // and the tied head
+        assert_eq!((want.weight_casts, got.weight_casts, got.weight_casts_first), (0, matrices, matrices), "{what}");
+        assert_eq!(got.casts - got.weight_casts, want.casts, "{what}: the same other casts");
+        assert!(got.grads.iter().all(|g| g.iter().any(|&x| x != 0.0)), "{what}: every parameter has a gradient");
         assert_close(what, &got, &want);
     }
 }

@@ -93,10 +93,12 @@ pub fn new_adapter<'w>(ctx: &'w Context, block: usize, target: &str, n_in: usize
 }
 
 /// `W·x` (plus `r` when given), plus an adapter's `term` ([`term`]: built by
-/// the caller before this call, so that it comes first in the graph). A `W`
-/// kept in a frozen base's type (quantized, f16, bf16) is dequantized for the product, as
-/// QLoRA does (Dettmers et al. 2023), to f32 or bf16, or read as stored in
-/// a graph without a backward, as `how` says ([`super::weights::operand`]).
+/// the caller before this call, so that it comes first in the graph). The
+/// product reads `op`, the operand the caller made of `W`
+/// ([`super::weights::weight_operand`]): `W` itself, its step's bf16 copy
+/// (autocast), or, for `W` kept in a frozen base's type (quantized, f16,
+/// bf16), `W` dequantized as QLoRA does (Dettmers et al. 2023) to f32 or bf16,
+/// or read as stored in a graph without a backward, as `how` says.
 ///
 /// The graph's order: the adapter's term first, `r` added to it, and `W·x`
 /// last, with that sum as its addend. On CUDA each sum then runs as its
@@ -110,7 +112,7 @@ pub fn new_adapter<'w>(ctx: &'w Context, block: usize, target: &str, n_in: usize
 /// built from `detach(x)`, so that the adapter adds nothing more to it.
 pub fn linear<'a>(
     ctx: &'a Context,
-    w: Tensor<'a>,
+    (w, op): (Tensor<'a>, Tensor<'a>),
     term: Option<Tensor<'a>>,
     x: Tensor<'a>,
     r: Option<Tensor<'a>>,
@@ -123,7 +125,6 @@ pub fn linear<'a>(
         (Some(r), Some(t)) => Some(ctx.add(r, t)?),
         (r, t) => r.or(t),
     };
-    let op = super::weights::operand(ctx, w, how)?;
     let y = match merged {
         Some((l, scale)) => ctx.mul_mat_backward_weight(op, x, merged_weight(ctx, w, op, how, l, scale)?)?,
         None => ctx.mul_mat(op, x)?,

@@ -62,6 +62,16 @@ pub struct Autocast {
     /// adapter's products read a detached input and only give `A` and `B`
     /// their gradients. Not a bf16 setting: f32 graphs take it too.
     pub merged_lora: bool,
+    /// The trainable f32 matrices (the blocks' and the head's) are cast to
+    /// bf16 once a step, and every product reads that copy: the forward's and
+    /// the backward's that multiply by the matrix (the gradient of its input),
+    /// as autocast's cache of cast weights does for a step. The step's graph
+    /// makes the copies first ([`ggml_rs::Graph::hoist_param_casts`]), where
+    /// CUDA converts them in a few list launches (toy-rs patch 0057), and the
+    /// gradients come back through the casts in f32. Without it each bf16
+    /// product converts its f32 matrix itself, twice a step. Costs 2 bytes a
+    /// weight from the step's start to the backward. CUDA only.
+    pub weights: bool,
 }
 
 /// One block's tensors (`blk.N.*`), in the table's block order.
@@ -163,6 +173,13 @@ impl<'w> Block<'w> {
         self.swiglu(ctx, self.linear(ctx, "ffn_gate", scale, x)?, self.linear(ctx, "ffn_up", scale, x)?)
     }
 
+    /// The matrix `w` as a product's operand: its bf16 copy of the step under
+    /// [`Autocast::weights`] where it is a trainable f32 matrix, else as
+    /// [`Compact`] says ([`operand`]).
+    fn operand<'a>(&self, ctx: &'a Context, w: Tensor<'a>) -> Result<Tensor<'a>> {
+        weight_operand(ctx, w, self.compact, self.autocast)
+    }
+
     /// Whether the block has the matrix `{stem}.weight` and no `{stem}.bias`.
     fn unbiased(&self, stem: &str) -> bool {
         self.index(&format!("{stem}.weight")).is_some() && self.get(&format!("{stem}.bias")).is_none()
@@ -188,7 +205,7 @@ impl<'w> Block<'w> {
         let (k, w) = self.matrix(stem)?;
         let (merged, xa) = self.adapter_input(ctx, k, x)?;
         let term = self.lora[k].map(|l| lora::term_bf16(ctx, l, scale, xa)).transpose()?; // bf16 [out, T·B]
-        let op = operand(ctx, w, self.compact)?; // [in, out]
+        let op = self.operand(ctx, w)?; // [in, out]
         let y = match merged {
             Some(l) => ctx.mul_mat_bf16_backward_weight(op, x, lora::merged_weight(ctx, w, op, self.compact, l, scale)?)?,
             None => ctx.mul_mat_bf16(op, x)?, // bf16 [out, T·B]
@@ -310,7 +327,7 @@ impl<'w> Block<'w> {
         };
         let (merged, xa) = self.adapter_input(ctx, k, x2)?;
         let term = self.lora[k].map(|l| lora::term(ctx, l, scale, xa, self.autocast)).transpose()?; // built before W's product
-        let y = lora::linear(ctx, w, term, x2, r2, self.compact, merged.map(|l| (l, scale)))?;
+        let y = lora::linear(ctx, (w, self.operand(ctx, w)?), term, x2, r2, self.compact, merged.map(|l| (l, scale)))?;
         let y = match self.get(&format!("{stem}.bias")) {
             Some(b) => ctx.add(y, b)?,
             None => y,
@@ -393,6 +410,17 @@ pub fn operand<'a>(ctx: &'a Context, w: Tensor<'a>, how: Compact) -> Result<Tens
     }
 }
 
+/// A weight as a product's operand: under [`Autocast::weights`] a trainable
+/// f32 matrix's bf16 copy (`ggml_cast`, one a product; a step's graph makes
+/// them first), else as `how` says ([`operand`]).
+pub fn weight_operand<'a>(ctx: &'a Context, w: Tensor<'a>, how: Compact, autocast: Autocast) -> Result<Tensor<'a>> {
+    if autocast.weights && w.dtype() == DType::F32 && w.is_param() {
+        ctx.cast(w, DType::BF16)
+    } else {
+        operand(ctx, w, how)
+    }
+}
+
 fn create<'w>(ctx: &'w Context, cfg: &ModelConfig, s: &Spec, name: &str) -> Result<Option<Tensor<'w>>> {
     if !(s.present)(cfg) {
         return Ok(None);
@@ -463,9 +491,10 @@ impl<'w> Weights<'w> {
         }
     }
 
-    /// `w` (one of these weights) as a product's operand, as [`Weights::set_compact`] says.
+    /// `w` (one of these weights) as a product's operand, as
+    /// [`Weights::set_compact`] and [`Autocast::weights`] say.
     pub fn operand<'a>(&self, ctx: &'a Context, w: Tensor<'a>) -> Result<Tensor<'a>> {
-        operand(ctx, w, self.compact)
+        weight_operand(ctx, w, self.compact, self.autocast)
     }
 
     /// The model's configuration.

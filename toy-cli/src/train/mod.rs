@@ -493,7 +493,9 @@ impl<'w> ReplicaState<'w> {
         // patches 0044, 0045), and SwiGLU's gate and up products write bf16 (TOY_F32_OUTPUTS;
         // patch 0048, CUDA only: the CPU has no bf16 product result), and so do the attention's q, k and v
         // (TOY_NO_0076; patch 0076, CUDA only), and GELU's bf16 output is
-        // computed again in the backward (TOY_NO_0062; patch 0062). Opt-in until timed on a GPU:
+        // computed again in the backward (TOY_NO_0062; patch 0062), and the trainable f32 matrices
+        // are cast to bf16 once a step (TOY_WEIGHT_CAST_PER_PRODUCT: each product converts its
+        // own, twice a step; CUDA only). Opt-in until timed on a GPU:
         // a LoRA product's input gradient through its weight with the update merged (TOY_0066;
         // patch 0066; f32 too, where the CPU runs it for checks).
         let autocast = |off: &str| cfg.dtype == crate::config::Dtype::Bf16 && std::env::var_os(off).is_none();
@@ -515,6 +517,7 @@ impl<'w> ReplicaState<'w> {
             qkv: autocast("TOY_NO_0076") && !device.is_cpu(),
             recompute: autocast("TOY_NO_0062"),
             merged_lora: std::env::var_os("TOY_0066").is_some(),
+            weights: autocast("TOY_WEIGHT_CAST_PER_PRODUCT") && !device.is_cpu(),
         });
         let trainable: Vec<_> = weights.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
         for &p in &trainable {

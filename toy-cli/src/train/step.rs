@@ -82,7 +82,12 @@ fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b
     let head = w.head()?; // [d, V]
     let pad_head = training && head.dtype() == DType::F32; // a frozen base's head (LoRA) is read as it is
     let vp = if pad_head { (v + HEAD_ROWS_MULTIPLE - 1) / HEAD_ROWS_MULTIPLE * HEAD_ROWS_MULTIPLE } else { v };
-    let head = if vp > v { ctx.pad(head, [0, vp - v, 0, 0])? } else { w.operand(ctx, head)? }; // [d, Vp]
+    let head = match vp > v {
+        // the padded copy cast to bf16 once for both its products under autocast's weights
+        true if w.autocast().weights => ctx.cast(ctx.pad(head, [0, vp - v, 0, 0])?, DType::BF16)?,
+        true => ctx.pad(head, [0, vp - v, 0, 0])?,
+        false => w.operand(ctx, head)?,
+    }; // [d, Vp]
     let bf16 = training && w.autocast().logits && matches!(head.dtype(), DType::F32 | DType::BF16);
     let logits = if bf16 { ctx.mul_mat_bf16(head, h)? } else { ctx.mul_mat(head, h)? }.set_name("logits")?; // [Vp, T·B]
     let loss = ctx.cross_entropy_loss_ids_ext(logits, targets, v)?.set_name("loss")?.set_output(); // [1]
@@ -400,6 +405,7 @@ impl<'a> GradStep<'a> {
         graph.set_mul_mat_grad(backends.first().map(MulMatGrad::for_backend).unwrap_or_default());
         graph.expand(lg.loss)?;
         graph.build_backward(lg.loss)?;
+        graph.hoist_param_casts()?; // as a training step's graph
         for p in w.params() {
             if let Some(g) = graph.grad(p.tensor) {
                 g.set_output();
