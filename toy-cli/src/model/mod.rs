@@ -6,6 +6,7 @@ pub mod gpt2;
 pub mod init;
 pub mod llama;
 pub mod lora;
+pub mod operand;
 pub mod qwen2;
 pub mod table;
 pub mod weights;
