@@ -445,13 +445,14 @@ stage_attn_out_ab() { AB_CASES=${AB_CASES:-0 8 2} AB_ENV=TOY_NO_0073 ab_cases; }
 # Any variable's A/B: AB_ENV (with AB_VALUE, AB_OPT_IN, AB_CASES) from the caller.
 # The bf16 parity harness at llama medium (heads of 64: the bf16 q, k, v and attention
 # patches in play), PARITY_STEPS (default 100) steps, as built, then with PARITY_OFF (a
-# space-separated list of variables, e.g. "TOY_NO_0078 TOY_NO_0079") set.
+# space-separated list of variables, e.g. "TOY_NO_0078 TOY_NO_0079") set; PARITY_ARGS go to
+# parity.py (e.g. --noise-floor: PyTorch bf16 against PyTorch f32 as info rows).
 stage_parity_medium_ab() {
   local off v
   for off in 0 1; do
     if [ $off = 1 ]; then for v in ${PARITY_OFF:?variables to set}; do export "$v"=1; done; fi
     timeout 200 python3 scripts/parity/parity.py --toy $T --arch llama --preset medium --steps ${PARITY_STEPS:-100} --matmul-precision high \
-      --dtype bf16 --corpus data/default-corpus.txt --device cuda --torch-device cuda --work /tmp/pm$off \
+      --dtype bf16 --corpus data/default-corpus.txt --device cuda --torch-device cuda --work /tmp/pm$off ${PARITY_ARGS:-} \
       > "$OUT/parity-llama-medium-bf16-off$off.txt" 2> "$OUT/parity-llama-medium-bf16-off$off.err"
     echo "== parity llama medium bf16, off=$off (rc=$?)"; grep -E "loss, steps|gradients, step_|logits, step_|parity:" "$OUT/parity-llama-medium-bf16-off$off.txt"
   done

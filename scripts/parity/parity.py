@@ -71,7 +71,8 @@ def parse_args(argv=None):
     p.add_argument("--ref-dtype", choices=["float32", "float64"], default="float32",
                    help="the reference's precision (float64: to tell fp32 rounding drift from error)")
     p.add_argument("--noise-floor", action="store_true",
-                   help="replay a second time in the other precision and report PyTorch fp32 vs fp64 (info rows)")
+                   help="replay a second time in the other precision and report PyTorch fp32 vs fp64 (info rows); "
+                        "with --dtype bf16, PyTorch autocast against PyTorch f32 (TF32 with --matmul-precision high)")
     p.add_argument("--work", help="folder for the toy run and dumps (default: a temporary folder, removed at the end)")
     p.add_argument("--run", help="check an existing run folder (made with --save-initial --record-batches) instead of training")
     return p.parse_args(argv)
@@ -298,8 +299,9 @@ def strict(a, tol):
     return tol if a.matmul_precision == "highest" and a.dtype == "f32" else None
 
 
-def compare_replay(a, run, ref, d_model, t, against="toy"):
-    """Rows comparing a trajectory (toy's run, or another replay `against`) with replay `ref`."""
+def compare_replay(a, run, ref, d_model, t, against="toy", floor="fp32 vs fp64"):
+    """Rows comparing a trajectory (toy's run, or another replay `against`) with replay `ref`;
+    `floor` names the two replays' precisions in the rows of the latter (info rows)."""
     from toygguf import ToyGguf
 
     cfg, events, _ = read_run(run)
@@ -309,7 +311,7 @@ def compare_replay(a, run, ref, d_model, t, against="toy"):
         other["final"] = ToyGguf(run / "weights" / f"step_{n}.gguf").tensors
         who, tol = "", lambda x: x
     else:
-        other, who, tol = against, "noise floor, PyTorch fp32 vs fp64: ", lambda x: None
+        other, who, tol = against, f"noise floor, PyTorch {floor}: ", lambda x: None
     w0 = ToyGguf(run / "weights" / "step_0.gguf").tensors
 
     def per_step(key):
@@ -363,7 +365,12 @@ def check(a, run, work):
     # The same step math again in the trained regime, apart from how far the
     # trajectories drifted: toy's own final weights, the last batch.
     compare_batch(a, run, windows, run / "weights" / f"step_{n}.gguf", n, work, dev, dtype, t, trained=True)
-    if a.noise_floor:
+    if a.noise_floor and a.dtype == "bf16":
+        # How far bf16 itself moves this trajectory: PyTorch autocast against PyTorch without it,
+        # the same batches from the same weights. toy's bf16 curve against PyTorch's reads against it.
+        f32 = replay(run, work, dev, dtype)
+        compare_replay(a, run, f32, d_model, t, against=ref, floor="bf16 vs f32")
+    elif a.noise_floor:
         # How far fp32 rounding alone moves this trajectory: PyTorch fp32 against fp64.
         other = replay(run, work, dev, torch.float64 if dtype == torch.float32 else torch.float32)
         f32, f64 = (ref, other) if dtype == torch.float32 else (other, ref)
