@@ -12,8 +12,9 @@ type RawTensor = *mut sys::ggml_tensor;
 impl Graph<'_> {
     /// Move to the front of the graph, before every other op, the nodes that
     /// depend on trainable parameters alone and make their bf16 or f16 copies:
-    /// casts (`ggml_cast`, a CPY into itself) of parameters, and the SCALEs and
-    /// casts of such nodes (LoRA's `cast(s·A)`). The SCALEs come first, then the
+    /// casts (`ggml_cast`, a CPY into itself) of parameters, and the SCALEs or
+    /// PADs of parameters that such casts read (LoRA's `cast(s·A)`, a training
+    /// head's `cast(pad(W))`). The SCALEs and PADs come first, then the
     /// casts, each kind in graph order, so that the casts stand in one run: CUDA
     /// runs a run of f32 → bf16 casts as one launch (toy-rs patch 0057), where
     /// each was a launch of its own, spread through the forward pass. Returns
@@ -57,9 +58,9 @@ impl Graph<'_> {
     }
 }
 
-/// The SCALEs and the bf16/f16 casts among `nodes` computed from parameters
-/// alone, in graph order, then the kept casts of frozen leaves by source type.
-/// A SCALE counts only where a cast reads it.
+/// The SCALEs and PADs of parameters and the bf16/f16 casts among `nodes`
+/// computed from parameters alone, in graph order, then the kept casts of
+/// frozen leaves by source type. A SCALE or PAD counts only where a cast reads it.
 fn param_copies(nodes: &[RawTensor]) -> (Vec<RawTensor>, Vec<RawTensor>) {
     // SAFETY (all blocks): tensors of a live graph and their operands are live.
     let is_cast = |t: RawTensor| unsafe {
@@ -68,7 +69,7 @@ fn param_copies(nodes: &[RawTensor]) -> (Vec<RawTensor>, Vec<RawTensor>) {
     let param = |t: RawTensor| unsafe { (*t).op == sys::GGML_OP_NONE && (*t).flags & sys::GGML_TENSOR_FLAG_PARAM as i32 != 0 };
     let mut scaled: HashSet<RawTensor> = HashSet::new();
     for &t in nodes {
-        if unsafe { (*t).op } == sys::GGML_OP_SCALE && param(unsafe { (*t).src[0] }) {
+        if matches!(unsafe { (*t).op }, sys::GGML_OP_SCALE | sys::GGML_OP_PAD) && param(unsafe { (*t).src[0] }) {
             scaled.insert(t);
         }
     }

@@ -152,11 +152,71 @@ fn trainable_matrices_cast_once_a_step_agree_with_f32_matrices() {
         let want = run(&c, inputs);
         let got = run(&c, Autocast { weights: true, ..inputs });
         let per_layer = if c.arch == Arch::Gpt2 { 6 } else { 7 }; // q, k, v, output, (gate,) up, down
-        let matrices = if c.lora.is_some() { 0 } else { per_layer * c.n_layers + 1 }; // and the tied head
+        let matrices = if c.lora.is_some() { 0 } else { per_layer * c.n_layers + 1 }; // and the head (gpt2's tied)
         assert_eq!((want.weight_casts, got.weight_casts, got.weight_casts_first), (0, matrices, matrices), "{what}");
         assert_eq!(got.casts - got.weight_casts, want.casts, "{what}: the same other casts");
         assert!(got.grads.iter().all(|g| g.iter().any(|&x| x != 0.0)), "{what}: every parameter has a gradient");
         assert_close(what, &got, &want);
+    }
+}
+
+/// The positions of a training step's graph's bf16 casts of trainable
+/// matrices (maybe padded: the head) and of its first product, and the loss
+/// of one step, under `inputs` and `weights`; `split`: the micro-batch graph
+/// that adds into gradient accumulators.
+fn train_step_weight_casts(c: &ModelConfig, split: bool) -> (Vec<usize>, usize, f32) {
+    use crate::train::step::{OptSettings, TrainStep};
+    use ggml_rs::optim::{AdamWConfig, AdamWState};
+    let backend = Backend::cpu().unwrap();
+    let wctx = Context::new(capacity(c.n_layers) * 2).unwrap();
+    let mut w = Weights::new(&wctx, c).unwrap();
+    w.set_autocast(Autocast { inputs: true, weights: true, ..Default::default() });
+    let trainable: Vec<_> = w.params().into_iter().filter(|p| p.trainable).map(|p| p.tensor).collect();
+    for &p in &trainable {
+        wctx.set_param(p).unwrap();
+    }
+    let moments = AdamWState::new(&wctx, &trainable).unwrap();
+    let accs: Vec<_> = trainable.iter().map(|p| wctx.new_tensor(ggml_rs::DType::F32, &p.shape()).unwrap()).collect();
+    let (t, b) = (c.context, 2);
+    let consts = Consts::new(&wctx, t, b).unwrap();
+    wctx.allocate(&backend).unwrap();
+    consts.fill().unwrap();
+    init_weights(&w, 11).unwrap();
+    let cctx = Context::new(capacity(c.n_layers) * 2).unwrap();
+    let adamw = AdamWConfig { lr: 1e-3, betas: (0.9, 0.95), eps: 1e-8, weight_decay: 0.0 };
+    let opt = OptSettings { adamw, grad_clip: Some(1.0) };
+    let mut ts = TrainStep::new(&cctx, &w, &moments, &consts, t, b, opt, split.then_some(&accs[..]), &[backend]).unwrap();
+    let nodes = ts.graph().nodes();
+    let of_weight = |n: &ggml_rs::Tensor<'_>| {
+        if n.op() != sys::GGML_OP_CPY || n.dtype() != ggml_rs::DType::BF16 {
+            return false;
+        }
+        let s = n.srcs()[0];
+        let s = if s.op() == sys::GGML_OP_PAD { s.srcs()[0] } else { s };
+        s.is_param() && s.op() == sys::GGML_OP_NONE
+    };
+    let casts = nodes.iter().enumerate().filter(|(_, n)| of_weight(n)).map(|(i, _)| i).collect();
+    let first_product = nodes.iter().position(|n| n.op() == sys::GGML_OP_MUL_MAT).unwrap();
+    let tokens: Vec<i32> = (0..t * b).map(|i| ((i * 7 + 3) % c.vocab) as i32).collect();
+    let targets: Vec<i32> = tokens.iter().map(|&x| (x + 1) % c.vocab as i32).collect();
+    let loss = ts.step(&tokens, &targets, &[1.0], 1e-3).unwrap().loss;
+    (casts, first_product, loss)
+}
+
+/// A training step's graph, whole or a micro-batch's, makes its weight casts
+/// in one run before its first product: gpt2's head (vocabulary 61) padded to
+/// 128 rows first, the PAD moved ahead of the run, and the step runs.
+#[test]
+fn a_training_step_casts_its_matrices_in_one_run_first() {
+    for (what, c) in configs().into_iter().filter(|(w, _)| *w != "llama LoRA") {
+        let per_layer = if c.arch == Arch::Gpt2 { 6 } else { 7 };
+        for split in [false, true] {
+            let (casts, first_product, loss) = train_step_weight_casts(&c, split);
+            assert_eq!(casts.len(), per_layer * c.n_layers + 1, "{what}, split {split}");
+            assert_eq!(casts.last().unwrap() - casts[0] + 1, casts.len(), "{what}, split {split}: one run {casts:?}");
+            assert!(*casts.last().unwrap() < first_product, "{what}, split {split}");
+            assert!(loss.is_finite(), "{what}, split {split}: loss {loss}");
+        }
     }
 }
 

@@ -48,8 +48,9 @@ pub fn operand<'a>(ctx: &'a Context, w: Tensor<'a>, how: Compact) -> Result<Tens
 }
 
 /// A weight as a product's operand: under [`Autocast::weights`] a trainable
-/// f32 matrix's bf16 copy (`ggml_cast`, one a product; a step's graph makes
-/// them first), else as `how` says ([`operand`]).
+/// f32 matrix's bf16 copy (a new `ggml_cast` each call, so the caller makes
+/// one operand a matrix a graph; a training graph makes them first), else as
+/// `how` says ([`operand`]).
 pub fn weight_operand<'a>(ctx: &'a Context, w: Tensor<'a>, how: Compact, autocast: Autocast) -> Result<Tensor<'a>> {
     if autocast.weights && w.dtype() == DType::F32 && w.is_param() {
         ctx.cast(w, DType::BF16)

@@ -64,14 +64,15 @@ pub struct Autocast {
     /// their gradients. Not a bf16 setting: f32 graphs take it too.
     pub merged_lora: bool,
     /// The trainable f32 matrices (the blocks' and the head's) are cast to
-    /// bf16 once a step, and every product reads that copy: the forward's and
+    /// bf16 once a graph (a step's, or a micro-batch's where a step
+    /// accumulates), and every product reads that copy: the forward's and
     /// the backward's that multiply by the matrix (the gradient of its input),
-    /// as autocast's cache of cast weights does for a step. The step's graph
+    /// as autocast's cache of cast weights does for a step. A training graph
     /// makes the copies first ([`ggml_rs::Graph::hoist_param_casts`]), where
     /// CUDA converts them in a few list launches (toy-rs patch 0057), and the
     /// gradients come back through the casts in f32. Without it each bf16
     /// product converts its f32 matrix itself, twice a step. Costs 2 bytes a
-    /// weight from the step's start to the backward. CUDA only.
+    /// weight from the graph's start to the backward. CUDA only.
     pub weights: bool,
 }
 
@@ -541,7 +542,7 @@ impl<'w> Weights<'w> {
     where
         'w: 'a,
     {
-        ctx.mul_mat(operand(ctx, self.head()?, self.compact)?, self.hidden(ctx, batch)?)
+        ctx.mul_mat(self.operand(ctx, self.head()?)?, self.hidden(ctx, batch)?)
         // [vocab, T, B]
     }
 

@@ -83,8 +83,9 @@ fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b
     let pad_head = training && head.dtype() == DType::F32; // a frozen base's head (LoRA) is read as it is
     let vp = if pad_head { (v + HEAD_ROWS_MULTIPLE - 1) / HEAD_ROWS_MULTIPLE * HEAD_ROWS_MULTIPLE } else { v };
     let head = match vp > v {
-        // the padded copy cast to bf16 once for both its products under autocast's weights
-        true if w.autocast().weights => ctx.cast(ctx.pad(head, [0, vp - v, 0, 0])?, DType::BF16)?,
+        // a trained head's padded copy cast to bf16 once for both its products under autocast's
+        // weights (hoisted with the other casts: Graph::hoist_param_casts)
+        true if w.autocast().weights && head.is_param() => ctx.cast(ctx.pad(head, [0, vp - v, 0, 0])?, DType::BF16)?,
         true => ctx.pad(head, [0, vp - v, 0, 0])?,
         false => w.operand(ctx, head)?,
     }; // [d, Vp]
