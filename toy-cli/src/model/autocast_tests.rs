@@ -68,36 +68,56 @@ fn run_compact(c: &ModelConfig, autocast: Autocast, compact: Compact) -> Run {
     }
     let cctx = Context::new(capacity(c.n_layers)).unwrap();
     let mut gs = GradStep::new(&cctx, &w, &consts, t, b, &[backend]).unwrap();
-    let tokens: Vec<i32> = (0..t * b).map(|i| ((i * 7 + 3) % c.vocab) as i32).collect();
-    let targets: Vec<i32> = tokens.iter().map(|&x| (x + 1) % c.vocab as i32).collect();
+    let (tokens, targets) = batch(c, t * b);
     let loss = gs.compute(&tokens, &targets).unwrap();
     let grads = trainable.iter().map(|&p| gs.grad(p).expect("a gradient").read_f32().unwrap()).collect();
     let nodes = gs.graph().nodes();
     let cast_nodes: Vec<_> = nodes.iter().filter(|n| n.op() == sys::GGML_OP_CPY && n.dtype() == ggml_rs::DType::BF16).collect();
-    let of_adapter = |t: ggml_rs::Tensor<'_>| {
-        let t = if t.op() == sys::GGML_OP_SCALE { t.srcs()[0] } else { t };
-        t.name().ends_with(".lora_a") || t.name().ends_with(".lora_b")
-    };
-    let adapter_casts = cast_nodes.iter().filter(|n| of_adapter(n.srcs()[0])).count();
+    let adapter_casts = cast_nodes.iter().filter(|n| is_adapter_factor(n.srcs()[0])).count();
     let casts = cast_nodes.len() - adapter_casts;
     let bf16_backs = nodes
         .iter()
         .filter(|n| n.op() == sys::GGML_OP_SWIGLU_BACK || (n.op() == sys::GGML_OP_GELU_BACK && n.srcs()[1].dtype() == ggml_rs::DType::BF16))
         .count();
     let base_casts = cast_nodes.iter().filter(|n| n.srcs()[0].dtype() == ggml_rs::DType::F16).count();
-    let of_weight = |n: &ggml_rs::Tensor<'_>| {
-        let s = n.srcs()[0];
-        let s = if s.op() == sys::GGML_OP_PAD { s.srcs()[0] } else { s };
-        s.is_param() && s.op() == sys::GGML_OP_NONE && !of_adapter(s)
-    };
-    let weight_casts = cast_nodes.iter().filter(|n| of_weight(n)).count();
+    let weight_casts = cast_nodes.iter().filter(|n| is_weight_cast(n)).count();
     let first_product = nodes.iter().position(|n| n.op() == sys::GGML_OP_MUL_MAT).unwrap_or(nodes.len());
-    let weight_casts_first = nodes[..first_product].iter().filter(|n| n.op() == sys::GGML_OP_CPY && of_weight(n)).count();
+    let weight_casts_first = nodes[..first_product].iter().filter(|n| is_weight_cast(n)).count();
     let gelu = |n: &&ggml_rs::Tensor<'_>| n.op() == sys::GGML_OP_UNARY && n.op_name() == "GELU";
     let gelus = nodes.iter().filter(gelu).count();
     let recomputed = nodes.iter().filter(gelu).filter(|n| n.is_recomputed()).count();
     let compute_bytes = gs.graph().buffer_sizes().into_iter().map(|(_, s)| s).sum();
     Run { loss, grads, casts, adapter_casts, bf16_backs, base_casts, weight_casts, weight_casts_first, gelus, recomputed, compute_bytes }
+}
+
+/// Tokens `(7i + 3) mod vocab` and their successors as targets, `n` of each.
+fn batch(c: &ModelConfig, n: usize) -> (Vec<i32>, Vec<i32>) {
+    let tokens: Vec<i32> = (0..n).map(|i| ((i * 7 + 3) % c.vocab) as i32).collect();
+    let targets = tokens.iter().map(|&x| (x + 1) % c.vocab as i32).collect();
+    (tokens, targets)
+}
+
+/// Whether `t` is LoRA's `A` (maybe scaled) or `B` ([`lora::linear`](super::lora::linear)).
+fn is_adapter_factor(t: ggml_rs::Tensor<'_>) -> bool {
+    let t = if t.op() == sys::GGML_OP_SCALE { t.srcs()[0] } else { t };
+    t.name().ends_with(".lora_a") || t.name().ends_with(".lora_b")
+}
+
+/// Whether `n` is a bf16 cast of a trainable matrix (maybe padded: the head),
+/// not of an adapter's factor ([`Autocast::weights`]).
+fn is_weight_cast(n: &ggml_rs::Tensor<'_>) -> bool {
+    if n.op() != sys::GGML_OP_CPY || n.dtype() != ggml_rs::DType::BF16 {
+        return false;
+    }
+    let s = n.srcs()[0];
+    let s = if s.op() == sys::GGML_OP_PAD { s.srcs()[0] } else { s };
+    s.is_param() && s.op() == sys::GGML_OP_NONE && !is_adapter_factor(s)
+}
+
+/// The trainable matrices of a model without adapters: q, k, v, output,
+/// (gate,) up and down a layer, and the head (gpt2's tied).
+fn trained_matrices(c: &ModelConfig) -> usize {
+    (if c.arch == Arch::Gpt2 { 6 } else { 7 }) * c.n_layers + 1
 }
 
 /// Loss and gradients agree to bf16's precision.
@@ -151,8 +171,7 @@ fn trainable_matrices_cast_once_a_step_agree_with_f32_matrices() {
         let inputs = Autocast { inputs: true, ..Default::default() };
         let want = run(&c, inputs);
         let got = run(&c, Autocast { weights: true, ..inputs });
-        let per_layer = if c.arch == Arch::Gpt2 { 6 } else { 7 }; // q, k, v, output, (gate,) up, down
-        let matrices = if c.lora.is_some() { 0 } else { per_layer * c.n_layers + 1 }; // and the head (gpt2's tied)
+        let matrices = if c.lora.is_some() { 0 } else { trained_matrices(&c) };
         assert_eq!((want.weight_casts, got.weight_casts, got.weight_casts_first), (0, matrices, matrices), "{what}");
         assert_eq!(got.casts - got.weight_casts, want.casts, "{what}: the same other casts");
         assert!(got.grads.iter().all(|g| g.iter().any(|&x| x != 0.0)), "{what}: every parameter has a gradient");
@@ -187,18 +206,9 @@ fn train_step_weight_casts(c: &ModelConfig, split: bool) -> (Vec<usize>, usize, 
     let opt = OptSettings { adamw, grad_clip: Some(1.0) };
     let mut ts = TrainStep::new(&cctx, &w, &moments, &consts, t, b, opt, split.then_some(&accs[..]), &[backend]).unwrap();
     let nodes = ts.graph().nodes();
-    let of_weight = |n: &ggml_rs::Tensor<'_>| {
-        if n.op() != sys::GGML_OP_CPY || n.dtype() != ggml_rs::DType::BF16 {
-            return false;
-        }
-        let s = n.srcs()[0];
-        let s = if s.op() == sys::GGML_OP_PAD { s.srcs()[0] } else { s };
-        s.is_param() && s.op() == sys::GGML_OP_NONE
-    };
-    let casts = nodes.iter().enumerate().filter(|(_, n)| of_weight(n)).map(|(i, _)| i).collect();
+    let casts = nodes.iter().enumerate().filter(|(_, n)| is_weight_cast(n)).map(|(i, _)| i).collect();
     let first_product = nodes.iter().position(|n| n.op() == sys::GGML_OP_MUL_MAT).unwrap();
-    let tokens: Vec<i32> = (0..t * b).map(|i| ((i * 7 + 3) % c.vocab) as i32).collect();
-    let targets: Vec<i32> = tokens.iter().map(|&x| (x + 1) % c.vocab as i32).collect();
+    let (tokens, targets) = batch(c, t * b);
     let loss = ts.step(&tokens, &targets, &[1.0], 1e-3).unwrap().loss;
     (casts, first_product, loss)
 }
@@ -209,10 +219,9 @@ fn train_step_weight_casts(c: &ModelConfig, split: bool) -> (Vec<usize>, usize, 
 #[test]
 fn a_training_step_casts_its_matrices_in_one_run_first() {
     for (what, c) in configs().into_iter().filter(|(w, _)| *w != "llama LoRA") {
-        let per_layer = if c.arch == Arch::Gpt2 { 6 } else { 7 };
         for split in [false, true] {
             let (casts, first_product, loss) = train_step_weight_casts(&c, split);
-            assert_eq!(casts.len(), per_layer * c.n_layers + 1, "{what}, split {split}");
+            assert_eq!(casts.len(), trained_matrices(&c), "{what}, split {split}");
             assert_eq!(casts.last().unwrap() - casts[0] + 1, casts.len(), "{what}, split {split}: one run {casts:?}");
             assert!(*casts.last().unwrap() < first_product, "{what}, split {split}");
             assert!(loss.is_finite(), "{what}, split {split}: loss {loss}");
