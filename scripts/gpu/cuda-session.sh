@@ -427,13 +427,15 @@ stage_side_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_NO_0060 ab_cases; 
 stage_dequant_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_NO_0061 ab_cases; }
 # The LoRA base loaded in bf16 once (train/dequant.rs) against patch 0061's casts once a step.
 stage_base_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_BASE_CAST_PER_STEP ab_cases; }
-# Patch 0063 (opt-in): the cross-entropy forward writing its gradient, on and off
-# (GPT-2 124M at vocabularies 50257 and 8192, bf16, by default).
-stage_fused_ce_ab() { AB_CASES=${AB_CASES:-2 7 2 7} AB_ENV=TOY_CUDA_0063 AB_OPT_IN=1 ab_cases; }
+# Patch 0063 (on by default since patch 0082): the cross-entropy forward writing its gradient,
+# on and off (GPT-2 124M at vocabularies 50257 and 8192, bf16, by default).
+stage_fused_ce_ab() { AB_CASES=${AB_CASES:-2 7 2 7} AB_ENV=TOY_CUDA_NO_0063 ab_cases; }
+# Patch 0081: the cross-entropy's exp over bf16 logits as ex2.approx, on and off.
+stage_ce_exp_ab() { AB_CASES=${AB_CASES:-2 7 0} AB_ENV=TOY_CUDA_NO_0081 ab_cases; }
 # Patch 0062: GPT-2's GELU computed again in the backward (toy's TOY_NO_0062: kept), GPT-2 124M by default.
 # patch 0064: the fused cross-entropy (0063 on) reading each row once, staged in shared memory,
 # against reading it twice (GPT-2 124M at 50257 and 8192).
-stage_ce_stage_ab() { TOY_CUDA_0063=1 AB_CASES=${AB_CASES:-2 7} AB_ENV=TOY_CUDA_NO_0064 ab_cases; }
+stage_ce_stage_ab() { AB_CASES=${AB_CASES:-2 7} AB_ENV=TOY_CUDA_NO_0064 ab_cases; }
 # patch 0065 (on unless TOY_CUDA_NO_0065): the main stream at the greatest priority (LoRA over Q4_1 and f16, full fine-tuning).
 stage_priority_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_CUDA_NO_0065 ab_cases; }
 # Patch 0069 (the flash kernels on wgmma, sm_90a modules) on and off: SmolLM2 at 2048, 4096, 8192, GPT-2 124M.
