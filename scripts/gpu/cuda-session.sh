@@ -432,7 +432,6 @@ stage_base_ab() { AB_CASES=${AB_CASES:-4 6 5} AB_ENV=TOY_BASE_CAST_PER_STEP ab_c
 stage_fused_ce_ab() { AB_CASES=${AB_CASES:-2 7 2 7} AB_ENV=TOY_CUDA_NO_0063 ab_cases; }
 # Patch 0081: the cross-entropy's exp over bf16 logits as ex2.approx, on and off.
 stage_ce_exp_ab() { AB_CASES=${AB_CASES:-2 7 0} AB_ENV=TOY_CUDA_NO_0081 ab_cases; }
-# Patch 0062: GPT-2's GELU computed again in the backward (toy's TOY_NO_0062: kept), GPT-2 124M by default.
 # patch 0064: the fused cross-entropy (0063 on) reading each row once, staged in shared memory,
 # against reading it twice (GPT-2 124M at 50257 and 8192).
 stage_ce_stage_ab() { AB_CASES=${AB_CASES:-2 7} AB_ENV=TOY_CUDA_NO_0064 ab_cases; }
@@ -463,6 +462,7 @@ stage_parity_medium_ab() {
 stage_env_ab() { : "${AB_ENV:?the variable to A/B}"; ab_cases; }
 # patch 0066 (opt-in in toy): LoRA's input gradient through the merged weight (LoRA over Q4_1 and f16).
 stage_merged_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_0066 AB_OPT_IN=1 ab_cases; }
+# Patch 0062: GPT-2's GELU computed again in the backward (toy's TOY_NO_0062: kept), GPT-2 124M by default.
 stage_recompute_ab() { AB_CASES=${AB_CASES:-2} AB_ENV=TOY_NO_0062 ab_cases; }
 stage_dequant_list_ab() { AB_CASES=${AB_CASES:-4 6} AB_ENV=TOY_CUDA_NO_0061 ab_cases; }
 # Patch 0060 for every weight gradient (full fine-tuning's too): the default limit
