@@ -20,6 +20,11 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 nv=$(python3 -c 'import nvidia, os; print(os.path.join(nvidia.__path__[0], "cu13"))')
+# The modules that ran on the GPU machine (nvcc 13 there) were built with nvcc 13.0.88 from
+# the wheels nvidia-cuda-nvcc, -crt and nvidia-nvvm 13.0.88, nvidia-cuda-cccl 13.0.85 and
+# nvidia-cublas 13.0.2.14; newer wheels (13.5) were not tried there.
+ver=$("$nv/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
+[ "$ver" = 13.0 ] || echo "local-cuda-module.sh: nvcc $ver, not the 13.0 of the modules run so far (scripts/gpu/README.md names the pins)" >&2
 tk=${TOOLKIT:-/tmp/cuda}
 rt=$tk.runtime-13.0
 if [ ! -d "$rt/nvidia" ]; then
