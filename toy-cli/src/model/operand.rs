@@ -52,9 +52,15 @@ pub fn operand<'a>(ctx: &'a Context, w: Tensor<'a>, how: Compact) -> Result<Tens
 /// one operand a matrix a graph; a training graph makes them first), else as
 /// `how` says ([`operand`]).
 pub fn weight_operand<'a>(ctx: &'a Context, w: Tensor<'a>, how: Compact, autocast: Autocast) -> Result<Tensor<'a>> {
-    if autocast.weights && w.dtype() == DType::F32 && w.is_param() {
+    if cast_once(w, autocast) {
         ctx.cast(w, DType::BF16)
     } else {
         operand(ctx, w, how)
     }
+}
+
+/// Whether products read `w` through one bf16 copy a graph ([`Autocast::weights`]):
+/// a trainable f32 matrix under that setting.
+pub fn cast_once(w: Tensor<'_>, autocast: Autocast) -> bool {
+    autocast.weights && w.dtype() == DType::F32 && w.is_param()
 }

@@ -3,6 +3,7 @@
 //! and [`with_loaded`], a checkpoint's weights on a device for the graphs of
 //! `eval`, `generate` and `debug`.
 
+use crate::model::operand::cast_once;
 use crate::model::{Batch, Param, Weights};
 use ggml_rs::optim::{AdamWConfig, AdamWState, Optimizer, ParamGroup};
 use ggml_rs::{Backend, Context, DType, Graph, MulMatGrad, Result, Tensor};
@@ -85,8 +86,14 @@ fn loss_graph<'a>(ctx: &'a Context, w: &Weights<'a>, c: &Consts<'a>, t: usize, b
     let head = match vp > v {
         // a trained head's padded copy cast to bf16 once for both its products under autocast's
         // weights (hoisted with the other casts: Graph::hoist_param_casts)
-        true if w.autocast().weights && head.is_param() => ctx.cast(ctx.pad(head, [0, vp - v, 0, 0])?, DType::BF16)?,
-        true => ctx.pad(head, [0, vp - v, 0, 0])?,
+        true => {
+            let padded = ctx.pad(head, [0, vp - v, 0, 0])?;
+            if cast_once(head, w.autocast()) {
+                ctx.cast(padded, DType::BF16)?
+            } else {
+                padded
+            }
+        }
         false => w.operand(ctx, head)?,
     }; // [d, Vp]
     let bf16 = training && w.autocast().logits && matches!(head.dtype(), DType::F32 | DType::BF16);
