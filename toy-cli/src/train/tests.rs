@@ -29,3 +29,23 @@ fn the_loop_sends_its_events_in_order_and_writes_nothing() {
     assert_eq!(left, [".lock", "weights"], "the loop wrote into the run folder itself");
     assert_eq!(std::fs::read_dir(run.path.join("weights")).unwrap().count(), 0);
 }
+
+/// A deep model's step graph leaves more holes in its compute buffer while ggml plans it
+/// than ggml-alloc's fixed 256 free blocks held: 131 layers of the smoke llama aborted on
+/// "out of free blocks" before the first step (toy-rs patch 0083 lets the list grow).
+#[test]
+fn a_deep_model_plans_its_graph_without_running_out_of_free_blocks() {
+    let ids = |n: u32| (0..n).map(|i| (i * 7) % 60).collect::<Vec<u32>>().into();
+    let corpus =
+        Corpus { train: ids(2000), val: ids(300), vocab_size: 64, tokenizer: None, source: "<test>".into(), chat: None, text_bytes: None };
+    let mut cfg = TrainConfig::from_preset(Preset::Smoke, Arch::Llama, 64);
+    cfg.model.n_layers = 160;
+    cfg.attention = crate::model::attention::Attention::Fused; // the CPU's default, whose graph fragments more
+    (cfg.steps, cfg.eval_every, cfg.save_every, cfg.log_every) = (1, 1, 0, 0);
+    (cfg.device, cfg.threads) = ("cpu".into(), 2);
+    let dir = tempfile::tempdir().unwrap();
+    let run = RunDir::create("test-run".into(), dir.path().join("r"), false).unwrap();
+    let opts = RunOptions { quiet: true, ..RunOptions::default() };
+    let out = train_into(&Plan::from_scratch(), &cfg, &corpus, &run, &opts, &mut Memory::default()).unwrap();
+    assert_eq!(out.steps, 1);
+}
