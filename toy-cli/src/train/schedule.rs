@@ -18,7 +18,8 @@ impl Cosine {
     /// to 1 at the last step.
     pub fn at(&self, step: u64) -> f32 {
         if step <= self.warmup_steps {
-            return self.lr * step as f32 / self.warmup_steps as f32;
+            // in f64: lr·step first would overflow f32 for an lr near f32::MAX
+            return (self.lr as f64 * step as f64 / self.warmup_steps as f64) as f32;
         }
         let span = self.steps.saturating_sub(self.warmup_steps);
         if span <= 1 {
@@ -43,5 +44,8 @@ mod tests {
         assert!((s.at(60) - 0.55e-3).abs() < 1e-5);
         let no_warmup = Cosine { lr: 1.0, min_lr: 0.0, warmup_steps: 0, steps: 1 };
         assert_eq!(no_warmup.at(1), 1.0);
+        // an --lr near f32::MAX (which validation accepts) stays finite through the warm-up
+        let big = Cosine { lr: 3e38, min_lr: 0.0, warmup_steps: 10, steps: 20 };
+        assert!((1..=20).all(|t| big.at(t).is_finite()));
     }
 }
