@@ -42,13 +42,19 @@ pub fn state_path(checkpoint: &Path) -> PathBuf {
 }
 
 /// The checkpoint `weights/step_<N>.gguf` of the state `weights/step_<N>.state.gguf`
-/// ([`state_path`]'s inverse; another name is returned as it is).
+/// ([`state_path`]'s inverse), also when `state` is a link to it (`weights/latest`
+/// pointed at the state); another name is returned as it is.
 pub fn checkpoint_of(state: &Path) -> PathBuf {
-    let name = state.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    match name.strip_suffix(".state.gguf") {
-        Some(stem) => state.with_file_name(format!("{stem}.gguf")),
-        None => state.to_path_buf(),
+    let beside = |p: &Path| {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        name.strip_suffix(".state.gguf").map(|stem| p.with_file_name(format!("{stem}.gguf")))
+    };
+    if let Some(c) = beside(state) {
+        return c;
     }
+    // a relative link target is relative to the link's folder (join keeps an absolute one)
+    let target = std::fs::read_link(state).ok().map(|t| state.parent().map_or_else(|| t.clone(), |d| d.join(&t)));
+    target.as_deref().and_then(beside).unwrap_or_else(|| state.to_path_buf())
 }
 
 fn key(i: usize, t: Tensor<'_>, suffix: &str) -> String {
@@ -176,4 +182,23 @@ pub fn check_pair(checkpoint: &Path, run_id: Option<&str>) -> Result<u64> {
         return Err(differs("save id", s_id, c_id));
     }
     Ok(s_step)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_checkpoint_of_a_state_is_found_through_a_link_to_it() {
+        let w = Path::new("run/weights");
+        assert_eq!(checkpoint_of(&w.join("step_8.state.gguf")), w.join("step_8.gguf"));
+        assert_eq!(checkpoint_of(&w.join("step_8.gguf")), w.join("step_8.gguf"));
+        let dir = tempfile::tempdir().unwrap();
+        let latest = dir.path().join("latest");
+        std::os::unix::fs::symlink("step_8.state.gguf", &latest).unwrap();
+        assert_eq!(checkpoint_of(&latest), dir.path().join("step_8.gguf"));
+        let other = dir.path().join("other");
+        std::os::unix::fs::symlink("step_8.gguf", &other).unwrap();
+        assert_eq!(checkpoint_of(&other), other);
+    }
 }
