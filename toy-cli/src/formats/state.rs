@@ -53,7 +53,10 @@ pub fn checkpoint_of(state: &Path) -> PathBuf {
         return c;
     }
     // a relative link target is relative to the link's folder (join keeps an absolute one)
-    let target = std::fs::read_link(state).ok().map(|t| state.parent().map_or_else(|| t.clone(), |d| d.join(&t)));
+    let target = std::fs::read_link(state).ok().map(|t| match state.parent() {
+        Some(d) => d.join(t),
+        None => t,
+    });
     target.as_deref().and_then(beside).unwrap_or_else(|| state.to_path_buf())
 }
 

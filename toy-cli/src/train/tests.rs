@@ -5,14 +5,20 @@ use super::*;
 use crate::config::Preset;
 use crate::model::Arch;
 
-#[test]
-fn the_loop_sends_its_events_in_order_and_writes_nothing() {
+/// A corpus of ids below 64 and the smoke llama's config for it, on the CPU with `threads`.
+fn smoke_llama_on_ids(threads: usize) -> (Corpus, TrainConfig) {
     let ids = |n: u32| (0..n).map(|i| (i * 7) % 60).collect::<Vec<u32>>().into();
     let corpus =
         Corpus { train: ids(2000), val: ids(300), vocab_size: 64, tokenizer: None, source: "<test>".into(), chat: None, text_bytes: None };
     let mut cfg = TrainConfig::from_preset(Preset::Smoke, Arch::Llama, 64);
+    (cfg.device, cfg.threads) = ("cpu".into(), threads);
+    (corpus, cfg)
+}
+
+#[test]
+fn the_loop_sends_its_events_in_order_and_writes_nothing() {
+    let (corpus, mut cfg) = smoke_llama_on_ids(1);
     (cfg.steps, cfg.eval_every, cfg.save_every, cfg.log_every) = (4, 2, 2, 0);
-    (cfg.device, cfg.threads) = ("cpu".into(), 1);
     let dir = tempfile::tempdir().unwrap();
     let run = RunDir::create("test-run".into(), dir.path().join("r"), false).unwrap();
     let mut sink = Memory::default();
@@ -35,14 +41,10 @@ fn the_loop_sends_its_events_in_order_and_writes_nothing() {
 /// "out of free blocks" before the first step (toy-rs patch 0083 lets the list grow).
 #[test]
 fn a_deep_model_plans_its_graph_without_running_out_of_free_blocks() {
-    let ids = |n: u32| (0..n).map(|i| (i * 7) % 60).collect::<Vec<u32>>().into();
-    let corpus =
-        Corpus { train: ids(2000), val: ids(300), vocab_size: 64, tokenizer: None, source: "<test>".into(), chat: None, text_bytes: None };
-    let mut cfg = TrainConfig::from_preset(Preset::Smoke, Arch::Llama, 64);
+    let (corpus, mut cfg) = smoke_llama_on_ids(2);
     cfg.model.n_layers = 160;
     cfg.attention = crate::model::attention::Attention::Fused; // the CPU's default, whose graph fragments more
     (cfg.steps, cfg.eval_every, cfg.save_every, cfg.log_every) = (1, 1, 0, 0);
-    (cfg.device, cfg.threads) = ("cpu".into(), 2);
     let dir = tempfile::tempdir().unwrap();
     let run = RunDir::create("test-run".into(), dir.path().join("r"), false).unwrap();
     let opts = RunOptions { quiet: true, ..RunOptions::default() };
