@@ -266,6 +266,77 @@ fn hoisted_parameter_casts_run_first_and_change_no_value() {
     }
 }
 
+/// Loss and the gradient of `W` of `Σ (pad(W)16·x) ⊙ R` (toy's padded head:
+/// `W` `[k, v]` padded to `[k, vp]` with zero rows, then cast to bf16) on
+/// `dev`, the casts hoisted; with `also_read` the PAD is read by a second node
+/// as well (`0·Σ pad(W)`, which adds exact zeros), so CUDA cannot fold it into
+/// the cast (toy-rs patch 0086). And the ops of the first nodes after the
+/// parameters.
+fn padded_head(dev: &ggml_rs::Backend, also_read: bool) -> (Vec<Vec<f32>>, Vec<String>) {
+    let [k, v, vp, n] = PADDED_HEAD.map(|d| d as i64);
+    let (w, x, rv) = padded_head_values();
+    let ctx = Context::new(256).unwrap();
+    let [wt, xt, rt] = [[k, v], [k, n], [vp, n]].map(|ne| ctx.new_tensor(DType::F32, &ne).unwrap());
+    ctx.set_param(wt).unwrap();
+    ctx.allocate(dev).unwrap();
+    for (t, vals) in [(wt, &w), (xt, &x), (rt, &rv)] {
+        t.write(vals).unwrap();
+    }
+    let wp = ctx.pad(wt, [0, vp - v, 0, 0]).unwrap(); // [k, vp]
+    let logits = ctx.mul_mat(ctx.cast(wp, DType::BF16).unwrap(), xt).unwrap(); // [vp, n]
+    let mut loss = ctx.sum(ctx.mul(logits, rt).unwrap()).unwrap();
+    if also_read {
+        loss = ctx.add(loss, ctx.scale(ctx.sum(wp).unwrap(), 0.0).unwrap()).unwrap();
+    }
+    let loss = loss.set_output();
+    let mut graph = Graph::with_grads(&ctx, 256).unwrap();
+    graph.set_mul_mat_grad(MulMatGrad::for_backend(dev));
+    graph.expand(loss).unwrap();
+    graph.build_backward(loss).unwrap();
+    let gw = graph.grad(wt).unwrap().set_output();
+    assert_eq!(graph.hoist_param_casts().unwrap(), 2, "the PAD and its cast");
+    let ops: Vec<String> = graph.nodes().iter().filter(|t| !t.is_param()).take(2).map(|t| t.op_name()).collect();
+    graph.allocate(&backends(dev)).unwrap();
+    graph.compute().unwrap();
+    (vec![loss.read_f32().unwrap(), gw.read_f32().unwrap()], ops)
+}
+
+/// `[k, v, vp, n]` of [`padded_head`].
+const PADDED_HEAD: [usize; 4] = [64, 1000, 1024, 24];
+
+/// `W`, `x` and `R` of [`padded_head`].
+fn padded_head_values() -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let [k, v, vp, n] = PADDED_HEAD;
+    let mut g = rng(7503);
+    (uniform(&mut g, k * v, -0.5, 0.5), uniform(&mut g, k * n, -1.0, 1.0), uniform(&mut g, vp * n, -1.0, 1.0))
+}
+
+/// A parameter padded with zero rows and cast to bf16, as toy's f32 head is
+/// under autocast, gives the same loss and gradient bit for bit whether CUDA
+/// folds the PAD into the run of casts after it (the cast reads the
+/// parameter and writes the padding rows as 0, toy-rs patch 0086) or runs the
+/// PAD because another node reads it too; `Graph::hoist_param_casts` puts the
+/// PAD right before its cast in both. The gradient is also the f64 one of the
+/// f32 operands to 1e-2 of its scale (CUDA may round the product's operands to bf16).
+#[test]
+fn a_padded_parameter_cast_to_bf16_folds_without_changing_a_value() {
+    let dev = cpu();
+    let (folded, ops) = padded_head(&dev, false);
+    assert_eq!(ops, ["PAD", "CPY"]);
+    let (kept, _) = padded_head(&dev, true);
+    for (what, (a, b)) in ["loss", "grad W"].iter().zip(folded.iter().zip(&kept)) {
+        assert!(a.iter().zip(b).all(|(p, q)| p.to_bits() == q.to_bits()), "{what} changed");
+    }
+    // dW[c, j] = Σ_t x[c, t]·R[j, t] over W's v rows
+    let [k, v, vp, n] = PADDED_HEAD;
+    let (_, x, rv) = padded_head_values();
+    let want: Vec<f64> = (0..k * v).map(|i| (0..n).map(|t| x[t * k + i % k] as f64 * rv[t * vp + i / k] as f64).sum()).collect();
+    let scale = want.iter().fold(0.0f64, |m, a| m.max(a.abs()));
+    let err = folded[1].iter().zip(&want).map(|(&a, &b)| (a as f64 - b).abs()).fold(0.0, f64::max) / scale;
+    println!("padded head: grad W within {err:.1e} of f64");
+    assert!(err <= 1e-2, "grad W {err:e}");
+}
+
 /// `out_prod` of a bf16 operand and an f32 one over a long inner side into a
 /// narrow result, a LoRA adapter's weight gradients (`dB` `[r, out]`, `dA`
 /// `[in, r]`; CUDA: a bf16 GEMM, split over the inner side): against f64 sums
