@@ -151,6 +151,29 @@ fn a_head_with_bf16_logits_differentiates_as_its_f64_reference() {
     }
 }
 
+/// Loss and gradient differences (loss relative; `x` and `W` as max |Δ| over
+/// max |value|) between the fused and the unfused run of a head `[k, vp]`
+/// (`nv` classes, padding rows 0) over `n` rows from `seed`, the targets at
+/// `masked` set to −1; bf16 or f32 logits.
+fn fused_against_kept([k, vp, nv]: [usize; 3], n: usize, seed: u64, masked: &[usize], bf16: bool) -> (f64, f64, f64) {
+    let dev = cpu();
+    let mut g = rng(seed);
+    let mut w = uniform(&mut g, k * vp, -0.5, 0.5);
+    w[k * nv..].iter_mut().for_each(|v| *v = 0.0);
+    let x = uniform(&mut g, k * n, -1.0, 1.0);
+    let mut targets: Vec<i32> = (0..n).map(|_| g.random_range(0..nv) as i32).collect();
+    masked.iter().for_each(|&i| targets[i] = -1);
+    let shape = [k as i64, vp as i64, nv as i64];
+    let (fused, kept) =
+        (head_as(&dev, &w, &x, &targets, shape, false, bf16).unwrap(), head_as(&dev, &w, &x, &targets, shape, true, bf16).unwrap());
+    let wide = |v: &[f32]| v.iter().map(|&a| a as f64).collect::<Vec<f64>>();
+    let le = ((fused.loss - kept.loss) / kept.loss).abs() as f64;
+    let (ex, ew) = (scaled_err(&fused.grad_x, &wide(&kept.grad_x)), scaled_err(&fused.grad_w, &wide(&kept.grad_w)));
+    let kind = if bf16 { "bf16" } else { "f32" };
+    println!("fused {kind} [{nv}/{vp}, {n}]: loss {le:.1e}, grad x {ex:.1e}, grad W {ew:.1e}");
+    (le, ex, ew)
+}
+
 /// CUDA's cross-entropy forward writes the logits' gradient in the same pass
 /// when its backward is in the graph and the logits are no output (toy-rs
 /// patch 0063, on by default since patch 0082): loss and gradients agree with
@@ -171,21 +194,8 @@ fn the_fused_cross_entropy_agrees_with_the_unfused_one() {
         return;
     }
     for (nv, vp, n) in [(1000usize, 1000usize, 24usize), (50257, 50304, 12), (4096, 4096, 40), (2000, 2048, 700)] {
-        let k = 64usize;
-        let mut g = rng(4200 + nv as u64);
-        let mut w = uniform(&mut g, k * vp, -0.5, 0.5);
-        w[k * nv..].iter_mut().for_each(|v| *v = 0.0);
-        let x = uniform(&mut g, k * n, -1.0, 1.0);
-        let mut targets: Vec<i32> = (0..n).map(|_| g.random_range(0..nv) as i32).collect();
-        targets[2] = -1;
-        let shape = [k as i64, vp as i64, nv as i64];
-        let (fused, kept) =
-            (head_as(&dev, &w, &x, &targets, shape, false, true).unwrap(), head_as(&dev, &w, &x, &targets, shape, true, true).unwrap());
-        let wide = |v: &[f32]| v.iter().map(|&a| a as f64).collect::<Vec<f64>>();
-        let le = ((fused.loss - kept.loss) / kept.loss).abs();
-        let (ex, ew) = (scaled_err(&fused.grad_x, &wide(&kept.grad_x)), scaled_err(&fused.grad_w, &wide(&kept.grad_w)));
-        println!("fused [{nv}/{vp}, {n}]: loss {le:.1e}, grad x {ex:.1e}, grad W {ew:.1e}");
-        assert!(le <= 1e-6, "loss {} vs {}", fused.loss, kept.loss);
+        let (le, ex, ew) = fused_against_kept([64, vp, nv], n, 4200 + nv as u64, &[2], true);
+        assert!(le <= 1e-6, "loss differs by {le:e}");
         assert!(ex <= 4e-3 && ew <= 4e-3, "grad x {ex:e}, grad W {ew:e}");
     }
 }
@@ -197,24 +207,9 @@ fn the_fused_cross_entropy_agrees_with_the_unfused_one() {
 /// and agree as well.
 #[test]
 fn the_fused_cross_entropy_of_f32_logits_agrees_with_the_unfused_one() {
-    let dev = cpu();
     for (nv, vp, n) in [(1000usize, 1000usize, 700usize), (2000, 2048, 700)] {
-        let k = 32usize;
-        let mut g = rng(4300 + nv as u64);
-        let mut w = uniform(&mut g, k * vp, -0.5, 0.5);
-        w[k * nv..].iter_mut().for_each(|v| *v = 0.0);
-        let x = uniform(&mut g, k * n, -1.0, 1.0);
-        let mut targets: Vec<i32> = (0..n).map(|_| g.random_range(0..nv) as i32).collect();
-        targets[5] = -1;
-        targets[n - 1] = -1;
-        let shape = [k as i64, vp as i64, nv as i64];
-        let (fused, kept) =
-            (head_as(&dev, &w, &x, &targets, shape, false, false).unwrap(), head_as(&dev, &w, &x, &targets, shape, true, false).unwrap());
-        let wide = |v: &[f32]| v.iter().map(|&a| a as f64).collect::<Vec<f64>>();
-        let le = ((fused.loss - kept.loss) / kept.loss).abs();
-        let (ex, ew) = (scaled_err(&fused.grad_x, &wide(&kept.grad_x)), scaled_err(&fused.grad_w, &wide(&kept.grad_w)));
-        println!("fused f32 [{nv}/{vp}, {n}]: loss {le:.1e}, grad x {ex:.1e}, grad W {ew:.1e}");
-        assert!(le <= 1e-6, "loss {} vs {}", fused.loss, kept.loss);
+        let (le, ex, ew) = fused_against_kept([32, vp, nv], n, 4300 + nv as u64, &[5, n - 1], false);
+        assert!(le <= 1e-6, "loss differs by {le:e}");
         assert!(ex <= 1e-5 && ew <= 1e-5, "grad x {ex:e}, grad W {ew:e}");
     }
 }

@@ -91,18 +91,31 @@ fn repeat_back_of_a_permuted_input() {
 /// `∂/∂table Σ get_rows(table, ids) ⊙ R` computed by the backward pass
 /// (GET_ROWS_BACK), against `Σ_{i: ids[i] = r} R[i]`.
 fn get_rows_back_case(d: usize, rows: usize, ids: &[i32], seed: u64) {
+    table_grad_case(d, rows, ids, seed, false);
+}
+
+/// [`get_rows_back_case`]; with `tied` the table is also read whole,
+/// elementwise after the rows (`+ Σ T ⊙ V`, as a tied embedding's head reads
+/// it), and its gradient is `V + Σ_{i: ids[i] = r} R[i]`: the GET_ROWS_BACK
+/// added to the other use's gradient by an ADD.
+fn table_grad_case(d: usize, rows: usize, ids: &[i32], seed: u64, tied: bool) {
     let dev = cpu();
     let mut r = rng(seed);
     let table = uniform(&mut r, d * rows, -1.0, 1.0);
     let weight = uniform(&mut r, d * ids.len(), -1.0, 1.0);
-    let ctx = Context::new(64).unwrap();
+    let other = if tied { uniform(&mut r, d * rows, -1.0, 1.0) } else { vec![0.0; d * rows] };
+    let ctx = Context::new(256).unwrap();
     let t = ctx.new_tensor(DType::F32, &[d as i64, rows as i64]).unwrap();
     ctx.set_param(t).unwrap();
     ctx.allocate(&dev).unwrap();
     t.write(&table).unwrap();
     let ti = leaf_i32(&ctx, &dev, &[ids.len() as i64], ids);
     let w = leaf(&ctx, &dev, &[d as i64, ids.len() as i64], &weight);
-    let loss = ctx.sum(ctx.mul(ctx.get_rows(t, ti).unwrap(), w).unwrap()).unwrap();
+    let mut loss = ctx.sum(ctx.mul(ctx.get_rows(t, ti).unwrap(), w).unwrap()).unwrap();
+    if tied {
+        let v = leaf(&ctx, &dev, &[d as i64, rows as i64], &other);
+        loss = ctx.add(loss, ctx.sum(ctx.mul(t, v).unwrap()).unwrap()).unwrap();
+    }
     let mut g = Graph::with_grads(&ctx, 256).unwrap();
     g.expand(loss).unwrap();
     g.build_backward(loss).unwrap();
@@ -110,14 +123,16 @@ fn get_rows_back_case(d: usize, rows: usize, ids: &[i32], seed: u64) {
     g.allocate(&backends(&dev)).unwrap();
     g.compute().unwrap();
     let got = grad.read::<f32>().unwrap();
-    let (mut want, mut abs) = (vec![0f64; d * rows], vec![0f64; d * rows]);
+    let mut want: Vec<f64> = other.iter().map(|&a| a as f64).collect();
+    let mut abs: Vec<f64> = other.iter().map(|&a| a.abs() as f64).collect();
     for (i, &id) in ids.iter().enumerate() {
         for c in 0..d {
             want[id as usize * d + c] += weight[i * d + c] as f64;
             abs[id as usize * d + c] += weight[i * d + c].abs() as f64;
         }
     }
-    check_sums(&format!("get_rows_back d={d} rows={rows} ids={}", ids.len()), &got, &want, &abs, 1e-6);
+    let what = if tied { "tied table" } else { "get_rows_back" };
+    check_sums(&format!("{what} d={d} rows={rows} ids={}", ids.len()), &got, &want, &abs, 1e-6);
 }
 
 #[test]
@@ -136,53 +151,14 @@ fn get_rows_back_repeated_and_unused_rows() {
     get_rows_back_case(7, 513, &ids, 3205);
 }
 
-/// A table read twice, as a tied embedding is: rows gathered by `get_rows` and
-/// the whole table elementwise after them, `loss = Σ get_rows(T, ids) ⊙ W +
-/// Σ T ⊙ V`. Its gradient `V + Σ_{i: ids[i] = r} W[i]` is the GET_ROWS_BACK
-/// added to the other use's gradient by an ADD, rows of a multiple of 4 values
-/// and rows of other widths.
-fn tied_table_case(d: usize, rows: usize, ids: &[i32], seed: u64) {
-    let dev = cpu();
-    let mut r = rng(seed);
-    let table = uniform(&mut r, d * rows, -1.0, 1.0);
-    let weight = uniform(&mut r, d * ids.len(), -1.0, 1.0);
-    let other = uniform(&mut r, d * rows, -1.0, 1.0);
-    let ctx = Context::new(256).unwrap();
-    let t = ctx.new_tensor(DType::F32, &[d as i64, rows as i64]).unwrap();
-    ctx.set_param(t).unwrap();
-    ctx.allocate(&dev).unwrap();
-    t.write(&table).unwrap();
-    let ti = leaf_i32(&ctx, &dev, &[ids.len() as i64], ids);
-    let w = leaf(&ctx, &dev, &[d as i64, ids.len() as i64], &weight);
-    let v = leaf(&ctx, &dev, &[d as i64, rows as i64], &other);
-    let gathered = ctx.sum(ctx.mul(ctx.get_rows(t, ti).unwrap(), w).unwrap()).unwrap();
-    let whole = ctx.sum(ctx.mul(t, v).unwrap()).unwrap();
-    let loss = ctx.add(gathered, whole).unwrap();
-    let mut g = Graph::with_grads(&ctx, 256).unwrap();
-    g.expand(loss).unwrap();
-    g.build_backward(loss).unwrap();
-    let grad = g.grad(t).unwrap().set_output();
-    g.allocate(&backends(&dev)).unwrap();
-    g.compute().unwrap();
-    let got = grad.read::<f32>().unwrap();
-    let mut want: Vec<f64> = other.iter().map(|&a| a as f64).collect();
-    let mut abs: Vec<f64> = other.iter().map(|&a| a.abs() as f64).collect();
-    for (i, &id) in ids.iter().enumerate() {
-        for c in 0..d {
-            want[id as usize * d + c] += weight[i * d + c] as f64;
-            abs[id as usize * d + c] += weight[i * d + c].abs() as f64;
-        }
-    }
-    check_sums(&format!("tied table d={d} rows={rows} ids={}", ids.len()), &got, &want, &abs, 1e-6);
-}
-
+/// A table read twice, as a tied embedding is ([`table_grad_case`] with `tied`).
 #[test]
 fn a_table_read_by_get_rows_and_elementwise_sums_both_gradients() {
     let mut r = rng(3300);
     let ids: Vec<i32> = (0..3000).map(|_| r.random_range(0..900)).collect();
-    tied_table_case(64, 1000, &ids, 3301); // rows never read, rows read many times
-    tied_table_case(33, 1000, &ids, 3302); // no multiple of 4
-    tied_table_case(8, 3, &[1; 500], 3303);
+    table_grad_case(64, 1000, &ids, 3301, true); // rows never read, rows read many times
+    table_grad_case(33, 1000, &ids, 3302, true); // no multiple of 4
+    table_grad_case(8, 3, &[1; 500], 3303, true);
 }
 
 #[test]
