@@ -331,9 +331,45 @@ pub fn check_out(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
     Ok(())
 }
 
+/// [`check_out`] for a GGUF output: also refuse to replace an existing,
+/// non-empty file that is not GGUF (no `GGUF` magic), which `--out` most
+/// likely names by mistake (a corpus, a config); a GGUF file is replaced, as
+/// llama.cpp's tools replace theirs.
+pub fn check_out_gguf(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
+    check_out(out, inputs, what)?;
+    let mut magic = [0u8; 4];
+    let read = std::fs::File::open(out).and_then(|mut f| std::io::Read::read(&mut f, &mut magic));
+    match read {
+        Ok(n) if n > 0 && (n < 4 || &magic != b"GGUF") => Err(input(format!(
+            "--out {}: exists and is not a GGUF file; not replacing it with {what} (remove it or choose another name)",
+            out.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gguf_output_replaces_a_gguf_file_only() {
+        let dir = std::env::temp_dir().join(format!("toy-check-out-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("out.gguf");
+        assert!(check_out_gguf(&out, &[], "x").is_ok(), "missing: written");
+        std::fs::write(&out, b"").unwrap();
+        assert!(check_out_gguf(&out, &[], "x").is_ok(), "empty: replaced");
+        std::fs::write(&out, b"GGUF\x03\0\0\0").unwrap();
+        assert!(check_out_gguf(&out, &[], "x").is_ok(), "a GGUF file: replaced");
+        for other in [&b"once upon a time"[..], b"GG"] {
+            std::fs::write(&out, other).unwrap();
+            let e = check_out_gguf(&out, &[], "x").expect_err("not GGUF: kept").to_string();
+            assert!(e.contains("is not a GGUF file"), "{e}");
+            assert_eq!(std::fs::read(&out).unwrap(), other, "left as it was");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn temporaries_of_both_forms_name_their_writer() {

@@ -284,7 +284,7 @@ enum Dump {
 /// parameter's gradient, or the logits, for one recorded batch, as GGUF.
 fn dump(a: &DumpArgs, what: Dump) -> Result<()> {
     let model = crate::files::resolve_model(&a.model)?;
-    crate::files::check_out(&a.out, &[&model, &a.batches], "the dump")?;
+    crate::files::check_out_gguf(&a.out, &[&model, &a.batches], "the dump")?;
     crate::signals::remove_on_interrupt("debug", &a.out);
     let ck = open_checkpoint(&model)?;
     let rec = Recorded::open(&a.batches)?;

@@ -166,7 +166,7 @@ const GGML_QNT_VERSION: u32 = 2;
 
 fn merge(m: &MergeArgs) -> Result<PathBuf> {
     let base_path = crate::files::file_or_run(&m.base, "--base")?;
-    crate::files::check_out(&m.out, &[&base_path, &m.lora], "the merged model")?;
+    crate::files::check_out_gguf(&m.out, &[&base_path, &m.lora], "the merged model")?;
     crate::signals::remove_on_interrupt("export", &m.out);
     let base = open_checkpoint(&base_path).map_err(|e| input(format!("--base {e}")))?;
     if base.adapter.is_some() {
