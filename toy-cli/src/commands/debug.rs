@@ -210,7 +210,8 @@ fn tokenize(a: &TokenizeArgs) -> Result<()> {
     let tok = crate::data::Tokenizer::read_gguf(&file)?.ok_or_else(|| input(format!("{what}: no tokenizer (tokenizer.ggml.*)")))?;
     let bytes = crate::files::read_regular(&a.text, "--text")?;
     let text = String::from_utf8(bytes).map_err(|e| input(format!("{}: not UTF-8 ({e})", a.text.display())))?;
-    let encode = |t: &str| if a.special { tok.encode(t) } else { tok.encode_document(t) };
+    let encode_whole = |t: &str| if a.special { tok.encode(t) } else { tok.encode_document(t) };
+    let encode = |t: &str| crate::data::text::encode_in_pieces(t, crate::data::text::CHUNK_BYTES, encode_whole);
     let pieces: Vec<&str> = if a.lines { text.split_inclusive('\n').collect() } else { vec![text.as_str()] };
     let mut ids: Vec<i32> = Vec::new();
     for p in pieces {

@@ -32,7 +32,13 @@ pub struct Generated {
     pub n_prompt: usize,
 }
 
-/// Generate `args.n` tokens after the prompt.
+/// A prompt's ids, special tokens parsed, tokenized in pieces as corpora are
+/// (a prompt longer than the context is allowed, and one of many megabytes
+/// took ~100 bytes of memory a byte tokenized whole).
+fn encode_prompt(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
+    crate::data::text::encode_in_pieces(text, crate::data::text::CHUNK_BYTES, |p| tok.encode(p))
+}
+
 /// The prompt of `--chat`: the checkpoint's chat template over the
 /// `--system` and user messages, opening the assistant's turn.
 fn chat_prompt(
@@ -52,6 +58,7 @@ fn chat_prompt(
     template.render(&messages, true)
 }
 
+/// Generate `args.n` tokens after the prompt.
 pub fn run(args: &GenerateArgs) -> Result<Generated> {
     if args.system.is_some() && args.chat.is_none() {
         return Err(input("--system goes with --chat (a system message before the user's, through the chat template)"));
@@ -62,7 +69,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         None => ck,
     };
     let prompt: Vec<u32> = match (&args.prompt_ids, &ck.tokenizer) {
-        (None, Some(tok)) if args.chat.is_some() => tok.encode(&chat_prompt(&ck, tok, args)?)?,
+        (None, Some(tok)) if args.chat.is_some() => encode_prompt(tok, &chat_prompt(&ck, tok, args)?)?,
         (Some(ids), _) => {
             // Ids apart by commas or spaces; an empty place between commas is a mistake, not nothing.
             if ids.contains(',') && ids.split(',').any(|s| s.trim().is_empty()) {
@@ -73,7 +80,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
                 .map(|s| s.parse::<u32>().map_err(|_| input(format!("--prompt-ids: {s:?} is not a token id"))))
                 .collect::<Result<_>>()?
         }
-        (None, Some(tok)) => tok.encode(&args.prompt)?,
+        (None, Some(tok)) => encode_prompt(tok, &args.prompt)?,
         (None, None) => return Err(input("the checkpoint has no tokenizer; give --prompt-ids")),
     };
     if prompt.is_empty() {

@@ -130,12 +130,21 @@ pub fn fallback_cut(text: &str, from: usize, end: usize) -> usize {
 /// Token ids of one document, tokenized in pieces of about `chunk` bytes
 /// (cut only where it changes nothing, see `cut_points`).
 pub fn encode_document(tok: &Tokenizer, doc: &str, chunk: usize) -> Result<Vec<u32>> {
-    if doc.len() <= chunk {
-        return tok.encode_document(doc);
+    encode_in_pieces(doc, chunk, |p| tok.encode_document(p))
+}
+
+/// `encode` (a tokenizer's, with or without its special tokens) over `text`
+/// in pieces of about `chunk` bytes, cut where it changes nothing
+/// (`cut_points`: after a newline between non-whitespace, which no special
+/// token holds): a prompt or text of any length takes the memory of one
+/// piece's tokenization, not ~100 bytes a byte of the whole.
+pub fn encode_in_pieces(text: &str, chunk: usize, encode: impl Fn(&str) -> Result<Vec<u32>>) -> Result<Vec<u32>> {
+    if text.len() <= chunk {
+        return encode(text);
     }
-    let mut ids = Vec::with_capacity(doc.len() / 3);
-    for piece in pieces(doc, chunk) {
-        ids.extend(tok.encode_document(piece)?);
+    let mut ids = Vec::with_capacity(text.len() / 3);
+    for piece in pieces(text, chunk) {
+        ids.extend(encode(piece)?);
     }
     Ok(ids)
 }
@@ -297,6 +306,20 @@ mod tests {
         for chunk in [50, 333, 4096] {
             assert!(!cut_points(&text, chunk, usize::MAX).is_empty());
             assert_eq!(encode_document(&tok, &text, chunk).unwrap(), whole, "chunk {chunk}");
+        }
+    }
+
+    /// A chat prompt's special tokens survive the cuts: pieces tokenized with
+    /// the special tokens parsed give the ids of the whole prompt.
+    #[test]
+    fn chunked_encoding_with_special_tokens_matches_whole() {
+        let text = first_stories(30).replace("\n<|endoftext|>\n", "\n<|endoftext|>\nuser said:\n");
+        let tok = Tokenizer::train_bpe(split_documents(&first_stories(30)).into_iter(), 400).unwrap();
+        let whole = tok.encode(&text).unwrap();
+        let eot = tok.eot().expect("a trained BPE has <|endoftext|>");
+        assert!(whole.iter().filter(|&&i| i == eot).count() > 5, "the special token is parsed");
+        for chunk in [50, 333, 4096] {
+            assert_eq!(encode_in_pieces(&text, chunk, |p| tok.encode(p)).unwrap(), whole, "chunk {chunk}");
         }
     }
 }
