@@ -10,7 +10,7 @@ use crate::common;
 use common::gradcheck::*;
 use common::reference as rf;
 use common::*;
-use ggml_rs::{Context, DType, Graph, MatmulPrecision, MulMatGrad};
+use ggml_rs::{sys, Context, DType, Graph, MatmulPrecision, MulMatGrad};
 use half::f16;
 use rand::Rng;
 
@@ -91,19 +91,41 @@ fn repeat_back_of_a_permuted_input() {
 /// `∂/∂table Σ get_rows(table, ids) ⊙ R` computed by the backward pass
 /// (GET_ROWS_BACK), against `Σ_{i: ids[i] = r} R[i]`.
 fn get_rows_back_case(d: usize, rows: usize, ids: &[i32], seed: u64) {
-    table_grad_case(d, rows, ids, seed, false);
+    table_grad_case(d, rows, ids, seed, Tied::No);
 }
 
-/// [`get_rows_back_case`]; with `tied` the table is also read whole,
-/// elementwise after the rows (`+ Σ T ⊙ V`, as a tied embedding's head reads
-/// it), and its gradient is `V + Σ_{i: ids[i] = r} R[i]`: the GET_ROWS_BACK
-/// added to the other use's gradient by an ADD.
-fn table_grad_case(d: usize, rows: usize, ids: &[i32], seed: u64, tied: bool) {
+/// How [`table_grad_case`]'s table is read besides `get_rows`.
+#[derive(Clone, Copy, Debug)]
+enum Tied {
+    /// Not at all: its gradient is the GET_ROWS_BACK alone.
+    No,
+    /// Elementwise, after the rows in graph order (`+ Σ T ⊙ V`): the backward
+    /// meets the elementwise use first.
+    After,
+    /// Elementwise, before the rows: the GET_ROWS_BACK is the table's first
+    /// gradient, and the elementwise one is added to it.
+    Before,
+    /// As `Before`, through a PAD of two rows (a training head padded to a
+    /// multiple of 64 rows, as GPT-2's): the other gradient is a view of the
+    /// padded one.
+    Padded,
+}
+
+/// [`get_rows_back_case`]; where the table is also read whole ([`Tied`],
+/// as a tied embedding's head reads it), its gradient is
+/// `V + Σ_{i: ids[i] = r} R[i]`: the GET_ROWS_BACK added to the other use's
+/// gradient by an ADD (on CUDA, toy-rs patch 0085 adds the named rows in
+/// place over the other gradient where the ADD took its memory).
+fn table_grad_case(d: usize, rows: usize, ids: &[i32], seed: u64, tied: Tied) {
     let dev = cpu();
     let mut r = rng(seed);
     let table = uniform(&mut r, d * rows, -1.0, 1.0);
     let weight = uniform(&mut r, d * ids.len(), -1.0, 1.0);
-    let other = if tied { uniform(&mut r, d * rows, -1.0, 1.0) } else { vec![0.0; d * rows] };
+    let pad = if matches!(tied, Tied::Padded) { 2 } else { 0 };
+    let other = match tied {
+        Tied::No => vec![0.0; d * rows],
+        _ => uniform(&mut r, d * (rows + pad), -1.0, 1.0),
+    };
     let ctx = Context::new(256).unwrap();
     let t = ctx.new_tensor(DType::F32, &[d as i64, rows as i64]).unwrap();
     ctx.set_param(t).unwrap();
@@ -111,28 +133,38 @@ fn table_grad_case(d: usize, rows: usize, ids: &[i32], seed: u64, tied: bool) {
     t.write(&table).unwrap();
     let ti = leaf_i32(&ctx, &dev, &[ids.len() as i64], ids);
     let w = leaf(&ctx, &dev, &[d as i64, ids.len() as i64], &weight);
-    let mut loss = ctx.sum(ctx.mul(ctx.get_rows(t, ti).unwrap(), w).unwrap()).unwrap();
-    if tied {
-        let v = leaf(&ctx, &dev, &[d as i64, rows as i64], &other);
-        loss = ctx.add(loss, ctx.sum(ctx.mul(t, v).unwrap()).unwrap()).unwrap();
-    }
+    let by_rows = ctx.sum(ctx.mul(ctx.get_rows(t, ti).unwrap(), w).unwrap()).unwrap();
+    let whole = |t| {
+        let v = leaf(&ctx, &dev, &[d as i64, (rows + pad) as i64], &other);
+        ctx.sum(ctx.mul(t, v).unwrap()).unwrap()
+    };
+    let loss = match tied {
+        Tied::No => by_rows,
+        Tied::After => ctx.add(by_rows, whole(t)).unwrap(),
+        Tied::Before => ctx.add(whole(t), by_rows).unwrap(),
+        Tied::Padded => ctx.add(whole(ctx.pad(t, [0, pad as i64, 0, 0]).unwrap()), by_rows).unwrap(),
+    };
     let mut g = Graph::with_grads(&ctx, 256).unwrap();
     g.expand(loss).unwrap();
     g.build_backward(loss).unwrap();
     let grad = g.grad(t).unwrap().set_output();
+    if !matches!(tied, Tied::No) {
+        // the GET_ROWS_BACK is the ADD's second operand, whichever use the backward met first
+        let rows_second = grad.srcs().get(1).is_some_and(|s| s.op() == sys::GGML_OP_GET_ROWS_BACK);
+        assert!(grad.op() == sys::GGML_OP_ADD && rows_second, "{tied:?}: the table's gradient is ADD(other, GET_ROWS_BACK)");
+    }
     g.allocate(&backends(&dev)).unwrap();
     g.compute().unwrap();
     let got = grad.read::<f32>().unwrap();
-    let mut want: Vec<f64> = other.iter().map(|&a| a as f64).collect();
-    let mut abs: Vec<f64> = other.iter().map(|&a| a.abs() as f64).collect();
+    let mut want: Vec<f64> = other[..d * rows].iter().map(|&a| a as f64).collect();
+    let mut abs: Vec<f64> = other[..d * rows].iter().map(|&a| a.abs() as f64).collect();
     for (i, &id) in ids.iter().enumerate() {
         for c in 0..d {
             want[id as usize * d + c] += weight[i * d + c] as f64;
             abs[id as usize * d + c] += weight[i * d + c].abs() as f64;
         }
     }
-    let what = if tied { "tied table" } else { "get_rows_back" };
-    check_sums(&format!("{what} d={d} rows={rows} ids={}", ids.len()), &got, &want, &abs, 1e-6);
+    check_sums(&format!("{tied:?} table d={d} rows={rows} ids={}", ids.len()), &got, &want, &abs, 1e-6);
 }
 
 #[test]
@@ -151,14 +183,17 @@ fn get_rows_back_repeated_and_unused_rows() {
     get_rows_back_case(7, 513, &ids, 3205);
 }
 
-/// A table read twice, as a tied embedding is ([`table_grad_case`] with `tied`).
+/// A table read twice, as a tied embedding is ([`table_grad_case`] with the
+/// other use after the rows, before them, and through a PAD).
 #[test]
 fn a_table_read_by_get_rows_and_elementwise_sums_both_gradients() {
     let mut r = rng(3300);
     let ids: Vec<i32> = (0..3000).map(|_| r.random_range(0..900)).collect();
-    table_grad_case(64, 1000, &ids, 3301, true); // rows never read, rows read many times
-    table_grad_case(33, 1000, &ids, 3302, true); // no multiple of 4
-    table_grad_case(8, 3, &[1; 500], 3303, true);
+    for tied in [Tied::After, Tied::Before, Tied::Padded] {
+        table_grad_case(64, 1000, &ids, 3301, tied); // rows never read, rows read many times
+        table_grad_case(33, 1000, &ids, 3302, tied); // no multiple of 4
+        table_grad_case(8, 3, &[1; 500], 3303, tied);
+    }
 }
 
 #[test]
