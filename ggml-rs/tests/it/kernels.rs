@@ -114,7 +114,7 @@ enum Tied {
 /// [`get_rows_back_case`]; where the table is also read whole ([`Tied`],
 /// as a tied embedding's head reads it), its gradient is
 /// `V + Σ_{i: ids[i] = r} R[i]`: the GET_ROWS_BACK added to the other use's
-/// gradient by an ADD (on CUDA, toy-rs patch 0085 adds the named rows in
+/// gradient by an ADD (on CUDA, toy-rs patch 0088 adds the named rows in
 /// place over the other gradient where the ADD took its memory).
 fn table_grad_case(d: usize, rows: usize, ids: &[i32], seed: u64, tied: Tied) {
     let dev = cpu();
