@@ -212,7 +212,7 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
                     v
                 }
             };
-            eprintln!("note: {p}: {AS_IDS}");
+            crate::note!("note: {p}: {AS_IDS}");
             return Ok(corpus(split_lines(lines, opts.val_fraction), vocab, None, None));
         }
     }
@@ -329,7 +329,7 @@ const BIG_VOCAB: usize = 262_144;
 /// more likely a typo than a vocabulary.
 fn note_big_vocab(at: &str, vocab: usize) {
     if vocab > BIG_VOCAB {
-        eprintln!("note: {at}: id {} makes the vocabulary {vocab} (the largest id + 1); give --vocab-size if it is a typo", vocab - 1);
+        crate::note!("note: {at}: id {} makes the vocabulary {vocab} (the largest id + 1); give --vocab-size if it is a typo", vocab - 1);
     }
 }
 
@@ -356,7 +356,9 @@ fn parse_id_lines(text: &str, path: &Path) -> Result<Option<Vec<IdLine>>> {
                 continue;
             }
             let digits = word.strip_prefix('-').unwrap_or(word);
-            let at = format!("{}:{}:{}", path.display(), n + 1, line[..start].chars().count() + 1);
+            // The column in characters: the line up to here is ids and ASCII whitespace
+            // (any other word ended the parse), so it is the byte offset + 1.
+            let at = || format!("{}:{}:{}", path.display(), n + 1, start + 1);
             if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
                 // One pass over the words: how many there are, how many are ids, and
                 // whether all are numbers.
@@ -366,21 +368,22 @@ fn parse_id_lines(text: &str, path: &Path) -> Result<Option<Vec<IdLine>>> {
                 });
                 // Numbers only, some not whole: a broken id file, not text.
                 if numeric(word) && all_numeric {
-                    return Err(input(format!("{at}: {word} is not a token id (an id file holds whole numbers)")));
+                    return Err(input(format!("{}: {word} is not a token id (an id file holds whole numbers)", at())));
                 }
                 // Nine words in ten ids: an id file with a typo, not text to train a BPE on.
                 if n >= 10 && ids * 10 >= n * 9 {
                     return Err(input(format!(
-                        "{at}: {word:?} is not a token id, though {ids} of the file's {n} words are (an id file holds whole numbers; to train on it as text, give it another extension, e.g. .md)"
+                        "{}: {word:?} is not a token id, though {ids} of the file's {n} words are (an id file holds whole numbers; to train on it as text, give it another extension, e.g. .md)",
+                        at()
                     )));
                 }
                 return Ok(None);
             }
             if word.starts_with('-') {
-                return Err(input(format!("{at}: negative id {word}")));
+                return Err(input(format!("{}: negative id {word}", at())));
             }
-            let id: u32 = word.parse().map_err(|_| input(format!("{at}: id {word} is too large")))?;
-            ids.push((id, line[..start].chars().count() + 1));
+            let id: u32 = word.parse().map_err(|_| input(format!("{}: id {word} is too large", at())))?;
+            ids.push((id, start + 1));
         }
         lines.push((n + 1, ids));
     }
