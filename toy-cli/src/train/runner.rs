@@ -369,13 +369,15 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     let cfg = l.cfg;
     let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
     if let Some(how) = l.opts.warmup_given.filter(|_| cfg.warmup_steps > cfg.steps && l.start_step == 0) {
-        eprintln!(
+        crate::note!(
             "note: {how} {} is more than --steps {}: the learning rate rises for the whole run and reaches --lr {:e} only at its last step",
-            cfg.warmup_steps, cfg.steps, cfg.lr
+            cfg.warmup_steps,
+            cfg.steps,
+            cfg.lr
         );
     } else if l.opts.warmup_given.is_none() && cfg.warmup_steps >= cfg.steps && cfg.steps >= 10 && l.start_step == 0 {
         // (Not for smoke runs of a few steps, where a decay means little.)
-        eprintln!(
+        crate::note!(
             "note: the default warm-up ({} steps) covers the whole run of {}: the learning rate rises to --lr {:e} at the last step and never decays (--warmup-steps {} warms up over a tenth)",
             cfg.warmup_steps,
             cfg.steps,
@@ -384,26 +386,36 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         );
     }
     if matches!(l.validation, Validation::Stream(s) if s.is_empty()) && !l.corpus.val.is_empty() {
-        eprintln!(
+        crate::note!(
             "note: the validation split ({} tokens) is shorter than one window of {} and its next token: no validation loss (a larger corpus or a smaller --context gives one)",
             l.corpus.val.len(),
             cfg.model.context
         );
     }
     if matches!(l.validation, Validation::Stream(_)) && l.corpus.val.is_empty() && l.start_step == 0 && cfg.eval_every > 0 {
-        eprintln!("note: the corpus holds nothing out (no validation split, e.g. prepared with --val-fraction 0): no validation loss");
+        crate::note!("note: the corpus holds nothing out (no validation split, e.g. prepared with --val-fraction 0): no validation loss");
     }
     if matches!(&l.validation, Validation::Chat(b) if b.is_empty()) && l.start_step == 0 && cfg.eval_every > 0 {
-        eprintln!("note: the chat corpus holds too few conversations to keep any for validation: no validation loss (more conversations give one)");
+        crate::note!("note: the chat corpus holds too few conversations to keep any for validation: no validation loss (more conversations give one)");
     }
     let report = Report::new(l.opts, cfg.steps, l.start_step);
     let mut tally = Tally { done: l.start_step, applied: 0, last_loss: f32::NAN, last_val: None, val_step: None };
-    if l.start_step == 0 {
+    let stopped = |l: &Loop<'_, '_>| l.opts.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst) != 0);
+    if l.start_step == 0 && !stopped(&l) {
         l.eval_at(0, f32::NAN, &mut tally, &report)?;
     }
     let start = std::time::Instant::now();
     let mut reason = End::Completed;
     for step in l.start_step + 1..=cfg.steps {
+        // A signal before this step (while the graphs were built, during step 0's validation):
+        // the run ends at the step it has, saved, not after one more.
+        if stopped(&l) {
+            if l.sink.latest() != Some(tally.done) {
+                l.save_or_end(tally.done, tally.last_loss)?;
+            }
+            reason = End::Interrupted;
+            break;
+        }
         // A skipped step still counts: its checkpoint holds the weights as they were.
         let st = match l.train_step(step, sched.at(step), &tally, &report)? {
             Stepped::Applied(st) => Some(st),
@@ -447,7 +459,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
         }
         // Read again: a signal that came during this step's validation or
         // checkpoint makes it the last too (saved now if it is not).
-        if l.opts.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst) != 0) {
+        if stopped(&l) {
             if l.sink.latest() != Some(step) {
                 l.save_or_end(step, tally.last_loss)?;
             }

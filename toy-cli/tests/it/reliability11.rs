@@ -6,6 +6,37 @@ use crate::chat::{chat_model, finetune, CHATML};
 use crate::common::process::{ok, signal, toy, wait_for};
 use std::process::{Command, Stdio};
 
+/// A signal before the first step (here during step 0's validation over a
+/// long split, `--eval-windows 0`) ends the run there, with step 0 saved: no
+/// step runs after it, as one more step and its validation did before.
+#[test]
+fn a_signal_before_the_first_step_ends_the_run_at_step_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    // 1M ids: a validation split of 100,000 tokens, seconds of validation at the tiny preset.
+    let ids: Vec<String> = (0..1_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24).to_string()).collect();
+    std::fs::write(t.join("ids.txt"), ids.join(" ")).unwrap();
+    let args = ["train", "--threads", "1", "--preset", "tiny", "--steps", "3", "--eval-windows", "0", "--corpus", "ids.txt"];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toy"))
+        .env_remove("TOY_RUN_ID")
+        .current_dir(t)
+        .args(args)
+        .args(["--out", "early"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&t.join("early"), "run_start", 1, &mut child);
+    signal(&child, "-TERM");
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{err}");
+    assert!(err.contains("interrupted at step 0; saved weights/step_0.gguf"), "{err}");
+    let events = std::fs::read_to_string(t.join("early/events.jsonl")).unwrap();
+    assert!(!events.contains("\"kind\":\"step\""), "{events}");
+    assert!(t.join("early/weights/step_0.gguf").is_file());
+}
+
 /// `--grad-accum 3000` makes step 2 long; a signal during it stops the run
 /// between micro-batches, on step 1, at once (no validation), and `--json`
 /// and `run_end` say which step their `val_loss` is of: step 0's.
