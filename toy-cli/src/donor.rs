@@ -201,7 +201,7 @@ pub fn load(o: &DonorOptions<'_>, student_tokens: Option<&[String]>, vocab: usiz
     let lens = match o.lens_init {
         LensInit::Pca => {
             if d_model > width {
-                eprintln!(
+                crate::note!(
                     "note: --lens-init pca: the donor's {width}-wide embeddings have {width} principal directions; the lens's other {} rows of d_model {d_model} are small random directions",
                     d_model - width
                 );

@@ -206,7 +206,10 @@ fn main() -> ExitCode {
     }
     let result = dispatch(&cli.command);
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => {
+            toy::output::release_notes();
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             toy::signals::main_reports_end();
             // One line whatever the message holds (a path with a newline or an escape sequence).

@@ -1,5 +1,6 @@
-//! What the commands write for the user: results on stdout, and paths shown in
-//! one-line messages.
+//! What the commands write for the user: results on stdout, notes on stderr
+//! (held until the command commits to its work), and paths shown in one-line
+//! messages.
 //!
 //! A result that cannot be written is a failure like any other: a full disk is
 //! one line on stderr and exit 1. A closed pipe (`toy describe R | head -1`)
@@ -26,6 +27,39 @@ pub fn write(args: std::fmt::Arguments<'_>) -> Result<()> {
 macro_rules! say {
     ($($arg:tt)*) => {
         $crate::output::write(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// Notes (`note: ...` lines on stderr) held until the command commits to its
+/// work ([`release_notes`]), so that a refusal after one is still one line:
+/// `None` once released, when notes go out as they come.
+static HELD: std::sync::Mutex<Option<Vec<String>>> = std::sync::Mutex::new(Some(Vec::new()));
+
+/// Say `text` on stderr: now if the command has committed to its work, else
+/// once it does ([`release_notes`]), or never if it ends in an error first.
+pub fn note(text: String) {
+    let mut held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+    match held.as_mut() {
+        Some(notes) => notes.push(text),
+        None => eprintln!("{text}"),
+    }
+}
+
+/// Write the held notes and let later ones out as they come. A command calls
+/// it where its checks are over and its work starts (a run's start, the
+/// first sampled token, the first scored window); `main` when it succeeds.
+pub fn release_notes() {
+    let held = HELD.lock().unwrap_or_else(|e| e.into_inner()).take();
+    for text in held.into_iter().flatten() {
+        eprintln!("{text}");
+    }
+}
+
+/// `eprintln!` for notes: held by [`note`] until the command commits to its work.
+#[macro_export]
+macro_rules! note {
+    ($($arg:tt)*) => {
+        $crate::output::note(format!($($arg)*))
     };
 }
 

@@ -77,7 +77,7 @@ fn bench_base(a: &BenchArgs, cfg: &mut crate::config::TrainConfig) -> Result<Opt
     let note;
     (cfg.model, note) = finetune::finetune_model(&ck, cfg, context, lora);
     if let Some(note) = note {
-        eprintln!("{note}");
+        crate::note!("{note}");
     }
     cfg.recipe = crate::config::Recipe::Finetune;
     cfg.validate()?;

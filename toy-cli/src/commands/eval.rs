@@ -187,6 +187,7 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
         let rest = starts.len() % b;
         let mut tail = if rest > 0 { Some(EvalStep::new(&rctx, w, consts, t, rest, &backends)?) } else { None };
         let (mut sum, mut bytes) = (0f64, 0usize);
+        crate::output::release_notes(); // the checks are over: scoring starts
         let pb = progress(!args.json, starts.len());
         for chunk in starts.chunks(b) {
             let bt = batch_at(&ids, chunk, t)?;
@@ -305,7 +306,7 @@ fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<Eval
         )));
     }
     if let Some(note) = note {
-        eprintln!("{note}");
+        crate::note!("{note}");
     }
     let mut left = args.max_windows.unwrap_or(usize::MAX);
     let (mut sum, mut scored, mut windows) = (0f64, 0usize, 0usize);
@@ -366,6 +367,7 @@ fn score_windows(
         let ctx = Context::new(capacity(ck.config.n_layers))?;
         let mut step = EvalStep::new(&ctx, w, consts, t, b, backends)?;
         let (mut sum, mut scored) = (0f64, 0usize);
+        crate::output::release_notes(); // the checks are over: scoring starts
         let pb = progress(!args.json, batches.len());
         for (i, bt) in batches.iter().enumerate() {
             let l = step.loss(&bt.tokens, &bt.targets)?;

@@ -269,7 +269,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     g.write(&m.out).map_err(|e| crate::error::runtime(format!("cannot write {e}")))?;
     // Said once the file is written: notes on what it holds, none before an error.
     for note in [fallback_note, default_note, head_note, coarse].into_iter().flatten() {
-        eprintln!("{note}");
+        crate::note!("{note}");
     }
     Ok(m.out.clone())
 }

@@ -93,7 +93,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     let bos_added = usize::from(bos.is_some());
     let prompt: Vec<u32> = bos.into_iter().chain(prompt).collect();
     if prompt.len() > ck.config.context {
-        eprintln!(
+        crate::note!(
             "note: the prompt has {} tokens; the model's context is {}: the first token sees the last {}, and as the window is full it restarts from its last {} (each later token sees {} to {}); the prompt's start, a chat template's system turn too, is cut",
             prompt.len(),
             ck.config.context,
@@ -123,6 +123,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let stop = if args.ignore_eot { Vec::new() } else { ck.tokenizer.as_ref().map(|t| t.end_of_generation(&ck.file)).unwrap_or_default() };
     let how = Decode { sampling: &sampling, stop: &stop, stream, chat: args.chat.is_some(), n: args.n };
+    crate::output::release_notes(); // the checks are over: decoding starts
     let ids = with_loaded(&ck, &backends[0], t, 1, LoadFor::Decode, |w, consts| {
         let c = &ck.config;
         let mut cache = Decoder::new(c.n_layers, c.d_head() * c.n_kv_heads, t);

@@ -47,7 +47,7 @@ pub fn run(args: &PrepArgs) -> Result<Manifest> {
             Some(b) => format!("its sample of {} has too few repeated pairs (a larger --bpe-sample may help)", bytes(b)),
             None => "the text has too few repeated pairs".to_string(),
         };
-        eprintln!(
+        crate::note!(
             "note: the BPE has {} ids, fewer than the {} asked for (--vocab-size, default {}): {why}",
             m.vocab_size,
             args.vocab_size,

@@ -197,7 +197,7 @@ pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, bpe_defau
                     (None, Some(_)) => "the preset",
                     (None, None) => "the default",
                 };
-                eprintln!(
+                crate::note!(
                     "note: the BPE trained on {} has {} ids, fewer than the {v} of {what}: the text has too few repeated pairs",
                     p.display(),
                     c.vocab_size
@@ -215,7 +215,7 @@ fn embedded_corpus(vocab: Option<usize>) -> Result<Corpus> {
         Some(v) => {
             let c = crate::data::embedded::corpus_with_vocab(v)?;
             if c.vocab_size < v {
-                eprintln!(
+                crate::note!(
                     "note: the BPE trained on the built-in corpus has {} ids, fewer than the {v} of --vocab-size: the text has too few repeated pairs",
                     c.vocab_size
                 );

@@ -72,7 +72,7 @@ fn refused_key(text: &str) -> Option<(std::ops::Range<usize>, String)> {
 fn note_project_above(dir: &Path) {
     let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     if let Some(p) = dir.ancestors().skip(1).find(|a| a.join("toy.toml").is_file()) {
-        eprintln!(
+        crate::note!(
             "note: {} belongs to a project that toy train reads only in its own folder (cd {})",
             p.join("toy.toml").display(),
             crate::output::shell_quoted(p)
@@ -295,7 +295,7 @@ pub fn run(args: &TrainArgs) -> Result<Outcome> {
     // A resumed run takes everything from its own config.toml: toy.toml is not read
     // (said when there is one, as its keys might be taken for settings of the run).
     if args.resume.is_some() && cwd.join("toy.toml").is_file() {
-        eprintln!("note: --resume takes the run's config.toml; this folder's toy.toml is not read (flags give what may change)");
+        crate::note!("note: --resume takes the run's config.toml; this folder's toy.toml is not read (flags give what may change)");
     }
     let toml = if args.resume.is_some() { None } else { read_toml(&cwd)? };
     let from_toml = toml.as_ref().map_or_else(Vec::new, |t| set_in_toml(args, t));

@@ -34,7 +34,7 @@ impl Tokenizer {
     pub fn train_bpe<S: AsRef<str> + Send>(docs: impl Iterator<Item = S> + Send, vocab_size: usize) -> Result<Tokenizer> {
         let (tok, cut) = train_bpe_within(docs, vocab_size, MAX_TRAIN_DISTINCT_BYTES)?;
         if let Some(read) = cut {
-            eprintln!("{}", cut_note(read));
+            crate::note!("{}", cut_note(read));
         }
         Ok(tok)
     }

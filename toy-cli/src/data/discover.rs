@@ -100,7 +100,7 @@ fn note_once(path: &Path, why: &str) {
     let mut noted = NOTED.lock().unwrap_or_else(|e| e.into_inner());
     if !noted.iter().any(|p| p == path) {
         noted.push(path.to_path_buf());
-        eprintln!("note: skipped {}: {why}", crate::output::shown(path));
+        crate::note!("note: skipped {}: {why}", crate::output::shown(path));
     }
 }
 

@@ -483,7 +483,7 @@ fn train_tokenizer(sample: Vec<String>, sample_bytes: u64, n_docs: usize, opts: 
         super::bpe_train::train_bpe_within(sample.iter().map(String::as_str), vocab_size, super::bpe_train::MAX_TRAIN_DISTINCT_BYTES)
     })?;
     if let Some(read) = cut {
-        eprintln!("{}", super::bpe_train::cut_note(read));
+        crate::note!("{}", super::bpe_train::cut_note(read));
     }
     check_stop(&opts.stop)?;
     if opts.progress {

@@ -85,7 +85,7 @@ pub fn check_base(a: &AdapterFile, adapter: &Path, base: &Path, strict: bool) ->
             base.display(),
         )));
     }
-    eprintln!(
+    crate::note!(
         "note: --lora {} was trained on a base with sha256 {want}…; {} is {have}…: fine for another quantization of the same model, meaningless for another model of the same shape",
         adapter.display(),
         base.display()

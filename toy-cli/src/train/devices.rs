@@ -69,7 +69,7 @@ pub fn threads(requested: usize) -> usize {
     }
     if requested > cores {
         static NOTE: std::sync::Once = std::sync::Once::new();
-        NOTE.call_once(|| eprintln!("note: --threads {requested} is more than the {cores} CPU cores here; using {cores}"));
+        NOTE.call_once(|| crate::note!("note: --threads {requested} is more than the {cores} CPU cores here; using {cores}"));
         return cores;
     }
     requested

@@ -149,7 +149,7 @@ fn check_inputs(cfg: &TrainConfig, corpus: &Corpus, chat: Option<&ChatRun>, limi
         return Err(input(format!("the corpus uses {} ids but the model vocabulary is {}", corpus.vocab_size, cfg.model.vocab)));
     }
     if let Some(note) = chat.and_then(ChatRun::note) {
-        eprintln!("{note}");
+        crate::note!("{note}");
     }
     Ok(())
 }
@@ -276,12 +276,13 @@ fn oversized_step_note(cfg: &TrainConfig, corpus: &Corpus, chat: Option<&ChatRun
 /// one, and `fallback` (with a warning) when graph nodes run on the CPU.
 fn log_start(sink: &mut dyn Sink, s: &Start<'_, '_>) -> Result<()> {
     let Start { plan, cfg, corpus, device, train, memory, wctx, start_step, chat, .. } = *s;
+    crate::output::release_notes(); // the checks are over: the run starts
     sink.begin(train.graph(), plan.resume.is_some().then_some(start_step))?;
     if let Some(c) = chat.filter(|_| plan.resume.is_none()) {
         eprintln!("{}", c.summary());
     }
     if let Some(note) = oversized_step_note(cfg, corpus, chat) {
-        eprintln!("{note}");
+        crate::note!("{note}");
     }
     if plan.resume.is_none() {
         sink.send(Event::RunStart(Box::new(run_start(s))))?;
@@ -440,7 +441,7 @@ fn announce(opts: &RunOptions) {
         crate::outln!("{line}");
     }
     for note in &opts.notes {
-        eprintln!("{note}");
+        crate::note!("{note}");
     }
 }
 

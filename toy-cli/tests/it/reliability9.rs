@@ -177,6 +177,22 @@ fn notes_on_vocabularies_splits_ids_and_warmup() {
     assert!(e.contains("its sample of") && !e.contains("the text ("), "{e}");
 }
 
+/// A refusal is one line: the notes said while the command checked its inputs
+/// (here the BPE's "fewer ids" note on a text too short for one window) are
+/// held until the work starts, and dropped when it never does.
+#[test]
+fn a_refusal_after_a_note_is_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    std::fs::write(t.join("tiny.txt"), "hello world\n").unwrap();
+    let o = toy(t, &["train", "--corpus", "tiny.txt", "--out", "r", "--steps", "1", "--threads", "1"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("toy train: the training split of tiny.txt has 12 tokens"), "{err}");
+    assert!(!t.join("r").exists());
+}
+
 /// `--resume` in a project says that toy.toml is not read (its keys changed
 /// nothing, silently); `toy new --force` names the folder, not prep's --out.
 #[test]
