@@ -133,6 +133,47 @@ fn missing_subcommand(seen: &[String]) -> String {
     format!("{prefix}: a {what} is needed: {} (see `{help} --help`)", names.join(", "))
 }
 
+/// What a command line clap refused ends with: help or the version printed
+/// (status 0), else one line `toy <cmd>: ...` on stderr (and `toy train
+/// --json`'s object on stdout), status 2.
+fn refused(e: clap::Error, seen: &[String]) -> ExitCode {
+    use clap::error::ErrorKind;
+    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        // `toy`, `toy export`: one line naming what may follow, not the whole help.
+        eprintln!("{}", missing_subcommand(seen));
+        return ExitCode::from(2);
+    }
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        // Help that cannot be written (`toy --help > /dev/full`) is an error, as other output's is.
+        let written = e.print().and_then(|_| std::io::Write::flush(&mut std::io::stdout()));
+        if let Err(w) = written {
+            eprintln!("toy: cannot write the help to stdout: {w}");
+            return ExitCode::from(1);
+        }
+        return ExitCode::SUCCESS;
+    }
+    // One line: clap's message up to its usage block, without the "error: " prefix
+    // (a missing argument's name is on the lines after the first).
+    let text = e.render().to_string();
+    let msg: Vec<&str> =
+        text.lines().map(str::trim).take_while(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("tip:")).collect();
+    let msg = msg.join(" ");
+    let msg = msg.trim_start_matches("error: ");
+    // `toy debug: ... (see `toy debug bench --help`)`: the prefix of the command's
+    // other errors, the help of the subcommand given.
+    let (prefix, help) = match named_command() {
+        Some(cmd) => (format!("toy {}", cmd.split(' ').next().unwrap_or(&cmd)), format!("toy {cmd}")),
+        None => ("toy".to_string(), "toy".to_string()),
+    };
+    let msg = one_line(if msg.is_empty() { "bad arguments" } else { msg });
+    // `toy train --json`: one object on stdout however it ends, a refused argument too.
+    if prefix == "toy train" && seen.iter().any(|a| a == "--json") {
+        let _ = say!("{}", toy::train::summary_without_outcome("errored", &format!("{msg} (see `{help} --help`)"), 2));
+    }
+    eprintln!("{prefix}: {msg} (see `{help} --help`)");
+    ExitCode::from(2)
+}
+
 fn main() -> ExitCode {
     // Like other Unix tools, end quietly when stdout is a closed pipe (`toy describe x | head -1`);
     // other write errors on stdout are errors (`toy::say!`). Checkpoints are written to temp files and renamed, so
@@ -151,43 +192,7 @@ fn main() -> ExitCode {
     let parsed = toy::cli::command_for(&seen).try_get_matches_from(&args).and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m));
     let cli = match parsed {
         Ok(c) => c,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                // `toy`, `toy export`: one line naming what may follow, not the whole help.
-                eprintln!("{}", missing_subcommand(&seen));
-                return ExitCode::from(2);
-            }
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-                // Help that cannot be written (`toy --help > /dev/full`) is an error, as other output's is.
-                let written = e.print().and_then(|_| std::io::Write::flush(&mut std::io::stdout()));
-                if let Err(w) = written {
-                    eprintln!("toy: cannot write the help to stdout: {w}");
-                    return ExitCode::from(1);
-                }
-                return ExitCode::SUCCESS;
-            }
-            // One line: clap's message up to its usage block, without the "error: " prefix
-            // (a missing argument's name is on the lines after the first).
-            let text = e.render().to_string();
-            let msg: Vec<&str> =
-                text.lines().map(str::trim).take_while(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("tip:")).collect();
-            let msg = msg.join(" ");
-            let msg = msg.trim_start_matches("error: ");
-            // `toy debug: ... (see `toy debug bench --help`)`: the prefix of the command's
-            // other errors, the help of the subcommand given.
-            let (prefix, help) = match named_command() {
-                Some(cmd) => (format!("toy {}", cmd.split(' ').next().unwrap_or(&cmd)), format!("toy {cmd}")),
-                None => ("toy".to_string(), "toy".to_string()),
-            };
-            let msg = one_line(if msg.is_empty() { "bad arguments" } else { msg });
-            // `toy train --json`: one object on stdout however it ends, a refused argument too.
-            if prefix == "toy train" && seen.iter().any(|a| a == "--json") {
-                let _ = say!("{}", toy::train::summary_without_outcome("errored", &format!("{msg} (see `{help} --help`)"), 2));
-            }
-            eprintln!("{prefix}: {msg} (see `{help} --help`)");
-            return ExitCode::from(2);
-        }
+        Err(e) => return refused(e, &seen),
     };
     let name = command_name(&cli.command);
     // Backend modules for the commands that compute; an empty $TOY_BACKEND_DIR is unset.

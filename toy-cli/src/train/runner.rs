@@ -364,10 +364,10 @@ impl Loop<'_, '_> {
     }
 }
 
-/// Run the loop from `l.start_step + 1` to `cfg.steps`.
-pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
+/// The notes on a run's schedule and validation, said as it starts: a
+/// warm-up as long as the run, a validation split too short or missing.
+fn notes(l: &Loop<'_, '_>) {
     let cfg = l.cfg;
-    let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
     if let Some(how) = l.opts.warmup_given.filter(|_| cfg.warmup_steps > cfg.steps && l.start_step == 0) {
         crate::note!(
             "note: {how} {} is more than --steps {}: the learning rate rises for the whole run and reaches --lr {:e} only at its last step",
@@ -398,6 +398,13 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     if matches!(&l.validation, Validation::Chat(b) if b.is_empty()) && l.start_step == 0 && cfg.eval_every > 0 {
         crate::note!("note: the chat corpus holds too few conversations to keep any for validation: no validation loss (more conversations give one)");
     }
+}
+
+/// Run the loop from `l.start_step + 1` to `cfg.steps`.
+pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
+    let cfg = l.cfg;
+    let sched = Cosine { lr: cfg.lr, min_lr: cfg.min_lr, warmup_steps: cfg.warmup_steps.min(cfg.steps), steps: cfg.steps };
+    notes(&l);
     let report = Report::new(l.opts, cfg.steps, l.start_step);
     let mut tally = Tally { done: l.start_step, applied: 0, last_loss: f32::NAN, last_val: None, val_step: None };
     let stopped = |l: &Loop<'_, '_>| l.opts.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst) != 0);
