@@ -224,6 +224,35 @@ pub fn nearest_existing(p: &Path) -> PathBuf {
     p.ancestors().skip(1).find(|a| !a.as_os_str().is_empty() && a.exists()).map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
+/// The folder of `p` that a `..` after it leaves while it does not exist
+/// (`new/../x` gives `new`), if any: the system resolves such a path only once
+/// that folder is made, so the checks of what an output would replace, made
+/// before, would read another path than the one written.
+pub fn missing_before_parent_dir(p: &Path) -> Option<PathBuf> {
+    let mut prefix = PathBuf::new();
+    for c in p.components() {
+        if c == std::path::Component::ParentDir && !prefix.as_os_str().is_empty() && !prefix.exists() {
+            return Some(prefix);
+        }
+        prefix.push(c);
+    }
+    None
+}
+
+/// Refuse an output path (`flag`'s) through a missing folder and `..`
+/// ([`missing_before_parent_dir`]) as bad input.
+///
+/// # Errors
+/// [`crate::error::Error::Input`] naming the missing folder.
+pub fn refuse_parent_dir_of_missing(p: &Path, flag: &str) -> Result<()> {
+    match missing_before_parent_dir(p) {
+        Some(m) => {
+            Err(input(format!("{flag} {}: `..` leaves {}, which does not exist (give the path without it)", p.display(), m.display())))
+        }
+        None => Ok(()),
+    }
+}
+
 /// Remove everything inside the folder `dir`, keeping the folder (one the
 /// user made, which a failed command emptied of what it wrote); best effort.
 pub fn empty_folder(dir: &Path) {
@@ -295,6 +324,7 @@ fn kind(meta: &std::fs::Metadata) -> &'static str {
 /// existing folder): bad input, found before the work (`what` names what would
 /// be written there).
 pub fn check_out(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
+    refuse_parent_dir_of_missing(out, "--out")?;
     let o = out.display();
     if let Ok(meta) = std::fs::symlink_metadata(out) {
         if !meta.is_file() {
@@ -368,6 +398,18 @@ mod tests {
             assert!(e.contains("is not a GGUF file"), "{e}");
             assert_eq!(std::fs::read(&out).unwrap(), other, "left as it was");
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_parent_dir_after_a_missing_folder_is_found() {
+        let dir = std::env::temp_dir().join(format!("toy-dotdot-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("real")).unwrap();
+        assert_eq!(missing_before_parent_dir(&dir.join("new/../x")), Some(dir.join("new")));
+        assert_eq!(missing_before_parent_dir(&dir.join("real/new/../../x")), Some(dir.join("real/new")));
+        assert_eq!(missing_before_parent_dir(&dir.join("real/../x")), None);
+        assert_eq!(missing_before_parent_dir(&dir.join("new/x")), None);
+        assert_eq!(missing_before_parent_dir(Path::new("../x")), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

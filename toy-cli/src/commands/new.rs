@@ -96,6 +96,7 @@ threads = {threads}
 }
 
 fn check_dir(dir: &Path, force: bool) -> Result<()> {
+    crate::files::refuse_parent_dir_of_missing(dir, "folder")?;
     let d = dir.display();
     if dir.exists() && !dir.is_dir() {
         return Err(input(format!("{d} exists and is not a folder")));

@@ -104,6 +104,7 @@ fn being_read(out: &Path) -> Option<&'static str> {
 /// [`Error::Input`] for each of those, and for a
 /// folder another process holds.
 pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
+    crate::files::refuse_parent_dir_of_missing(out, "--out")?;
     let o = out.display();
     if out.exists() && !out.is_dir() {
         return Err(input(format!("--out {o} exists and is not a folder")));

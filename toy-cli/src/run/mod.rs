@@ -151,6 +151,7 @@ impl RunDir {
     /// # Errors
     /// [`crate::error::Error::Input`] saying what is there.
     pub fn check_new(path: &Path) -> Result<()> {
+        crate::files::refuse_parent_dir_of_missing(path, "run folder")?;
         if path.exists() && !path.is_dir() {
             return Err(not_a_folder(path));
         }

@@ -6,6 +6,31 @@ use crate::chat::{chat_model, finetune, CHATML};
 use crate::common::process::{ok, signal, toy, wait_for};
 use std::process::{Command, Stdio};
 
+/// An output path through a folder that does not exist and `..`
+/// (`nosub/../run`) names, once that folder is made, what the path without
+/// them names: refused, as the plain path is, with nothing made.
+#[test]
+fn outputs_through_a_missing_folder_and_dotdot_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    ok(&toy(t, &["train", "--threads", "1", "--preset", "smoke", "--steps", "1", "--out", "run"]));
+    std::fs::write(t.join("s.txt"), "once upon a time\n").unwrap();
+    let cases: [&[&str]; 3] = [
+        &["train", "--threads", "1", "--preset", "smoke", "--steps", "1", "--out", "nosub/../run"],
+        &["debug", "tokenize", "run", "--text", "s.txt", "--out", "nosub/../s.txt"],
+        &["prep", "s.txt", "--out", "nosub/../run"],
+    ];
+    for args in cases {
+        let o = toy(t, args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("`..` leaves nosub, which does not exist") && err.lines().count() == 1, "{err}");
+        assert!(!t.join("nosub").exists(), "{args:?}");
+    }
+    assert_eq!(std::fs::read_to_string(t.join("s.txt")).unwrap(), "once upon a time\n");
+    assert!(!std::fs::read_to_string(t.join("run/config.toml")).unwrap().is_empty());
+}
+
 /// A signal before the first step (here during step 0's validation over a
 /// long split, `--eval-windows 0`) ends the run there, with step 0 saved: no
 /// step runs after it, as one more step and its validation did before.
