@@ -332,6 +332,10 @@ impl<'s> Documents<'s> {
             }
         };
         let rest = self.pending.split_off(at);
+        // The piece keeps the buffer that held the whole pending text (megabytes, one
+        // line's reads): cut down to its own length, or a batch (or BPE sample) of
+        // 64 KiB pieces of a line without newlines held ~3 MB each.
+        self.pending.shrink_to_fit();
         let piece = self.emit(false);
         (self.pending, self.searched) = (rest, 0);
         piece
@@ -498,6 +502,9 @@ mod tests {
             assert!(got.len() >= 3 && got.iter().all(|p| p.1.len() <= MAX_UNCUT_BYTES), "{name}: {} pieces", got.len());
             assert!(got.iter().all(|p| p.0 == 0) && got.last().unwrap().2, "{name}");
             assert_eq!(got.iter().map(|p| p.1.as_str()).collect::<String>(), want, "{name}");
+            // Each piece holds its own text, not the buffer of the whole pending line
+            // (a batch of 64 KiB pieces held ~3 MB each).
+            assert!(got.iter().all(|p| p.1.capacity() <= 2 * p.1.len() + 64), "{name}: a piece keeps a larger buffer");
         }
     }
 
