@@ -25,8 +25,10 @@ pub const CHAT_ADVICE: &str =
 
 pub use super::discover::discover;
 
-/// Documents are handed out in pieces of about this many bytes at most.
-pub const PIECE_BYTES: usize = 1 << 20;
+/// Documents are handed out in pieces of about this many bytes at most (half
+/// of [`MAX_UNCUT_BYTES`], so that what is left at a document's end is no more
+/// than that).
+pub const PIECE_BYTES: usize = MAX_UNCUT_BYTES / 2;
 
 /// How a file's records are read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

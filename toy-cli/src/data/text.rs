@@ -49,11 +49,13 @@ pub fn split_documents(text: &str) -> Vec<&str> {
     docs.into_iter().map(str::trim).filter(|d| !d.is_empty()).collect()
 }
 
-/// No tokenizer call sees more than this many bytes of a document that has no
-/// place to cut it exactly: byte-level BPE takes about 100 bytes of memory per
-/// byte of one pre-token (a 200 MB line of one letter took 21 GB), so such a
-/// stretch is cut anyway (see [`fallback_cut`]).
-pub const MAX_UNCUT_BYTES: usize = 2 << 20;
+/// No tokenizer call sees more than this many bytes of a document without a
+/// newline to cut it at: it is cut before a space between words, which changes
+/// no id, or, without one, anyway (see [`fallback_cut`]). A tokenizer call
+/// takes ~100 bytes of memory per byte it is given (a 200 MB line of one letter
+/// took 21 GB; at 2 MB, a line of words took ~600 MB to prepare against ~140
+/// MB for the same text in lines), so this is kept small.
+pub const MAX_UNCUT_BYTES: usize = 256 << 10;
 
 /// Byte offsets where `doc` can be cut, about `chunk` bytes apart: just after
 /// a `\n` that has non-whitespace on both sides (the `ByteLevel`
