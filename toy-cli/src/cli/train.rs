@@ -397,7 +397,7 @@ flag_group! {
         /// Checkpoint every N steps (default 0: only at the end).
         #[arg(long = "save-every", value_parser = count_u64)]
         pub save_every: Option<u64>,
-        /// Print a loss line every N steps (default: 10 on a terminal, every step when piped).
+        /// Print a loss line every N steps (default: 10 on a terminal, every step when piped; 0: none, validation lines still print).
         #[arg(long = "log-every", value_parser = count_u64)]
         pub log_every: Option<u64>,
         /// Write weights/step_0.gguf (the initial weights) too.
