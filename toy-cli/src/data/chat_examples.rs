@@ -135,17 +135,24 @@ impl Encoder<'_> {
             if through.len() == before.len() {
                 return Err(input(format!("the chat template renders assistant message {i} as nothing")));
             }
-            ex.push(&self.tok.encode(&full[cursor..before.len()])?, false);
+            ex.push(&self.encode_text(&full[cursor..before.len()])?, false);
             self.push_turn(&mut ex, &full[before.len()..through.len()])?;
             cursor = through.len();
         }
-        ex.push(&self.tok.encode(&full[cursor..])?, false);
+        ex.push(&self.encode_text(&full[cursor..])?, false);
         Ok(ex)
+    }
+
+    /// Token ids of rendered chat text (its special tokens parsed), tokenized in
+    /// pieces cut where no id changes ([`super::text::encode_in_pieces`]): one
+    /// long message takes the memory of a piece, not ~140 bytes a byte.
+    fn encode_text(&self, text: &str) -> Result<Vec<u32>> {
+        super::text::encode_in_pieces(text, super::text::CHUNK_BYTES, |p| self.tok.encode(p))
     }
 
     /// Append an assistant span of text: trained through its last end-of-turn id.
     fn push_turn(&self, ex: &mut Example, text: &str) -> Result<()> {
-        let ids = self.tok.encode(text)?;
+        let ids = self.encode_text(text)?;
         let end = ids.iter().rposition(|id| self.eog.contains(id)).map_or(ids.len(), |p| p + 1);
         ex.push(&ids[..end], true);
         ex.push(&ids[end..], false);
