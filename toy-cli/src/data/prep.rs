@@ -77,6 +77,9 @@ pub struct OutDir {
     pub created: bool,
     /// The outermost of the folders above it that [`check_out_dir`] made.
     pub parents: Option<PathBuf>,
+    /// Whether `out/.lock` was made by this prep (not left by an earlier one):
+    /// an unfinished prep takes it away with what else it wrote.
+    pub lock_made: bool,
     _lock: std::fs::File,
 }
 
@@ -137,9 +140,10 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
             crate::files::remove_made_folder(out, parents.as_deref());
         }
     };
+    let lock_made = !out.join(".lock").exists();
     let lock = crate::files::lock(out, "--out", "a toy prep writing into it").inspect_err(|_| remove_made())?;
     let undo = |e: Error| {
-        if created {
+        if created || lock_made {
             let _ = std::fs::remove_file(out.join(".lock"));
         }
         remove_made();
@@ -164,7 +168,7 @@ pub fn check_out_dir(out: &Path, force: bool) -> Result<OutDir> {
         return Err(undo(input(format!("cannot write into --out {o}: {e}"))));
     }
     let _ = std::fs::remove_file(&probe);
-    Ok(OutDir { created, parents, _lock: lock })
+    Ok(OutDir { created, parents, lock_made, _lock: lock })
 }
 
 fn pack(ids: &[u32]) -> Vec<u8> {
@@ -509,7 +513,7 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
     let out_dir = check_out_dir(out, opts.force)?;
     let (train_tmp, val_tmp) = (crate::files::temp_path(&out.join("train.bin")), crate::files::temp_path(&out.join("val.bin")));
     let mut temps = vec![train_tmp.clone(), val_tmp.clone()];
-    if out_dir.created {
+    if out_dir.created || out_dir.lock_made {
         temps.push(out.join(".lock"));
     }
     let mut guard =

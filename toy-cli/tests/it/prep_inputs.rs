@@ -154,6 +154,20 @@ fn an_interrupted_prep_leaves_no_prepared_corpus() {
         assert!(!out.join("manifest.json").exists(), "{sig}: a manifest was left behind");
         assert!(!out.exists(), "{sig}: the output folder was left behind");
     }
+    // Into an empty folder the user made: left as it was, empty (no `.lock` either).
+    let out = t.join("made");
+    std::fs::create_dir(&out).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toy"))
+        .current_dir(t)
+        .args(["prep", "letters.txt", "--vocab-size", "4096", "--out", "made"])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(child.try_wait().unwrap().is_none(), "prep finished before the signal");
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0, "the folder holds what the prep left");
 }
 
 #[test]
