@@ -384,9 +384,8 @@ mod tests {
 
     #[test]
     fn a_gguf_output_replaces_a_gguf_file_only() {
-        let dir = std::env::temp_dir().join(format!("toy-check-out-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let out = dir.join("out.gguf");
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.gguf");
         assert!(check_out_gguf(&out, &[], "x").is_ok(), "missing: written");
         std::fs::write(&out, b"").unwrap();
         assert!(check_out_gguf(&out, &[], "x").is_ok(), "empty: replaced");
@@ -398,19 +397,18 @@ mod tests {
             assert!(e.contains("is not a GGUF file"), "{e}");
             assert_eq!(std::fs::read(&out).unwrap(), other, "left as it was");
         }
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_parent_dir_after_a_missing_folder_is_found() {
-        let dir = std::env::temp_dir().join(format!("toy-dotdot-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("real")).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        std::fs::create_dir(dir.join("real")).unwrap();
         assert_eq!(missing_before_parent_dir(&dir.join("new/../x")), Some(dir.join("new")));
         assert_eq!(missing_before_parent_dir(&dir.join("real/new/../../x")), Some(dir.join("real/new")));
         assert_eq!(missing_before_parent_dir(&dir.join("real/../x")), None);
         assert_eq!(missing_before_parent_dir(&dir.join("new/x")), None);
         assert_eq!(missing_before_parent_dir(Path::new("../x")), None);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! `toy generate`: sample text from a checkpoint.
 
 use crate::cli::GenerateArgs;
+use crate::data::text::encode_with_special;
 use crate::data::Tokenizer;
 use crate::error::{input, Result};
 use crate::formats::checkpoint::open_checkpoint;
@@ -30,13 +31,6 @@ pub struct Generated {
     /// Their text, or with `--chat` the reply alone (no template, no end of turn).
     pub text: Option<String>,
     pub n_prompt: usize,
-}
-
-/// A prompt's ids, special tokens parsed, tokenized in pieces as corpora are
-/// (a prompt longer than the context is allowed, and one of many megabytes
-/// took ~100 bytes of memory a byte tokenized whole).
-fn encode_prompt(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
-    crate::data::text::encode_in_pieces(text, crate::data::text::CHUNK_BYTES, |p| tok.encode(p))
 }
 
 /// The prompt of `--chat`: the checkpoint's chat template over the
@@ -69,7 +63,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         None => ck,
     };
     let prompt: Vec<u32> = match (&args.prompt_ids, &ck.tokenizer) {
-        (None, Some(tok)) if args.chat.is_some() => encode_prompt(tok, &chat_prompt(&ck, tok, args)?)?,
+        (None, Some(tok)) if args.chat.is_some() => encode_with_special(tok, &chat_prompt(&ck, tok, args)?)?,
         (Some(ids), _) => {
             // Ids apart by commas or spaces; an empty place between commas is a mistake, not nothing.
             if ids.contains(',') && ids.split(',').any(|s| s.trim().is_empty()) {
@@ -80,7 +74,8 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
                 .map(|s| s.parse::<u32>().map_err(|_| input(format!("--prompt-ids: {s:?} is not a token id"))))
                 .collect::<Result<_>>()?
         }
-        (None, Some(tok)) => encode_prompt(tok, &args.prompt)?,
+        // In pieces: a prompt may be longer than the context, and megabytes tokenized whole took ~100 bytes a byte.
+        (None, Some(tok)) => encode_with_special(tok, &args.prompt)?,
         (None, None) => return Err(input("the checkpoint has no tokenizer; give --prompt-ids")),
     };
     if prompt.is_empty() {

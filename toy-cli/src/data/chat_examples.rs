@@ -33,6 +33,7 @@
 
 use super::chat::{ChatTemplate, Message};
 use super::chat_records::{alpaca_prompt, read_chat, DataFormat, Located, Record, RecordKind};
+use super::text::encode_with_special;
 use super::tokenizer::Tokenizer;
 use crate::error::{input, Result};
 use ggml_rs::gguf::GgufFile;
@@ -118,7 +119,8 @@ impl Encoder<'_> {
     }
 
     /// `messages` rendered by the template, the assistant turns from
-    /// `first_trained` on trained (see the module documentation).
+    /// `first_trained` on trained (see the module documentation). Spans are
+    /// tokenized in pieces: a long message takes the memory of one piece.
     fn conversation(&self, messages: &[Message], first_trained: usize) -> Result<Example> {
         let t = self.template.ok_or_else(|| input("the model has no chat template (tokenizer.chat_template) to render conversations"))?;
         let full = t.render(messages, false)?;
@@ -135,24 +137,17 @@ impl Encoder<'_> {
             if through.len() == before.len() {
                 return Err(input(format!("the chat template renders assistant message {i} as nothing")));
             }
-            ex.push(&self.encode_text(&full[cursor..before.len()])?, false);
+            ex.push(&encode_with_special(self.tok, &full[cursor..before.len()])?, false);
             self.push_turn(&mut ex, &full[before.len()..through.len()])?;
             cursor = through.len();
         }
-        ex.push(&self.encode_text(&full[cursor..])?, false);
+        ex.push(&encode_with_special(self.tok, &full[cursor..])?, false);
         Ok(ex)
-    }
-
-    /// Token ids of rendered chat text (its special tokens parsed), tokenized in
-    /// pieces cut where no id changes ([`super::text::encode_in_pieces`]): one
-    /// long message takes the memory of a piece, not ~140 bytes a byte.
-    fn encode_text(&self, text: &str) -> Result<Vec<u32>> {
-        super::text::encode_in_pieces(text, super::text::CHUNK_BYTES, |p| self.tok.encode(p))
     }
 
     /// Append an assistant span of text: trained through its last end-of-turn id.
     fn push_turn(&self, ex: &mut Example, text: &str) -> Result<()> {
-        let ids = self.encode_text(text)?;
+        let ids = encode_with_special(self.tok, text)?;
         let end = ids.iter().rposition(|id| self.eog.contains(id)).map_or(ids.len(), |p| p + 1);
         ex.push(&ids[..end], true);
         ex.push(&ids[end..], false);

@@ -151,6 +151,12 @@ pub fn encode_in_pieces(text: &str, chunk: usize, encode: impl Fn(&str) -> Resul
     Ok(ids)
 }
 
+/// Token ids of `text` with its special tokens parsed (a prompt, a rendered
+/// chat), tokenized in pieces of [`CHUNK_BYTES`] ([`encode_in_pieces`]).
+pub fn encode_with_special(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
+    encode_in_pieces(text, CHUNK_BYTES, |p| tok.encode(p))
+}
+
 /// `doc` cut at `cut_points` about `chunk` bytes apart: what the tokenizer
 /// (and the BPE trainer) is given of a long document.
 pub fn pieces(doc: &str, chunk: usize) -> impl Iterator<Item = &str> + Send {

@@ -407,7 +407,7 @@ pub fn run(mut l: Loop<'_, '_>) -> Result<Outcome> {
     notes(&l);
     let report = Report::new(l.opts, cfg.steps, l.start_step);
     let mut tally = Tally { done: l.start_step, applied: 0, last_loss: f32::NAN, last_val: None, val_step: None };
-    let stopped = |l: &Loop<'_, '_>| l.opts.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst) != 0);
+    let stopped = |l: &Loop<'_, '_>| super::step::stopped(l.opts.stop.as_deref());
     if l.start_step == 0 && !stopped(&l) {
         l.eval_at(0, f32::NAN, &mut tally, &report)?;
     }

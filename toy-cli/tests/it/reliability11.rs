@@ -3,8 +3,7 @@
 //! Alpaca records (`instruction`, `input`, `output`) are chat data.
 
 use crate::chat::{chat_model, finetune, CHATML};
-use crate::common::process::{ok, signal, toy, wait_for};
-use std::process::{Command, Stdio};
+use crate::common::process::{ok, signal, spawn, toy, wait_for};
 
 /// An output path through a folder that does not exist and `..`
 /// (`nosub/../run`) names, once that folder is made, what the path without
@@ -42,15 +41,7 @@ fn a_signal_before_the_first_step_ends_the_run_at_step_0() {
     let ids: Vec<String> = (0..1_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24).to_string()).collect();
     std::fs::write(t.join("ids.txt"), ids.join(" ")).unwrap();
     let args = ["train", "--threads", "1", "--preset", "tiny", "--steps", "3", "--eval-windows", "0", "--corpus", "ids.txt"];
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toy"))
-        .env_remove("TOY_RUN_ID")
-        .current_dir(t)
-        .args(args)
-        .args(["--out", "early"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(t, &[&args[..], &["--out", "early"]].concat());
     wait_for(&t.join("early"), "run_start", 1, &mut child);
     signal(&child, "-TERM");
     let out = child.wait_with_output().unwrap();
@@ -70,15 +61,7 @@ fn a_stop_between_micro_batches_says_which_step_its_val_loss_is_of() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     let args = ["train", "--threads", "1", "--preset", "smoke", "--steps", "3", "--grad-accum", "3000", "--eval-every", "0", "--json"];
-    let mut child = Command::new(env!("CARGO_BIN_EXE_toy"))
-        .env_remove("TOY_RUN_ID")
-        .current_dir(t)
-        .args(args)
-        .args(["--out", "cut"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(t, &[&args[..], &["--out", "cut"]].concat());
     wait_for(&t.join("cut"), "step", 1, &mut child);
     signal(&child, "-INT");
     let out = child.wait_with_output().unwrap();
@@ -184,7 +167,7 @@ fn export_merge_cleans_up_and_keeps_out_of_runs() {
     let lora = ["train", "finetune", "--from", "base", "--lora-rank", "2", "--steps", "2", "--out", "lo"];
     ok(&toy(t, &[&lora[..], &quick].concat()));
     // A dead writer's temporary, in the writer's form.
-    let mut dead = Command::new("true").spawn().unwrap();
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
     dead.wait().unwrap();
     let stale = t.join(format!(".m.gguf.tmp-{}-0", dead.id()));
     std::fs::write(&stale, b"half").unwrap();

@@ -5,6 +5,19 @@ use std::path::Path;
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
+/// Start `toy ARGS` in `dir` (without the caller's `TOY_RUN_ID`), its stdout
+/// and stderr piped, for a test that acts on it while it runs.
+pub fn spawn(dir: &Path, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_toy"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("TOY_RUN_ID")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Run `toy ARGS` in `dir` (without the caller's `TOY_RUN_ID`) and wait for it.
 pub fn toy(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_toy")).args(args).current_dir(dir).env_remove("TOY_RUN_ID").output().unwrap()
