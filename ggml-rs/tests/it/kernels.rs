@@ -594,7 +594,8 @@ fn norms_and_ropes_cast_to_bf16_against_f64() {
     // results are never written). Each against the f64 reference: within one
     // bf16 step (2^-7 of the value's power of two; rounding alone is half of it).
     // Rows of 576 and 64 values take the fused kernels; rows of 6 fall back to
-    // the norm, then the cast. A rope reshaped before its cast is fused as well.
+    // the norm, then the cast. A rope reshaped before its cast is fused as well;
+    // so is a LayerNorm with gain and bias (patch 0090).
     let dev = cpu();
     let eps = 1e-5f32;
     let bf16_tol = 1.0 / 128.0;
@@ -609,6 +610,16 @@ fn norms_and_ropes_cast_to_bf16_against_f64() {
         let y = ctx.cast(ctx.rms_norm_gain(tx, tg, eps).unwrap(), DType::BF16).unwrap();
         let got = eval_on(&dev, &ctx, &[y]);
         check(&format!("rms_norm_gain of rows of {n0} cast to bf16 on {}", dev.name()), &got[0], &want, bf16_tol);
+        // GPT-2's LayerNorm with gain and bias, cast the same way (patch 0090).
+        let b = uniform(&mut r, n0 as usize, -0.5, 0.5);
+        let normed = rf::rows(&f64s(&x), n0 as usize, |row| rf::norm_row(row, eps as f64));
+        let n = n0 as usize;
+        let want: Vec<f64> = normed.iter().enumerate().map(|(i, v)| v * g[i % n] as f64 + b[i % n] as f64).collect();
+        let ctx = Context::new(16).unwrap();
+        let (tx, tg, tb) = (leaf(&ctx, &dev, &[n0, rows], &x), leaf(&ctx, &dev, &[n0], &g), leaf(&ctx, &dev, &[n0], &b));
+        let y = ctx.cast(ctx.norm_gain_bias(tx, tg, tb, eps).unwrap(), DType::BF16).unwrap();
+        let got = eval_on(&dev, &ctx, &[y]);
+        check(&format!("norm_gain_bias of rows of {n0} cast to bf16 on {}", dev.name()), &got[0], &want, bf16_tol);
     }
     let pos = [0i32, 1, 2, 7, 100, 511];
     let ne = [64usize, 3, pos.len(), 2];

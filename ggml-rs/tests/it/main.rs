@@ -5,6 +5,7 @@
 mod activations;
 mod attention;
 mod bf16_logits;
+mod bias_bf16;
 mod common;
 mod cross_entropy;
 mod errors;

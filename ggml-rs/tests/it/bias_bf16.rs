@@ -1,0 +1,65 @@
+//! GPT-2's MLP under bf16 products: `x + W_2·gelu(W_1·LN(x) + b_1) + b_2`
+//! with the norm's output and the GELU's cast to bf16 as toy's autocast casts
+//! them; CUDA runs the down projection, its bias and the residual sum as one
+//! cuBLASLt matmul (patch 0091). On CUDA the norm writes its bf16 cast itself (patch 0090), and each
+//! bias's gradient (a REPEAT_BACK of its product's output gradient) writes
+//! that gradient's bf16 copy on its way, which both products of the backward
+//! then read instead of converting it (patch 0090). Against the same chain in
+//! f32 on the CPU: every gradient within 2e-2 of its largest value.
+
+use crate::common::{assert_within, backends, cpu, f64s, leaf, param_leaf, rng, uniform};
+use ggml_rs::{sys, Context, DType, Graph};
+
+/// The gradients of `x`, the norm's gain and bias, `W_1`, `b_1`, `W_2`, `b_2`
+/// of `sum(mlp(x) ⊙ r)` over `n` rows of width `d` (hidden `4d`); `bf16`: on
+/// the test device with the casts, else in f32 on the CPU. Also how many
+/// REPEAT_BACK nodes the backward has.
+fn grads(d: usize, n: usize, seed: u64, bf16: bool) -> (Vec<Vec<f32>>, usize) {
+    let dev = if bf16 { cpu() } else { ggml_rs::Backend::cpu().unwrap() };
+    if bf16 {
+        dev.set_matmul_precision(ggml_rs::MatmulPrecision::Medium);
+    }
+    let mut r = rng(seed);
+    let ctx = Context::new(256).unwrap();
+    let param = |ne: &[usize], lo: f32, hi: f32, r: &mut _| {
+        let ne: Vec<i64> = ne.iter().map(|&x| x as i64).collect();
+        param_leaf(&ctx, &dev, &ne, &uniform(r, ne.iter().product::<i64>() as usize, lo, hi))
+    };
+    let wb = 1.0 / (d as f32).sqrt();
+    let x = param(&[d, n], -1.0, 1.0, &mut r);
+    let (g, b0) = (param(&[d], 0.5, 1.5, &mut r), param(&[d], -0.2, 0.2, &mut r));
+    let (w1, b1) = (param(&[d, 4 * d], -wb, wb, &mut r), param(&[4 * d], -0.2, 0.2, &mut r));
+    let (w2, b2) = (param(&[4 * d, d], -wb / 2.0, wb / 2.0, &mut r), param(&[d], -0.2, 0.2, &mut r));
+    let rt = leaf(&ctx, &dev, &[d as i64, n as i64], &uniform(&mut r, d * n, -1.0, 1.0));
+    let cast = |t| if bf16 { ctx.cast(t, DType::BF16).unwrap() } else { t };
+    let xn = cast(ctx.norm_gain_bias(x, g, b0, 1e-5).unwrap()); // [d, n]
+    let y1 = ctx.add(ctx.mul_mat(cast(w1), xn).unwrap(), b1).unwrap(); // [4d, n] f32
+    let h = cast(ctx.gelu(y1).unwrap());
+    let y2 = ctx.add(ctx.mul_mat(cast(w2), h).unwrap(), b2).unwrap(); // [d, n] f32
+    let y2 = ctx.add(x, y2).unwrap(); // the residual sum, as a GPT-2 block adds it
+    let loss = ctx.sum(ctx.mul(y2, rt).unwrap()).unwrap().set_output();
+    let mut gr = Graph::with_grads(&ctx, 1024).unwrap();
+    gr.set_mul_mat_grad(ggml_rs::MulMatGrad::for_backend(&dev));
+    gr.expand(loss).unwrap();
+    gr.build_backward(loss).unwrap();
+    let rb = gr.nodes().into_iter().filter(|t| t.op() == sys::GGML_OP_REPEAT_BACK).count();
+    let outs: Vec<_> = [x, g, b0, w1, b1, w2, b2].iter().map(|&p| gr.grad(p).unwrap().set_output()).collect();
+    gr.allocate(&backends(&dev)).unwrap();
+    gr.compute().unwrap();
+    assert!(gr.cpu_fallbacks().is_empty(), "{:?}", gr.cpu_fallbacks());
+    (outs.iter().map(|t| t.read_f32().unwrap()).collect(), rb)
+}
+
+/// Widths 64 and 768 (GPT-2 124M's) over 300 rows: the products' bias
+/// gradients are REPEAT_BACKs, and every gradient agrees with the f32 chain's.
+#[test]
+fn bf16_mlp_with_biases_against_the_f32_chain() {
+    for (d, seed) in [(64usize, 9001u64), (768, 9002)] {
+        let (got, rb) = grads(d, 300, seed, true);
+        assert!(rb >= 2, "d {d}: the two biases' gradients are REPEAT_BACKs ({rb})");
+        let (want, _) = grads(d, 300, seed, false);
+        for (name, (a, w)) in ["x", "gain", "bias", "W_1", "b_1", "W_2", "b_2"].iter().zip(got.iter().zip(&want)) {
+            assert_within(&format!("d {d}: d{name}"), a, &f64s(w), 2e-2);
+        }
+    }
+}
