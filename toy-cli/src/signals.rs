@@ -4,7 +4,9 @@
 //! The first SIGINT/SIGTERM asks the loop to stop after the current step (or
 //! between a step's micro-batches, `--grad-accum`) and save; a second one only says that it is on its way (so an impatient double
 //! Ctrl-C still gets its checkpoint); a third ends the process within 10 ms,
-//! removing a run folder that holds no checkpoint yet ([`on_quit`]) — unless
+//! removing a run folder that holds no checkpoint yet ([`on_quit`]), else the
+//! temporaries of the writes it cut short, and saying whether the checkpoint
+//! the first signal asked for was written ([`saved`]) — unless
 //! it lands inside a [`critical`] section (a checkpoint and its state being
 //! written, an event line, `config.toml`), which no signal cuts: the run then
 //! stops as the first signal asked. SIGPIPE is ignored, so a closed stdout
@@ -25,6 +27,18 @@ static PREPARED_WHAT: Mutex<&str> = Mutex::new("");
 static IN_PREPARATION: AtomicBool = AtomicBool::new(false);
 /// The number of the signal that asked to quit without saving (the third), else 0.
 static QUIT: AtomicI32 = AtomicI32::new(0);
+/// A checkpoint was written after the first signal ([`saved`]): a third one
+/// then quits with it saved, and says so.
+static SAVED_SINCE_STOP: AtomicBool = AtomicBool::new(false);
+
+/// For the run folder, when a checkpoint (with its state and `latest`) is
+/// written: after a first signal, that is the checkpoint it asked for, and a
+/// third signal's line says it is saved instead of "quit without saving".
+pub fn saved() {
+    if COUNT.load(Ordering::SeqCst) > 0 {
+        SAVED_SINCE_STOP.store(true, Ordering::SeqCst);
+    }
+}
 /// What quitting does first, outside the handler ([`on_quit`]): its note, if any.
 type OnQuit = Box<dyn Fn() -> Option<String> + Send>;
 static ON_QUIT: Mutex<Option<OnQuit>> = Mutex::new(None);
@@ -175,7 +189,11 @@ pub fn install(stop: Arc<AtomicI32>) {
                     1 if preparing => say("toy train: still stopping\n"),
                     1 => say("toy train: still stopping; saving the checkpoint first (once more to quit without saving)\n"),
                     _ if CRITICAL.load(Ordering::SeqCst) == 0 => {
-                        say("toy train: quit without saving\n");
+                        if SAVED_SINCE_STOP.load(Ordering::SeqCst) {
+                            say("toy train: quitting; the checkpoint is saved\n");
+                        } else {
+                            say("toy train: quit without saving\n");
+                        }
                         QUIT.store(sig, Ordering::SeqCst)
                     }
                     _ => say("toy train: a checkpoint is being written; it ends first\n"),

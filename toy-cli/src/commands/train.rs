@@ -196,7 +196,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     let conflicts = super::resume::conflicts(a, &cfg);
     if !conflicts.is_empty() {
         return Err(input(format!(
-            "--resume {}: {} contradict{} the run; the model, corpus, optimizer and schedule come from its config.toml (only {} may change)",
+            "--resume {}: {} contradict{} the run; the model, corpus, optimizer and schedule come from its config.toml (only {} may change; --corpus and --from may name the run's corpus and base where they moved, and --allow-corpus-change takes a changed corpus)",
             dir.display(),
             conflicts.join(", "),
             if conflicts.len() == 1 { "s" } else { "" },

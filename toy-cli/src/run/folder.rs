@@ -180,6 +180,7 @@ impl Sink for RunFolder<'_> {
         if self.keep > 0 {
             prune(self.run, self.keep);
         }
+        crate::signals::saved();
         Ok(())
     }
 

@@ -195,10 +195,14 @@ impl RunDir {
         let lock = lock(&path, "run folder", "a toy train running in it")?;
         let run = RunDir { id, path, _lock: std::sync::Arc::new(lock), created };
         run.remove_leftovers();
-        // A quit signal (the third) removes the folder too while it holds no checkpoint.
+        // A quit signal (the third) removes the folder too while it holds no checkpoint;
+        // else what it cut short (the temporary of loss.svg, say, written after the
+        // checkpoint that the first signal asked for).
         let (p, c) = (run.path.clone(), run.created.clone());
         crate::signals::on_quit(Box::new(move || {
             if has_checkpoint(&p) {
+                crate::files::remove_own_temps_in(&p);
+                crate::files::remove_own_temps_in(&p.join("weights"));
                 return None;
             }
             Some(remove_folder(&p, c.as_deref()))

@@ -159,7 +159,9 @@ fn resume_refuses_flags_that_contradict_the_run() {
     let resume = |extra: &[&str]| run(toy(t).args(["train", "--resume", "r", "--threads", "1"]).args(extra));
     let err = fails(&resume(&["--d-model", "96", "--lr", "5", "--corpus", "other.txt", "--steps", "6"]), "--d-model 96");
     assert!(err.contains("--lr 5") && err.contains("--corpus other.txt") && err.contains("config.toml"), "{err}");
-    fails(&resume(&["--seed", "5"]), "--seed 5 (the run has 4)");
+    let err = fails(&resume(&["--seed", "5"]), "--seed 5 (the run has 4)");
+    // The refusal names what may change, the moved corpus and base and a changed corpus too.
+    assert!(err.contains("--steps,") && err.contains("--from may name") && err.contains("--allow-corpus-change"), "{err}");
     fails(&resume(&["--donor", "x.gguf"]), "--donor");
     assert_eq!(count(&t.join("r"), "step"), 3, "a refused resume trained");
     // Flags equal to the run's, and those that may change, are taken.
