@@ -39,6 +39,7 @@ pub fn saved() {
         SAVED_SINCE_STOP.store(true, Ordering::SeqCst);
     }
 }
+
 /// What quitting does first, outside the handler ([`on_quit`]): its note, if any.
 type OnQuit = Box<dyn Fn() -> Option<String> + Send>;
 static ON_QUIT: Mutex<Option<OnQuit>> = Mutex::new(None);

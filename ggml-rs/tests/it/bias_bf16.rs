@@ -1,11 +1,12 @@
 //! GPT-2's MLP under bf16 products: `x + W_2·gelu(W_1·LN(x) + b_1) + b_2`
 //! with the norm's output and the GELU's cast to bf16 as toy's autocast casts
-//! them; CUDA runs the down projection, its bias and the residual sum as one
-//! cuBLASLt matmul (patch 0091). On CUDA the norm writes its bf16 cast itself (patch 0090), and each
-//! bias's gradient (a REPEAT_BACK of its product's output gradient) writes
-//! that gradient's bf16 copy on its way, which both products of the backward
-//! then read instead of converting it (patch 0090). Against the same chain in
-//! f32 on the CPU: every gradient within 2e-2 of its largest value.
+//! them. On CUDA the norm writes its bf16 cast itself, and each bias's
+//! gradient (a REPEAT_BACK of its product's output gradient) writes that
+//! gradient's bf16 copy on its way, which both products of the backward then
+//! read instead of converting it (patches 0090, 0092); the down projection,
+//! its bias and the residual sum run as one cuBLASLt matmul (patch 0091).
+//! Against the same chain in f32 on the CPU: every gradient within 2e-2 of
+//! its largest value.
 
 use crate::common::{assert_within, backends, cpu, f64s, leaf, param_leaf, rng, uniform};
 use ggml_rs::{sys, Context, DType, Graph};
