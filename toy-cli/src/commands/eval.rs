@@ -64,10 +64,20 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
     let text_field = args.text_field.clone().unwrap_or_else(|| TextOptions::default().text_field);
     let text = TextOptions { tokenizer, text_field, ..Default::default() };
     let opts = CorpusOptions { val_fraction: held_out(args.split), vocab_size: Some(ck.config.vocab) };
-    // A prepared folder's validation split alone: train.bin is not read.
-    let c = match args.split {
-        Split::Val if is_prepared(path) => crate::data::prep::read_prepared_val(path)?,
-        _ => load_corpus_with(path, &opts, &text)?,
+    // A prepared folder's validation split alone: train.bin is not read. With
+    // --max-windows over the whole text, only the documents its windows reach
+    // are tokenized (the windows start at its first token).
+    let prefix = match (args.split, args.max_windows) {
+        (Split::All, Some(n)) => {
+            let t = args.context.unwrap_or(ck.config.context);
+            crate::data::corpus::load_text_prefix(path, &text, n.saturating_mul(t).saturating_add(1))?
+        }
+        _ => None,
+    };
+    let c = match (prefix, args.split) {
+        (Some(c), _) => c,
+        (None, Split::Val) if is_prepared(path) => crate::data::prep::read_prepared_val(path)?,
+        (None, _) => load_corpus_with(path, &opts, &text)?,
     };
     match (&ck.tokenizer, &c.tokenizer) {
         (Some(ours), _) => c.check_tokenizer(ours, crate::data::corpus::GIVE_RAW_TEXT)?,

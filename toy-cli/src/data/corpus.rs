@@ -224,6 +224,56 @@ pub fn load_corpus_with(path: &Path, opts: &CorpusOptions, text: &TextOptions) -
     encode_text(docs, text, opts).map(|(s, v, t)| corpus(s, v, Some(t), Some(bytes)))
 }
 
+/// The first documents of the text corpus `path` (a text file, a folder, JSON
+/// Lines, gzip), tokenized in order with `text.tokenizer` until they hold at
+/// least `min_tokens` ids (or all of them), none held out: the start of what
+/// [`load_corpus_with`] gives without a validation fraction, for `toy eval
+/// --max-windows`, whose windows read the start only (a long corpus was
+/// tokenized whole for a few windows). `None`, having tokenized nothing, for
+/// what is not text (a prepared folder, token ids) or without a tokenizer,
+/// and for text that `load_corpus_with` refuses: the caller loads it whole.
+///
+/// # Errors
+/// What reading and tokenizing the documents returns.
+pub fn load_text_prefix(path: &Path, text: &TextOptions, min_tokens: usize) -> Result<Option<Corpus>> {
+    let Some(tok) = &text.tokenizer else { return Ok(None) };
+    if !path.exists() || super::prepared::is_prepared(path) {
+        return Ok(None);
+    }
+    let (format, gzip) = format_of(path);
+    let (owned, source);
+    let docs: Vec<&str> = if path.is_dir() || gzip || format == Format::JsonLines {
+        owned = read_documents(path, &text.text_field)?;
+        owned.iter().map(String::as_str).collect()
+    } else if path.is_file() && path.extension().and_then(|e| e.to_str()) != Some("bin") {
+        source = read_text(path)?;
+        if source.trim().is_empty() || parse_id_lines(&source, path)?.is_some() {
+            return Ok(None);
+        }
+        split_documents(&source)
+    } else {
+        return Ok(None);
+    };
+    let mut ids: Vec<u32> = Vec::new();
+    let mut used = 0;
+    while used < docs.len() && ids.len() < min_tokens {
+        ids.extend(encode_documents(tok, &docs[used..used + 1])?.into_iter().flatten());
+        used += 1;
+    }
+    if used == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Corpus {
+        train: ids.into(),
+        val: Vec::new().into(),
+        vocab_size: tok.vocab_size(),
+        tokenizer: Some(tok.clone()),
+        source: path.to_path_buf(),
+        chat: None,
+        text_bytes: Some(document_bytes(&docs[..used])),
+    }))
+}
+
 /// Fisher–Yates with a fixed seed (SplitMix64): the same text, the same order.
 fn shuffle<T>(v: &mut [T]) {
     let mut rng = crate::rng::SplitMix64::new(0x05ee_db9e);
@@ -420,6 +470,30 @@ mod tests {
         assert!(parse_id_lines("In 1999 there were 3 cats and 12 dogs.\n", p).unwrap().is_none());
         let e = parse_id_lines("1 2\n3 -4\n", p).unwrap_err().to_string();
         assert!(e.contains("x.txt:2:3") && e.contains("negative"), "{e}");
+    }
+
+    #[test]
+    fn a_text_prefix_is_the_start_of_the_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let stories = crate::data::embedded::TEXT;
+        let docs: Vec<&str> = split_documents(stories).into_iter().take(40).collect();
+        let txt = dir.path().join("s.txt");
+        std::fs::write(&txt, docs.join("\n<|endoftext|>\n")).unwrap();
+        let jsonl = dir.path().join("s.jsonl");
+        let lines: Vec<String> = docs.iter().map(|d| serde_json::json!({ "text": d }).to_string()).collect();
+        std::fs::write(&jsonl, lines.join("\n")).unwrap();
+        let text = TextOptions { tokenizer: Some(Tokenizer::Bytes), ..Default::default() };
+        let whole_opts = CorpusOptions { val_fraction: 0.0, vocab_size: None };
+        for path in [&txt, &jsonl] {
+            let whole = load_corpus_with(path, &whole_opts, &text).unwrap().train.to_vec().unwrap();
+            let part = load_text_prefix(path, &text, 500).unwrap().expect("text").train.to_vec().unwrap();
+            assert!(part.len() >= 500 && part.len() < whole.len(), "{}: {} of {}", path.display(), part.len(), whole.len());
+            assert_eq!(part[..], whole[..part.len()], "{}", path.display());
+            let all = load_text_prefix(path, &text, usize::MAX).unwrap().expect("text").train.to_vec().unwrap();
+            assert_eq!(all, whole, "{}: every document", path.display());
+        }
+        std::fs::write(dir.path().join("ids.txt"), "1 2 3\n4 5\n").unwrap();
+        assert!(load_text_prefix(&dir.path().join("ids.txt"), &text, 10).unwrap().is_none(), "token ids are not text");
     }
 
     #[test]
