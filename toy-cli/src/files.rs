@@ -54,21 +54,6 @@ pub fn remove_own_temps(path: &Path) {
     remove_temps_of(path, |pid| pid == std::process::id() as i32);
 }
 
-/// Remove this process's temporaries of any file in the folder `dir` (`.NAME.tmp-PID`,
-/// both forms of [`temp_pid`]): what a signal that ends the process leaves of the writes
-/// it cut short there (a run folder's `loss.svg`, say).
-pub fn remove_own_temps_in(dir: &Path) {
-    let me = std::process::id() as i32;
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for e in entries.flatten() {
-        let entry = e.file_name().to_string_lossy().into_owned();
-        let pid = entry.strip_prefix('.').and_then(|rest| rest.split_once(".tmp-")).and_then(|(_, tail)| temp_pid(tail));
-        if pid == Some(me) {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
-}
-
 /// Remove the temporaries beside `path` whose writer's process id `which` picks.
 fn remove_temps_of(path: &Path, which: impl Fn(i32) -> bool) {
     let Some(name) = path.file_name().map(|n| n.to_string_lossy().into_owned()) else { return };
@@ -424,24 +409,6 @@ mod tests {
         assert_eq!(missing_before_parent_dir(&dir.join("real/../x")), None);
         assert_eq!(missing_before_parent_dir(&dir.join("new/x")), None);
         assert_eq!(missing_before_parent_dir(Path::new("../x")), None);
-    }
-
-    #[test]
-    fn own_temporaries_in_a_folder_go_and_others_stay() {
-        let tmp = tempfile::tempdir().unwrap();
-        let me = std::process::id();
-        let mine = [format!(".loss.svg.tmp-{me}"), format!(".step_3.gguf.tmp-{me}-0")];
-        let others = [".loss.svg.tmp-1".to_string(), "loss.svg".into(), format!("notes.tmp-{me}"), ".lock".into()];
-        for name in mine.iter().chain(&others) {
-            std::fs::write(tmp.path().join(name), b"x").unwrap();
-        }
-        remove_own_temps_in(tmp.path());
-        for name in &mine {
-            assert!(!tmp.path().join(name).exists(), "{name} removed");
-        }
-        for name in &others {
-            assert!(tmp.path().join(name).exists(), "{name} kept");
-        }
     }
 
     #[test]

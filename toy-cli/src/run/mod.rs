@@ -89,6 +89,30 @@ fn remove_folder(path: &Path, created: Option<&Path>) -> String {
     format!("nothing was saved, so the run folder {} was removed", path.display())
 }
 
+/// Temporary files (`.NAME.tmp-PID`: of a process that died while writing, or
+/// of this one's writes that a quit cut short) and resume states without
+/// their checkpoint in the run folder `path`: with the folder locked, no one
+/// else can be writing them.
+///
+/// A state whose checkpoint `weights/latest` names is kept: that checkpoint
+/// was removed by someone, not lost in a save, and `--resume` says so.
+fn remove_leftovers(path: &Path) {
+    let latest = std::fs::read_link(path.join("weights/latest")).ok().map(|l| l.to_string_lossy().into_owned());
+    for dir in [path.to_path_buf(), path.join("weights")] {
+        let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let orphan_state = name.strip_suffix(".state.gguf").is_some_and(|stem| {
+                let ck = format!("{stem}.gguf");
+                !dir.join(&ck).exists() && latest.as_deref() != Some(ck.as_str())
+            });
+            if (is_leftover(&name) && name != ".lock") || orphan_state {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
 /// Whether the run folder `path` holds a checkpoint (`weights/latest` or a resume state).
 fn has_checkpoint(path: &Path) -> bool {
     match std::fs::read_dir(path.join("weights")) {
@@ -194,43 +218,19 @@ impl RunDir {
         let _ = std::fs::remove_file(probe);
         let lock = lock(&path, "run folder", "a toy train running in it")?;
         let run = RunDir { id, path, _lock: std::sync::Arc::new(lock), created };
-        run.remove_leftovers();
+        remove_leftovers(&run.path);
         // A quit signal (the third) removes the folder too while it holds no checkpoint;
         // else what it cut short (the temporary of loss.svg, say, written after the
-        // checkpoint that the first signal asked for).
+        // checkpoint that the first signal asked for), as the next open would.
         let (p, c) = (run.path.clone(), run.created.clone());
         crate::signals::on_quit(Box::new(move || {
             if has_checkpoint(&p) {
-                crate::files::remove_own_temps_in(&p);
-                crate::files::remove_own_temps_in(&p.join("weights"));
+                remove_leftovers(&p);
                 return None;
             }
             Some(remove_folder(&p, c.as_deref()))
         }));
         Ok(run)
-    }
-
-    /// Temporary files of a process that died while writing (`.NAME.tmp-PID`),
-    /// and resume states without their checkpoint: with the folder locked, no
-    /// one else can be writing them.
-    ///
-    /// A state whose checkpoint `weights/latest` names is kept: that checkpoint
-    /// was removed by someone, not lost in a save, and `--resume` says so.
-    fn remove_leftovers(&self) {
-        let latest = std::fs::read_link(self.path.join("weights/latest")).ok().map(|l| l.to_string_lossy().into_owned());
-        for dir in [self.path.clone(), self.path.join("weights")] {
-            let Ok(rd) = std::fs::read_dir(&dir) else { continue };
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                let orphan_state = name.strip_suffix(".state.gguf").is_some_and(|stem| {
-                    let ck = format!("{stem}.gguf");
-                    !dir.join(&ck).exists() && latest.as_deref() != Some(ck.as_str())
-                });
-                if (is_leftover(&name) && name != ".lock") || orphan_state {
-                    let _ = std::fs::remove_file(e.path());
-                }
-            }
-        }
     }
 
     /// Whether training got anywhere: a step or the end of the run in

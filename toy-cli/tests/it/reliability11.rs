@@ -3,7 +3,7 @@
 //! Alpaca records (`instruction`, `input`, `output`) are chat data.
 
 use crate::chat::{chat_model, finetune, CHATML};
-use crate::common::process::{ok, signal, spawn, toy, wait_for};
+use crate::common::process::{ok, signal_at, toy};
 
 /// An output path through a folder that does not exist and `..`
 /// (`nosub/../run`) names, once that folder is made, what the path without
@@ -41,11 +41,7 @@ fn a_signal_before_the_first_step_ends_the_run_at_step_0() {
     let ids: Vec<String> = (0..1_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24).to_string()).collect();
     std::fs::write(t.join("ids.txt"), ids.join(" ")).unwrap();
     let args = ["train", "--threads", "1", "--preset", "tiny", "--steps", "3", "--eval-windows", "0", "--corpus", "ids.txt"];
-    let mut child = spawn(t, &[&args[..], &["--out", "early"]].concat());
-    wait_for(&t.join("early"), "run_start", 1, &mut child);
-    signal(&child, "-TERM");
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (out, err) = signal_at(t, &args, "early", "run_start", "-TERM");
     assert_eq!(out.status.code(), Some(143), "{err}");
     assert!(err.contains("interrupted at step 0; saved weights/step_0.gguf"), "{err}");
     let events = std::fs::read_to_string(t.join("early/events.jsonl")).unwrap();
@@ -61,11 +57,7 @@ fn a_stop_between_micro_batches_says_which_step_its_val_loss_is_of() {
     let tmp = tempfile::tempdir().unwrap();
     let t = tmp.path();
     let args = ["train", "--threads", "1", "--preset", "smoke", "--steps", "3", "--grad-accum", "3000", "--eval-every", "0", "--json"];
-    let mut child = spawn(t, &[&args[..], &["--out", "cut"]].concat());
-    wait_for(&t.join("cut"), "step", 1, &mut child);
-    signal(&child, "-INT");
-    let out = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let (out, err) = signal_at(t, &args, "cut", "step", "-INT");
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(err.contains("interrupted at step 1;"), "{err}");
     let events: Vec<serde_json::Value> =

@@ -62,6 +62,17 @@ pub fn wait_for(run: &Path, kind: &str, n: usize, child: &mut Child) {
     }
 }
 
+/// Start `toy ARGS --out RUN` in `dir`, send `sig` once the run has written its
+/// first event of `kind`, and wait for it: its output and its stderr.
+pub fn signal_at(dir: &Path, args: &[&str], run: &str, kind: &str, sig: &str) -> (Output, String) {
+    let mut child = spawn(dir, &[args, &["--out", run]].concat());
+    wait_for(&dir.join(run), kind, 1, &mut child);
+    signal(&child, sig);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, err)
+}
+
 /// Send `sig` (`-INT`, `-KILL`, ...) to `child`.
 pub fn signal(child: &Child, sig: &str) {
     let _ = Command::new("kill").args([sig, &child.id().to_string()]).status();
