@@ -4,18 +4,35 @@
 //! gradient (a REPEAT_BACK of its product's output gradient) writes that
 //! gradient's bf16 copy on its way, which both products of the backward then
 //! read instead of converting it (patches 0090, 0092); the down projection,
-//! its bias and the residual sum run as one cuBLASLt matmul (patch 0091).
+//! its bias and the residual sum run as one cuBLASLt matmul (patch 0091); the
+//! up projection, its bias, the cast and (toy's order) the GELU of the cast
+//! run as one matmul writing bf16 (patch 0093).
 //! Against the same chain in f32 on the CPU: every gradient within 2e-2 of
 //! its largest value.
 
 use crate::common::{assert_within, backends, cpu, f64s, leaf, param_leaf, rng, uniform};
 use ggml_rs::{sys, Context, DType, Graph};
 
+/// Where the MLP's cast to bf16 sits ([`grads`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Act {
+    /// `cast(gelu(y))`.
+    CastAfterGelu,
+    /// `gelu(cast(y))`, as toy's autocast runs GPT-2's GELU: on CUDA the up
+    /// projection, its bias, the cast and the GELU are one cuBLASLt matmul
+    /// with the GELU_AUX_BIAS epilogue (patch 0093).
+    GeluOfCast,
+    /// `cast(y)` and no activation, as GPT-2's q, k and v before the fused
+    /// attention: on CUDA the product, its bias and the cast are one matmul
+    /// writing bf16 (patch 0093).
+    CastOnly,
+}
+
 /// The gradients of `x`, the norm's gain and bias, `W_1`, `b_1`, `W_2`, `b_2`
 /// of `sum(mlp(x) ⊙ r)` over `n` rows of width `d` (hidden `4d`); `bf16`: on
 /// the test device with the casts, else in f32 on the CPU. Also how many
 /// REPEAT_BACK nodes the backward has.
-fn grads(d: usize, n: usize, seed: u64, bf16: bool) -> (Vec<Vec<f32>>, usize) {
+fn grads(d: usize, n: usize, seed: u64, bf16: bool, act: Act) -> (Vec<Vec<f32>>, usize) {
     let dev = if bf16 { cpu() } else { ggml_rs::Backend::cpu().unwrap() };
     if bf16 {
         dev.set_matmul_precision(ggml_rs::MatmulPrecision::Medium);
@@ -35,7 +52,11 @@ fn grads(d: usize, n: usize, seed: u64, bf16: bool) -> (Vec<Vec<f32>>, usize) {
     let cast = |t| if bf16 { ctx.cast(t, DType::BF16).unwrap() } else { t };
     let xn = cast(ctx.norm_gain_bias(x, g, b0, 1e-5).unwrap()); // [d, n]
     let y1 = ctx.add(ctx.mul_mat(cast(w1), xn).unwrap(), b1).unwrap(); // [4d, n] f32
-    let h = cast(ctx.gelu(y1).unwrap());
+    let h = match act {
+        Act::CastAfterGelu => cast(ctx.gelu(y1).unwrap()),
+        Act::GeluOfCast => ctx.gelu(cast(y1)).unwrap(),
+        Act::CastOnly => cast(y1),
+    };
     let y2 = ctx.add(ctx.mul_mat(cast(w2), h).unwrap(), b2).unwrap(); // [d, n] f32
     let y2 = ctx.add(x, y2).unwrap(); // the residual sum, as a GPT-2 block adds it
     let loss = ctx.sum(ctx.mul(y2, rt).unwrap()).unwrap().set_output();
@@ -55,12 +76,14 @@ fn grads(d: usize, n: usize, seed: u64, bf16: bool) -> (Vec<Vec<f32>>, usize) {
 /// gradients are REPEAT_BACKs, and every gradient agrees with the f32 chain's.
 #[test]
 fn bf16_mlp_with_biases_against_the_f32_chain() {
-    for (d, seed) in [(64usize, 9001u64), (768, 9002)] {
-        let (got, rb) = grads(d, 300, seed, true);
-        assert!(rb >= 2, "d {d}: the two biases' gradients are REPEAT_BACKs ({rb})");
-        let (want, _) = grads(d, 300, seed, false);
-        for (name, (a, w)) in ["x", "gain", "bias", "W_1", "b_1", "W_2", "b_2"].iter().zip(got.iter().zip(&want)) {
-            assert_within(&format!("d {d}: d{name}"), a, &f64s(w), 2e-2);
+    for act in [Act::CastAfterGelu, Act::GeluOfCast, Act::CastOnly] {
+        for (d, seed) in [(64usize, 9001u64), (768, 9002)] {
+            let (got, rb) = grads(d, 300, seed, true, act);
+            assert!(rb >= 2, "d {d}: the two biases' gradients are REPEAT_BACKs ({rb})");
+            let (want, _) = grads(d, 300, seed, false, act);
+            for (name, (a, w)) in ["x", "gain", "bias", "W_1", "b_1", "W_2", "b_2"].iter().zip(got.iter().zip(&want)) {
+                assert_within(&format!("d {d}: d{name}"), a, &f64s(w), 2e-2);
+            }
         }
     }
 }

@@ -187,6 +187,19 @@ impl<'w> Block<'w> {
         self.index(&format!("{stem}.weight")).is_some() && self.get(&format!("{stem}.bias")).is_none()
     }
 
+    /// `t` (q, k or v `[d_head, heads, T, B]`) as [`attention`](Self::attention)
+    /// reads it: cast to bf16 where that attention reads bf16 q, k and v, else
+    /// as it is. A caller that casts each right after its biased product
+    /// (GPT-2) lets CUDA write the product, its bias and the cast as one bf16
+    /// GEMM (toy-rs patch 0093); `attention` then takes the cast as it is.
+    pub fn attention_operand<'a>(&self, ctx: &'a Context, t: Tensor<'a>, x: &Batch<'a>) -> Result<Tensor<'a>> {
+        if self.bf16_attention(x, t.ne()[0]) && t.dtype() != DType::BF16 {
+            ctx.cast(t, DType::BF16)
+        } else {
+            Ok(t)
+        }
+    }
+
     /// Whether the attention of `x` with heads of `dh` reads bf16 q, k and v
     /// ([`Autocast::attention`]): the fused attention without a key/value
     /// cache, at the head sizes of CUDA's flash kernels (64, 128).
