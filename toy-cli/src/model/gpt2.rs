@@ -70,8 +70,10 @@ pub fn hidden<'a>(w: &Weights<'a>, ctx: &'a Context, x: Batch<'a>) -> Result<Ten
         let norm = |stem: &str, x| layer_norm(ctx, x, blk.tensor(&format!("{stem}.weight"))?, blk.tensor(&format!("{stem}.bias"))?, eps);
         let lin = |stem: &str, x| blk.linear(ctx, stem, 1.0, x); // W·x + b
         let a = blk.product_input(ctx, norm("attn_norm", h)?)?; // [d, T, B], bf16 under autocast
-                                                                // [d_head, heads, T, B], each cast right after its product where the attention reads bf16
-        let split = |stem: &str| -> Result<Tensor<'a>> { blk.attention_operand(ctx, ctx.reshape(lin(stem, a)?, &[dh, heads, t, b])?, &x) };
+        let split = |stem: &str| -> Result<Tensor<'a>> {
+            // [d_head, heads, T, B], cast right after its product where the attention reads bf16
+            blk.attention_operand(ctx, ctx.reshape(lin(stem, a)?, &[dh, heads, t, b])?, &x)
+        };
         let att = blk.attention(ctx, [split("attn_q")?, split("attn_k")?, split("attn_v")?], &x, layer)?; // [d, T, B]
         h = ctx.add(h, lin("attn_output", att)?)?;
         let m = blk.product_input(ctx, norm("ffn_norm", h)?)?;
