@@ -191,7 +191,8 @@ impl<'w> Block<'w> {
     /// reads it: cast to bf16 where that attention reads bf16 q, k and v, else
     /// as it is. A caller that casts each right after its biased product
     /// (GPT-2) lets CUDA write the product, its bias and the cast as one bf16
-    /// GEMM (toy-rs patch 0093); `attention` then takes the cast as it is.
+    /// GEMM (toy-rs patch 0093); [`attention`](Self::attention) passes its
+    /// q, k and v through this too, and so takes such a cast as it is.
     pub fn attention_operand<'a>(&self, ctx: &'a Context, t: Tensor<'a>, x: &Batch<'a>) -> Result<Tensor<'a>> {
         if self.bf16_attention(x, t.ne()[0]) && t.dtype() != DType::BF16 {
             ctx.cast(t, DType::BF16)
@@ -285,14 +286,9 @@ impl<'w> Block<'w> {
     /// of bf16 q, k and v writes a bf16 output itself (patch 0073), which
     /// needs no cast and which its backward reads.
     pub fn attention<'a>(&self, ctx: &'a Context, [q, k, v]: [Tensor<'a>; 3], x: &Batch<'a>, layer: usize) -> Result<Tensor<'a>> {
-        let o = if self.bf16_attention(x, q.ne()[0]) {
-            // (q, k and v of qkv_bf16 are bf16 already)
-            let bf16 = |t: Tensor<'a>| if t.dtype() == DType::BF16 { Ok(t) } else { ctx.cast(t, DType::BF16) };
-            causal_attention(ctx, bf16(q)?, bf16(k)?, bf16(v)?, x, layer)?
-        } else {
-            causal_attention(ctx, q, k, v, x, layer)?
-        };
-        self.product_input(ctx, o)
+        // (q, k and v of qkv_bf16, or cast by the caller, are bf16 already)
+        let [q, k, v] = [q, k, v].map(|t| self.attention_operand(ctx, t, x));
+        self.product_input(ctx, causal_attention(ctx, q?, k?, v?, x, layer)?)
     }
 
     /// The adapter of `self.tensors[k]` where its product's input gradient goes
