@@ -332,6 +332,7 @@ pub const GGML_TENSOR_FLAG_SIDE: ggml_tensor_flag = 32;
 pub const GGML_TENSOR_FLAG_KEEP: ggml_tensor_flag = 64;
 pub const GGML_TENSOR_FLAG_RECOMPUTE: ggml_tensor_flag = 128;
 pub const GGML_TENSOR_FLAG_DETACHED: ggml_tensor_flag = 256;
+pub const GGML_TENSOR_FLAG_BF16_GRAD: ggml_tensor_flag = 512;
 pub type ggml_tensor_flag = ::std::os::raw::c_uint;
 pub const GGML_TRI_TYPE_UPPER_DIAG: ggml_tri_type = 0;
 pub const GGML_TRI_TYPE_UPPER: ggml_tri_type = 1;

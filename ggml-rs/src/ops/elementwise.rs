@@ -216,4 +216,26 @@ impl Context {
         unsafe { (*a.raw()).flags |= sys::GGML_TENSOR_FLAG_RECOMPUTE as i32 };
         Ok(a)
     }
+
+    /// Flag `a`, a bf16 [`gelu`](Self::gelu) of a bf16 tensor, so that its
+    /// gradient is bf16 where one product alone reads it, as autocast's
+    /// backward keeps it (`GGML_TENSOR_FLAG_BF16_GRAD`, toy-rs patch 0094):
+    /// that product's input gradient is written in bf16, the GELU's backward
+    /// reads it and writes the GELU input's gradient in bf16, and a bias
+    /// summed before that input takes an f32 gradient of it (`repeat_back`).
+    /// CUDA only: a graph with this flag has bf16 gradients that the CPU does
+    /// not compute. Returns `a`.
+    ///
+    /// # Errors
+    /// [`Error::Op`] when `a` is not a bf16 GELU of a bf16 tensor.
+    pub fn bf16_gradient<'a>(&'a self, a: Tensor<'a>) -> Result<Tensor<'a>> {
+        // SAFETY: a live tensor; its op_params[0] is its unary op where its op is UNARY.
+        let gelu = a.op() == sys::GGML_OP_UNARY && unsafe { sys::ggml_get_unary_op(a.raw()) } == sys::GGML_UNARY_OP_GELU;
+        if !gelu || a.dtype() != DType::BF16 || a.srcs()[0].dtype() != DType::BF16 {
+            return Err(Error::op("bf16_gradient", format!("{} is not a bf16 GELU of a bf16 tensor", super::label(&a))));
+        }
+        // SAFETY: a live tensor of this context.
+        unsafe { (*a.raw()).flags |= sys::GGML_TENSOR_FLAG_BF16_GRAD as i32 };
+        Ok(a)
+    }
 }

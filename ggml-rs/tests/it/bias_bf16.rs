@@ -6,7 +6,9 @@
 //! read instead of converting it (patches 0090, 0092); the down projection,
 //! its bias and the residual sum run as one cuBLASLt matmul (patch 0091); the
 //! up projection, its bias, the cast and (toy's order) the GELU of the cast
-//! run as one matmul writing bf16 (patch 0093).
+//! run as one matmul writing bf16 (patch 0093); with the GELU flagged for a
+//! bf16 gradient (patch 0094), the gradients from the down projection to the
+//! up projection's bias reduction are bf16.
 //! Against the same chain in f32 on the CPU: every gradient within 2e-2 of
 //! its largest value.
 
@@ -22,6 +24,11 @@ enum Act {
     /// projection, its bias, the cast and the GELU are one cuBLASLt matmul
     /// with the GELU_AUX_BIAS epilogue (patch 0093).
     GeluOfCast,
+    /// `gelu(cast(y))` flagged for a bf16 gradient (`Context::bf16_gradient`,
+    /// patch 0094) where the test device is not the CPU: the down
+    /// projection's input gradient, the GELU's and the up projection's bias
+    /// reduction run on bf16 gradients.
+    GeluOfCastBf16Grad,
     /// `cast(y)` and no activation, as GPT-2's q, k and v before the fused
     /// attention: on CUDA the product, its bias and the cast are one matmul
     /// writing bf16 (patch 0093).
@@ -55,6 +62,8 @@ fn grads(d: usize, n: usize, seed: u64, bf16: bool, act: Act) -> (Vec<Vec<f32>>,
     let h = match act {
         Act::CastAfterGelu => cast(ctx.gelu(y1).unwrap()),
         Act::GeluOfCast => ctx.gelu(cast(y1)).unwrap(),
+        Act::GeluOfCastBf16Grad if bf16 && !dev.is_cpu() => ctx.bf16_gradient(ctx.gelu(cast(y1)).unwrap()).unwrap(),
+        Act::GeluOfCastBf16Grad => ctx.gelu(cast(y1)).unwrap(),
         Act::CastOnly => cast(y1),
     };
     let y2 = ctx.add(ctx.mul_mat(cast(w2), h).unwrap(), b2).unwrap(); // [d, n] f32
@@ -76,7 +85,7 @@ fn grads(d: usize, n: usize, seed: u64, bf16: bool, act: Act) -> (Vec<Vec<f32>>,
 /// gradients are REPEAT_BACKs, and every gradient agrees with the f32 chain's.
 #[test]
 fn bf16_mlp_with_biases_against_the_f32_chain() {
-    for act in [Act::CastAfterGelu, Act::GeluOfCast, Act::CastOnly] {
+    for act in [Act::CastAfterGelu, Act::GeluOfCast, Act::GeluOfCastBf16Grad, Act::CastOnly] {
         for (d, seed) in [(64usize, 9001u64), (768, 9002)] {
             let (got, rb) = grads(d, 300, seed, true, act);
             assert!(rb >= 2, "d {d}: the two biases' gradients are REPEAT_BACKs ({rb})");

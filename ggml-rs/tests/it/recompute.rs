@@ -88,3 +88,17 @@ fn only_a_unary_or_glu_result_is_recomputed() {
     assert!(ctx.recompute_in_backward(x).is_err(), "a leaf");
     assert!(!y.is_recomputed());
 }
+
+/// `Context::bf16_gradient` (patch 0094) flags a bf16 GELU of a bf16 tensor
+/// and nothing else.
+#[test]
+fn only_a_bf16_gelu_of_bf16_takes_a_bf16_gradient() {
+    let ctx = Context::new(16).unwrap();
+    let x = ctx.new_tensor(DType::F32, &[4, 2]).unwrap();
+    let e = ctx.bf16_gradient(ctx.gelu(x).unwrap()).unwrap_err().to_string();
+    assert!(e.contains("is not a bf16 GELU of a bf16 tensor"), "{e}");
+    let xb = ctx.cast(x, DType::BF16).unwrap();
+    assert!(ctx.bf16_gradient(xb).is_err(), "a cast");
+    assert!(ctx.bf16_gradient(ctx.silu(x).unwrap()).is_err(), "another unary op");
+    assert!(ctx.bf16_gradient(ctx.gelu(xb).unwrap()).is_ok());
+}

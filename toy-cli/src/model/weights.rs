@@ -43,7 +43,9 @@ pub struct Autocast {
     /// [`Block::gated`], patch 0048) where they are plain products (no
     /// adapter, no bias), with [`activations`](Self::activations): no f32
     /// projections and no casts, and SWIGLU_BACK writes their gradients in
-    /// bf16, as autocast's linears do. CUDA only (the CPU has no bf16 result).
+    /// bf16, as autocast's linears do; with [`activations`](Self::activations)
+    /// GPT-2's GELU takes a bf16 gradient and gives one ([`Block::gelu`],
+    /// patch 0094). CUDA only (the CPU has no bf16 result).
     pub outputs: bool,
     /// The attention's q, k and v projections write bf16 (`ggml_mul_mat_bf16`,
     /// [`Block::qkv_bf16`], patch 0076) where they have no bias, with
@@ -259,10 +261,15 @@ impl<'w> Block<'w> {
     /// [`Autocast::activations`] it reads `x` cast to bf16 and is bf16 (its
     /// backward reads the bf16 copy, toy-rs patch 0045), and with
     /// [`Autocast::recompute`] computed again for the down projection's weight
-    /// gradient (patch 0062).
+    /// gradient (patch 0062). Under [`Autocast::outputs`] too (CUDA), its
+    /// gradient is bf16, as autocast's backward keeps it (patch 0094): the
+    /// down projection writes it in bf16, the GELU's backward reads it and
+    /// writes the up projection's output gradient in bf16, which that
+    /// projection's bias gradient and both its backward products read.
     pub fn gelu<'a>(&self, ctx: &'a Context, x: Tensor<'a>) -> Result<Tensor<'a>> {
         if self.autocast.activations {
             let y = ctx.gelu(ctx.cast(x, DType::BF16)?)?;
+            let y = if self.autocast.outputs { ctx.bf16_gradient(y)? } else { y };
             return if self.autocast.recompute { ctx.recompute_in_backward(y) } else { Ok(y) };
         }
         self.product_input(ctx, ctx.gelu(x)?)
