@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# stop 72 call 1: module 0001-0095: CUDA tests, the DGELU plans, A/B of 0094 (TOY_NO_0094), 0095 (TOY_CUDA_NO_0095) and its BGRAD
+# (TOY_CUDA_NO_0095_BGRAD), alternating; GPT-2 small bf16 parity 200 steps; vocabulary pairs
+cd "$(dirname "$0")/../.."
+OUT=/tmp/cs0 bash scripts/gpu/cuda-session.sh info > /dev/null 2>&1
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -f "$d/libcublas.so.13" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}" && break; done
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .devcarry/whl/*.whl 2>/dev/null; export PYTHONPATH=/tmp/site
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $OUT/e2.log
+T=.devcarry/toy
+S=$(date +%s)
+ms() { python3 -c "import json,sys; d=json.load(sys.stdin); print(round(d['median_ms'],3), round((d.get('device_used_bytes') or 0)/2**20), d.get('last_loss'), len(d.get('cpu_fallbacks') or []))" 2>/dev/null || echo fail; }
+for t in .devcarry/tests/*; do TOY_TEST_DEVICE=cuda timeout 90 $t --test-threads 4 > $OUT/e2-tests.log 2>&1; echo "tests rc=$?" >> $OUT/e2.log; grep -E "^test result|FAILED|panicked" $OUT/e2-tests.log | head >> $OUT/e2.log; done
+TOY_CUDA_LT_LOG=1 timeout 40 $T debug bench --preset gpt2-124m --vocab 50257 --dtype bf16 --device cuda --steps 2 --warmup 1 > /dev/null 2> $OUT/e2-ltlog.txt
+grep -E "dgelu|tuned m=3072 n=16384 k=768|tuned m=768" $OUT/e2-ltlog.txt | sort | uniq -c | head -12 >> $OUT/e2.log
+echo "t=$(( $(date +%s) - S ))" >> $OUT/e2.log
+for a in "--preset gpt2-124m --vocab 50257" "--preset medium --arch gpt2"; do
+  for rep in 1 2; do for env in "TOY_NO_0094=1" "TOY_CUDA_NO_0095=1" "TOY_CUDA_NO_0095_BGRAD=1" "TOY_X=1"; do
+   echo "[$env] $a $(env $env timeout 40 $T debug bench $a --dtype bf16 --device cuda --steps 10 --warmup 3 2>/dev/null | ms)" >> $OUT/e2.log
+  done; done
+done
+echo "t=$(( $(date +%s) - S ))" >> $OUT/e2.log
+timeout 150 python3 scripts/parity/parity.py --toy $T --arch gpt2 --preset small --steps 200 --matmul-precision high --dtype bf16 \
+  --corpus data/default-corpus.txt --device cuda --torch-device cuda --work /tmp/parity-gpt2-bf16 > $OUT/e2-parity-gpt2-small-bf16.txt 2> $OUT/e2-parity.err
+echo "parity rc=$?" >> $OUT/e2.log; grep -E "loss|FAIL|PASS" $OUT/e2-parity-gpt2-small-bf16.txt | tail -6 >> $OUT/e2.log
+tail -c 1500 $OUT/e2-parity.err > $OUT/e2-parity-tail.err; rm -f $OUT/e2-parity.err
+echo "t=$(( $(date +%s) - S ))" >> $OUT/e2.log
+for rep in 1 2 3; do for v in 50257 8192; do
+  echo "rep $rep vocab $v $(timeout 40 $T debug bench --preset gpt2-124m --vocab $v --dtype bf16 --device cuda --steps 10 --warmup 3 2>/dev/null | ms)" >> $OUT/e2.log
+done; done
+echo "t=$(( $(date +%s) - S ))" >> $OUT/e2.log
+cat $OUT/e2.log
