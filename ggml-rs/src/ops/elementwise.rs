@@ -223,7 +223,8 @@ impl Context {
     /// that product's input gradient is written in bf16, the GELU's backward
     /// reads it and writes the GELU input's gradient in bf16, and a bias
     /// summed before that input takes an f32 gradient of it (`repeat_back`).
-    /// CUDA only: a graph with this flag has bf16 gradients that the CPU does
+    /// On CUDA that product and the GELU's backward then run as one cuBLASLt
+    /// matmul with the DGELU epilogue (patch 0095). CUDA only: a graph with this flag has bf16 gradients that the CPU does
     /// not compute. Returns `a`.
     ///
     /// # Errors

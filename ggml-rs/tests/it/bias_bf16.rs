@@ -8,7 +8,8 @@
 //! up projection, its bias, the cast and (toy's order) the GELU of the cast
 //! run as one matmul writing bf16 (patch 0093); with the GELU flagged for a
 //! bf16 gradient (patch 0094), the gradients from the down projection to the
-//! up projection's bias reduction are bf16.
+//! up projection's bias reduction are bf16, and the down projection's input
+//! gradient and the GELU's backward are one matmul (DGELU epilogue, patch 0095).
 //! Against the same chain in f32 on the CPU: every gradient within 2e-2 of
 //! its largest value.
 
@@ -27,7 +28,8 @@ enum Act {
     /// `gelu(cast(y))` flagged for a bf16 gradient (`Context::bf16_gradient`,
     /// patch 0094) where the test device is not the CPU: the down
     /// projection's input gradient, the GELU's and the up projection's bias
-    /// reduction run on bf16 gradients.
+    /// reduction run on bf16 gradients; on CUDA the first two are one cuBLASLt
+    /// matmul with the DGELU epilogue (patch 0095).
     GeluOfCastBf16Grad,
     /// `cast(y)` and no activation, as GPT-2's q, k and v before the fused
     /// attention: on CUDA the product, its bias and the cast are one matmul
