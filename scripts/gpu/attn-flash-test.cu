@@ -14,6 +14,14 @@
 // Built for sm_90a with GGML_CUDA_WGMMA, head size 64 runs patch 0069's wgmma
 // kernels on an H100/H200; TOY_CUDA_NO_0069=1 runs the mma.sync ones instead.
 
+#include <cstdio>
+#include <cstdlib>
+
+// attn-flash.cuh checks the host side's preconditions with ggml's GGML_ASSERT (patch 0079).
+#ifndef GGML_ASSERT
+#define GGML_ASSERT(x) do { if (!(x)) { std::fprintf(stderr, "assertion failed: %s\n", #x); std::abort(); } } while (0)
+#endif
+
 #include "attn-flash.cuh"
 
 #include <algorithm>
