@@ -174,7 +174,8 @@ pub fn run_dir(out: Option<&PathBuf>, arch: Arch, restart: bool) -> Result<RunDi
 /// not given, and nothing else (a prepared corpus or id file keeps its ids).
 pub fn load_training_corpus(path: Option<&Path>, vocab: Option<usize>, bpe_default: Option<usize>, text_field: &str) -> Result<Corpus> {
     if vocab == Some(0) {
-        return Err(input("--vocab-size must be at least 1"));
+        // (ids read from an id file may be fewer than a byte-level BPE's 257)
+        return Err(input("--vocab-size must be at least 1 (a BPE that toy trains needs at least 257 ids)"));
     }
     match path {
         None => embedded_corpus(vocab),

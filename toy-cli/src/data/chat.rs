@@ -44,7 +44,7 @@ impl ChatTemplate {
     /// [`Error::Input`](crate::error::Error::Input) when the template does not parse.
     pub fn new(source: &str, bos: &str, eos: &str, origin: &str) -> Result<ChatTemplate> {
         let mut t = ChatTemplate { env: environment(), bos: bos.into(), eos: eos.into(), origin: origin.into() };
-        let parsed = t.env.add_template_owned(TEMPLATE, source.to_string());
+        let parsed = t.env.add_template_owned(TEMPLATE, without_generation_tags(source));
         parsed.map_err(|e| t.error(e))?;
         Ok(t)
     }
@@ -93,6 +93,30 @@ impl ChatTemplate {
 
 /// The name the template is kept under in its environment.
 const TEMPLATE: &str = "chat_template";
+
+/// `source` with Hugging Face's `{% generation %}` … `{% endgeneration %}`
+/// (transformers' extension that marks the assistant's tokens for
+/// `return_assistant_tokens_mask`, and renders its body as it is) as
+/// `{% if true %}` … `{% endif %}`, which minijinja knows, keeping each tag's
+/// whitespace control (`{%-`, `-%}`). toy finds the assistant's tokens itself.
+fn without_generation_tags(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(i) = rest.find("{%") {
+        let Some(j) = rest[i + 2..].find("%}") else { break };
+        let inner = &rest[i + 2..i + 2 + j];
+        out.push_str(&rest[..i + 2]);
+        match inner.trim_start_matches(['-', '+']).trim_end_matches(['-', '+']).trim() {
+            "generation" => out.push_str(&inner.replacen("generation", "if true", 1)),
+            "endgeneration" => out.push_str(&inner.replacen("endgeneration", "endif", 1)),
+            _ => out.push_str(inner),
+        }
+        out.push_str("%}");
+        rest = &rest[i + 2 + j + 2..];
+    }
+    out.push_str(rest);
+    out
+}
 
 /// Instructions one rendering may run: a template is a file's content, and a
 /// hostile one (`range(10**5)` inside another) must end in an error, not hang.
@@ -154,6 +178,22 @@ mod tests {
             t.render(&with_system, false).unwrap(),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
         );
+    }
+
+    /// A template with transformers' `{% generation %}` blocks renders as
+    /// the same template without them, whitespace control included.
+    #[test]
+    fn generation_blocks_render_their_body() {
+        let marked = "{% for m in messages %}{% if m.role == 'assistant' %}{%- generation -%}  {{ m.content }}  {%- endgeneration %}\n\
+                      {% else %}[{{ m.content }}]{% endif %}{% endfor %}";
+        let plain = "{% for m in messages %}{% if m.role == 'assistant' %}{{ m.content }}\n\
+                     {% else %}[{{ m.content }}]{% endif %}{% endfor %}";
+        let msgs = [Message::new("user", "Hi"), Message::new("assistant", "Hello.")];
+        let got = ChatTemplate::new(marked, "", "", "m.gguf").unwrap().render(&msgs, false).unwrap();
+        assert_eq!(got, ChatTemplate::new(plain, "", "", "m.gguf").unwrap().render(&msgs, false).unwrap());
+        assert_eq!(got, "[Hi]Hello.\n");
+        // A word that merely contains it, and other tags, are left as they are.
+        assert_eq!(without_generation_tags("{% set generation_x = 1 %}{{ generation_x }}"), "{% set generation_x = 1 %}{{ generation_x }}");
     }
 
     #[test]

@@ -152,15 +152,24 @@ pub fn read_chat(path: &Path, format: DataFormat) -> Result<Option<(RecordKind, 
     }
     let sources = discover(&[path.to_path_buf()])?;
     let mut kinds = Vec::with_capacity(sources.len());
+    let mut first_lines = Vec::with_capacity(sources.len());
     for s in &sources {
-        kinds.push(if s.format == Format::JsonLines { first_kind(s)? } else { RecordKind::Text });
+        let (kind, line) = if s.format == Format::JsonLines { first_kind(s)? } else { (RecordKind::Text, None) };
+        kinds.push(kind);
+        first_lines.push(line);
     }
     let chat = |k: &RecordKind| *k != RecordKind::Text;
+    const CHAT_RECORD: &str =
+        "a JSON Lines record with \"messages\", \"conversations\", \"prompt\" and \"completion\", or \"instruction\" and \"output\"";
     match (kinds.iter().position(chat), kinds.iter().position(|k| !chat(k))) {
-        (None, _) if format == DataFormat::Chat => Err(input(format!(
-            "{} holds no chat records (a JSON Lines record with \"messages\", \"conversations\", \"prompt\" and \"completion\", or \"instruction\" and \"output\")",
-            sources[0].path.display()
-        ))),
+        // A file's first record gives its kind: name it where it is text.
+        (None, _) if format == DataFormat::Chat => Err(input(match first_lines[0] {
+            Some(n) => format!(
+                "{}:{n}: a text record, not a chat record ({CHAT_RECORD}); a file's first record gives its kind",
+                sources[0].path.display()
+            ),
+            None => format!("{} holds no chat records ({CHAT_RECORD})", sources[0].path.display()),
+        })),
         (None, _) => Ok(None),
         (Some(c), Some(t)) => Err(input(format!(
             "{} holds {} but {} holds text; a corpus is chat data or text, not both",
@@ -208,13 +217,16 @@ fn object(at: &str, line: &str) -> Result<Value> {
     Ok(v)
 }
 
-/// The kind of the first record of the JSON Lines file `s` (text when it has none).
-fn first_kind(s: &Source) -> Result<RecordKind> {
+/// The kind of the first record of the JSON Lines file `s` (text when it has
+/// none) and its line (`None`: no record).
+fn first_kind(s: &Source) -> Result<(RecordKind, Option<usize>)> {
     let mut kind = RecordKind::Text;
+    let mut first = None;
     for_lines(s, |n, line| {
         let at = format!("{}:{n}", s.path.display());
         let v = object(&at, line)?;
         kind = RecordKind::of(&v);
+        first = Some(n);
         // Half a prompt-completion pair or Alpaca record is a mistake, not a text record.
         let half = v.get("prompt").is_some() != v.get("completion").is_some();
         if kind == RecordKind::Text && half && v.get("text").is_none() {
@@ -225,7 +237,7 @@ fn first_kind(s: &Source) -> Result<RecordKind> {
         }
         Ok(false)
     })?;
-    Ok(kind)
+    Ok((kind, first))
 }
 
 /// Append the records of `s`, all of `kind`, to `out`.

@@ -150,6 +150,8 @@ pub struct Documents<'s> {
     reader: Option<(Box<dyn BufRead + 's>, usize)>,
     /// Where the current line comes from, for messages.
     line_no: usize,
+    /// The line of the current JSON Lines file's first record, once read.
+    first_record: Option<usize>,
     /// Inside a long line of a text file (see `line`), and the bytes of a
     /// character that the last part cut.
     mid_line: bool,
@@ -201,6 +203,7 @@ impl<'s> Documents<'s> {
             next_source: 0,
             reader: None,
             line_no: 0,
+            first_record: None,
             mid_line: false,
             carry: Vec::new(),
             doc: 0,
@@ -234,6 +237,7 @@ impl<'s> Documents<'s> {
         self.reader = Some((r, i));
         self.tap = Some(cell);
         self.line_no = 0;
+        self.first_record = None;
         self.mid_line = false;
         self.carry.clear();
         Ok(())
@@ -388,7 +392,12 @@ impl<'s> Documents<'s> {
                     let conversation = v.get("messages").is_some()
                         || v.get("conversations").is_some()
                         || (v.get("instruction").is_some() && v.get("output").is_some());
+                    let first = *self.first_record.get_or_insert(self.line_no);
                     let text = v.get(&self.text_field).ok_or_else(|| match (conversation, prompt, completion) {
+                        // After text records: the file mixes the two kinds.
+                        (true, _, _) | (_, true, true) if first < self.line_no => input(format!(
+                            "{at}: a chat record in a file whose first record (line {first}) is text; a file holds chat records or text, not both"
+                        )),
                         (true, _, _) | (_, true, true) => input(format!(
                             "{at}: a chat record (messages, conversations, prompt and completion, or instruction and output), not text with a field {:?}: {CHAT_ADVICE}",
                             self.text_field

@@ -380,6 +380,7 @@ fn bad_chat_data_is_refused_with_its_line() {
         ("system.jsonl", r#"{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}"#.to_string()),
         ("good.jsonl", format!("{good}\n{good}\n")),
         ("text.jsonl", "{\"text\": \"Once upon a time.\"}\n".to_string()),
+        ("textfirst.jsonl", format!("{{\"text\": \"Once upon a time.\"}}\n{good}\n")),
         ("pairs.jsonl", "{\"prompt\": \"Say hi.\", \"completion\": \" Hi!\"}\n".repeat(4)),
         ("prompt-only.jsonl", "{\"prompt\": \"Say hi.\"}\n".to_string()),
         ("long.jsonl", format!("{{\"prompt\": \"{}\", \"completion\": \"Yes.\"}}\n", "the big dog ran home. ".repeat(120))),
@@ -388,7 +389,7 @@ fn bad_chat_data_is_refused_with_its_line() {
     for (name, text) in &files {
         std::fs::write(t.join(name), text).unwrap();
     }
-    let cases: [(&str, &str, &[&str], &str); 14] = [
+    let cases: [(&str, &str, &[&str], &str); 16] = [
         ("chat.gguf", "notjson.jsonl", &[], "notjson.jsonl:2: not a JSON object"),
         ("chat.gguf", "role.jsonl", &[], "role.jsonl:1: messages[0] has role \"tool\""),
         ("chat.gguf", "content.jsonl", &[], "content.jsonl:2: messages[0]'s content is not a string"),
@@ -397,7 +398,10 @@ fn bad_chat_data_is_refused_with_its_line() {
         ("nosys.gguf", "system.jsonl", &[], "system.jsonl:1: "),
         ("broken.gguf", "good.jsonl", &[], "broken.gguf: chat template"),
         ("plain.gguf", "good.jsonl", &[], "good.jsonl:1: a conversation, but the model plain.gguf has no chat template"),
-        ("chat.gguf", "text.jsonl", &["--data-format", "chat"], "holds no chat records"),
+        ("chat.gguf", "text.jsonl", &["--data-format", "chat"], "text.jsonl:1: a text record, not a chat record"),
+        // a file's first record gives its kind: text, then a conversation
+        ("chat.gguf", "textfirst.jsonl", &[], "textfirst.jsonl:2: a chat record in a file whose first record (line 1) is text"),
+        ("chat.gguf", "textfirst.jsonl", &["--data-format", "chat"], "textfirst.jsonl:1: a text record, not a chat record"),
         ("chat.gguf", "text.jsonl", &["--pack"], "--pack"),
         ("chat.gguf", "good.jsonl", &["--text-field", "body"], "--text-field"),
         ("chat.gguf", "prompt-only.jsonl", &[], "prompt-only.jsonl:1: a prompt-completion record needs both"),
