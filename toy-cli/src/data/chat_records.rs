@@ -151,19 +151,17 @@ pub fn read_chat(path: &Path, format: DataFormat) -> Result<Option<(RecordKind, 
         return Ok(None);
     }
     let sources = discover(&[path.to_path_buf()])?;
-    let mut kinds = Vec::with_capacity(sources.len());
-    let mut first_lines = Vec::with_capacity(sources.len());
+    // Each file's kind (its first record's) and that record's line.
+    let mut firsts = Vec::with_capacity(sources.len());
     for s in &sources {
-        let (kind, line) = if s.format == Format::JsonLines { first_kind(s)? } else { (RecordKind::Text, None) };
-        kinds.push(kind);
-        first_lines.push(line);
+        firsts.push(if s.format == Format::JsonLines { first_kind(s)? } else { (RecordKind::Text, None) });
     }
-    let chat = |k: &RecordKind| *k != RecordKind::Text;
+    let chat = |(k, _): &(RecordKind, Option<usize>)| *k != RecordKind::Text;
     const CHAT_RECORD: &str =
         "a JSON Lines record with \"messages\", \"conversations\", \"prompt\" and \"completion\", or \"instruction\" and \"output\"";
-    match (kinds.iter().position(chat), kinds.iter().position(|k| !chat(k))) {
+    match (firsts.iter().position(chat), firsts.iter().position(|f| !chat(f))) {
         // A file's first record gives its kind: name it where it is text.
-        (None, _) if format == DataFormat::Chat => Err(input(match first_lines[0] {
+        (None, _) if format == DataFormat::Chat => Err(input(match firsts[0].1 {
             Some(n) => format!(
                 "{}:{n}: a text record, not a chat record ({CHAT_RECORD}); a file's first record gives its kind",
                 sources[0].path.display()
@@ -174,15 +172,15 @@ pub fn read_chat(path: &Path, format: DataFormat) -> Result<Option<(RecordKind, 
         (Some(c), Some(t)) => Err(input(format!(
             "{} holds {} but {} holds text; a corpus is chat data or text, not both",
             sources[c].path.display(),
-            kinds[c].name(),
+            firsts[c].0.name(),
             sources[t].path.display()
         ))),
         (Some(c), None) => {
             let mut out = Vec::new();
-            for (s, &kind) in sources.iter().zip(&kinds) {
+            for (s, &(kind, _)) in sources.iter().zip(&firsts) {
                 read_file(s, kind, &mut out)?;
             }
-            Ok(Some((kinds[c], out)))
+            Ok(Some((firsts[c].0, out)))
         }
     }
 }
