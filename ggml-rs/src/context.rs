@@ -534,6 +534,33 @@ impl<'a> Tensor<'a> {
         self.write_bytes(bytes)
     }
 
+    /// Write `data` into the elements `[first, first + data.len())` of the
+    /// tensor, in its memory order (same element type), leaving the others as
+    /// they are (`ggml_backend_tensor_set` at an offset): a large tensor
+    /// filled in pieces, without a host copy of it whole.
+    ///
+    /// # Errors
+    /// [`Error::Tensor`] when `T` is not the tensor's type, the range passes
+    /// the tensor's last element, or the tensor is not allocated or not
+    /// contiguous.
+    pub fn write_range<T: Element>(&self, first: usize, data: &[T]) -> Result<()> {
+        if self.dtype() != T::DTYPE {
+            return Err(self.err(format!("write_range: tensor is {}, data is {}", self.dtype(), T::DTYPE)));
+        }
+        let n = self.nelements() as usize;
+        if first.checked_add(data.len()).is_none_or(|end| end > n) {
+            return Err(self.err(format!("write_range: {} values from element {first} pass the tensor's {n}", data.len())));
+        }
+        self.check_io("write", self.nbytes())?;
+        // SAFETY: plain-old-data element types.
+        let bytes = unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), std::mem::size_of_val(data)) };
+        let root = self.root() as *const sys::ggml_tensor as *mut sys::ggml_tensor;
+        let offset = self.root_offset() + first * std::mem::size_of::<T>();
+        // SAFETY: allocated, contiguous, the range checked against the tensor; root buffer is live.
+        unsafe { sys::ggml_backend_tensor_set(root, bytes.as_ptr().cast(), offset, bytes.len()) };
+        Ok(())
+    }
+
     /// Read the data as a vector of its element type.
     ///
     /// # Errors

@@ -189,3 +189,27 @@ fn unmarked_intermediates_cannot_be_read() {
     assert_eq!(a.read::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
     still_works();
 }
+
+/// `write_range` writes its elements in place and no others (a view too, at
+/// its offset), and refuses a range past the end, another element type and
+/// an unallocated tensor with one error each, writing nothing.
+#[test]
+fn ranges_are_written_in_place_and_checked() {
+    let cpu = cpu();
+    let ctx = Context::new(8).unwrap();
+    let t = ctx.new_tensor_2d(DType::F32, 4, 3).unwrap().set_name("t").unwrap();
+    let e = err_with(t.write_range(0, &[1.0f32]), "not allocated");
+    assert!(e.to_string().contains("\"t\""), "{e}");
+    let row = ctx.view(t, &[4], &[], 4 * 4).unwrap(); // the second row
+    ctx.allocate(&cpu).unwrap();
+    t.write(&[0.0f32; 12]).unwrap();
+    t.write_range(0, &[1.0f32, 2.0]).unwrap();
+    t.write_range(10, &[3.0f32, 4.0]).unwrap();
+    row.write_range(1, &[5.0f32]).unwrap(); // element 5 of t
+    assert_eq!(t.read::<f32>().unwrap(), [1.0, 2.0, 0.0, 0.0, 0.0, 5.0, 0.0, 0.0, 0.0, 0.0, 3.0, 4.0]);
+    err_with(t.write_range(11, &[1.0f32, 1.0]), "pass the tensor's 12");
+    err_with(t.write_range(usize::MAX, &[1.0f32]), "pass the tensor's 12");
+    err_with(t.write_range(0, &[1i32]), "tensor is f32, data is i32");
+    assert_eq!(t.read::<f32>().unwrap()[10..], [3.0, 4.0], "a refused range writes nothing");
+    still_works();
+}

@@ -6,6 +6,7 @@ use crate::cli::{BenchArgs, ChatMasksArgs, DebugArgs, DebugCommand, DumpArgs, To
 use crate::error::{input, runtime, Result};
 use crate::formats::checkpoint::{open_checkpoint, write_model};
 use crate::formats::Provenance;
+use crate::model::attention::Attention;
 use crate::run::batches::Recorded;
 use crate::train::backends_for;
 use crate::train::step::{capacity, with_loaded, EvalStep, GradStep, LoadFor};
@@ -209,7 +210,8 @@ fn tokenize(a: &TokenizeArgs) -> Result<()> {
     crate::formats::checkpoint::refuse_state(&file, &model)?;
     let tok = crate::data::Tokenizer::read_gguf(&file)?.ok_or_else(|| input(format!("{what}: no tokenizer (tokenizer.ggml.*)")))?;
     let bytes = crate::files::read_regular(&a.text, "--text")?;
-    let text = String::from_utf8(bytes).map_err(|e| input(format!("{}: not UTF-8 ({e})", a.text.display())))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| input(format!("{}: not UTF-8 text (invalid byte at offset {})", a.text.display(), e.utf8_error().valid_up_to())))?;
     let encode_whole = |t: &str| if a.special { tok.encode(t) } else { tok.encode_document(t) };
     let encode = |t: &str| crate::data::text::encode_in_pieces(t, crate::data::text::CHUNK_BYTES, encode_whole);
     let pieces: Vec<&str> = if a.lines { text.split_inclusive('\n').collect() } else { vec![text.as_str()] };
@@ -297,14 +299,14 @@ fn dump(a: &DumpArgs, what: Dump) -> Result<()> {
     }
     let backends = backends_for(&a.device, a.threads, a.matmul_precision.ggml())?;
     if what == Dump::StoredLogits {
-        return with_loaded(&ck, &backends[0], t, nb, LoadFor::Decode, |w, consts| {
+        return with_loaded(&ck, &backends[0], (t, nb), Attention::Reference, LoadFor::Decode, |w, consts| {
             let cctx = Context::new(capacity(ck.config.n_layers))?;
             let mut step = EvalStep::new(&cctx, w, consts, t, nb, &backends)?;
             let loss = step.loss(&b.tokens, &b.targets)?;
             write_logits(a, loss, step.logits())
         });
     }
-    with_loaded(&ck, &backends[0], t, nb, LoadFor::Gradients, |w, consts| {
+    with_loaded(&ck, &backends[0], (t, nb), Attention::Reference, LoadFor::Gradients, |w, consts| {
         let cctx = Context::new(capacity(ck.config.n_layers) * 2)?;
         let mut gs = GradStep::new(&cctx, w, consts, t, nb, &backends)?;
         let loss = gs.compute(&b.tokens, &b.targets)?;

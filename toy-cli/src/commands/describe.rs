@@ -81,7 +81,10 @@ pub fn run(args: &DescribeArgs) -> Result<()> {
         if let Err(e) = crate::formats::checkpoint::check_model(&f, &path) {
             eprintln!("toy describe: warning: {}", crate::output::one_line(&e.to_string()));
         } else if let Some((name, i)) = first_non_finite(&f) {
-            eprintln!("toy describe: warning: tensor {name} holds a non-finite value at element {i}; the model is broken");
+            eprintln!(
+                "toy describe: warning: {}: tensor {name} holds a non-finite value at element {i}; the model is broken",
+                path.display()
+            );
         }
     }
     let n_params: i64 = f.tensors().iter().map(|t| t.nelements()).sum();

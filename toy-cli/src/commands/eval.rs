@@ -12,6 +12,7 @@ use crate::data::{load_corpus_with, CorpusOptions, TextOptions};
 use crate::error::{input, runtime, Result};
 use crate::files::resolve_model;
 use crate::formats::checkpoint::{open_checkpoint, Checkpoint};
+use crate::model::attention::Attention;
 use crate::train::backends_for;
 use crate::train::batches::{batch_at, eval_starts};
 use crate::train::chat_windows::{ChatRun, Fit};
@@ -190,35 +191,36 @@ pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     let b = args.batch.clamp(1, starts.len());
     let backends = backends_for(&args.on.device, args.on.threads, args.on.matmul_precision.ggml())?;
     // The loss, and the bytes of text the scored targets stand for.
-    let (loss, scored_bytes) = with_loaded(&ck, &backends[0], t, b, LoadFor::Inference, |w, consts| {
-        let ctx = Context::new(capacity(ck.config.n_layers))?;
-        let rctx = Context::new(capacity(ck.config.n_layers))?;
-        let mut full = EvalStep::new(&ctx, w, consts, t, b, &backends)?;
-        let rest = starts.len() % b;
-        let mut tail = if rest > 0 { Some(EvalStep::new(&rctx, w, consts, t, rest, &backends)?) } else { None };
-        let (mut sum, mut bytes) = (0f64, 0usize);
-        crate::output::release_notes(); // the checks are over: scoring starts
-        let pb = progress(!args.json, starts.len());
-        for chunk in starts.chunks(b) {
-            let bt = batch_at(&ids, chunk, t)?;
-            if let Some(lens) = &byte_lengths {
-                bytes += bt.targets.iter().map(|&id| lens.get(id as usize).copied().unwrap_or(0) as usize).sum::<usize>();
+    let (loss, scored_bytes) =
+        with_loaded(&ck, &backends[0], (t, b), Attention::default_for(&args.on.device), LoadFor::Inference, |w, consts| {
+            let ctx = Context::new(capacity(ck.config.n_layers))?;
+            let rctx = Context::new(capacity(ck.config.n_layers))?;
+            let mut full = EvalStep::new(&ctx, w, consts, t, b, &backends)?;
+            let rest = starts.len() % b;
+            let mut tail = if rest > 0 { Some(EvalStep::new(&rctx, w, consts, t, rest, &backends)?) } else { None };
+            let (mut sum, mut bytes) = (0f64, 0usize);
+            crate::output::release_notes(); // the checks are over: scoring starts
+            let pb = progress(!args.json, starts.len());
+            for chunk in starts.chunks(b) {
+                let bt = batch_at(&ids, chunk, t)?;
+                if let Some(lens) = &byte_lengths {
+                    bytes += bt.targets.iter().map(|&id| lens.get(id as usize).copied().unwrap_or(0) as usize).sum::<usize>();
+                }
+                let step = if chunk.len() == b { &mut full } else { tail.as_mut().expect("tail graph") };
+                let l = step.loss(&bt.tokens, &bt.targets)?;
+                if !l.is_finite() {
+                    return Err(overflow(&ck, l, &format!("the window at token {}", chunk[0])));
+                }
+                sum += l as f64 * chunk.len() as f64;
+                if let Some(pb) = &pb {
+                    pb.inc(chunk.len() as u64);
+                }
             }
-            let step = if chunk.len() == b { &mut full } else { tail.as_mut().expect("tail graph") };
-            let l = step.loss(&bt.tokens, &bt.targets)?;
-            if !l.is_finite() {
-                return Err(overflow(&ck, l, &format!("the window at token {}", chunk[0])));
+            if let Some(pb) = pb {
+                pb.finish_and_clear();
             }
-            sum += l as f64 * chunk.len() as f64;
-            if let Some(pb) = &pb {
-                pb.inc(chunk.len() as u64);
-            }
-        }
-        if let Some(pb) = pb {
-            pb.finish_and_clear();
-        }
-        Ok((sum / starts.len() as f64, bytes))
-    })?;
+            Ok((sum / starts.len() as f64, bytes))
+        })?;
     if !loss.exp().is_finite() {
         return Err(runtime(format!("the perplexity is not finite: exp of the loss {loss:.4} overflows")));
     }
@@ -373,7 +375,7 @@ fn score_windows(
     if let Some(&id) = batches.iter().flat_map(|bt| bt.tokens.iter().chain(&bt.targets)).find(|&&x| x >= 0 && x as usize >= vocab) {
         return Err(input(format!("{}: the tokenizer gives id {id}, outside the model's vocabulary of {vocab}", path.display())));
     }
-    with_loaded(ck, &backends[0], t, b, LoadFor::Inference, |w, consts| {
+    with_loaded(ck, &backends[0], (t, b), Attention::default_for(&args.on.device), LoadFor::Inference, |w, consts| {
         let ctx = Context::new(capacity(ck.config.n_layers))?;
         let mut step = EvalStep::new(&ctx, w, consts, t, b, backends)?;
         let (mut sum, mut scored) = (0f64, 0usize);

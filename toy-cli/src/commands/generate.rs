@@ -5,6 +5,7 @@ use crate::data::text::encode_with_special;
 use crate::data::Tokenizer;
 use crate::error::{input, Result};
 use crate::formats::checkpoint::open_checkpoint;
+use crate::model::attention::Attention;
 use crate::sample::{sample, Sampling};
 use crate::train::backends_for;
 use crate::train::decoder::Decoder;
@@ -119,7 +120,7 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
     let stop = if args.ignore_eot { Vec::new() } else { ck.tokenizer.as_ref().map(|t| t.end_of_generation(&ck.file)).unwrap_or_default() };
     let how = Decode { sampling: &sampling, stop: &stop, stream, chat: args.chat.is_some(), n: args.n };
     crate::output::release_notes(); // the checks are over: decoding starts
-    let ids = with_loaded(&ck, &backends[0], t, 1, LoadFor::Decode, |w, consts| {
+    let ids = with_loaded(&ck, &backends[0], (t, 1), Attention::default_for(&args.on.device), LoadFor::Decode, |w, consts| {
         let c = &ck.config;
         let mut cache = Decoder::new(c.n_layers, c.d_head() * c.n_kv_heads, t);
         let mut next = |ids: &[u32]| cache.next_logits(w, consts, &backends, ids);

@@ -18,6 +18,10 @@ use std::sync::Arc;
 fn where_in(path: &Path, text: &str, span: Option<std::ops::Range<usize>>) -> String {
     let shown = crate::output::shown(path);
     let Some(at) = span.map(|s| s.start.min(text.len())) else { return shown };
+    if text[at..].trim().is_empty() {
+        // past the last line's text (an array or string left open): the end, not an empty line after it
+        return format!("{shown}: at the end of the file");
+    }
     let line = text[..at].matches('\n').count() + 1;
     let content = text.lines().nth(line - 1).unwrap_or_default().trim();
     format!("{shown} line {line} (`{}`)", crate::output::one_line(content))
@@ -238,7 +242,12 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
         let advice = run.fall_back_from(&ck);
         return Err(input(format!("--resume {}: {} has no resume state beside it{advice}", dir.display(), ck.display())));
     }
-    let done = crate::formats::state::check_pair(&ck, crate::run::started_as(dir).as_deref())?;
+    // A checkpoint or state that does not open (a truncated file): the checkpoint before it may be whole.
+    let fall_back = |e: Error| match e {
+        Error::Input(m) => input(format!("{m}{}", run.fall_back_from(&ck))),
+        e => e,
+    };
+    let done = crate::formats::state::check_pair(&ck, crate::run::started_as(dir).as_deref()).map_err(fall_back)?;
     if done >= cfg.steps {
         let at = if done == cfg.steps {
             format!("already completed its {done} steps")
@@ -248,7 +257,7 @@ fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
         return Err(input(format!("the run {at}; give a larger --steps to continue")));
     }
     let replanned = (planned != cfg.steps).then(|| replanned(&cfg, planned, done));
-    let opened = super::resume::checkpoint(&cfg, &ck, dir)?;
+    let opened = super::resume::checkpoint(&cfg, &ck, dir).map_err(fall_back)?;
     let corpus = super::resume::corpus(&cfg, &ck, &opened)?;
     let note = format!(
         "resuming {} from {}: model, corpus, optimizer and schedule from its config.toml{}",

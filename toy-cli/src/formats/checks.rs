@@ -67,7 +67,8 @@ pub fn check_attention_keys(file: &GgufFile, c: &ModelConfig, what: &str) -> Res
         if let Some(v) = file.get(key) {
             match v.as_u64() {
                 Some(n) if n == d_head => {}
-                _ => {
+                None => return Err(input(format!("{what}: {key} is {}, not an unsigned integer", shown(v)))),
+                Some(_) => {
                     return Err(input(format!(
                         "{what}: {key} is {}, but the heads are {d_head} wide ({} / {} heads); toy's {is}",
                         shown(v),
@@ -99,6 +100,7 @@ pub fn check_attention_keys(file: &GgufFile, c: &ModelConfig, what: &str) -> Res
 pub fn check_vocab_key(file: &GgufFile, c: &ModelConfig, what: &str) -> Result<()> {
     let key = format!("{}.vocab_size", c.arch.name());
     match file.get(&key) {
+        Some(v) if v.as_u64().is_none() => Err(input(format!("{what}: {key} is {}, not an unsigned integer", shown(v)))),
         Some(v) if v.as_u64() != Some(c.vocab as u64) => {
             Err(input(format!("{what}: {key} is {}, but token_embd.weight has {} rows", shown(v), c.vocab)))
         }
@@ -127,8 +129,10 @@ pub fn check_tokenizer(file: &GgufFile, tok: Option<&Tokenizer>, vocab: usize, w
         )));
     }
     for (k, v) in file.metadata().iter().filter(|(k, _)| k.starts_with("tokenizer.ggml.") && k.ends_with("_token_id")) {
-        if v.as_u64().is_none_or(|id| id >= n as u64) {
-            return Err(input(format!("{what}: {k} is {}, outside the tokenizer's {n} tokens", shown(v))));
+        match v.as_u64() {
+            None => return Err(input(format!("{what}: {k} is {}, not an unsigned integer (a token id)", shown(v)))),
+            Some(id) if id >= n as u64 => return Err(input(format!("{what}: {k} is {}, outside the tokenizer's {n} tokens", shown(v)))),
+            Some(_) => {}
         }
     }
     Ok(())

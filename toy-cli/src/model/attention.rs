@@ -88,7 +88,12 @@ pub fn causal_attention<'a>(
         let o = ctx.attn_causal(q, k, v, 1.0 / (dh as f32).sqrt())?; // [dh, H, T, B], GQA read in place
         return ctx.reshape(o, &[dh * n_head, t, b]);
     }
-    let mask = x.mask;
+    let Some(mask) = x.mask else {
+        return Err(ggml_rs::Error::Op {
+            op: "causal_attention",
+            msg: "the reference attention needs the causal mask (constants made for it)".into(),
+        });
+    };
     // Contiguous operands let ggml's CPU mul_mat use a blocked GEMM (patch
     // 0059's, or llamafile's) instead of one dot product per output element.
     let q = ctx.cont(ctx.permute(q, [0, 2, 1, 3])?)?; // [dh, T, H, B]

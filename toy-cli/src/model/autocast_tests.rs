@@ -264,8 +264,7 @@ fn bf16_attention_inputs_only_where_the_flash_kernels_take_them() {
         for p in w.params() {
             wctx.set_param(p.tensor)?;
         }
-        let mut consts = Consts::new(&wctx, c.context, 2)?;
-        consts.attention = attention;
+        let consts = Consts::with_attention(&wctx, c.context, 2, attention)?;
         wctx.allocate(&backend)?;
         consts.fill()?;
         let cctx = Context::new(capacity(c.n_layers))?;
@@ -346,8 +345,7 @@ fn step_error_in(c: &ModelConfig, autocast: Autocast, attention: Option<Attentio
     for p in w.params().into_iter().filter(|p| p.trainable) {
         wctx.set_param(p.tensor).unwrap();
     }
-    let mut consts = Consts::new(&wctx, c.context, 2).unwrap();
-    consts.attention = attention.unwrap_or(consts.attention);
+    let consts = Consts::with_attention(&wctx, c.context, 2, attention.unwrap_or_default()).unwrap();
     wctx.allocate(&backend).unwrap();
     let cctx = Context::new(capacity(c.n_layers)).unwrap();
     GradStep::new(&cctx, &w, &consts, c.context, 2, &[backend]).err().map(|e| e.to_string())

@@ -230,8 +230,9 @@ pub struct Batch<'a> {
     pub tokens: Tensor<'a>,
     /// Position of every token, i32 `[T·B]` (`0..T` repeated B times).
     pub pos: Tensor<'a>,
-    /// Causal mask, f32 `[T, T]`: 0 where key ≤ query, −∞ above.
-    pub mask: Tensor<'a>,
+    /// Causal mask, f32 `[T, T]`: 0 where key ≤ query, −∞ above; the
+    /// reference attention's, `None` where the attention is fused.
+    pub mask: Option<Tensor<'a>>,
     /// Sequence length T.
     pub t: usize,
     /// Sequences B.

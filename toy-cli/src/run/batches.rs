@@ -47,7 +47,7 @@ impl Layout {
     /// Values (4 bytes each) per window: `T + 1` tokens, or `T` inputs and `T` targets.
     pub fn values_per_window(&self) -> usize {
         if self.format == CHAT_BATCHES {
-            2 * self.window.saturating_sub(1)
+            self.window.saturating_sub(1).saturating_mul(2)
         } else {
             self.window
         }
@@ -152,7 +152,14 @@ impl Recorded {
             return Err(input(format!("{}: a layout this build does not read: {why}", json.display())));
         }
         let bytes = std::fs::read(bin).map_err(|e| input(format!("{}: {e}", bin.display())))?;
-        let per_step = layout.values_per_window().checked_mul(layout.batch).and_then(|n| n.checked_mul(4)).unwrap_or(0);
+        let Some(per_step) = layout.values_per_window().checked_mul(layout.batch).and_then(|n| n.checked_mul(4)) else {
+            return Err(input(format!(
+                "{}: {} windows of {} ids is more than this machine can address",
+                json.display(),
+                layout.batch,
+                layout.values_per_window()
+            )));
+        };
         if per_step == 0 || bytes.len() % per_step != 0 || bytes.is_empty() {
             return Err(input(format!(
                 "{}: {} bytes, not whole steps of {per_step} bytes ({} windows of {} ids) as {} says",

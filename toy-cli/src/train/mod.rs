@@ -536,8 +536,7 @@ impl<'w> ReplicaState<'w> {
         } else {
             None
         };
-        let mut consts = Consts::new(wctx, cfg.model.context, cfg.batch)?;
-        consts.attention = cfg.attention;
+        let consts = Consts::with_attention(wctx, cfg.model.context, cfg.batch, cfg.attention)?;
         wctx.allocate(device).map_err(|e| crate::error::building("the weights", e))?;
         consts.fill()?;
         match plan.init {

@@ -14,10 +14,15 @@ pub struct Consts<'c> {
     /// i32 `[T·B_max]` = 0..T repeated B_max times: the position of every token
     /// of a batch, sequence-major (batches of B ≤ B_max take a prefix view).
     pub pos: Tensor<'c>,
-    /// f32 `[T, T]`, 0 where key ≤ query, −∞ above.
-    pub mask: Tensor<'c>,
-    /// How the graphs built on these constants compute attention.
-    pub attention: crate::model::attention::Attention,
+    /// f32 `[T, T]`, 0 where key ≤ query, −∞ above: the reference attention's
+    /// mask, `None` for the fused attention, which masks by position (a
+    /// context of 60,000 made it 14 GB).
+    pub mask: Option<Tensor<'c>>,
+    /// How the graphs built on these constants compute attention (set by
+    /// [`Consts::with_attention`]: the mask exists for the reference alone).
+    attention: crate::model::attention::Attention,
+    /// The window `T` of the positions.
+    t: usize,
 }
 
 impl<'c> Consts<'c> {
@@ -29,28 +34,54 @@ impl<'c> Consts<'c> {
         let pos = ctx.view(self.pos, &[(t * b) as i64], &[], 0)?;
         // A window shorter than the constants' (a decoder's prompt): the top-left of the
         // mask, made contiguous (the masked softmax takes no strided mask).
-        let full = self.mask.ne()[0] as usize;
-        let mask = if t < full { ctx.cont(ctx.view(self.mask, &[t as i64, t as i64], &[self.mask.nb()[1]], 0)?)? } else { self.mask };
+        let mask = match self.mask {
+            Some(m) if (t as i64) < m.ne()[0] => Some(ctx.cont(ctx.view(m, &[t as i64, t as i64], &[m.nb()[1]], 0)?)?),
+            m => m,
+        };
         Ok(Batch { tokens, pos, mask, t, b, attention: self.attention, cache: None })
     }
 
     /// Create (unallocated) constants for batches of up to `b_max` sequences of
-    /// `t` tokens.
+    /// `t` tokens, attention computed the reference way ([`Consts::with_attention`]).
     pub fn new(ctx: &'c Context, t: usize, b_max: usize) -> Result<Consts<'c>> {
-        Ok(Consts {
-            pos: ctx.new_tensor_1d(DType::I32, (t * b_max.max(1)) as i64)?.set_name("pos")?,
-            mask: ctx.new_tensor_2d(DType::F32, t as i64, t as i64)?.set_name("causal_mask")?,
-            attention: Default::default(),
-        })
+        Self::with_attention(ctx, t, b_max, Default::default())
     }
 
-    /// Write the values, once the context is allocated.
+    /// As [`Consts::new`], for graphs whose attention is computed as `attention`
+    /// says: the `[T, T]` mask only for the reference.
+    pub fn with_attention(ctx: &'c Context, t: usize, b_max: usize, attention: crate::model::attention::Attention) -> Result<Consts<'c>> {
+        let mask = match attention {
+            crate::model::attention::Attention::Reference => {
+                Some(ctx.new_tensor_2d(DType::F32, t as i64, t as i64)?.set_name("causal_mask")?)
+            }
+            crate::model::attention::Attention::Fused => None,
+        };
+        let t = t.max(1);
+        Ok(Consts { pos: ctx.new_tensor_1d(DType::I32, (t * b_max.max(1)) as i64)?.set_name("pos")?, mask, attention, t })
+    }
+
+    /// How the graphs built on these constants compute attention.
+    pub fn attention(&self) -> crate::model::attention::Attention {
+        self.attention
+    }
+
+    /// Write the values, once the context is allocated: the mask a few rows
+    /// at a time, without a host copy of its `T²` values.
     pub fn fill(&self) -> Result<()> {
-        let t = self.mask.ne()[0] as usize;
-        let n = self.pos.ne()[0] as usize;
+        let (t, n) = (self.t, self.pos.ne()[0] as usize);
         self.pos.write(&(0..n).map(|i| (i % t) as i32).collect::<Vec<i32>>())?;
-        let mask: Vec<f32> = (0..t * t).map(|i| if i % t <= i / t { 0.0 } else { f32::NEG_INFINITY }).collect();
-        self.mask.write(&mask)
+        let Some(mask) = self.mask else {
+            return Ok(());
+        };
+        let t = mask.ne()[0] as usize;
+        let rows = (1usize << 20).div_ceil(t.max(1)); // ~4 MB a write
+        for r0 in (0..t).step_by(rows) {
+            let r1 = (r0 + rows).min(t);
+            // row r (a query) holds its keys j: 0 where j ≤ r, else −∞
+            let block: Vec<f32> = (r0 * t..r1 * t).map(|i| if i % t <= i / t { 0.0 } else { f32::NEG_INFINITY }).collect();
+            mask.write_range(r0 * t, &block)?;
+        }
+        Ok(())
     }
 }
 
@@ -550,13 +581,18 @@ fn load_config(ck: &crate::formats::checkpoint::Checkpoint, purpose: LoadFor) ->
     cfg
 }
 
-/// Load `ck` onto `backend` with constants for up to `b_max` sequences of `t` tokens, and run
-/// `f` with the weights (scoped, since tensors borrow their context), set up for `purpose`.
+/// Load `ck` onto `backend` with constants for up to `b_max` sequences of `t` tokens whose
+/// attention is computed as `attention` says, and run `f` with the weights (scoped, since
+/// tensors borrow their context), set up for `purpose`.
+///
+/// # Errors
+/// [`crate::error::Error::Input`] (with the command's advice) when the weights and constants do
+/// not fit in the device's free memory; what loading or `f` returns.
 pub fn with_loaded<R>(
     ck: &crate::formats::checkpoint::Checkpoint,
     backend: &Backend,
-    t: usize,
-    b_max: usize,
+    (t, b_max): (usize, usize),
+    attention: crate::model::attention::Attention,
     purpose: LoadFor,
     f: impl FnOnce(&Weights<'_>, &Consts<'_>) -> crate::error::Result<R>,
 ) -> crate::error::Result<R> {
@@ -571,8 +607,9 @@ pub fn with_loaded<R>(
         LoadFor::Inference => {}
         LoadFor::Decode => weights.multiply_in_stored_types(),
     }
-    let consts = Consts::new(&wctx, t, b_max)?;
-    wctx.allocate(backend).map_err(|e| crate::error::runtime(e.to_string()))?;
+    let consts = Consts::with_attention(&wctx, t, b_max, attention)?;
+    // out of memory: the command's one line and advice (crate::error's From), status 2
+    wctx.allocate(backend)?;
     consts.fill()?;
     ck.load_weights(&weights)?;
     f(&weights, &consts)

@@ -51,3 +51,30 @@ fn a_deep_model_plans_its_graph_without_running_out_of_free_blocks() {
     let out = train_into(&Plan::from_scratch(), &cfg, &corpus, &run, &opts, &mut Memory::default()).unwrap();
     assert_eq!(out.steps, 1);
 }
+
+/// The fused attention's constants hold no `[T, T]` mask (a context of
+/// 60,000 made it 14 GB, and its fill a host copy as large: eval was killed);
+/// the reference's mask is written a few rows at a time, to the same values
+/// as whole: 0 where key ≤ query, −∞ above.
+#[test]
+fn only_the_reference_attention_has_a_mask_written_in_rows() {
+    use crate::model::attention::Attention;
+    use crate::train::step::Consts;
+    let backend = ggml_rs::Backend::cpu().unwrap();
+    let t = 1100; // two writes of ≤ 2^20 values
+    let ctx = ggml_rs::Context::new(8).unwrap();
+    let fused = Consts::with_attention(&ctx, t, 2, Attention::Fused).unwrap();
+    let reference = Consts::with_attention(&ctx, t, 2, Attention::Reference).unwrap();
+    assert!(fused.mask.is_none());
+    assert_eq!(reference.attention(), Attention::Reference);
+    ctx.allocate(&backend).unwrap();
+    fused.fill().unwrap();
+    reference.fill().unwrap();
+    let pos = fused.pos.read::<i32>().unwrap();
+    assert_eq!(pos, (0..2 * t).map(|i| (i % t) as i32).collect::<Vec<_>>());
+    let mask = reference.mask.unwrap().read::<f32>().unwrap();
+    for (i, &m) in mask.iter().enumerate() {
+        let (key, query) = (i % t, i / t);
+        assert_eq!(m, if key <= query { 0.0 } else { f32::NEG_INFINITY }, "key {key}, query {query}");
+    }
+}
