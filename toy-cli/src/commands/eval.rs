@@ -80,9 +80,16 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
         (None, Split::Val) if is_prepared(path) => crate::data::prep::read_prepared_val(path)?,
         (None, _) => load_corpus_with(path, &opts, &text)?,
     };
+    // A split of a prepared folder given as its file (`p/val.bin`): bare ids, but the folder's
+    // tokenizer's, checked against the model's as the folder's would be.
+    let split_of = path.parent().filter(|d| c.tokenizer.is_none() && path.is_file() && is_prepared(d));
+    let c = match split_of {
+        Some(dir) => crate::data::Corpus { tokenizer: Some(Tokenizer::load(&dir.join("tokenizer.json"))?), source: path.clone(), ..c },
+        None => c,
+    };
     match (&ck.tokenizer, &c.tokenizer) {
         (Some(ours), _) => c.check_tokenizer(ours, crate::data::corpus::GIVE_RAW_TEXT)?,
-        (None, Some(_)) if !is_prepared(path) => return Err(no_tokenizer(path, "is text")),
+        (None, Some(_)) if !is_prepared(path) && split_of.is_none() => return Err(no_tokenizer(path, "is text")),
         (None, Some(_)) if c.vocab_size != ck.config.vocab => {
             return Err(no_tokenizer(path, &format!("was prepared with {} ids, the model has {}", c.vocab_size, ck.config.vocab)))
         }

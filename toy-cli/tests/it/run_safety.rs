@@ -360,6 +360,8 @@ fn hostile_corpora_and_donors_get_one_line() {
     // A corpus prepared with another tokenizer than the model's.
     ok(&run(toy(t).args(["prep", "s.txt", "--vocab-size", "300", "--out", "p"])));
     fails(&run(toy(t).args(["eval", "r", "--corpus", "p"])), "another tokenizer");
+    // ... given as one of its split files, whose manifest and tokenizer lie beside it
+    fails(&run(toy(t).args(["eval", "r", "--corpus", "p/val.bin"])), "another tokenizer");
     // Non-finite values: a donor table, a checkpoint tensor.
     let ck = t.join("r/weights/step_2.gguf");
     let f = GgufFile::open(&ck).unwrap();
