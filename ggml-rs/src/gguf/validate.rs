@@ -101,6 +101,10 @@ fn read_counts(c: &mut Cursor<'_>) -> Result<(u32, u64, u64), String> {
     }
     let version = c.u32("version")?;
     if version != 2 && version != 3 {
+        if matches!(version.swap_bytes(), 2 | 3) {
+            // llama.cpp's gguf-py writes big-endian files (--bigendian) for big-endian machines
+            return Err(format!("a big-endian GGUF (version {} byte-swapped); only little-endian files are read", version.swap_bytes()));
+        }
         return Err(format!("unsupported GGUF version {version} (2 and 3 are read)"));
     }
     let n_tensors = c.i64("tensor count")?;
