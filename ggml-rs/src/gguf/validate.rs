@@ -92,12 +92,40 @@ pub fn validate(buf: &[u8]) -> Result<Header, String> {
     Ok(Header { version, n_kv, n_tensors, alignment, data_offset })
 }
 
+/// What a file that is not a GGUF looks like, from its first bytes, for the
+/// formats a model is often downloaded in, with the way to a GGUF: a
+/// safetensors file (an 8-byte little-endian header length, then JSON), a
+/// PyTorch checkpoint (`torch.save`'s zip archive, whose first entry is
+/// `…/data.pkl`, or a bare pickle), or the GGML formats that
+/// GGUF replaced (magics `ggml`, `ggmf`, `ggjt`, `ggla`, stored as
+/// little-endian u32s).
+fn other_format(buf: &[u8]) -> Option<&'static str> {
+    if buf.len() >= 9 && buf[8] == b'{' && u64::from_le_bytes(buf[..8].try_into().ok()?) < buf.len() as u64 {
+        return Some("a safetensors file (convert the model to GGUF with llama.cpp's convert_hf_to_gguf.py)");
+    }
+    // torch.save's zip names its first entry `<name>/data.pkl`; older files are a bare pickle
+    let zip_entry = || buf.get(30..30 + u16::from_le_bytes(buf.get(26..28)?.try_into().ok()?) as usize);
+    let torch_zip = buf.starts_with(b"PK\x03\x04") && zip_entry().is_some_and(|n| n.ends_with(b"data.pkl"));
+    if torch_zip || buf.starts_with(&[0x80, 0x02]) {
+        return Some("a PyTorch checkpoint (convert the model to GGUF with llama.cpp's convert_hf_to_gguf.py)");
+    }
+    match buf.get(..4)? {
+        b"lmgg" | b"fmgg" | b"tjgg" | b"algg" => {
+            Some("a file of the GGML formats before GGUF (convert it with llama.cpp's convert_llama_ggml_to_gguf.py)")
+        }
+        _ => None,
+    }
+}
+
 /// The magic, the version and the counts of metadata pairs and tensors
 /// (which must fit in what is left of the file).
 fn read_counts(c: &mut Cursor<'_>) -> Result<(u32, u64, u64), String> {
     let magic = c.take(4, "magic").map_err(|_| "not a GGUF file (shorter than 4 bytes)".to_string())?;
     if magic != b"GGUF" {
-        return Err("not a GGUF file (bad magic)".into());
+        return Err(match other_format(c.buf) {
+            Some(what) => format!("not a GGUF file: {what}"),
+            None => "not a GGUF file (bad magic)".into(),
+        });
     }
     let version = c.u32("version")?;
     if version != 2 && version != 3 {

@@ -198,6 +198,29 @@ fn hostile_headers() {
     let mut b = baseline();
     b.0[..4].copy_from_slice(b"GGUG");
     fs.refuse("bad magic", &b.0);
+    // Files of the formats models are downloaded in, named with the way to a GGUF.
+    let mut safetensors = 20u64.to_le_bytes().to_vec();
+    safetensors.extend_from_slice(b"{\"__metadata__\":{}}  ");
+    safetensors.extend_from_slice(&[0u8; 64]);
+    let mut pickle = vec![0x80, 0x02];
+    pickle.extend_from_slice(&[0u8; 64]);
+    let mut zip = b"PK\x03\x04".to_vec();
+    zip.extend_from_slice(&[0u8; 22]);
+    zip.extend_from_slice(&(14u16).to_le_bytes());
+    zip.extend_from_slice(&[0u8; 2]);
+    zip.extend_from_slice(b"model/data.pkl");
+    zip.extend_from_slice(&[0u8; 64]);
+    let mut ggjt = 0x6767_6a74u32.to_le_bytes().to_vec();
+    ggjt.extend_from_slice(&[0u8; 64]);
+    for (bytes, says) in [
+        (safetensors, "not a GGUF file: a safetensors file (convert the model to GGUF with llama.cpp's convert_hf_to_gguf.py)"),
+        (pickle, "not a GGUF file: a PyTorch checkpoint"),
+        (zip, "not a GGUF file: a PyTorch checkpoint"),
+        (ggjt, "not a GGUF file: a file of the GGML formats before GGUF (convert it with llama.cpp's convert_llama_ggml_to_gguf.py)"),
+    ] {
+        let msg = fs.refuse(says, &bytes);
+        assert!(msg.contains(says), "{msg}");
+    }
     for v in [0u32, 1, 4, 0x0300_0000] {
         let mut b = baseline();
         b.0[4..8].copy_from_slice(&v.to_le_bytes());
