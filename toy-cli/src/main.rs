@@ -159,6 +159,14 @@ fn refused(e: clap::Error, seen: &[String]) -> ExitCode {
         text.lines().map(str::trim).take_while(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("tip:")).collect();
     let msg = msg.join(" ");
     let msg = msg.trim_start_matches("error: ");
+    // clap's tip (a similar argument's name) after the usage block, or the toy
+    // spelling of a llama.cpp flag, kept on the line.
+    let tip = text.lines().map(str::trim).find_map(|l| l.strip_prefix("tip: ")).filter(|t| !t.starts_with("to pass")).map(str::to_string);
+    let msg = match llama_cpp_flag(seen).or(tip) {
+        Some(t) => format!("{msg}; {t}"),
+        None => msg.to_string(),
+    };
+    let msg = msg.as_str();
     // `toy debug: ... (see `toy debug bench --help`)`: the prefix of the command's
     // other errors, the help of the subcommand given.
     let (prefix, help) = match named_command() {
@@ -172,6 +180,23 @@ fn refused(e: clap::Error, seen: &[String]) -> ExitCode {
     }
     eprintln!("{prefix}: {msg} (see `{help} --help`)");
     ExitCode::from(2)
+}
+
+/// The toy spelling of a llama.cpp flag on a refused command line (`-m`,
+/// `--temp`, `-ngl`...), said as a hint; `None` where none is there.
+fn llama_cpp_flag(seen: &[String]) -> Option<String> {
+    const FLAGS: &[(&[&str], &str)] = &[
+        (&["-m", "--model"], "the model is the first argument, not an option (`toy generate MODEL.gguf`)"),
+        (&["-p"], "toy's prompt is --prompt"),
+        (&["--temp"], "toy's temperature is --temperature"),
+        (&["-c", "--ctx-size"], "toy's window is --context"),
+        (&["-t"], "toy's thread count is --threads"),
+        (&["-s"], "toy's sampling seed is --seed"),
+        (&["-ngl", "--n-gpu-layers", "--gpu-layers"], "toy runs every layer where --device says (--device cuda)"),
+        (&["-f", "--file"], "toy reads its text with --corpus (eval) or --prompt (generate)"),
+    ];
+    let given = |a: &str| seen.iter().any(|s| s == a || s.split_once('=').is_some_and(|(f, _)| f == a));
+    FLAGS.iter().find(|(names, _)| names.iter().any(|n| given(n))).map(|(names, hint)| format!("{} is llama.cpp's: {hint}", names[0]))
 }
 
 fn main() -> ExitCode {

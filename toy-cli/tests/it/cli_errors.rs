@@ -21,6 +21,23 @@ fn train(dir: &Path, extra: &[&str]) -> Output {
     toy(dir, &args)
 }
 
+/// A misspelled flag keeps clap's tip on the line, and llama.cpp's flags are
+/// named with toy's.
+#[test]
+fn near_misses_and_llama_cpp_flags() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    fails(
+        &train(t, &["--stepz", "3"]),
+        "train",
+        "unexpected argument '--stepz' found; a similar argument exists: '--steps' (see `toy train --help`)",
+    );
+    fails(&toy(t, &["generate", "m.gguf", "--temp", "0.5"]), "generate", "--temp is llama.cpp's: toy's temperature is --temperature");
+    fails(&toy(t, &["generate", "-m", "m.gguf"]), "generate", "-m is llama.cpp's: the model is the first argument");
+    fails(&toy(t, &["eval", "m.gguf", "-c", "512"]), "eval", "-c is llama.cpp's: toy's window is --context");
+    fails(&toy(t, &["generate", "m.gguf", "-ngl", "99"]), "generate", "-ngl is llama.cpp's: toy runs every layer where --device says");
+}
+
 #[test]
 fn flags_and_paths() {
     let tmp = tempfile::tempdir().unwrap();
