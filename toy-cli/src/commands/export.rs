@@ -210,7 +210,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
         let head_q6k = head && target.is_some_and(|(x, _)| is_coarse(x));
         if head_q6k && dtype != DType::Q6K {
             head_note = Some(format!(
-                "note: {} is {dtype}: the output head is q6_k under {}, as llama-quantize writes it, and its rows of {} do not split into q6_k blocks of 256",
+                "note: {} written as {dtype}: the output head is q6_k under {}, as llama-quantize writes it, but its rows of {} do not split into q6_k blocks of 256",
                 t.name,
                 target.map_or("", |(x, _)| x.name()),
                 t.ne[0]

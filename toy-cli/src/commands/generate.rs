@@ -80,7 +80,10 @@ pub fn run(args: &GenerateArgs) -> Result<Generated> {
         (None, None) => return Err(input("the checkpoint has no tokenizer; give --prompt-ids")),
     };
     if prompt.is_empty() {
-        return Err(input("the prompt is empty"));
+        return Err(input(match args.chat {
+            Some(_) => "the chat template (tokenizer.chat_template) renders the message as nothing",
+            None => "the prompt is empty",
+        }));
     }
     // The model's BOS first where its GGUF asks for one (tokenizer.ggml.add_bos_token,
     // Llama 3's files) and the prompt (a chat template's bos_token) lacks it, as

@@ -426,6 +426,10 @@ fn bad_chat_data_is_refused_with_its_line() {
     }
     let o = finetune(t, "nosys.gguf", "system.jsonl", "x", &["--steps", "1"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("System role not supported"));
+    // a template that renders nothing: named, not "the prompt is empty" (a helper's finding)
+    chat_model(t, Some(""), "empty.gguf");
+    let o = toy(t, &["generate", "empty.gguf", "--chat", "Name three colors.", "-n", "2", "--threads", "1"]);
+    fails(&o, "generate", "the chat template (tokenizer.chat_template) renders the message as nothing");
     let o = toy(t, &["train", "--preset", "smoke", "--corpus", "good.jsonl", "--pack", "--out", "x", "--threads", "1"]);
     fails(&o, "train", "finetune recipe");
     // Chat data given to from-scratch training: said to be chat data.
