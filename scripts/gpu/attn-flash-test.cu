@@ -13,6 +13,7 @@
 //
 // Built for sm_90a with GGML_CUDA_WGMMA, head size 64 runs patch 0069's wgmma
 // kernels on an H100/H200; TOY_CUDA_NO_0069=1 runs the mma.sync ones instead.
+// TOY_CUDA_NO_0096=1 keeps dQ's products in that backward on mma.sync (patch 0096).
 
 #include <cstdio>
 #include <cstdlib>
