@@ -193,6 +193,7 @@ fn run_config(dir: &Path) -> Result<TrainConfig> {
 /// any other flag that contradicts the run is refused, naming it.
 fn resume(a: &TrainArgs, dir: &Path) -> Result<Resumed> {
     let mut cfg = run_config(dir)?;
+    cfg.model.check_base_dtype_names().map_err(|m| input(format!("{}: {m}", dir.join("config.toml").display())))?;
     super::resume::check_recipe(&cfg, dir)?;
     let a = &super::resume::moved_base(a, &mut cfg, dir)?;
     let a = &super::resume::moved_corpus(a, &mut cfg, dir)?;

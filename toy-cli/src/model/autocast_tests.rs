@@ -461,3 +461,16 @@ fn a_lora_backward_through_the_merged_weight_gives_the_same_gradients() {
     let inputs = Autocast { inputs: true, ..Default::default() };
     assert_close("merged under bf16 inputs", &run(&c, Autocast { merged_lora: true, ..inputs }), &run(&c, inputs));
 }
+
+/// A name in `base_dtype_except` (config.toml's `[model.base_dtype_except]`)
+/// that is no tensor of the model is refused, as an unknown key is (a helper
+/// appended `bogus = "q8_0"` and `--resume` trained on).
+#[test]
+fn an_unknown_tensor_in_base_dtype_except_is_refused() {
+    let mut c = ModelConfig::new(Arch::Llama, 300, 64, 2, 4, 128, 32);
+    c.base_dtype_except.insert("token_embd.weight".into(), "q8_0".into());
+    assert_eq!(c.check_base_dtype_names(), Ok(()));
+    c.base_dtype_except.insert("bogus".into(), "q8_0".into());
+    let e = c.check_base_dtype_names().unwrap_err();
+    assert!(e.contains("base_dtype_except names \"bogus\""), "{e}");
+}

@@ -216,6 +216,24 @@ impl ModelConfig {
         Ok(())
     }
 
+    /// Check that every name of [`base_dtype_except`](Self::base_dtype_except)
+    /// is a tensor of the model's table: what a run's config.toml may say (a
+    /// base file's own extra tensors, which toy ignores, are not checked).
+    ///
+    /// # Errors
+    /// The first name that is not, in a message.
+    pub fn check_base_dtype_names(&self) -> Result<(), String> {
+        if self.base_dtype_except.is_empty() {
+            return Ok(());
+        }
+        let names: std::collections::HashSet<String> =
+            crate::formats::checkpoint::expected_shapes(self).into_iter().map(|(n, _)| n).collect();
+        match self.base_dtype_except.keys().find(|k| !names.contains(*k)) {
+            Some(k) => Err(format!("base_dtype_except names {k:?}, which is not a tensor of this model")),
+            None => Ok(()),
+        }
+    }
+
     /// Number of parameters, from the architecture's table
     /// ([`table::Table::n_params`]: a donor table under a lens is not counted).
     pub fn n_params(&self) -> usize {
