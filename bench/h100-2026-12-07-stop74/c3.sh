@@ -4,16 +4,11 @@
 # from shared memory; TOY_CUDA_NO_0096 turns it off). Harness checks; whole steps, alternating, at
 # SmolLM2-135M's shape (4096, 8192) and GPT-2 124M; the ggml-rs tests on CUDA.
 cd "$(dirname "$0")/../.."
-OUT=/tmp/cs0 bash scripts/gpu/cuda-session.sh info > /dev/null 2>&1
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [ -f "$d/libcublas.so.13" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}" && break; done
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .devcarry/whl/*.whl 2>/dev/null; export PYTHONPATH=/tmp/site
+. scripts/gpu/call-env.sh
 L=$OUT/c3.log
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L
-T=.devcarry/toy
-S=$(date +%s)
 nvcc -O3 -std=c++17 -arch=sm_90a -DGGML_CUDA_WGMMA -use_fast_math -I .devcarry/flash scripts/gpu/attn-flash-test.cu -o /tmp/aft 2> $OUT/nvcc.err || { echo nvcc failed >> $L; tail $OUT/nvcc.err >> $L; }
 for env in "TOY_X=1" "TOY_CUDA_NO_0096=1"; do env $env timeout 60 /tmp/aft check > $OUT/check.txt 2>&1; echo "check [$env] rc=$? $(grep -c PASS $OUT/check.txt) PASS"; done >> $L
-ms() { python3 -c "import json,sys; d=json.load(sys.stdin); print(round(d['median_ms'],3), round((d.get('device_used_bytes') or 0)/2**20), d.get('last_loss'), len(d.get('cpu_fallbacks') or []))" 2>/dev/null || echo fail; }
 ab() { for rep in 1 2; do for env in "TOY_CUDA_NO_0096=1" "TOY_X=1"; do
     echo "[$env] $1 $(env $env timeout 60 $T debug bench $1 --device cuda --steps 8 --warmup 2 2>/dev/null | ms)" >> $L
   done; done; echo "t=$(( $(date +%s) - S ))" >> $L; }

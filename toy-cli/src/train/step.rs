@@ -3,6 +3,7 @@
 //! and [`with_loaded`], a checkpoint's weights on a device for the graphs of
 //! `eval`, `generate` and `debug`.
 
+use crate::model::attention::Attention;
 use crate::model::operand::cast_once;
 use crate::model::{Batch, Param, Weights};
 use ggml_rs::optim::{AdamWConfig, AdamWState, Optimizer, ParamGroup};
@@ -20,7 +21,7 @@ pub struct Consts<'c> {
     pub mask: Option<Tensor<'c>>,
     /// How the graphs built on these constants compute attention (set by
     /// [`Consts::with_attention`]: the mask exists for the reference alone).
-    attention: crate::model::attention::Attention,
+    attention: Attention,
     /// The window `T` of the positions.
     t: usize,
 }
@@ -49,19 +50,17 @@ impl<'c> Consts<'c> {
 
     /// As [`Consts::new`], for graphs whose attention is computed as `attention`
     /// says: the `[T, T]` mask only for the reference.
-    pub fn with_attention(ctx: &'c Context, t: usize, b_max: usize, attention: crate::model::attention::Attention) -> Result<Consts<'c>> {
+    pub fn with_attention(ctx: &'c Context, t: usize, b_max: usize, attention: Attention) -> Result<Consts<'c>> {
         let mask = match attention {
-            crate::model::attention::Attention::Reference => {
-                Some(ctx.new_tensor_2d(DType::F32, t as i64, t as i64)?.set_name("causal_mask")?)
-            }
-            crate::model::attention::Attention::Fused => None,
+            Attention::Reference => Some(ctx.new_tensor_2d(DType::F32, t as i64, t as i64)?.set_name("causal_mask")?),
+            Attention::Fused => None,
         };
         let t = t.max(1);
         Ok(Consts { pos: ctx.new_tensor_1d(DType::I32, (t * b_max.max(1)) as i64)?.set_name("pos")?, mask, attention, t })
     }
 
     /// How the graphs built on these constants compute attention.
-    pub fn attention(&self) -> crate::model::attention::Attention {
+    pub fn attention(&self) -> Attention {
         self.attention
     }
 
@@ -592,7 +591,7 @@ pub fn with_loaded<R>(
     ck: &crate::formats::checkpoint::Checkpoint,
     backend: &Backend,
     (t, b_max): (usize, usize),
-    attention: crate::model::attention::Attention,
+    attention: Attention,
     purpose: LoadFor,
     f: impl FnOnce(&Weights<'_>, &Consts<'_>) -> crate::error::Result<R>,
 ) -> crate::error::Result<R> {
