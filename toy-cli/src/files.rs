@@ -356,9 +356,21 @@ pub fn check_out(out: &Path, inputs: &[&Path], what: &str) -> Result<()> {
         return Err(input(format!("--out {o}: {} is not a folder", dir.display())));
     }
     let probe = dir.join(format!(".toy-out-probe-{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(|e| input(format!("--out {o}: cannot write into {}: {e}", dir.display())))?;
+    std::fs::write(&probe, b"").map_err(|e| input(format!("--out {o}: cannot write into {}: {}", dir.display(), create_error(&e))))?;
     let _ = std::fs::remove_file(probe);
     Ok(())
+}
+
+/// The reason a file could not be made in a folder that exists: the system's
+/// text, except for "No such file or directory", which a folder of a virtual
+/// file system (`/proc`, `/sys`) gives and which reads as if the folder were
+/// missing.
+fn create_error(e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        "it takes no new files (a virtual file system?)".to_string()
+    } else {
+        e.to_string()
+    }
 }
 
 /// [`check_out`] for a GGUF output: also refuse to replace an existing,
@@ -396,6 +408,19 @@ mod tests {
             let e = check_out_gguf(&out, &[], "x").expect_err("not GGUF: kept").to_string();
             assert!(e.contains("is not a GGUF file"), "{e}");
             assert_eq!(std::fs::read(&out).unwrap(), other, "left as it was");
+        }
+    }
+
+    #[test]
+    fn a_folder_that_takes_no_files_is_not_called_missing() {
+        let e = create_error(&std::io::Error::from(std::io::ErrorKind::NotFound));
+        assert!(e.contains("takes no new files") && !e.contains("No such file"), "{e}");
+        let e = create_error(&std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        assert!(e.contains("ermission denied"), "{e}");
+        if Path::new("/proc/self").is_dir() {
+            let e = check_out(Path::new("/proc/toy-out.gguf"), &[], "x").expect_err("/proc takes no files").to_string();
+            // root gets ENOENT there, a user EACCES
+            assert!(e.contains("cannot write into /proc: ") && !e.contains("No such file"), "{e}");
         }
     }
 
