@@ -7,6 +7,31 @@
 
 use crate::error::{Error, Result};
 use ggml_sys as sys;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// The live arenas: the address range of each and its id. An op result
+/// records the arenas its operands' descriptions lie in (a graph over another
+/// context's weights), so that a context whose tensors view a dropped
+/// context's is refused before ggml reads the freed descriptions
+/// (`ggml_backend_alloc_ctx_tensors` reads every view's source). Ids are
+/// never reused, so a new arena at a freed one's address is not taken for it.
+static LIVE: Mutex<Vec<(usize, usize, u64)>> = Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+fn live() -> std::sync::MutexGuard<'static, Vec<(usize, usize, u64)>> {
+    LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The id of the live arena that holds address `addr`, if any.
+pub(crate) fn owner(addr: usize) -> Option<u64> {
+    live().iter().find(|&&(start, end, _)| (start..end).contains(&addr)).map(|&(_, _, id)| id)
+}
+
+/// Whether the arena of this id is still alive.
+pub(crate) fn is_live(id: u64) -> bool {
+    live().iter().any(|&(_, _, i)| i == id)
+}
 
 /// The unit of an arena: ggml wants its arena aligned to `GGML_MEM_ALIGN`.
 #[repr(C, align(16))]
@@ -20,6 +45,8 @@ pub(crate) struct Arena {
     /// Length 0: only the capacity is used, written by ggml, never read by Rust.
     buf: Vec<Block>,
     bytes: usize,
+    /// Its entry in the live arenas.
+    id: u64,
 }
 
 impl Arena {
@@ -34,11 +61,26 @@ impl Arena {
         let mut buf = Vec::new();
         buf.try_reserve_exact(blocks)
             .map_err(|_| Error::Capacity(format!("cannot allocate {} MiB of host memory for {what}", (bytes as u64).div_ceil(1 << 20))))?;
-        Ok(Arena { buf, bytes: blocks * std::mem::size_of::<Block>() })
+        let bytes = blocks * std::mem::size_of::<Block>();
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let start = buf.as_ptr() as usize;
+        live().push((start, start + bytes, id));
+        Ok(Arena { buf, bytes, id })
+    }
+
+    /// This arena's id among the live ones ([`owner`]).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// `ggml_init` parameters for a `no_alloc` context in this arena.
     pub(crate) fn params(&mut self) -> sys::ggml_init_params {
         sys::ggml_init_params { mem_size: self.bytes, mem_buffer: self.buf.as_mut_ptr().cast(), no_alloc: true }
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        live().retain(|&(_, _, id)| id != self.id);
     }
 }

@@ -137,8 +137,8 @@ fn check_strided_grads(nodes: &[Tensor<'_>], needs: &HashSet<*mut sys::ggml_tens
             return Err(fail(
                 n,
                 &format!(
-                    "ggml would pass a strided gradient to its operand {:?} ({}) and {why}; insert a reshape to the same shape between them (its backward makes the gradient contiguous)",
-                    s.name(),
+                    "ggml would pass a strided gradient to its operand {} ({}) and {why}; insert a reshape to the same shape between them (its backward makes the gradient contiguous)",
+                    crate::ops::label(&s),
                     s.op_name()
                 ),
             ));
@@ -247,7 +247,7 @@ fn unary(n: &Tensor<'_>) -> sys::ggml_unary_op {
 }
 
 fn fail(n: &Tensor<'_>, why: &str) -> Error {
-    Error::Backward(format!("{} ({}): {why}", n.name(), n.op_name()))
+    Error::Backward(format!("{} {}: {why}", n.op_name(), crate::ops::label(n)))
 }
 
 fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result<()> {
@@ -262,9 +262,14 @@ fn check_node(n: &Tensor<'_>, srcs: &[Tensor<'_>], src_needs: &[bool]) -> Result
     for (s, &need) in srcs.iter().zip(src_needs) {
         // (f16 too would reach kernels without an f16 case: scale, binary ops, gelu's backward)
         if need && !bf16_input(n, op, s) && s.dtype() != crate::DType::F32 {
+            let fix = if op == sys::GGML_OP_CPY {
+                "a cast back to f32 does not make a gradient flow through it: keep the trained path in f32"
+            } else {
+                "cast to f32 before this op"
+            };
             return Err(fail(
                 n,
-                &format!("gradients flow only through f32 operands, and {:?} is {}: cast to f32 before this op", s.name(), s.dtype()),
+                &format!("gradients flow only through f32 operands, and {} is {}: {fix}", crate::ops::label(s), s.dtype()),
             ));
         }
     }

@@ -311,6 +311,9 @@ impl<'a> Graph<'a> {
         if self.loss.is_some() {
             return Err(Error::Backward("backward was already built".into()));
         }
+        // A leaf as the loss (a parameter itself): ggml differentiates nodes, so the
+        // loss is taken through a view of it, whose gradient is the leaf's (1 for itself).
+        let loss = if loss.op() == sys::GGML_OP_NONE && !loss.is_view() { self.ctx.reshape(loss, &loss.shape())? } else { loss };
         if !self.contains(loss) {
             self.expand(loss)?;
         }
@@ -454,8 +457,9 @@ impl<'a> Graph<'a> {
             let v: Vec<i32> = t.read()?;
             if let Some((i, &bad)) = v.iter().enumerate().find(|(_, &x)| x < 0 || x as i64 >= *rows) {
                 return Err(Error::Compute(format!(
-                    "index {bad} at position {i} of {:?} is outside the {rows} rows of {table:?}",
-                    t.name()
+                    "get_rows: index {bad} at position {i} of the indices {} is outside the {rows} rows of the table {}",
+                    crate::ops::label(&t),
+                    crate::ops::label_of(table)
                 )));
             }
         }

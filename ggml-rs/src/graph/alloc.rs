@@ -175,9 +175,15 @@ fn check_runnable(nodes: &[RawTensor], backends: &[Backend]) -> Result<()> {
             if !backends.iter().any(|b| sys::ggml_backend_supports_op(b.raw(), n)) {
                 let name = CStr::from_ptr(node.name.as_ptr()).to_string_lossy();
                 let op = CStr::from_ptr(sys::ggml_op_desc(n)).to_string_lossy();
-                let ty = CStr::from_ptr(sys::ggml_type_name(node.type_)).to_string_lossy();
+                let typed = |t: &sys::ggml_tensor| format!("{} {:?}", CStr::from_ptr(sys::ggml_type_name(t.type_)).to_string_lossy(), t.ne);
+                let operands: Vec<String> = node.src.iter().filter(|s| !s.is_null()).map(|&s| typed(&*s)).collect();
                 let names: Vec<String> = backends.iter().map(|b| b.name()).collect();
-                return Err(Error::Backend(format!("{name} ({op}, {ty}) runs on none of {}", names.join(", "))));
+                return Err(Error::Backend(format!(
+                    "{name}: {op} of {} giving {} runs on none of {}",
+                    operands.join(" and "),
+                    typed(node),
+                    names.join(", ")
+                )));
             }
         }
     }

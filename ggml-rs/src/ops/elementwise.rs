@@ -91,8 +91,9 @@ impl Context {
     );
     unary_op!(
         /// GELU, tanh approximation `0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))`
-        /// (Hendrycks & Gimpel 2016; `ggml_gelu`). On the CPU ggml evaluates it
-        /// through an f16 lookup table (error up to ~1e-3). A bf16 `a` that is a
+        /// (Hendrycks & Gimpel 2016; `ggml_gelu`). The CPU evaluates it in f32
+        /// (toy-rs patch 0002: ggml's f16 lookup table, off by up to ~1e-3, is
+        /// not built). A bf16 `a` that is a
         /// [`cast`](Context::cast) of an f32 tensor (autocast) is differentiated by
         /// [`gelu_back`](Context::gelu_back) reading it in bf16 (patch 0045).
         gelu, ggml_gelu, "f32, f16 or bf16", [DType::F32, DType::F16, DType::BF16]

@@ -31,7 +31,9 @@ impl Context {
         f: impl FnOnce(*mut sys::ggml_context) -> *mut sys::ggml_tensor,
     ) -> Result<Tensor<'a>> {
         self.reserve(name, OP_TENSORS)?;
-        self.wrap(f(self.raw()))
+        let t = self.wrap(f(self.raw()))?;
+        self.note_sources(&t);
+        Ok(t)
     }
 }
 
@@ -57,9 +59,24 @@ fn is_float(d: DType) -> bool {
 /// names an unnamed tensor's views " (view)", " (transposed)"...: those are
 /// said as "(unnamed, transposed)").
 pub(crate) fn label(t: &Tensor<'_>) -> String {
-    let name = t.name();
-    match name.strip_prefix(" (").and_then(|r| r.strip_suffix(')')) {
-        _ if !name.is_empty() && !name.starts_with(" (") => format!("{name:?}"),
+    label_of(&t.name())
+}
+
+/// [`label`] of a tensor named `name`. The names ggml gives unnamed members of
+/// a graph it builds ("leaf_3", "node_12", and their views' "leaf_3 (view)")
+/// are said as unnamed too.
+pub(crate) fn label_of(name: &str) -> String {
+    let generated = |b: &str| {
+        ["leaf_", "node_"].iter().any(|p| b.strip_prefix(p).is_some_and(|d| !d.is_empty() && d.bytes().all(|c| c.is_ascii_digit())))
+    };
+    // ggml appends " (view)", " (copy)"... to the source's name, once per view
+    let (mut base, mut kind) = (name, None);
+    while let Some(i) = base.rfind(" (").filter(|_| base.ends_with(')')) {
+        kind = kind.or(Some(&base[i + 2..base.len() - 1]));
+        base = &base[..i];
+    }
+    match kind {
+        _ if !base.is_empty() && !generated(base) => format!("{name:?}"),
         Some(what) => format!("(unnamed, {what})"),
         None => "(unnamed)".to_string(),
     }

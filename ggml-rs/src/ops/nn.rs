@@ -68,8 +68,9 @@ impl Context {
     }
 
     /// Matrix product contracting over `ne0` (`ggml_mul_mat`): `a` is `[k, m, …]`,
-    /// `b` is `[k, n, …]`, the result is f32 `[m, n, …]`, i.e. `bᵀ·a`-shaped: with
-    /// `a` a weight stored as `rows × cols = out × in`, `mul_mat(a, x)` is `W·x`.
+    /// `b` is `[k, n, …]`, the result is f32 `[m, n, …]`: in row-major terms `b·aᵀ`
+    /// (an `n × m` matrix). With `a` a weight stored as `rows × cols = out × in`
+    /// and `x` a column of `in` values, `mul_mat(a, x)` is `W·x`.
     /// Dimensions 2 and 3 of `a` broadcast over `b`'s (each must divide). `b` must be f32,
     /// or bf16 (an activation stored for bf16 products, toy-rs patch 0042: CUDA reads it as
     /// it is, the CPU widens it; a bf16 `b` made by [`cast`](Self::cast) of an f32 tensor

@@ -273,9 +273,24 @@ fn check_copy_layout(a: &Tensor<'_>, b: &Tensor<'_>) -> Result<()> {
     if from == to {
         return Ok(());
     }
-    let fits = if to.is_quantized() {
-        b.is_contiguous()
-    } else if from.is_quantized() && to == DType::BF16 {
+    if to.is_quantized() {
+        // ggml quantizes each row of a's dimension 0 in whole blocks, read as contiguous values
+        let bs = to.block_size();
+        if a.ne()[0] % bs != 0 || a.nb()[0] != from.type_size() || !b.is_contiguous() {
+            return Err(Error::op(
+                "cpy",
+                format!(
+                    "{} to {} {}: a copy into {to} quantizes each row of the source (dimension 0) in blocks of {bs}: \
+                     the source's rows must be contiguous and a multiple of {bs} long, the destination contiguous",
+                    shape_str(a),
+                    to,
+                    shape_str(b)
+                ),
+            ));
+        }
+        return Ok(());
+    }
+    let fits = if from.is_quantized() && to == DType::BF16 {
         a.is_contiguous() && b.is_contiguous()
     } else if from.is_quantized() {
         b.nb()[0] == to.type_size() && (b.ne()[0] % from.block_size() == 0 || b.is_contiguous())

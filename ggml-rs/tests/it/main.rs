@@ -19,6 +19,7 @@ mod linkage;
 mod merged;
 mod misuse;
 mod misuse2;
+mod misuse3;
 mod norm_back;
 mod ops;
 mod optim;

@@ -218,7 +218,11 @@ fn get_rows_checks_the_indices_a_view_picks() {
     let mut g = Graph::new(&ctx, 16).unwrap();
     g.expand(ctx.get_rows(table, tail).unwrap().set_output()).unwrap();
     g.allocate(&backends(&cpu)).unwrap();
-    err_with(g.compute(), "index 99");
+    let e = err_with(g.compute(), "index 99").to_string();
+    assert!(
+        e.contains("indices (unnamed, view)") && e.contains("of the table (unnamed)") && !e.contains("leaf_"),
+        "ggml's names of unnamed leaves are not shown: {e}"
+    );
     still_works();
 }
 
