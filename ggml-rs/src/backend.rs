@@ -343,6 +343,8 @@ fn ggml_library_dir() -> Option<std::path::PathBuf> {
 struct BackendInner {
     ptr: sys::ggml_backend_t,
     device: Device,
+    /// The threads last set ([`Backend::set_n_threads`]), for backends that have them.
+    n_threads: std::cell::Cell<Option<usize>>,
 }
 
 impl Drop for BackendInner {
@@ -367,7 +369,8 @@ impl std::fmt::Debug for Backend {
 }
 
 impl Backend {
-    /// Start a backend on `device`.
+    /// Start a backend on `device`; a CPU backend with [`default_n_threads`]
+    /// threads (ggml's own default is 4 whatever the machine).
     pub fn new(device: Device) -> Result<Backend> {
         log::init();
         // SAFETY: valid device; NULL params.
@@ -375,7 +378,9 @@ impl Backend {
         if ptr.is_null() {
             return Err(Error::Backend(format!("cannot start a backend on {}", device.name())));
         }
-        Ok(Backend { inner: Rc::new(BackendInner { ptr, device }) })
+        let b = Backend { inner: Rc::new(BackendInner { ptr, device, n_threads: std::cell::Cell::new(None) }) };
+        b.set_n_threads(default_n_threads());
+        Ok(b)
     }
 
     /// Start the backend for a user-typed device name (see [`device_by_name`]).
@@ -384,17 +389,14 @@ impl Backend {
         Backend::new(device_by_name(name)?)
     }
 
-    /// The CPU backend, with [`default_n_threads`] threads (ggml's own default is 4
-    /// whatever the machine).
+    /// The CPU backend, with [`default_n_threads`] threads (as [`Backend::new`]).
     pub fn cpu() -> Result<Backend> {
         load_default_backends();
         let dev = all_devices()
             .into_iter()
             .find(|d| d.kind() == DeviceKind::Cpu)
             .ok_or_else(|| Error::Backend("no CPU backend (is libggml-cpu loadable?)".into()))?;
-        let b = Backend::new(dev)?;
-        b.set_n_threads(default_n_threads());
-        Ok(b)
+        Backend::new(dev)
     }
 
     /// The device this backend runs on.
@@ -428,12 +430,20 @@ impl Backend {
         if f.is_null() {
             return false;
         }
+        let n = n.clamp(1, sys::GGML_MAX_N_THREADS as usize);
         // SAFETY: the registry exports this name with this signature (ggml-cpu.h); live backend.
         unsafe {
             let f: unsafe extern "C" fn(sys::ggml_backend_t, i32) = std::mem::transmute(f);
-            f(self.inner.ptr, n.clamp(1, sys::GGML_MAX_N_THREADS as usize) as i32);
+            f(self.inner.ptr, n as i32);
         }
+        self.inner.n_threads.set(Some(n));
         true
+    }
+
+    /// The threads the backend runs ops with ([`set_n_threads`](Self::set_n_threads)),
+    /// or `None` for a backend without threads (a GPU's).
+    pub fn n_threads(&self) -> Option<usize> {
+        self.inner.n_threads.get()
     }
 
     /// Choose how f32 matrix products are computed, for backends with a choice

@@ -87,7 +87,7 @@ impl Context {
         let left = self.remaining();
         if left < n {
             return Err(Error::Capacity(format!(
-                "{op}: the context is full ({} tensors); create it with a larger capacity",
+                "{op}: the context is full ({left} of its {} tensors left, {n} needed); create it with a larger capacity",
                 self.max_tensors
             )));
         }
@@ -121,6 +121,31 @@ impl Context {
              dropped; keep that one alive while this context is allocated"
                 .to_string(),
         ))
+    }
+
+    /// Refuse a view of another context's tensor that has no memory yet: ggml
+    /// would place the view on it (`ggml_backend_view_init`) and assert.
+    fn check_view_sources(&self) -> Result<()> {
+        for t in self.all_tensors() {
+            let r = t.get();
+            if r.view_src.is_null() || !r.data.is_null() {
+                continue;
+            }
+            // SAFETY: a live source (check_reads: its context is alive).
+            let src = unsafe { &*r.view_src };
+            if src.data.is_null() && crate::arena::owner(r.view_src as usize) != Some(self.arena.id()) {
+                let name = unsafe { std::ffi::CStr::from_ptr(src.name.as_ptr()) }.to_string_lossy();
+                return Err(Error::op(
+                    "allocate",
+                    format!(
+                        "{} views {}, a tensor of another context that has no memory yet: allocate that context first",
+                        crate::ops::label(&t),
+                        crate::ops::label_of(&name)
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Wrap a tensor pointer that belongs to (or outlives) this context.
@@ -169,6 +194,8 @@ impl Context {
     /// memory (checked first), [`Error::Backend`] when the allocation fails anyway.
     pub fn allocate(&self, backend: &Backend) -> Result<()> {
         self.check_reads("allocate")?;
+        crate::graph::forget_stale_views(self.all_tensors().map(|t| t.raw()));
+        self.check_view_sources()?;
         // SAFETY: live context and backend. NULL means "nothing to allocate" or failure.
         let pending: Vec<Tensor<'_>> = self.all_tensors().filter(|t| !t.is_allocated() && !t.is_view()).collect();
         if pending.is_empty() {

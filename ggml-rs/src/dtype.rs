@@ -171,11 +171,12 @@ impl DType {
     /// When the type has no conversion, `n` is not a multiple of the block size,
     /// or `raw` is shorter than `n` elements.
     pub fn to_f32(self, raw: &[u8], n: usize) -> Result<Vec<f32>> {
+        crate::log::init();
         let blck = self.block_size() as usize;
         if n % blck != 0 {
             return Err(Error::op("to_f32", format!("{n} elements is not a multiple of the {} block size {blck}", self.name())));
         }
-        let need = n / blck * self.type_size();
+        let need = (n / blck).saturating_mul(self.type_size());
         if raw.len() < need {
             return Err(Error::op("to_f32", format!("{} bytes given, {need} needed", raw.len())));
         }
@@ -200,20 +201,34 @@ impl DType {
     /// `values.len() / n_per_row` rows of [`row_size`](Self::row_size) bytes.
     ///
     /// # Errors
-    /// When the type has no converter (integer types), needs an importance
-    /// matrix (the IQ types), or `n_per_row` is 0, is not a multiple of the
-    /// block size, or does not divide `values.len()`.
+    /// When the type has no converter (integer types, `q8_1`), needs an
+    /// importance matrix (some IQ types), or `n_per_row` is 0, is not a
+    /// multiple of the block size, or does not divide `values.len()`; for a
+    /// block-quantized type, when a value is not finite or is beyond f16's
+    /// ±65504 (the blocks' scales are f16: ggml would write infinite scales,
+    /// or abort, for the IQ types).
     pub fn quantize(self, values: &[f32], n_per_row: usize) -> Result<Vec<u8>> {
+        crate::log::init();
         let name = self.name();
         let fail = |why: String| Err(Error::op("quantize", why));
         let convertible = matches!(self, DType::F32 | DType::F16 | DType::BF16) || (self.is_quantized() && self.can_dequantize());
+        if !convertible {
+            return fail(format!("ggml has no converter from f32 to {name}"));
+        }
         // SAFETY: valid type.
-        if !convertible || unsafe { sys::ggml_quantize_requires_imatrix(self.to_raw()) } {
-            return fail(format!("no converter from f32 to {name} without an importance matrix"));
+        if unsafe { sys::ggml_quantize_requires_imatrix(self.to_raw()) } {
+            return fail(format!("{name} needs an importance matrix, which this conversion does not take"));
         }
         let blck = self.block_size() as usize;
-        if n_per_row == 0 || n_per_row % blck != 0 || values.len() % n_per_row != 0 {
+        if n_per_row == 0 || n_per_row % blck != 0 || values.len() % n_per_row != 0 || i64::try_from(n_per_row).is_err() {
             return fail(format!("rows of {n_per_row} of {} values do not split into {name} blocks of {blck}", values.len()));
+        }
+        if self.is_quantized() {
+            if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !v.is_finite() || v.abs() > 65504.0) {
+                return fail(format!(
+                    "value {v} at index {i} does not fit {name}'s blocks, whose scales are f16 (finite values up to ±65504)"
+                ));
+            }
         }
         let nrows = values.len() / n_per_row;
         let mut out = vec![0u8; nrows * self.row_size(n_per_row as i64)];

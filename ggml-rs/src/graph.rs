@@ -14,6 +14,7 @@ use std::ffi::CStr;
 use std::ptr::NonNull;
 
 mod alloc;
+pub(crate) use alloc::forget_stale_views;
 mod order;
 mod side;
 
@@ -171,10 +172,15 @@ impl<'a> Graph<'a> {
     /// # Errors
     /// [`Error::Capacity`] when the graph would exceed its size.
     pub fn expand(&mut self, t: Tensor<'a>) -> Result<()> {
+        self.expand_all(&[t])
+    }
+
+    /// [`expand`](Self::expand) each of `ts`, or none of them when they do not all fit.
+    pub(crate) fn expand_all(&mut self, ts: &[Tensor<'a>]) -> Result<()> {
         self.not_allocated("expand")?;
         let mut new = 0usize;
         let mut seen = HashSet::new();
-        let mut stack = vec![t.raw()];
+        let mut stack: Vec<_> = ts.iter().map(|t| t.raw()).collect();
         while let Some(p) = stack.pop() {
             if self.members.contains(&p) || !seen.insert(p) {
                 continue;
@@ -194,8 +200,10 @@ impl<'a> Graph<'a> {
                 self.members.len()
             )));
         }
-        // SAFETY: capacity checked.
-        unsafe { sys::ggml_build_forward_expand(self.raw(), t.raw()) };
+        for t in ts {
+            // SAFETY: capacity checked.
+            unsafe { sys::ggml_build_forward_expand(self.raw(), t.raw()) };
+        }
         self.refresh_members();
         Ok(())
     }

@@ -24,9 +24,11 @@ pub enum LogLevel {
 }
 
 type Handler = Box<dyn Fn(LogLevel, &str) + Send + Sync>;
+type SharedHandler = std::sync::Arc<dyn Fn(LogLevel, &str) + Send + Sync>;
 
 struct LogState {
-    handler: Option<Handler>,
+    /// Called without the lock held: a handler may call back into this module.
+    handler: Option<SharedHandler>,
     pending: String,
     pending_level: LogLevel,
     last_error: Option<String>,
@@ -53,23 +55,12 @@ pub fn init() {
 /// Replace the log handler. `None` restores the default (warnings and errors to stderr).
 pub fn set_handler(handler: Option<Handler>) {
     init();
-    STATE.lock().unwrap_or_else(|e| e.into_inner()).handler = handler;
+    STATE.lock().unwrap_or_else(|e| e.into_inner()).handler = handler.map(std::sync::Arc::from);
 }
 
 /// The last error line ggml logged, if any (used to explain a failed allocation).
 pub fn take_last_error() -> Option<String> {
     STATE.lock().unwrap_or_else(|e| e.into_inner()).last_error.take()
-}
-
-fn emit(state: &mut LogState, level: LogLevel, line: &str) {
-    if level == LogLevel::Error {
-        state.last_error = Some(line.to_string());
-    }
-    match &state.handler {
-        Some(h) => h(level, line),
-        None if level >= LogLevel::Warn => eprintln!("ggml: {line}"),
-        None => {}
-    }
 }
 
 unsafe extern "C" fn log_callback(level: sys::ggml_log_level, text: *const c_char, _: *mut c_void) {
@@ -91,10 +82,23 @@ unsafe extern "C" fn log_callback(level: sys::ggml_log_level, text: *const c_cha
             st.pending_level = lvl;
         }
         st.pending.push_str(&text);
+        let mut lines = Vec::new();
         while let Some(pos) = st.pending.find('\n') {
             let line: String = st.pending.drain(..=pos).collect();
-            let level = st.pending_level;
-            emit(&mut st, level, line.trim_end());
+            let line = line.trim_end().to_string();
+            if st.pending_level == LogLevel::Error {
+                st.last_error = Some(line.clone());
+            }
+            lines.push((st.pending_level, line));
+        }
+        let handler = st.handler.clone();
+        drop(st);
+        for (level, line) in lines {
+            match &handler {
+                Some(h) => h(level, &line),
+                None if level >= LogLevel::Warn => eprintln!("ggml: {line}"),
+                None => {}
+            }
         }
     });
     let _ = result;
@@ -110,4 +114,36 @@ unsafe extern "C" fn abort_callback(msg: *const c_char) {
         };
         eprintln!("ggml: fatal: {msg} (a precondition this library does not check yet; please report it)");
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// A handler may call back into this module (it deadlocked: the state's
+    /// lock was held while the handler ran).
+    #[test]
+    fn a_handler_may_call_back_into_the_log() {
+        const MARK: &str = "toy-log-reentry-test";
+        let (tx, rx) = mpsc::channel();
+        let tx = std::sync::Mutex::new(tx);
+        set_handler(Some(Box::new(move |level, line: &str| {
+            if line.contains(MARK) {
+                let taken = take_last_error();
+                let _ = tx.lock().unwrap().send((level, taken));
+            }
+        })));
+        std::thread::spawn(|| {
+            let text = std::ffi::CString::new(format!("{MARK}: an error\n")).unwrap();
+            // SAFETY: a NUL-terminated string, as ggml passes.
+            unsafe { log_callback(sys::GGML_LOG_LEVEL_ERROR, text.as_ptr(), std::ptr::null_mut()) };
+        });
+        let got = rx.recv_timeout(Duration::from_secs(20));
+        set_handler(None);
+        let (level, taken) = got.expect("the handler ran without deadlocking");
+        assert_eq!(level, LogLevel::Error);
+        assert_eq!(taken.as_deref(), Some(&*format!("{MARK}: an error")));
+    }
 }

@@ -235,6 +235,16 @@ impl<'a> Optimizer<'a> {
                 p.name()
             )));
         }
+        if let Some(g) = groups.iter().find(|g| !(g.weight_decay.is_finite() && g.weight_decay >= 0.0)) {
+            return Err(Error::op("optimizer", format!("weight_decay = {} must be finite and ≥ 0", g.weight_decay)));
+        }
+        if let (Kind::AdamW(_), Some(st)) = (&kind, state) {
+            if let Some(p) = groups.iter().flat_map(|g| &g.params).find(|&&p| st.moments(p).is_none()) {
+                return Err(Error::Backward(format!("no AdamW moments for {:?}", p.name())));
+            }
+        }
+        // Nothing joins the graph until every update is built: a refusal leaves it as it was.
+        let mut steps = Vec::new();
         // Global gradient norm and clip coefficient, computed in the graph.
         let mut clip = None;
         let mut grad_norm = None;
@@ -277,10 +287,11 @@ impl<'a> Optimizer<'a> {
                     }
                     _ => ctx.opt_step_sgd(p, gr, hp)?,
                 };
-                graph.expand(step)?;
+                steps.push(step);
             }
             out_groups.push((g.weight_decay, hp));
         }
+        graph.expand_all(&steps)?;
         let gate = Arc::new(StepGate(AtomicU8::new(IDLE), seen.into_iter().map(|p| p as usize).collect()));
         graph.add_step_gate(gate.clone());
         Ok(Optimizer { kind, groups: out_groups, clip, grad_norm, t: 0, gate })
@@ -304,10 +315,11 @@ impl<'a> Optimizer<'a> {
         if self.gate.0.load(Ordering::Acquire) == RAN {
             return Err(Error::op(
                 "optimizer",
-                format!("step {} ran but was not finished: call finish_step after computing each step", self.t + 1),
+                format!("step {} ran but was not finished: call finish_step after computing each step", self.t.saturating_add(1)),
             ));
         }
-        let t = (self.t + 1) as i32;
+        // past i32::MAX steps β^t is 0 in f64 already: the bias corrections are 1
+        let t = i32::try_from(self.t.saturating_add(1)).unwrap_or(i32::MAX);
         for &(wd, hp) in &self.groups {
             match self.kind {
                 Kind::AdamW(c) => {
@@ -331,7 +343,7 @@ impl<'a> Optimizer<'a> {
     /// not run is dropped, uncounted. The next step can then be prepared.
     pub fn finish_step(&mut self) {
         if self.gate.0.swap(IDLE, Ordering::AcqRel) == RAN {
-            self.t += 1;
+            self.t = self.t.saturating_add(1);
         }
     }
 
@@ -393,8 +405,13 @@ fn collect_grads<'a>(graph: &Graph<'a>, groups: &[ParamGroup<'a>]) -> Result<Vec
 
 fn check_cfg(c: &AdamWConfig) -> Result<()> {
     let (b1, b2) = c.betas;
-    let ok =
-        c.lr.is_finite() && c.lr >= 0.0 && (0.0..1.0).contains(&b1) && (0.0..1.0).contains(&b2) && c.eps > 0.0 && c.weight_decay >= 0.0;
+    let ok = c.lr.is_finite()
+        && c.lr >= 0.0
+        && (0.0..1.0).contains(&b1)
+        && (0.0..1.0).contains(&b2)
+        && c.eps > 0.0
+        && c.weight_decay.is_finite()
+        && c.weight_decay >= 0.0;
     if !ok {
         return Err(Error::op("adamw", format!("invalid hyper-parameters {c:?} (need lr ≥ 0, 0 ≤ betas < 1, eps > 0, weight_decay ≥ 0)")));
     }

@@ -11,6 +11,11 @@ use std::ffi::CString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// The longest string (bytes) and array (elements) ggml's reader takes
+/// (gguf.cpp's `GGUF_MAX_STRING_LENGTH`, `GGUF_MAX_ARRAY_ELEMENTS`): a file
+/// holding a longer one could not be read back.
+const MAX_READ: usize = 1 << 30;
+
 /// Collects metadata and tensors, then writes a GGUF v3 file.
 ///
 /// Tensor data are copied into the writer when added, so tensors of any
@@ -50,7 +55,8 @@ impl GgufWriter {
     /// moves to the end of the file's key order (as ggml's `gguf_set_val_*`).
     ///
     /// # Errors
-    /// Empty keys, keys or strings with NUL bytes, and `general.alignment` other
+    /// Empty keys, keys or strings with NUL bytes, strings or arrays longer than
+    /// ggml's reader takes (2³⁰ bytes or elements), and `general.alignment` other
     /// than the u32 32: ggml's writer lays tensor data out with the default
     /// alignment whatever that key says, so any other value would describe the
     /// file wrongly (readers, ours and ggml's, would refuse it).
@@ -66,6 +72,18 @@ impl GgufWriter {
                     "general.alignment {value:?}: only the u32 {} is supported (ggml's writer always aligns tensor data to it)",
                     super::DEFAULT_ALIGNMENT
                 ),
+            ));
+        }
+        let long = match &value {
+            Value::String(v) => v.len() > MAX_READ,
+            Value::Array(Array::String(v)) => v.len() > MAX_READ || v.iter().any(|s| s.len() > MAX_READ),
+            Value::Array(a) => a.len() > MAX_READ,
+            _ => false,
+        };
+        if long || key.len() > MAX_READ {
+            return Err(Error::gguf(
+                PathBuf::new(),
+                format!("metadata {key:.64?}: strings and arrays are read back up to {MAX_READ} bytes or elements (ggml's reader)"),
             ));
         }
         let k = c(key, "key")?;
@@ -181,7 +199,8 @@ impl GgufWriter {
     /// Write the file atomically: to a temporary file beside `path` (its own,
     /// even when threads write the same path), flushed and fsynced, then renamed
     /// over `path` (and the folder fsynced), so `path` is either the old file or
-    /// a complete new one, never a partial write.
+    /// a complete new one, never a partial write. A file replaced keeps its
+    /// permissions.
     ///
     /// # Errors
     /// [`Error::Io`] naming the path when any step fails; the temporary file is removed.
@@ -192,13 +211,20 @@ impl GgufWriter {
         // Unique to this call: two writes of one path (threads of this process) never share a temporary.
         static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = dir.join(format!(".{}.tmp-{}-{n}", file_name.to_string_lossy(), std::process::id()));
+        // (a long name cut, so the temporary's name stays within the system's 255 bytes)
+        let name = file_name.to_string_lossy();
+        let cut = name.char_indices().map(|(i, ch)| i + ch.len_utf8()).take_while(|&e| e <= 200).last().unwrap_or(0);
+        let tmp = dir.join(format!(".{}.tmp-{}-{n}", &name[..cut], std::process::id()));
         // Errors name the file being written, not its temporary.
         let named = |e: Error| match e {
             Error::Io { source, .. } => Error::io(path, source),
             e => e,
         };
         let result = self.write_to(&tmp).map_err(named).and_then(|_| {
+            // a file replaced keeps its permissions
+            if let Ok(old) = std::fs::metadata(path) {
+                let _ = std::fs::set_permissions(&tmp, old.permissions());
+            }
             std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))?;
             if let Ok(d) = std::fs::File::open(dir) {
                 let _ = d.sync_all();

@@ -43,6 +43,7 @@ impl Graph<'_> {
         if nodes.is_empty() {
             return Err(Error::Compute("the graph has no nodes".into()));
         }
+        forget_stale_views(nodes.iter().chain(leafs.iter()).copied());
         check_state_allocated(&nodes, &leafs)?;
         self.check_steps_gated(&nodes)?;
         check_not_in_other_graph(&nodes)?;
@@ -199,6 +200,31 @@ fn check_backend_list(backends: &[Backend]) -> Result<()> {
         return Err(Error::Backend("at most 16 backends".into()));
     }
     Ok(())
+}
+
+/// Clear the data of views that no longer lie where their source's data does:
+/// a view made while its source had a graph's memory keeps that address after
+/// the graph is dropped (ggml sets a view's data once, when it is made), and
+/// ggml would then read freed memory through it. Cleared, the view is placed
+/// again on its source's present memory (`ggml_backend_view_init`).
+pub(crate) fn forget_stale_views(tensors: impl Iterator<Item = RawTensor>) {
+    for t in tensors {
+        // SAFETY: live tensors and their view sources (sources outlive their views).
+        unsafe {
+            let v = &mut *t;
+            if v.view_src.is_null() || v.data.is_null() {
+                continue;
+            }
+            let src = &*v.view_src;
+            let here = !src.data.is_null()
+                && v.data == src.data.cast::<u8>().add(v.view_offs).cast()
+                && (v.buffer.is_null() || v.buffer == src.buffer);
+            if !here {
+                v.data = std::ptr::null_mut();
+                v.buffer = std::ptr::null_mut();
+            }
+        }
+    }
 }
 
 /// Refuse an op result that another allocated graph gave memory: this graph

@@ -20,6 +20,7 @@ mod merged;
 mod misuse;
 mod misuse2;
 mod misuse3;
+mod misuse4;
 mod norm_back;
 mod ops;
 mod optim;

@@ -122,3 +122,52 @@ fn backward_refusals_name_unnamed_nodes() {
     let e = err_with(g.build_backward(loss), "a cast back to f32 does not make a gradient flow").to_string();
     assert!(e.contains("CPY (unnamed, copy)") && !e.contains("  "), "{e}");
 }
+
+/// A view made while its source had a graph's memory is placed again on the
+/// source's memory of the next graph (it kept the dropped graph's address:
+/// the next graph read freed memory, then ggml aborted).
+#[test]
+fn a_view_outlives_the_graph_memory_it_was_made_on() {
+    let cpu = cpu();
+    let ctx = Context::new(64).unwrap();
+    let x = ctx.new_tensor_1d(DType::F32, 1024).unwrap();
+    let mut g1 = Graph::new(&ctx, 16).unwrap();
+    g1.expand(ctx.sum(x).unwrap()).unwrap();
+    g1.allocate(&backends(&cpu)).unwrap();
+    let v = ctx.reshape(x, &[32, 32]).unwrap();
+    drop(g1);
+    for round in 1..=3 {
+        let s = ctx.sum(v).unwrap().set_output();
+        let mut g = Graph::new(&ctx, 16).unwrap();
+        g.expand(s).unwrap();
+        g.allocate(&backends(&cpu)).unwrap();
+        x.write(&vec![round as f32; 1024]).unwrap();
+        g.compute().unwrap();
+        assert_eq!(s.read::<f32>().unwrap(), vec![1024.0 * round as f32]);
+    }
+    // and in a context's own buffer
+    let y = ctx.new_tensor_1d(DType::F32, 4).unwrap();
+    let mut g2 = Graph::new(&ctx, 16).unwrap();
+    g2.expand(ctx.sum(y).unwrap()).unwrap();
+    g2.allocate(&backends(&cpu)).unwrap();
+    let w = ctx.reshape(y, &[2, 2]).unwrap();
+    drop(g2);
+    ctx.allocate(&cpu).unwrap();
+    y.write(&[1f32, 2., 3., 4.]).unwrap();
+    assert_eq!(w.read::<f32>().unwrap(), vec![1., 2., 3., 4.]);
+    still_works();
+}
+
+/// A context holding a view of another context's tensor that has no memory
+/// yet is refused at allocate, not left to ggml's assert.
+#[test]
+fn a_view_of_an_unallocated_foreign_tensor_is_refused() {
+    let cpu = cpu();
+    let ctx_a = Context::new(16).unwrap();
+    let w = ctx_a.new_tensor_1d(DType::F32, 4).unwrap();
+    let ctx_b = Context::new(16).unwrap();
+    let _r = ctx_b.reshape(w, &[2, 2]).unwrap();
+    let _own = ctx_b.new_tensor_1d(DType::F32, 4).unwrap();
+    err_with(ctx_b.allocate(&cpu), "no memory");
+    still_works();
+}
