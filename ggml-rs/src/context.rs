@@ -191,7 +191,10 @@ impl Context {
     ///
     /// # Errors
     /// [`Error::OutOfMemory`] when the tensors do not fit in the device's free
-    /// memory (checked first), [`Error::Backend`] when the allocation fails anyway.
+    /// memory (checked first), [`Error::Backend`] when the allocation fails anyway;
+    /// [`Error::Op`] when a tensor of this context views another context's
+    /// tensor that has no memory yet, or reads one of a context that was
+    /// dropped (then for good: the context keeps that tensor; make a new one).
     pub fn allocate(&self, backend: &Backend) -> Result<()> {
         self.check_reads("allocate")?;
         crate::graph::forget_stale_views(self.all_tensors().map(|t| t.raw()));

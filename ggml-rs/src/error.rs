@@ -101,9 +101,6 @@ fn gguf_prefix(path: &std::path::Path) -> String {
 /// A tensor's name as [`Error::Tensor`] says it: quoted, or "(unnamed)" for
 /// an empty name (as the ops' messages name unnamed operands).
 fn shown_name(name: &str) -> String {
-    if name.is_empty() {
-        "(unnamed)".to_string()
-    } else {
-        format!("{name:?}")
-    }
+    // quoted, or "(unnamed)" for no name and the names ggml gives unnamed tensors
+    crate::ops::label_of(name)
 }

@@ -174,7 +174,7 @@ fn check_runnable(nodes: &[RawTensor], backends: &[Backend]) -> Result<()> {
                 continue;
             }
             if !backends.iter().any(|b| sys::ggml_backend_supports_op(b.raw(), n)) {
-                let name = CStr::from_ptr(node.name.as_ptr()).to_string_lossy();
+                let name = crate::ops::label_of(&CStr::from_ptr(node.name.as_ptr()).to_string_lossy());
                 let op = CStr::from_ptr(sys::ggml_op_desc(n)).to_string_lossy();
                 let typed = |t: &sys::ggml_tensor| format!("{} {:?}", CStr::from_ptr(sys::ggml_type_name(t.type_)).to_string_lossy(), t.ne);
                 let operands: Vec<String> = node.src.iter().filter(|s| !s.is_null()).map(|&s| typed(&*s)).collect();
@@ -398,7 +398,7 @@ impl Graph<'_> {
                 return Err(Error::op(
                     "allocate",
                     format!(
-                        "the update of {name:?} belongs to the graph its optimizer was attached to: this graph would run it unprepared"
+                        "the update of {name:?} has no optimizer attached to this graph: update nodes run only under an Optimizer (optim::Optimizer::adamw or sgd on this graph), which writes their hyper-parameters each step; one built for another graph belongs to that graph"
                     ),
                 ));
             }

@@ -71,7 +71,10 @@ impl Context {
     /// `b` is `[k, n, …]`, the result is f32 `[m, n, …]`: in row-major terms `b·aᵀ`
     /// (an `n × m` matrix). With `a` a weight stored as `rows × cols = out × in`
     /// and `x` a column of `in` values, `mul_mat(a, x)` is `W·x`.
-    /// Dimensions 2 and 3 of `a` broadcast over `b`'s (each must divide). `b` must be f32,
+    /// Dimensions 2 and 3 of `a` broadcast over `b`'s (each must divide): slice `i`
+    /// of the result reads `a`'s slice `i / (b.ne2 / a.ne2)` (grouped heads share
+    /// consecutive slices; [`soft_max_ext`](Self::soft_max_ext)'s mask repeats
+    /// instead). `b` must be f32,
     /// or bf16 (an activation stored for bf16 products, toy-rs patch 0042: CUDA reads it as
     /// it is, the CPU widens it; a bf16 `b` made by [`cast`](Self::cast) of an f32 tensor
     /// passes its f32 gradient back through the cast).
@@ -254,8 +257,13 @@ impl Context {
     /// `softmax(scale·a + mask)` over `ne0` (`ggml_soft_max_ext`, no ALiBi). `a`
     /// contiguous f32 `[n_kv, n_q, n_head, n_seq]`; `mask` (f32 or f16, contiguous)
     /// is `[n_kv, ≥ n_q, d2, d3]` with `d2`, `d3` dividing `a`'s, e.g. a causal mask
-    /// `[n_kv, n_q]` of `0` and `−∞` shared by every head and sequence.
+    /// `[n_kv, n_q]` of `0` and `−∞` shared by every head and sequence. Head `h`
+    /// reads mask slice `h % d2` (and sequence `s` slice `s % d3`): ggml's
+    /// broadcast, not [`mul_mat`](Self::mul_mat)'s. `scale` must be finite.
     pub fn soft_max_ext<'a>(&'a self, a: Tensor<'a>, mask: Option<Tensor<'a>>, scale: f32) -> Result<Tensor<'a>> {
+        if !scale.is_finite() {
+            return Err(Error::op("soft_max_ext", format!("scale {scale} is not finite")));
+        }
         need_dtype("soft_max_ext", &a, &[DType::F32])?;
         need_contiguous("soft_max_ext", &a)?;
         let mask_ptr = match mask {

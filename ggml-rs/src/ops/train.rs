@@ -12,6 +12,11 @@ impl Context {
     /// decay, 1/(1−β1ᵗ), 1/(1−β2ᵗ)]`; per element `m = β1·m + (1−β1)·g`,
     /// `v = β2·v + (1−β2)·g²`, `w = w·(1 − lr·wd) − lr·(m·h1)/(√(v·h2) + eps)`.
     /// `w` must be an f32 parameter; `grad`, `m` and `v` contiguous f32 of its shape.
+    ///
+    /// A building block of [`Optimizer`](crate::optim::Optimizer): a graph runs
+    /// update nodes only for an optimizer attached to it ([`Optimizer::adamw`](crate::optim::Optimizer::adamw)),
+    /// which writes `hp` before each step; [`Graph::allocate`](crate::Graph::allocate)
+    /// refuses a graph holding other ones.
     pub fn opt_step_adamw<'a>(
         &'a self,
         w: Tensor<'a>,
@@ -36,7 +41,9 @@ impl Context {
 
     /// One SGD update of `w` in place (`ggml_opt_step_sgd`): `hp` is f32 `[2]` =
     /// `[lr, weight decay]`; `w = w·(1 − lr·wd) − lr·g`. `w` must be an f32
-    /// parameter and `grad` contiguous f32 of its shape.
+    /// parameter and `grad` contiguous f32 of its shape. A building block of
+    /// [`Optimizer::sgd`](crate::optim::Optimizer::sgd), as
+    /// [`opt_step_adamw`](Self::opt_step_adamw) is of AdamW.
     pub fn opt_step_sgd<'a>(&'a self, w: Tensor<'a>, grad: Tensor<'a>, hp: Tensor<'a>) -> Result<Tensor<'a>> {
         if !w.is_param() {
             return Err(Error::op("opt_step_sgd", format!("{:?} is not a parameter", w.name())));

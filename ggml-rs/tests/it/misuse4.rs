@@ -156,3 +156,22 @@ fn gguf_writes_keep_long_names_and_permissions() {
     assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "no temporaries left");
 }
+
+/// A fifth pass's findings: a non-finite softmax scale is refused (it gave NaN
+/// everywhere), and an unnamed parameter is not called by ggml's `node_0`.
+#[test]
+fn softmax_scales_and_unnamed_parameters() {
+    let cpu = cpu();
+    let ctx = Context::new(64).unwrap();
+    let a = ctx.new_tensor_2d(DType::F32, 4, 2).unwrap();
+    for s in [f32::NAN, f32::INFINITY] {
+        err_with(ctx.soft_max_ext(a, None, s), "is not finite");
+    }
+    let p = ctx.new_tensor_1d(DType::F32, 4).unwrap();
+    ctx.set_param(p).unwrap();
+    let loss = ctx.sum(ctx.sqr(p).unwrap()).unwrap();
+    let mut g = Graph::with_grads(&ctx, 64).unwrap();
+    g.build_backward(loss).unwrap();
+    let e = err_with(g.allocate(&backends(&cpu)), "parameter without memory").to_string();
+    assert!(e.contains("(unnamed)") && !e.contains("node_"), "{e}");
+}
