@@ -13,14 +13,14 @@ use crate::backend::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::log;
-
-mod io;
 use ggml_sys as sys;
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
+
+mod io;
 
 /// Maximum number of dimensions of a ggml tensor.
 pub const MAX_DIMS: usize = sys::GGML_MAX_DIMS as usize;
@@ -134,6 +134,7 @@ impl Context {
             // SAFETY: a live source (check_reads: its context is alive).
             let src = unsafe { &*r.view_src };
             if src.data.is_null() && crate::arena::owner(r.view_src as usize) != Some(self.arena.id()) {
+                // SAFETY: ggml's names are NUL-terminated within the struct.
                 let name = unsafe { std::ffi::CStr::from_ptr(src.name.as_ptr()) }.to_string_lossy();
                 return Err(Error::op(
                     "allocate",
