@@ -68,9 +68,10 @@ impl Arena {
         Ok(Arena { buf, bytes, id })
     }
 
-    /// This arena's id among the live ones ([`owner`]).
-    pub(crate) fn id(&self) -> u64 {
-        self.id
+    /// Whether address `addr` lies in this arena (no lock taken).
+    pub(crate) fn contains(&self, addr: usize) -> bool {
+        let start = self.buf.as_ptr() as usize;
+        (start..start + self.bytes).contains(&addr)
     }
 
     /// `ggml_init` parameters for a `no_alloc` context in this arena.

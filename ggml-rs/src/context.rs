@@ -101,9 +101,10 @@ impl Context {
     /// Record the other contexts' arenas that op result `t` reads or views.
     pub(crate) fn note_sources(&self, t: &Tensor<'_>) {
         let r = t.get();
-        for &src in r.src.iter().chain(std::iter::once(&r.view_src)).filter(|s| !s.is_null()) {
+        // (most operands are this context's own: no lookup in the live arenas for them)
+        for &src in r.src.iter().chain(std::iter::once(&r.view_src)).filter(|&&s| !s.is_null() && !self.arena.contains(s as usize)) {
             match crate::arena::owner(src as usize) {
-                Some(id) if id != self.arena.id() && !self.reads.borrow().contains(&id) => self.reads.borrow_mut().push(id),
+                Some(id) if !self.reads.borrow().contains(&id) => self.reads.borrow_mut().push(id),
                 _ => {}
             }
         }
@@ -133,7 +134,7 @@ impl Context {
             }
             // SAFETY: a live source (check_reads: its context is alive).
             let src = unsafe { &*r.view_src };
-            if src.data.is_null() && crate::arena::owner(r.view_src as usize) != Some(self.arena.id()) {
+            if src.data.is_null() && !self.arena.contains(r.view_src as usize) {
                 // SAFETY: ggml's names are NUL-terminated within the struct.
                 let name = unsafe { std::ffi::CStr::from_ptr(src.name.as_ptr()) }.to_string_lossy();
                 return Err(Error::op(

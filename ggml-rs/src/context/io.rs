@@ -12,17 +12,17 @@ impl Tensor<'_> {
         if !self.is_allocated() {
             return Err(self.err(format!("{op}: not allocated (allocate its context, or the graph that computes it, first)")));
         }
-        if op == "read" && self.is_scratch() {
-            return Err(self.err(
-                "read: an intermediate result whose memory the graph reuses for later nodes; \
-                 mark it with set_output() before allocating the graph",
-            ));
-        }
         if self.is_scratch() {
-            return Err(self.err(format!(
-                "{op}: an intermediate result whose memory the graph shares with other nodes (an output's, \
-                 perhaps), and that its compute overwrites; write the graph's inputs instead"
-            )));
+            return Err(self.err(if op == "read" {
+                "read: an intermediate result whose memory the graph reuses for later nodes; \
+                 mark it with set_output() before allocating the graph"
+                    .to_string()
+            } else {
+                format!(
+                    "{op}: an intermediate result whose memory the graph shares with other nodes (an output's, \
+                     perhaps), and that its compute overwrites; write the graph's inputs instead"
+                )
+            }));
         }
         if !self.is_contiguous() {
             return Err(self.err(format!("{op}: not contiguous (use cont first)")));
