@@ -14,7 +14,7 @@ use std::ffi::CStr;
 use std::ptr::NonNull;
 
 mod alloc;
-pub(crate) use alloc::forget_stale_views;
+pub(crate) use alloc::{forget_stale_views, is_computed};
 mod order;
 mod side;
 
@@ -75,6 +75,8 @@ struct Allocation {
     external: Vec<*mut sys::ggml_tensor>,
     /// (index tensor, number of rows it indexes) for every `get_rows` fed by a leaf.
     index_checks: Vec<(*mut sys::ggml_tensor, i64, String)>,
+    /// The compute buffers, once a run has succeeded ([`alloc::mark_computed`]).
+    computed: Option<Vec<usize>>,
 }
 
 /// A ggml compute graph over tensors of one or more contexts.
@@ -477,6 +479,11 @@ impl<'a> Graph<'a> {
             return Err(Error::Compute(format!("ggml status {st}: {}", log::take_last_error().unwrap_or_default())));
         }
         self.step_gates.iter().for_each(|g| g.ran());
+        if let Some(a) = self.alloc.as_mut().filter(|a| a.computed.is_none()) {
+            let buffers = alloc::buffers_of(&a.owned);
+            alloc::mark_computed(&buffers);
+            a.computed = Some(buffers);
+        }
         Ok(())
     }
 
@@ -562,6 +569,9 @@ impl<'a> Graph<'a> {
 
     fn release(&mut self) {
         if let Some(a) = self.alloc.take() {
+            if let Some(b) = &a.computed {
+                alloc::forget_computed(b);
+            }
             // SAFETY: the tensors in `owned` got their data from this scheduler's
             // buffers; clear it before freeing them so no handle can reach it.
             unsafe {

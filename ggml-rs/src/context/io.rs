@@ -8,6 +8,15 @@ use crate::error::Result;
 use ggml_sys as sys;
 
 impl Tensor<'_> {
+    /// True for an op result with memory from a graph's compute buffer whose
+    /// graph has not yet run: its memory holds no result.
+    fn is_uncomputed(&self) -> bool {
+        let root = self.root();
+        // SAFETY: allocated (checked by the caller), so the root's buffer is live.
+        let compute = unsafe { sys::ggml_backend_buffer_get_usage(root.buffer) } == sys::GGML_BACKEND_BUFFER_USAGE_COMPUTE;
+        compute && root.op != sys::GGML_OP_NONE && !crate::graph::is_computed(root.buffer)
+    }
+
     fn check_io(&self, op: &'static str, bytes: usize) -> Result<()> {
         if !self.is_allocated() {
             return Err(self.err(format!("{op}: not allocated (allocate its context, or the graph that computes it, first)")));
@@ -23,6 +32,9 @@ impl Tensor<'_> {
                      perhaps), and that its compute overwrites; write the graph's inputs instead"
                 )
             }));
+        }
+        if op == "read" && self.is_uncomputed() {
+            return Err(self.err("read: its graph has not run yet (compute it first)".to_string()));
         }
         if !self.is_contiguous() {
             return Err(self.err(format!("{op}: not contiguous (use cont first)")));
@@ -100,7 +112,8 @@ impl Tensor<'_> {
     /// [`Error::Tensor`] when `T` is not the tensor's type, the tensor is not
     /// allocated or not contiguous, or it is an intermediate result of a graph
     /// that was not marked with [`set_output`](Self::set_output) before the
-    /// graph was allocated (its memory is reused by later nodes).
+    /// graph was allocated (its memory is reused by later nodes), or a result
+    /// of a graph that has not yet run.
     pub fn read<T: Element>(&self) -> Result<Vec<T>> {
         if self.dtype() != T::DTYPE {
             return Err(self.err(format!("read: tensor is {}, asked for {}", self.dtype(), T::DTYPE)));

@@ -13,6 +13,41 @@ use std::ptr::NonNull;
 
 type RawTensor = *mut sys::ggml_tensor;
 
+/// The compute buffers (addresses) of graphs that have run at least once: an
+/// op result in a compute buffer missing here has never been written
+/// ([`Tensor::read`](crate::Tensor::read) refuses it). A graph adds its
+/// buffers after its first run that succeeds and removes them when its
+/// allocation goes away.
+static COMPUTED: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+fn computed() -> std::sync::MutexGuard<'static, Vec<usize>> {
+    COMPUTED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The distinct buffers that hold `owned` tensors' data (a graph's compute buffers).
+pub(super) fn buffers_of(owned: &[RawTensor]) -> Vec<usize> {
+    // SAFETY: the tensors of a live allocation.
+    let mut b: Vec<usize> = owned.iter().map(|&t| unsafe { (*t).buffer } as usize).filter(|&b| b != 0).collect();
+    b.sort_unstable();
+    b.dedup();
+    b
+}
+
+/// Record that `buffers` hold computed results.
+pub(super) fn mark_computed(buffers: &[usize]) {
+    computed().extend_from_slice(buffers);
+}
+
+/// Forget `buffers` (their allocation is being freed).
+pub(super) fn forget_computed(buffers: &[usize]) {
+    computed().retain(|b| !buffers.contains(b));
+}
+
+/// Whether the compute buffer at `buffer` belongs to a graph that has run.
+pub(crate) fn is_computed(buffer: *const sys::ggml_backend_buffer) -> bool {
+    computed().contains(&(buffer as usize))
+}
+
 impl Graph<'_> {
     /// Allocate the graph's intermediate tensors through a backend scheduler over
     /// `backends` (highest priority first; the last must be the CPU, which runs any
@@ -59,7 +94,7 @@ impl Graph<'_> {
         // room for the hash set and for what the scheduler adds (input copies,
         // a backend's allocation dependencies).
         let sched = new_scheduler(backends, 2 * (nodes.len() + leafs.len()) + 64)?;
-        let alloc = Allocation { sched, backends: backends.to_vec(), owned, external, index_checks };
+        let alloc = Allocation { sched, backends: backends.to_vec(), owned, external, index_checks, computed: None };
         let ok = match self.place(sched, backends) {
             Ok(ok) => ok,
             Err(e) => {

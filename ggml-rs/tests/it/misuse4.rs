@@ -175,3 +175,29 @@ fn softmax_scales_and_unnamed_parameters() {
     let e = err_with(g.allocate(&backends(&cpu)), "parameter without memory").to_string();
     assert!(e.contains("(unnamed)") && !e.contains("node_"), "{e}");
 }
+
+/// An output read after `allocate` and before the graph's first run that
+/// succeeds is refused (it gave the buffer's zeros); afterwards it reads the
+/// result. Inputs read back what was written at any time.
+#[test]
+fn outputs_are_read_only_after_a_run() {
+    let cpu = cpu();
+    let ctx = Context::new(16).unwrap();
+    let ids = ctx.new_tensor_1d(DType::I32, 2).unwrap().set_input();
+    let table = ctx.new_tensor_2d(DType::F32, 2, 3).unwrap().set_input();
+    let y = ctx.scale(ctx.get_rows(table, ids).unwrap(), 2.0).unwrap().set_output();
+    let mut g = Graph::new(&ctx, 16).unwrap();
+    g.expand(y).unwrap();
+    g.allocate(&backends(&cpu)).unwrap();
+    table.write(&[1f32, 2., 3., 4., 5., 6.]).unwrap();
+    ids.write(&[2i32, 0]).unwrap();
+    assert_eq!(ids.read::<i32>().unwrap(), [2, 0]);
+    err_with(y.read::<f32>().map(|_| ()), "has not run yet");
+    ids.write(&[3i32, 0]).unwrap();
+    err_with(g.compute(), "outside the 3 rows");
+    err_with(y.read::<f32>().map(|_| ()), "has not run yet");
+    ids.write(&[2i32, 0]).unwrap();
+    g.compute().unwrap();
+    assert_eq!(y.read::<f32>().unwrap(), [10., 12., 2., 4.]);
+    still_works();
+}
