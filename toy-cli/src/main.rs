@@ -162,7 +162,7 @@ fn refused(e: clap::Error, seen: &[String]) -> ExitCode {
     // clap's tip (a similar argument's name) after the usage block, or the toy
     // spelling of a llama.cpp flag, kept on the line.
     let tip = text.lines().map(str::trim).find_map(|l| l.strip_prefix("tip: ")).filter(|t| !t.starts_with("to pass")).map(str::to_string);
-    let msg = match llama_cpp_flag(seen).or(tip) {
+    let msg = match flag_hint(named_command().as_deref().map(|c| c.split(' ').next().unwrap_or(c)), seen).or(tip) {
         Some(t) => format!("{msg}; {t}"),
         None => msg.to_string(),
     };
@@ -182,21 +182,57 @@ fn refused(e: clap::Error, seen: &[String]) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// The toy spelling of a llama.cpp flag on a refused command line (`-m`,
-/// `--temp`, `-ngl`...), said as a hint; `None` where none is there.
-fn llama_cpp_flag(seen: &[String]) -> Option<String> {
-    const FLAGS: &[(&[&str], &str)] = &[
+/// The toy spelling of a llama.cpp flag (`-m`, `--temp`, `-ngl`...) or, for
+/// `toy train`, of a Hugging Face Trainer / TRL / PEFT one (`--learning-rate`,
+/// `--num-train-epochs`, `--lora-r`...) on a refused command line, said as a
+/// hint; `None` where none is there. `cmd` is the command given (`generate`).
+fn flag_hint(cmd: Option<&str>, seen: &[String]) -> Option<String> {
+    let generate = cmd == Some("generate");
+    let window =
+        if generate { "toy generate's window is the prompt and -n, up to the model's context" } else { "toy's window is --context" };
+    let llama: &[(&[&str], &str)] = &[
         (&["-m", "--model"], "the model is the first argument, not an option (`toy generate MODEL.gguf`)"),
         (&["-p"], "toy's prompt is --prompt"),
         (&["--temp"], "toy's temperature is --temperature"),
-        (&["-c", "--ctx-size"], "toy's window is --context"),
+        (&["-c", "--ctx-size"], window),
         (&["-t"], "toy's thread count is --threads"),
         (&["-s"], "toy's sampling seed is --seed"),
         (&["-ngl", "--n-gpu-layers", "--gpu-layers"], "toy runs every layer where --device says (--device cuda)"),
         (&["-f", "--file"], "toy reads its text with --corpus (eval) or --prompt (generate)"),
     ];
+    const TRAINER: &[(&[&str], &str)] = &[
+        (&["--learning-rate", "--learning_rate"], "--lr"),
+        (&["--num-train-epochs", "--num_train_epochs"], "--epochs"),
+        (&["--max-steps", "--max_steps"], "--steps"),
+        (&["--max-seq-length", "--max_seq_length", "--max-length", "--max_length"], "--context"),
+        (&["--per-device-train-batch-size", "--per_device_train_batch_size", "--batch-size", "--batch_size"], "--batch"),
+        (&["--gradient-accumulation-steps", "--gradient_accumulation_steps"], "--grad-accum"),
+        (&["--lora-r", "--lora_r", "-r"], "--lora-rank"),
+        (&["--lora_alpha"], "--lora-alpha"),
+        (&["--target-modules", "--target_modules"], "--lora-targets"),
+        (&["--warmup_steps"], "--warmup-steps"),
+        (&["--weight_decay"], "--weight-decay"),
+        (&["--max-grad-norm", "--max_grad_norm"], "--grad-clip"),
+        (&["--output-dir", "--output_dir"], "--out"),
+        (&["--model-name-or-path", "--model_name_or_path", "--model"], "--from (finetune) or --donor (warm start)"),
+        (&["--dataset", "--dataset-name", "--dataset_name", "--train-file", "--train_file"], "--corpus"),
+        (&["--packing"], "--pack"),
+        (&["--logging-steps", "--logging_steps"], "--log-every"),
+        (&["--save-steps", "--save_steps"], "--save-every"),
+        (&["--eval-steps", "--eval_steps"], "--eval-every"),
+        (&["--bf16", "--fp16"], "--dtype"),
+        (&["--resume-from-checkpoint", "--resume_from_checkpoint"], "--resume"),
+    ];
     let given = |a: &str| seen.iter().any(|s| s == a || s.split_once('=').is_some_and(|(f, _)| f == a));
-    FLAGS.iter().find(|(names, _)| names.iter().any(|n| given(n))).map(|(names, hint)| format!("{} is llama.cpp's: {hint}", names[0]))
+    let hint = |table: &[(&[&str], &str)], who: &str, intro: &str| -> Option<String> {
+        table.iter().find_map(|(names, hint)| names.iter().find(|n| given(n)).map(|n| format!("{n} is {who}: {intro}{hint}")))
+    };
+    if cmd == Some("train") {
+        if let Some(h) = hint(TRAINER, "the Hugging Face Trainer's", "toy's is ") {
+            return Some(h);
+        }
+    }
+    hint(llama, "llama.cpp's", "")
 }
 
 fn main() -> ExitCode {

@@ -49,6 +49,7 @@ pub struct TokenizeArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(allow_negative_numbers = true)]
 pub struct ChatMasksArgs {
     /// The model whose chat template and tokenizer render the data (a GGUF).
     pub model: PathBuf,

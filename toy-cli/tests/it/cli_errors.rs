@@ -36,6 +36,16 @@ fn near_misses_and_llama_cpp_flags() {
     fails(&toy(t, &["generate", "-m", "m.gguf"]), "generate", "-m is llama.cpp's: the model is the first argument");
     fails(&toy(t, &["eval", "m.gguf", "-c", "512"]), "eval", "-c is llama.cpp's: toy's window is --context");
     fails(&toy(t, &["generate", "m.gguf", "-ngl", "99"]), "generate", "-ngl is llama.cpp's: toy runs every layer where --device says");
+    // generate has no --context: its hint says how its window is sized
+    fails(
+        &toy(t, &["generate", "m.gguf", "--ctx-size", "64"]),
+        "generate",
+        "--ctx-size is llama.cpp's: toy generate's window is the prompt and -n",
+    );
+    // the Hugging Face Trainer's names, for train
+    fails(&train(t, &["--learning-rate", "1e-4"]), "train", "--learning-rate is the Hugging Face Trainer's: toy's is --lr");
+    fails(&train(t, &["--num_train_epochs=3"]), "train", "--num_train_epochs is the Hugging Face Trainer's: toy's is --epochs");
+    fails(&train(t, &["--max-seq-length", "512"]), "train", "--max-seq-length is the Hugging Face Trainer's: toy's is --context");
 }
 
 #[test]
