@@ -36,7 +36,12 @@ pub fn run(args: &PrepArgs) -> Result<Manifest> {
         stop: Some(stop),
         progress: std::io::stderr().is_terminal(),
     };
-    let m = prep(&args.files, &args.out, &opts)?;
+    let m = prep(&args.files, &args.out, &opts).map_err(|e| {
+        crate::data::sources::chat_refused(
+            e,
+            "toy prep tokenizes text; chat data is rendered with a model's chat template when fine-tuning (toy train finetune --from MODEL.gguf --corpus FILE)",
+        )
+    })?;
     if m.vocab_size < args.vocab_size {
         // The sample is drawn by documents: it is the whole text only when the
         // input files hold little more (separators, newlines; compressed files less).

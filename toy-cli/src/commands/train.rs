@@ -432,16 +432,10 @@ fn toml_origin(e: Error, from_toml: &[String]) -> Error {
 /// the data reader's advice (`--data-format`, a chat template) is the
 /// finetune recipe's, which these recipes refuse; say so.
 fn chat_needs_finetune(e: Error) -> Error {
-    use crate::data::sources::CHAT_ADVICE as ADVICE;
-    match e {
-        Error::Input(m) if m.contains(ADVICE) => {
-            let head = &m[..m.find(ADVICE).unwrap_or(m.len())];
-            Error::Input(format!(
-                "{head}chat data needs the finetune recipe, which renders it with a model's chat template (toy train finetune --from MODEL.gguf ...); from-scratch and warm-start train on text"
-            ))
-        }
-        e => e,
-    }
+    crate::data::sources::chat_refused(
+        e,
+        "chat data needs the finetune recipe, which renders it with a model's chat template (toy train finetune --from MODEL.gguf ...); from-scratch and warm-start train on text",
+    )
 }
 
 /// Start a new run for `a` (toy.toml merged), or start again a run that saved nothing.

@@ -23,6 +23,18 @@ use std::path::{Path, PathBuf};
 pub const CHAT_ADVICE: &str =
     "read it as chat (--data-format auto or chat) with a model whose chat template renders it (a GGUF that has tokenizer.chat_template)";
 
+/// `e` with [`CHAT_ADVICE`] replaced by `instead`: what a command that reads
+/// text alone (`toy prep`, the from-scratch and warm-start recipes) says of a
+/// chat record; other errors as they are.
+pub fn chat_refused(e: crate::error::Error, instead: &str) -> crate::error::Error {
+    match e {
+        crate::error::Error::Input(m) if m.contains(CHAT_ADVICE) => {
+            crate::error::Error::Input(format!("{}{instead}", &m[..m.find(CHAT_ADVICE).unwrap_or(m.len())]))
+        }
+        e => e,
+    }
+}
+
 pub use super::discover::discover;
 
 /// Documents are handed out in pieces of about this many bytes at most (half
