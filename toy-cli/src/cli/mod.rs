@@ -237,10 +237,13 @@ pub enum ExportCommand {
 
 #[derive(Args, Debug, Clone)]
 pub struct MergeArgs {
-    /// The base model (a llama or qwen2 GGUF; f32, f16, bf16 or quantized matrices).
+    /// The base model (a llama or qwen2 GGUF; f32, f16, bf16 or quantized
+    /// matrices). Default: the base the adapter records (a LoRA run's
+    /// `--from`), as `toy generate` and `eval` find it.
     #[arg(long)]
-    pub base: PathBuf,
-    /// The adapter (llama.cpp's LoRA layout).
+    pub base: Option<PathBuf>,
+    /// The adapter (llama.cpp's LoRA layout), or a LoRA run folder (its
+    /// `weights/latest`).
     #[arg(long)]
     pub lora: PathBuf,
     /// Where to write the merged model (an existing file there is replaced,

@@ -1,7 +1,7 @@
-//! `toy export merge --base MODEL.gguf --lora ADAPTER.gguf --out MERGED.gguf
+//! `toy export merge [--base MODEL.gguf] --lora ADAPTER.gguf --out MERGED.gguf
 //! [--type T]`: every adapted matrix becomes `W + (alpha/rank)·B·A` (f64
-//! sums), written back in the base's own type (f32, f16 or bf16; q8_0 for a
-//! quantized base: its own 4-bit grid rounds much of an update away) or in
+//! sums), written back in the base's own type (f32, f16, bf16, q8_0 or q6_k;
+//! q8_0 for a 4- or 5-bit base: its own grid rounds much of an update away) or in
 //! `--type`'s; every other tensor and every key of the base are copied as
 //! they are, or converted to `--type`. A merged value that is not finite
 //! in the base's type (an f16 overflows above 65504) is a failure: nothing is
@@ -114,7 +114,8 @@ fn broken(values: &[f32], what: &str, name: &str) -> Result<()> {
 const RUN_KEYS: [&str; 3] = ["toy.run_id", "toy.save_id", "toy.step"];
 
 /// `--type`, or its default for the base `f` and adapter `ad`: `same` for an
-/// f32, f16 or bf16 base; q8_0 when an adapted matrix is quantized, with the
+/// f32, f16, bf16, q8_0 or q6_k base; q8_0 when an adapted matrix is of a 4-
+/// or 5-bit type, with the
 /// note that says so (a QLoRA-style update is small against a 4- or 5-bit
 /// grid's steps: written back in the base's type, most of it rounds away).
 fn merge_type(m: &MergeArgs, f: &ggml_rs::gguf::GgufFile, ad: &ggml_rs::gguf::GgufFile) -> (ExportType, Option<String>) {
@@ -146,16 +147,19 @@ fn is_coarse(dtype: DType) -> bool {
     dtype.is_quantized() && !matches!(dtype, DType::Q8_0 | DType::Q6K)
 }
 
-/// The note for a merge written in a 4- or 5-bit type (`dtype`), where
+/// The note for a merge written in 4- or 5-bit types, where
 /// requantizing each block moves its weights by steps as large as most of a
 /// LoRA update's entries. Measured (SmolLM2-135M-Instruct Q4_1, an adapter of
 /// rank 16 trained to a held-out chat loss of 0.033): merged in q4_1 1.54,
 /// q5_1 0.30, q5_k 0.12, q4_0 0.087, q5_0 0.075, q4_k 0.041; in q8_0 0.037,
 /// q6_k 0.029, f16 0.033 (the base alone: 2.62).
-fn coarse_note(dtype: DType) -> Option<String> {
-    is_coarse(dtype).then(|| {
+/// `types`: the coarse types the adapted matrices were written in, each once.
+fn coarse_note(types: &[DType]) -> Option<String> {
+    let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
+    (!names.is_empty()).then(|| {
         format!(
-            "note: {dtype} rounds the merged weights by steps as large as much of a LoRA update: compare `toy eval` of the merged model with the base and --lora; q8_0, q6_k or f16 keep the update"
+            "note: {} rounds the merged weights by steps as large as much of a LoRA update: compare `toy eval` of the merged model with the base and --lora; q8_0, q6_k or f16 keep the update",
+            names.join(" and ")
         )
     })
 }
@@ -164,16 +168,48 @@ fn coarse_note(dtype: DType) -> Option<String> {
 /// which llama.cpp's files record as `general.quantization_version`.
 const GGML_QNT_VERSION: u32 = 2;
 
+/// The base model the adapter at `lora` (a file or a LoRA run folder) records
+/// (`toy.lora.base`, relative to the adapter's folder), for a merge without `--base`.
+///
+/// # Errors
+/// [`Error::Input`](crate::error::Error::Input): not an adapter, an adapter
+/// that records no base, or a base no longer where it records.
+fn recorded_base(lora: &std::path::Path) -> Result<PathBuf> {
+    let path = crate::files::file_or_run(lora, "--lora")?;
+    let file = ggml_rs::gguf::GgufFile::open(&path).map_err(|e| input(format!("--lora {}: {e}", lora.display())))?;
+    if !crate::formats::adapter::is_adapter(&file) {
+        return Err(input(format!("--lora {}: not a LoRA adapter (a model is --base's)", lora.display())));
+    }
+    let recorded = file.get_str("toy.lora.base").map_err(|_| {
+        input(format!("--lora {}: the adapter records no base model (toy.lora.base); give --base MODEL.gguf", lora.display()))
+    })?;
+    let named = path.parent().unwrap_or(std::path::Path::new(".")).join(recorded);
+    if !named.exists() {
+        return Err(input(format!(
+            "--lora {}: its base model {} is gone (moved?); give --base MODEL.gguf",
+            lora.display(),
+            named.display()
+        )));
+    }
+    Ok(named)
+}
+
 fn merge(m: &MergeArgs) -> Result<PathBuf> {
-    let base_path = crate::files::file_or_run(&m.base, "--base")?;
+    let base_path = match &m.base {
+        Some(b) => crate::files::file_or_run(b, "--base")?,
+        None => recorded_base(&m.lora)?,
+    };
+    let base_shown = base_path.display();
     crate::files::check_out_gguf(&m.out, &[&base_path, &m.lora], "the merged model")?;
     crate::signals::remove_on_interrupt("export", &m.out);
     let base = open_checkpoint(&base_path).map_err(|e| input(format!("--base {e}")))?;
     if base.adapter.is_some() {
-        return Err(input(format!("--base {}: a LoRA adapter, not a model", m.base.display())));
+        return Err(input(format!(
+            "--base {base_shown}: a LoRA adapter, not a model (an adapter or a LoRA run is --lora's; its base is found from it)"
+        )));
     }
     if !base.config.arch.takes_lora() {
-        return Err(input(format!("--base {}: {}", m.base.display(), crate::model::lora::ARCHS)));
+        return Err(input(format!("--base {base_shown}: {}", crate::model::lora::ARCHS)));
     }
     let ad = open_adapter(&m.lora, &base.config)?;
     let scale = ad.config.scale();
@@ -196,9 +232,9 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     let lora_abs = std::fs::canonicalize(ad.file.path()).unwrap_or_else(|_| ad.file.path().to_path_buf());
     g.set("toy.lora.merged", lora_abs.display().to_string())?;
     g.set("toy.lora.merged_sha256", crate::formats::adapter::file_sha256(&lora_abs)?)?;
-    let (base_arg, lora_arg) = (format!("--base {}", m.base.display()), format!("--lora {}", m.lora.display()));
+    let (base_arg, lora_arg) = (format!("--base {base_shown}"), format!("--lora {}", m.lora.display()));
     let mut fallback = std::collections::BTreeMap::new();
-    let (mut coarse, mut head_note, mut quantized) = (None, None, false);
+    let (mut coarse, mut head_note, mut quantized) = (Vec::new(), None, false);
     // Every tensor is checked before anything is written (the file is written
     // to a temporary and renamed): a merge never leaves a model toy would refuse.
     let tied = f.tensor("output.weight").is_none();
@@ -248,8 +284,8 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
             )),
             None => input(format!("{base_arg}: {} is {}, which toy cannot write", t.name, t.dtype)),
         })?;
-        if update.is_some() {
-            coarse = coarse.or_else(|| coarse_note(dtype));
+        if update.is_some() && is_coarse(dtype) && !coarse.contains(&dtype) {
+            coarse.push(dtype);
         }
         g.add_tensor_bytes(&t.name, dtype, &t.ne, bytes)?;
     }
@@ -268,7 +304,7 @@ fn merge(m: &MergeArgs) -> Result<PathBuf> {
     // (The writer's error names the file.)
     g.write(&m.out).map_err(|e| crate::error::runtime(format!("cannot write {e}")))?;
     // Said once the file is written: notes on what it holds, none before an error.
-    for note in [fallback_note, default_note, head_note, coarse].into_iter().flatten() {
+    for note in [fallback_note, default_note, head_note, coarse_note(&coarse)].into_iter().flatten() {
         crate::note!("{note}");
     }
     Ok(m.out.clone())

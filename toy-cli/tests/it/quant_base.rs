@@ -96,6 +96,13 @@ fn lora_over_a_quantized_base_equals_lora_over_its_dequantized_copy() {
     assert_eq!(ty, DType::Q4_1);
     assert!(err.contains("note: q4_1 rounds the merged weights"), "{err}");
     assert!(merge(&["--type", "q8_0"], "m8b.gguf").1.is_empty());
+    // Without --base, the base the run's adapter records (as generate and eval find it): the same file
+    ok(&toy(t, &["export", "merge", "--lora", "lq", "--type", "q8_0", "--out", "m8c.gguf"]));
+    assert_eq!(std::fs::read(t.join("m8c.gguf")).unwrap(), std::fs::read(t.join("m8.gguf")).unwrap());
+    let o = toy(t, &["export", "merge", "--base", "lq", "--lora", "lq", "--out", "m8d.gguf"]);
+    fails(&o, "export", "a LoRA adapter, not a model (an adapter or a LoRA run is --lora's");
+    fails(&toy(t, &["export", "merge", "--lora", "q.gguf", "--out", "m8d.gguf"]), "export", "not a LoRA adapter (a model is --base's)");
+    assert!(!t.join("m8d.gguf").exists());
     // dump-logits --stored-types multiplies the base as stored (q4_1 by q8_1
     // activations, as llama.cpp and generate do): close to, not equal to, the
     // dequantized arithmetic. Gradients have no such mode.
