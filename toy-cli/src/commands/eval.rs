@@ -15,7 +15,7 @@ use crate::formats::checkpoint::{open_checkpoint, Checkpoint};
 use crate::model::attention::Attention;
 use crate::train::backends_for;
 use crate::train::batches::{batch_at, eval_starts};
-use crate::train::chat_windows::{ChatRun, Fit};
+use crate::train::chat_windows::{trains_within, ChatRun, Fit};
 use crate::train::step::{capacity, with_loaded, EvalStep, LoadFor};
 use ggml_rs::Context;
 
@@ -300,7 +300,16 @@ fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<Eval
     // power of two, each group's window its longest's, at most the model's
     // context), so that one long conversation does not make every window long.
     let groups: Vec<(usize, ChatCorpus)> = match args.context {
-        Some(t) => vec![(t, chat.clone())],
+        // (--max-windows N: the conversations up to the Nth that has a window, as a run's validation
+        // takes its first windows; so every count describes what is scored)
+        Some(t) => {
+            let (mut left, mut n) = (args.max_windows.unwrap_or(usize::MAX), 0);
+            while n < chat.train.len() && left > 0 {
+                left -= usize::from(trains_within(&chat.train[n], t));
+                n += 1;
+            }
+            vec![(t, ChatCorpus { train: chat.train[..n].to_vec(), ..chat.clone() })]
+        }
         None => length_groups(chat, ctx, args.max_windows.unwrap_or(usize::MAX)),
     };
     let mut runs: Vec<(usize, ChatRun)> = groups.iter().map(|(t, c)| (*t, ChatRun::new(c, *t, false))).collect();

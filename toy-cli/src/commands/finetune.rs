@@ -56,7 +56,9 @@ pub const FINETUNE_CONTEXT: usize = 1024;
 fn default_context(base: usize, corpus: &crate::data::Corpus, pack: bool) -> (usize, Option<String>) {
     let cap = base.min(FINETUNE_CONTEXT);
     let Some(chat) = corpus.chat.as_ref().filter(|_| !pack) else { return (cap, None) };
-    let lens: Vec<usize> = chat.train.iter().chain(&chat.val).map(|e| e.ids.len()).collect();
+    // (not those with no trained token within `cap`: left out at any window, they need none)
+    let within = |e: &&crate::data::chat_examples::Example| crate::train::chat_windows::trains_within(e, cap);
+    let lens: Vec<usize> = chat.train.iter().chain(&chat.val).filter(within).map(|e| e.ids.len()).collect();
     let (longest, over) = crate::train::chat_windows::sizing_length(&lens, cap);
     let fit = longest.div_ceil(64).max(1) * 64;
     if fit < cap {
@@ -69,10 +71,15 @@ fn default_context(base: usize, corpus: &crate::data::Corpus, pack: bool) -> (us
         } else {
             "--context to change, --pack to fill windows".to_string()
         };
+        let left_out = match chat.train.len() + chat.val.len() - lens.len() {
+            0 => String::new(),
+            1 => format!(", not counting 1 left out (no trained token within {cap} tokens)"),
+            d => format!(", not counting {d} left out (no trained token within {cap} tokens)"),
+        };
         let note = match over {
-            0 => format!("note: context {fit}: the longest conversation is {longest} tokens ({advice})"),
+            0 => format!("note: context {fit}: the longest conversation is {longest} tokens{left_out} ({advice})"),
             k => format!(
-                "note: context {fit}: the longest conversation within {cap} tokens is {longest}; {k} of {} are longer and cut to the window ({advice})",
+                "note: context {fit}: the longest conversation within {cap} tokens is {longest}; {k} of {} are longer and cut to the window{left_out} ({advice})",
                 lens.len()
             ),
         };

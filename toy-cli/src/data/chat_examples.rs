@@ -129,6 +129,12 @@ impl Encoder<'_> {
         for i in (first_trained.max(1)..messages.len()).filter(|&i| messages[i].role == "assistant") {
             let before = t.render(&messages[..i], true)?;
             let through = t.render(&messages[..=i], false)?;
+            let said = messages[i].content.trim();
+            if !said.is_empty() && !full.contains(said) {
+                return Err(input(format!(
+                    "the chat template does not render assistant message {i}: its text is not in the rendered conversation"
+                )));
+            }
             if before.len() < cursor || !through.starts_with(&before) || !full.starts_with(&through) {
                 return Err(input(format!(
                     "the chat template does not render this conversation turn by turn (message {i} and those before it change once later messages follow), so its assistant tokens cannot be told apart"
@@ -158,8 +164,9 @@ impl Encoder<'_> {
 /// The examples of a chat corpus, split for training and validation.
 #[derive(Clone, Debug, Default)]
 pub struct ChatCorpus {
-    /// The records' kind (of the first file).
-    pub kind: Option<RecordKind>,
+    /// The records' kinds: each file's (its first record's), each kind once,
+    /// in the order of the files.
+    pub kinds: Vec<RecordKind>,
     /// The conversations trained on, in file order.
     pub train: Vec<Example>,
     /// The held-out conversations (the validation loss).
@@ -194,7 +201,7 @@ impl ChatModel<'_> {
 /// not parse (naming the model); a record the template fails on (naming
 /// `file:line`).
 pub fn load_chat(path: &Path, format: DataFormat, model: &ChatModel<'_>, val_fraction: f64, seed: u64) -> Result<Option<ChatCorpus>> {
-    let Some((kind, records)) = read_chat(path, format)? else { return Ok(None) };
+    let Some((kinds, records)) = read_chat(path, format)? else { return Ok(None) };
     let origin = model.file.path().display().to_string();
     let template = ChatTemplate::from_gguf(model.file, model.tok)?;
     if template.is_none() {
@@ -211,7 +218,7 @@ pub fn load_chat(path: &Path, format: DataFormat, model: &ChatModel<'_>, val_fra
         .map(|Located { at, record }| enc.encode(record).map_err(|e| input(format!("{at}: {e}"))))
         .collect::<Result<Vec<_>>>()?;
     let held = super::text::held_out(examples.len(), val_fraction, seed);
-    let mut c = ChatCorpus { kind: Some(kind), eos: enc.eos, ..Default::default() };
+    let mut c = ChatCorpus { kinds, eos: enc.eos, ..Default::default() };
     for (ex, val) in examples.into_iter().zip(held) {
         if val { &mut c.val } else { &mut c.train }.push(ex);
     }

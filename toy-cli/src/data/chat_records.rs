@@ -146,7 +146,7 @@ pub struct Located {
 /// that is not a JSON object, a record of another kind than its file's, or a
 /// malformed chat record ([`parse`]); naming the files when some hold chat
 /// records and others text, or when `format` is `Chat` and a file holds text.
-pub fn read_chat(path: &Path, format: DataFormat) -> Result<Option<(RecordKind, Vec<Located>)>> {
+pub fn read_chat(path: &Path, format: DataFormat) -> Result<Option<(Vec<RecordKind>, Vec<Located>)>> {
     if format == DataFormat::Text || super::prepared::is_prepared(path) {
         return Ok(None);
     }
@@ -175,12 +175,19 @@ pub fn read_chat(path: &Path, format: DataFormat) -> Result<Option<(RecordKind, 
             firsts[c].0.name(),
             sources[t].path.display()
         ))),
-        (Some(c), None) => {
+        (Some(_), None) => {
             let mut out = Vec::new();
             for (s, &(kind, _)) in sources.iter().zip(&firsts) {
                 read_file(s, kind, &mut out)?;
             }
-            Ok(Some((firsts[c].0, out)))
+            // each kind once, in the order of the files
+            let mut kinds: Vec<RecordKind> = Vec::new();
+            for &(k, _) in &firsts {
+                if !kinds.contains(&k) {
+                    kinds.push(k);
+                }
+            }
+            Ok(Some((kinds, out)))
         }
     }
 }

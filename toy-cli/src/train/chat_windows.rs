@@ -86,6 +86,12 @@ pub struct Windows {
     targets: Vec<i32>,
 }
 
+/// Whether `ex` has a trained target within a window of `t` (its first
+/// `t + 1` tokens): else [`Windows::build`] leaves it out.
+pub fn trains_within(ex: &Example, t: usize) -> bool {
+    ex.trained[..ex.ids.len().min(t + 1)].iter().skip(1).any(|&b| b)
+}
+
 impl Windows {
     /// The windows of context `t` over `examples`: one per example, or
     /// packed (`pack`) with `eos` between examples; `eos` (else 0) pads.
@@ -96,7 +102,7 @@ impl Windows {
         for ex in examples {
             let n = ex.ids.len().min(t + 1);
             fit.truncated += usize::from(ex.ids.len() > t + 1);
-            if !ex.trained[..n].iter().skip(1).any(|&b| b) {
+            if !trains_within(ex, t) {
                 fit.dropped += 1;
                 continue;
             }
@@ -185,9 +191,12 @@ pub struct ChatRun {
     pub fit: Fit,
     /// The training split's.
     pub train_fit: Fit,
+    /// The validation split's (its conversations: those held out).
+    pub val_fit: Fit,
     pub pack: bool,
-    /// What the records are (`messages`, `sharegpt`, `prompt-completion`, `alpaca`), for events.
-    pub kind: &'static str,
+    /// What the records are (`messages`, `sharegpt`, `prompt-completion`,
+    /// `alpaca`; those of a folder that mixes them joined with " and "), for events.
+    pub kind: String,
 }
 
 impl ChatRun {
@@ -195,13 +204,17 @@ impl ChatRun {
     pub fn new(c: &ChatCorpus, t: usize, pack: bool) -> ChatRun {
         let (train, f1) = Windows::build(&c.train, t, pack, c.eos);
         let (val, f2) = Windows::build(&c.val, t, pack, c.eos);
-        let kind = match c.kind {
-            Some(RecordKind::PromptCompletion) => "prompt-completion",
-            Some(RecordKind::Alpaca) => "alpaca",
-            Some(RecordKind::ShareGpt) => "sharegpt",
+        let label = |k: &RecordKind| match k {
+            RecordKind::PromptCompletion => "prompt-completion",
+            RecordKind::Alpaca => "alpaca",
+            RecordKind::ShareGpt => "sharegpt",
             _ => "messages",
         };
-        ChatRun { train, val, fit: f1 + f2, train_fit: f1, pack, kind }
+        let mut kind = c.kinds.iter().map(label).collect::<Vec<_>>().join(" and ");
+        if kind.is_empty() {
+            kind = "messages".into();
+        }
+        ChatRun { train, val, fit: f1 + f2, train_fit: f1, val_fit: f2, pack, kind }
     }
 
     /// What a run says on stderr when conversations were cut, never silently.
@@ -217,7 +230,7 @@ impl ChatRun {
         let padding = 1.0 - f.filled as f64 / (f.windows * t).max(1) as f64;
         let hint = if !self.pack && padding > 0.5 { "; --pack puts several conversations in a window" } else { "" };
         format!(
-            "chat data: {} conversation{} ({} records): {} window{} of {t} tokens for training, {} held out for validation; {} trained tokens in the training windows, {:.0}% of the windows padding{hint}",
+            "chat data: {} conversation{} ({} records): {} window{} of {t} tokens for training, {} held out for validation; {} trained tokens in the training windows, {} of the windows padding{hint}",
             f.conversations,
             if f.conversations == 1 { "" } else { "s" },
             self.kind,
@@ -225,7 +238,12 @@ impl ChatRun {
             if self.train.len() == 1 { "" } else { "s" },
             self.val.len(),
             self.train_fit.trained_tokens,
-            100.0 * padding
+            // (not "100%" where a token is trained, nor "0%" where one is padding)
+            match 100.0 * padding {
+                p if p > 99.0 && p < 100.0 => ">99%".to_string(),
+                p if p > 0.0 && p < 1.0 => "<1%".to_string(),
+                p => format!("{p:.0}%"),
+            }
         )
     }
 
@@ -233,7 +251,7 @@ impl ChatRun {
     pub fn event(&self) -> super::events::Chat {
         let f = &self.fit;
         super::events::Chat {
-            records: self.kind,
+            records: self.kind.clone(),
             pack: self.pack,
             conversations: f.conversations,
             truncated: f.truncated,

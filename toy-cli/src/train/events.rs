@@ -206,7 +206,7 @@ pub struct Config {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Chat {
     /// What the records are (`messages`, `sharegpt`, `prompt-completion`, `alpaca`).
-    pub records: &'static str,
+    pub records: String,
     /// Several conversations a window (`--pack`).
     pub pack: bool,
     /// Conversations in both splits.
@@ -442,7 +442,7 @@ mod tests {
     /// A `run_start` of a chat corpus with every field set.
     fn start() -> RunStart {
         let chat = Chat {
-            records: "messages",
+            records: "messages".into(),
             pack: true,
             conversations: 4,
             truncated: 1,

@@ -396,7 +396,17 @@ fn notes(l: &Loop<'_, '_>) {
         crate::note!("note: the corpus holds nothing out (no validation split, e.g. prepared with --val-fraction 0): no validation loss");
     }
     if matches!(&l.validation, Validation::Chat(b) if b.is_empty()) && l.start_step == 0 && cfg.eval_every > 0 {
-        crate::note!("note: the chat corpus holds too few conversations to keep any for validation: no validation loss (more conversations give one)");
+        match l.chat.map_or(0, |c| c.val_fit.conversations) {
+            0 => crate::note!(
+                "note: the chat corpus holds too few conversations to keep any for validation: no validation loss (more conversations give one)"
+            ),
+            n => crate::note!(
+                "note: {} held out for validation, but {} no trained token within the window of {} tokens (--context): no validation loss (a larger --context gives one)",
+                if n == 1 { "1 conversation is".to_string() } else { format!("{n} conversations are") },
+                if n == 1 { "it has" } else { "none has" },
+                cfg.model.context
+            ),
+        }
     }
 }
 

@@ -102,6 +102,12 @@ fn a_template_that_does_not_render_turn_by_turn_is_refused() {
     let enc = Encoder { tok: &tok, template: Some(&t), eog: vec![IM_END], eos: None };
     let e = enc.encode(&chat(&[("user", "Hi"), ("assistant", "Yo")])).unwrap_err().to_string();
     assert!(e.contains("turn by turn"), "{e}");
+    // a template that leaves assistant turns out says so (it read as "turn by turn": a helper's finding)
+    let users = "{% for m in messages %}{% if m.role == 'user' %}<u>{{ m.content }}{% endif %}{% endfor %}{% if add_generation_prompt %}<a>{% endif %}";
+    let t = ChatTemplate::new(users, "", "", "users.gguf").unwrap();
+    let enc = Encoder { tok: &tok, template: Some(&t), eog: vec![IM_END], eos: None };
+    let e = enc.encode(&chat(&[("user", "Hi"), ("assistant", "Yo")])).unwrap_err().to_string();
+    assert!(e.contains("does not render assistant message 1: its text is not in the rendered conversation"), "{e}");
 }
 
 /// An assistant message that opens a conversation is context: SmolLM2's
@@ -436,6 +442,10 @@ fn bad_chat_data_is_refused_with_its_line() {
     let o = toy(t, &["train", "--preset", "smoke", "--corpus", "good.jsonl", "--out", "x", "--threads", "1"]);
     fails(&o, "train", "good.jsonl:1: a chat record (messages, conversations, prompt and completion, or instruction and output), not text");
     assert!(!t.join("x").exists());
+    // ... and to toy prep, which has neither a model nor --data-format (a helper's finding)
+    let o = toy(t, &["prep", "good.jsonl", "--out", "p"]);
+    fails(&o, "prep", "good.jsonl:1: a chat record (messages, conversations, prompt and completion, or instruction and output), not text with a field \"text\": toy prep tokenizes text; chat data is rendered");
+    assert!(!t.join("p").exists());
     // What finetune trains on, as `toy debug chat-masks` shows it.
     let o = toy(t, &["debug", "chat-masks", "chat.gguf", "--corpus", "good.jsonl", "-n", "1"]);
     ok(&o);
