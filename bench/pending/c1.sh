@@ -19,7 +19,7 @@ for rep in 1 $(have 350 && echo 2); do for env in "TOY_CUDA_NO_0096=1" "TOY_X=1"
   echo "[$env] 4096 $(env $env timeout 60 $T debug bench --preset smollm2-135m --vocab 49152 --context 4096 --attention fused --device cuda --steps 10 --warmup 3 2>/dev/null | ms)" >> $L
 done; done
 echo "t=$(( $(date +%s) - S ))" >> $L
-for env in $(have 330 && echo TOY_X=1) TOY_CUDA_0097=1; do for t in .devcarry/tests/*; do
+for env in $(have 330 && echo TOY_X=1) $(have 120 && echo TOY_CUDA_0097=1); do for t in .devcarry/tests/*; do
   env $env TOY_TEST_DEVICE=cuda timeout 100 $t --test-threads 4 > $OUT/c1-tests.log 2>&1; echo "tests [$env] rc=$?" >> $L
   grep -E "^test result|FAILED|panicked" $OUT/c1-tests.log | head >> $L
 done; done
