@@ -108,7 +108,8 @@ impl Device {
     /// Free and total memory in bytes, as the device reports it; for the
     /// CPU, free is the host's available memory ([`host_available_memory`])
     /// where it can be read: ggml's CPU device reports its total as free on
-    /// every system but Windows (`ggml_backend_cpu_device_get_memory`).
+    /// every system but Windows (`ggml_backend_cpu_device_get_memory`), and
+    /// at most what the process's address-space limit (`ulimit -v`) leaves.
     pub fn memory(&self) -> (usize, usize) {
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: valid registry device, valid out-pointers.
@@ -116,6 +117,9 @@ impl Device {
         if self.kind() == DeviceKind::Cpu {
             if let Some(available) = host_available_memory() {
                 free = if total > 0 { available.min(total) } else { available };
+            }
+            if let Some(left) = address_space_left() {
+                free = if free == 0 { left } else { free.min(left) };
             }
         }
         (free, total)

@@ -87,7 +87,10 @@ pub fn run(args: &DescribeArgs) -> Result<()> {
             );
         }
     }
-    let n_params: i64 = f.tensors().iter().map(|t| t.nelements()).sum();
+    // A resume state holds each weight's AdamW moments beside it: those are not parameters.
+    let moment = |name: &str| name.ends_with(".adam_m") || name.ends_with(".adam_v");
+    let n_params: i64 = f.tensors().iter().filter(|t| !moment(&t.name)).map(|t| t.nelements()).sum();
+    let of_state = if f.tensors().iter().any(|t| moment(&t.name)) { " and their AdamW moments" } else { "" };
     if args.json {
         let meta: serde_json::Map<String, serde_json::Value> = f.metadata().iter().map(|(k, v)| (k.clone(), json_value(v))).collect();
         let tensors: Vec<_> = f
@@ -101,7 +104,7 @@ pub fn run(args: &DescribeArgs) -> Result<()> {
         );
     }
     crate::say!(
-        "{} (GGUF v{}, {} tensors, {} parameters)",
+        "{} (GGUF v{}, {} tensors, {} parameters{of_state})",
         crate::output::shown(&path),
         f.version(),
         f.tensors().len(),

@@ -5,17 +5,18 @@ use ggml_rs::{Graph, Tensor};
 use serde_json::{json, Value};
 use std::path::Path;
 
-/// `role` of a tensor: weight > loss > output > input, else ephemeral (op
-/// result) or constant (leaf).
+/// `role` of a tensor: weight > loss > input > output, else ephemeral (op
+/// result) or constant (leaf). (An input is flagged an output too where a
+/// view of it is read after compute: it is still what the caller writes.)
 fn role(t: &Tensor<'_>, is_node: bool) -> &'static str {
     if t.is_param() {
         "weight"
     } else if t.is_loss() {
         "loss"
-    } else if t.is_output() {
-        "output"
     } else if t.is_input() {
         "input"
+    } else if t.is_output() {
+        "output"
     } else if is_node {
         "ephemeral"
     } else {

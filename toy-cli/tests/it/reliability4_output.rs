@@ -133,3 +133,35 @@ fn error_paths_with_control_characters_stay_one_line() {
         one_line(&o, 2, "such");
     }
 }
+
+/// flow.json names what the caller writes as inputs (tokens and targets read
+/// "output": a view of them is kept for after compute), the weights, the loss.
+#[test]
+fn flow_json_roles() {
+    let dir = tempfile::tempdir().unwrap();
+    trained(dir.path());
+    let flow: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("R/flow.json")).unwrap()).unwrap();
+    let role = |name: &str| {
+        let n = flow["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap_or_else(|| panic!("no {name} in flow.json"));
+        n["role"].as_str().unwrap().to_string()
+    };
+    assert_eq!(role("tokens"), "input");
+    assert_eq!(role("targets"), "input");
+    assert_eq!(role("token_embd.weight"), "weight");
+    let losses = flow["nodes"].as_array().unwrap().iter().filter(|n| n["role"] == "loss").count();
+    assert_eq!(losses, 1);
+}
+
+/// `toy devices` counts the address-space limit as the CPU's free memory, as
+/// the memory checks of train do (it showed the host's 23 GiB under `ulimit -v`).
+#[test]
+#[cfg(target_os = "linux")]
+fn devices_count_the_address_space_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = format!("ulimit -v 2000000 && exec '{}' devices --json", env!("CARGO_BIN_EXE_toy"));
+    let o = Command::new("sh").args(["-c", &cmd]).current_dir(dir.path()).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let cpu = v["devices"].as_array().unwrap().iter().find(|d| d["kind"] == "cpu").unwrap().clone();
+    assert!(cpu["memory_free"].as_u64().unwrap() < 2_000_000 << 10, "{cpu}");
+}
