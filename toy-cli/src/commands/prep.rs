@@ -20,6 +20,12 @@ pub fn run(args: &PrepArgs) -> Result<Manifest> {
         return Err(input(format!("--bpe-sample {shown}: at most 1e9 MB (1 PB)")));
     }
     crate::data::corpus::check_text_field(&args.files, args.text_field.as_deref())?;
+    if let Some(f) = args.files.iter().find(|f| crate::data::corpus::reads_as_ids(f)) {
+        crate::note!(
+            "note: {} holds whole numbers only: toy prep tokenizes it as text, while toy train and eval read such a .txt as token ids",
+            f.display()
+        );
+    }
     let stop = Arc::new(AtomicI32::new(0));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let flag = stop.clone();

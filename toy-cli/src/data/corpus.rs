@@ -367,6 +367,27 @@ fn check_vocab(ids: &[u32], given: Option<usize>, what: impl Fn(usize) -> String
     }
 }
 
+/// Whether `path` is a `.txt` whose first 64 KiB (whole lines) hold whole
+/// numbers only: `toy train` and `eval` read such a file as token ids
+/// (`toy prep`, which tokenizes text, notes that it reads it as text).
+pub fn reads_as_ids(path: &Path) -> bool {
+    use std::io::Read as _;
+    if path.extension().and_then(|e| e.to_str()) != Some("txt") {
+        return false;
+    }
+    let mut head = Vec::new();
+    let Ok(f) = std::fs::File::open(path) else { return false };
+    if f.take(1 << 16).read_to_end(&mut head).is_err() {
+        return false;
+    }
+    let whole = match head.iter().rposition(|&b| b == b'\n') {
+        Some(i) if head.len() == 1 << 16 => &head[..=i],
+        _ => &head[..],
+    };
+    let text = String::from_utf8_lossy(whole);
+    !text.trim().is_empty() && matches!(parse_id_lines(&text, path), Ok(Some(_)))
+}
+
 /// How a `.txt` of whole numbers only is read, said when it is.
 const AS_IDS: &str =
     "read as toy's token ids, one sequence per line, as it holds whole numbers only; to read it as text, give it another extension (e.g. .md)";

@@ -497,6 +497,23 @@ fn train_tokenizer(sample: Vec<String>, sample_bytes: u64, n_docs: usize, opts: 
     Ok((tok, cut.map_or(sample_bytes, |r| r as u64)))
 }
 
+/// Refuse an input that is one of the files a prep writes into `out` (with
+/// `--force` it was overwritten: the text lost, the manifest's hash of a file
+/// no longer there).
+fn check_inputs_not_outputs(sources: &[super::sources::Source], out: &Path) -> Result<()> {
+    for name in ["train.bin", "val.bin", "tokenizer.json", "manifest.json"] {
+        let Ok(target) = std::fs::canonicalize(out.join(name)) else { continue };
+        if let Some(s) = sources.iter().find(|s| std::fs::canonicalize(&s.path).is_ok_and(|p| p == target)) {
+            return Err(input(format!(
+                "--out {}: its {name} would replace the input {}; write elsewhere",
+                out.display(),
+                s.path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// `toy prep`: train a byte-level BPE on `files` (text, JSON Lines, folders,
 /// `.gz`), tokenize them and write a prepared corpus into `out`.
 ///
@@ -510,6 +527,7 @@ pub fn prep(files: &[PathBuf], out: &Path, opts: &PrepOptions) -> Result<Manifes
     check_options(files, opts)?;
     let sources = discover(files)?;
     let total: u64 = sources.iter().map(|s| s.bytes).sum();
+    check_inputs_not_outputs(&sources, out)?;
     let out_dir = check_out_dir(out, opts.force)?;
     let (train_tmp, val_tmp) = (crate::files::temp_path(&out.join("train.bin")), crate::files::temp_path(&out.join("val.bin")));
     let mut temps = vec![train_tmp.clone(), val_tmp.clone()];

@@ -51,6 +51,17 @@ fn prep_from_the_command_line() {
     assert!(e.contains("a.txt/q"), "{e}");
     fails_with_input(&toy(t, &["prep", "a.txt", "--out", "q", "--vocab-size", "-3"]), "prep");
     assert!(!t.join("q").exists(), "no partial output");
+    // An input that a prep would write over, --force or not, is refused (it was lost: a helper's finding)
+    std::fs::copy(t.join("a.txt"), t.join("p/val.bin")).unwrap();
+    let e = fails_with_input(&toy(t, &["prep", "p/val.bin", "--out", "p", "--force"]), "prep");
+    assert!(e.contains("--out p: its val.bin would replace the input p/val.bin"), "{e}");
+    assert_eq!(std::fs::read(t.join("p/val.bin")).unwrap(), std::fs::read(t.join("a.txt")).unwrap());
+    // A .txt of whole numbers, which train reads as ids, is text to prep: said
+    std::fs::write(t.join("nums.txt"), "137 582 719\n".repeat(50)).unwrap();
+    let o = toy(t, &["prep", "nums.txt", "--out", "n"]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("note: nums.txt holds whole numbers only: toy prep tokenizes it as text"), "{err}");
 }
 
 #[test]
