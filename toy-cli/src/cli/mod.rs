@@ -193,7 +193,8 @@ pub struct EvalArgs {
     /// Windows per batch.
     #[arg(long, default_value_t = 8, value_parser = count_usize)]
     pub batch: usize,
-    /// Evaluate at most this many windows.
+    /// Evaluate at most this many windows (0: all, as `toy train
+    /// --eval-windows 0`; the default).
     #[arg(long = "max-windows", value_parser = count_usize)]
     pub max_windows: Option<usize>,
     /// The part of the corpus to score: all (a prepared folder's train then

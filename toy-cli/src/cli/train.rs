@@ -459,7 +459,7 @@ flag_group! {
     #[serde(default)]
     #[command(next_help_heading = "Warm-start")]
     pub struct WarmStartArgs {
-        /// warm-start: the donor model (a llama-family GGUF; f32/f16/bf16/q8_0 embeddings).
+        /// warm-start: the donor model (a llama, qwen2 or gpt2 GGUF; f32/f16/bf16/q8_0 embeddings).
         #[arg(long)]
         pub donor: Option<PathBuf>,
         /// warm-start: take the token table from the donor, or start it random ("scratch").

@@ -95,9 +95,6 @@ fn corpus_ids(ck: &Checkpoint, args: &EvalArgs) -> Result<(crate::data::Tokens, 
         }
         (None, _) => {}
     }
-    if args.max_windows == Some(0) {
-        return Err(input("--max-windows must be at least 1"));
-    }
     // Bits per byte: the bytes of text each id stands for (text, and a
     // prepared folder, come with their tokenizer; bare ids do not).
     let byte_lengths = c.tokenizer.as_ref().map(|t| t.byte_lengths());
@@ -175,6 +172,8 @@ fn held_out(split: Split) -> f64 {
 /// ([`Error::Runtime`](crate::error::Error::Runtime)), not a result.
 pub fn run(args: &EvalArgs) -> Result<EvalResult> {
     crate::error::set_oom_advice("use a smaller --batch or --context");
+    // --max-windows 0: every window, as `toy train --eval-windows 0`
+    let args = &EvalArgs { max_windows: args.max_windows.filter(|&n| n > 0), ..args.clone() };
     let ck = open_checkpoint(&resolve_model(&args.model)?)?;
     let ck = match &args.lora {
         Some(l) => ck.with_lora(l)?,
@@ -291,9 +290,6 @@ fn chat_corpus(ck: &Checkpoint, args: &EvalArgs) -> Result<Option<ChatCorpus>> {
 /// `--batch` and `--context` are checked by [`run`].
 fn eval_chat(ck: &Checkpoint, args: &EvalArgs, chat: &ChatCorpus) -> Result<EvalResult> {
     let path = &args.corpus;
-    if args.max_windows == Some(0) {
-        return Err(input("--max-windows must be at least 1"));
-    }
     let ctx = ck.config.context;
     // The windows, by group: all of them at --context, or without it each
     // conversation among those of about its length (lengths up to the same

@@ -28,8 +28,8 @@ pub fn toml_text(c: &TrainConfig) -> String {
     let m = &c.model;
     format!(
         r#"# toy project: `toy train` in this folder reads the [train] table below.
-# Keys are the long flags of `toy train` with `_` for `-`; flags on the command
-# line win over this file. Relative paths are relative to this folder.
+# Keys are the long flags of `toy train` with `_` for `-` (not out, json or
+# resume, which name one run); flags on the command line win over this file. Relative paths are relative to this folder.
 
 [train]
 corpus = "{CORPUS_DIR}"

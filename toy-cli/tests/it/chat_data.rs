@@ -149,13 +149,12 @@ fn eval_refuses_bad_chat_input_in_one_line() {
     std::fs::write(t.join("story.txt"), "Once upon a time there was a cat.\n").unwrap();
     let long = serde_json::json!({"messages": [{"role": "user", "content": "why ".repeat(20)}, {"role": "assistant", "content": "No."}]});
     std::fs::write(t.join("long.jsonl"), format!("{long}\n")).unwrap();
-    let cases: [(&str, &str, &[&str], &str); 7] = [
+    let cases: [(&str, &str, &[&str], &str); 6] = [
         ("chat.gguf", "bad.jsonl", &[], "bad.jsonl:2: not a JSON object"),
         ("chat.gguf", "story.txt", &["--data-format", "chat"], "story.txt holds no chat records"),
         ("chat.gguf", "chats.jsonl", &["--text-field", "body"], "--text-field applies to text records"),
         ("plain.gguf", "chats.jsonl", &[], "chats.jsonl:1: a conversation, but the model plain.gguf has no chat template"),
         ("chat.gguf", "long.jsonl", &["--context", "8"], "no conversation has an assistant token within its first 9 tokens"),
-        ("chat.gguf", "chats.jsonl", &["--max-windows", "0"], "--max-windows must be at least 1"),
         ("chat.gguf", "chats.jsonl", &["--data-format", "text"], "chats.jsonl:1: a chat record"),
     ];
     for (model, corpus, extra, needle) in cases {
