@@ -75,7 +75,7 @@ struct Allocation {
     external: Vec<*mut sys::ggml_tensor>,
     /// (index tensor, number of rows it indexes) for every `get_rows` fed by a leaf.
     index_checks: Vec<(*mut sys::ggml_tensor, i64, String)>,
-    /// The compute buffers, once a run has succeeded ([`alloc::mark_computed`]).
+    /// The compute buffers, once a run has succeeded ([`Allocation::ran`]).
     computed: Option<Vec<usize>>,
 }
 
@@ -479,10 +479,8 @@ impl<'a> Graph<'a> {
             return Err(Error::Compute(format!("ggml status {st}: {}", log::take_last_error().unwrap_or_default())));
         }
         self.step_gates.iter().for_each(|g| g.ran());
-        if let Some(a) = self.alloc.as_mut().filter(|a| a.computed.is_none()) {
-            let buffers = alloc::buffers_of(&a.owned);
-            alloc::mark_computed(&buffers);
-            a.computed = Some(buffers);
+        if let Some(a) = self.alloc.as_mut() {
+            a.ran();
         }
         Ok(())
     }
@@ -569,9 +567,7 @@ impl<'a> Graph<'a> {
 
     fn release(&mut self) {
         if let Some(a) = self.alloc.take() {
-            if let Some(b) = &a.computed {
-                alloc::forget_computed(b);
-            }
+            a.forget_computed();
             // SAFETY: the tensors in `owned` got their data from this scheduler's
             // buffers; clear it before freeing them so no handle can reach it.
             unsafe {

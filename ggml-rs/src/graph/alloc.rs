@@ -24,23 +24,26 @@ fn computed() -> std::sync::MutexGuard<'static, Vec<usize>> {
     COMPUTED.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The distinct buffers that hold `owned` tensors' data (a graph's compute buffers).
-pub(super) fn buffers_of(owned: &[RawTensor]) -> Vec<usize> {
-    // SAFETY: the tensors of a live allocation.
-    let mut b: Vec<usize> = owned.iter().map(|&t| unsafe { (*t).buffer } as usize).filter(|&b| b != 0).collect();
-    b.sort_unstable();
-    b.dedup();
-    b
-}
+impl Allocation {
+    /// After a run that succeeded: the first records the buffers that hold
+    /// the `owned` tensors' data (the graph's compute buffers) in [`COMPUTED`].
+    pub(super) fn ran(&mut self) {
+        if self.computed.is_none() {
+            // SAFETY: the tensors of a live allocation.
+            let mut b: Vec<usize> = self.owned.iter().map(|&t| unsafe { (*t).buffer } as usize).filter(|&b| b != 0).collect();
+            b.sort_unstable();
+            b.dedup();
+            computed().extend_from_slice(&b);
+            self.computed = Some(b);
+        }
+    }
 
-/// Record that `buffers` hold computed results.
-pub(super) fn mark_computed(buffers: &[usize]) {
-    computed().extend_from_slice(buffers);
-}
-
-/// Forget `buffers` (their allocation is being freed).
-pub(super) fn forget_computed(buffers: &[usize]) {
-    computed().retain(|b| !buffers.contains(b));
+    /// Before the buffers are freed: drop them from [`COMPUTED`].
+    pub(super) fn forget_computed(&self) {
+        if let Some(buffers) = &self.computed {
+            computed().retain(|b| !buffers.contains(b));
+        }
+    }
 }
 
 /// Whether the compute buffer at `buffer` belongs to a graph that has run.
