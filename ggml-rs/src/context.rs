@@ -526,14 +526,20 @@ impl<'a> Tensor<'a> {
     /// and that is flagged neither output, input nor parameter (nor is its
     /// source, for a view): after a compute that memory may hold a later node.
     pub(crate) fn is_scratch(&self) -> bool {
+        let keep = (sys::GGML_TENSOR_FLAG_OUTPUT | sys::GGML_TENSOR_FLAG_INPUT | sys::GGML_TENSOR_FLAG_PARAM) as i32;
+        self.is_graph_result() && (self.get().flags | self.root().flags) & keep == 0
+    }
+
+    /// True for an allocated op result (or a view of one) whose memory comes
+    /// from a graph's compute buffer.
+    fn is_graph_result(&self) -> bool {
         if !self.is_allocated() {
             return false;
         }
-        let keep = (sys::GGML_TENSOR_FLAG_OUTPUT | sys::GGML_TENSOR_FLAG_INPUT | sys::GGML_TENSOR_FLAG_PARAM) as i32;
         let root = self.root();
         // SAFETY: allocated, so the root's buffer is live (see the module docs).
         let compute = unsafe { sys::ggml_backend_buffer_get_usage(root.buffer) } == sys::GGML_BACKEND_BUFFER_USAGE_COMPUTE;
-        compute && root.op != sys::GGML_OP_NONE && (self.get().flags | root.flags) & keep == 0
+        compute && root.op != sys::GGML_OP_NONE
     }
 
     fn root_offset(&self) -> usize {

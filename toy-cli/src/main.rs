@@ -162,14 +162,15 @@ fn refused(e: clap::Error, seen: &[String]) -> ExitCode {
     // clap's tip (a similar argument's name) after the usage block, or the toy
     // spelling of a llama.cpp flag, kept on the line.
     let tip = text.lines().map(str::trim).find_map(|l| l.strip_prefix("tip: ")).filter(|t| !t.starts_with("to pass")).map(str::to_string);
-    let msg = match flag_hint(named_command().as_deref().map(|c| c.split(' ').next().unwrap_or(c)), seen).or(tip) {
+    let named = named_command();
+    let msg = match flag_hint(named.as_deref().map(|c| c.split(' ').next().unwrap_or(c)), seen).or(tip) {
         Some(t) => format!("{msg}; {t}"),
         None => msg.to_string(),
     };
     let msg = msg.as_str();
     // `toy debug: ... (see `toy debug bench --help`)`: the prefix of the command's
     // other errors, the help of the subcommand given.
-    let (prefix, help) = match named_command() {
+    let (prefix, help) = match named {
         Some(cmd) => (format!("toy {}", cmd.split(' ').next().unwrap_or(&cmd)), format!("toy {cmd}")),
         None => ("toy".to_string(), "toy".to_string()),
     };

@@ -11,10 +11,7 @@ impl Tensor<'_> {
     /// True for an op result with memory from a graph's compute buffer whose
     /// graph has not yet run: its memory holds no result.
     fn is_uncomputed(&self) -> bool {
-        let root = self.root();
-        // SAFETY: allocated (checked by the caller), so the root's buffer is live.
-        let compute = unsafe { sys::ggml_backend_buffer_get_usage(root.buffer) } == sys::GGML_BACKEND_BUFFER_USAGE_COMPUTE;
-        compute && root.op != sys::GGML_OP_NONE && !crate::graph::is_computed(root.buffer)
+        self.is_graph_result() && !crate::graph::is_computed(self.root().buffer)
     }
 
     fn check_io(&self, op: &'static str, bytes: usize) -> Result<()> {

@@ -180,10 +180,9 @@ fn recorded_base(lora: &std::path::Path) -> Result<PathBuf> {
     if !crate::formats::adapter::is_adapter(&file) {
         return Err(input(format!("--lora {}: not a LoRA adapter (a model is --base's)", lora.display())));
     }
-    let recorded = file.get_str("toy.lora.base").map_err(|_| {
+    let named = crate::formats::adapter::recorded_base(&file, &path).ok_or_else(|| {
         input(format!("--lora {}: the adapter records no base model (toy.lora.base); give --base MODEL.gguf", lora.display()))
     })?;
-    let named = path.parent().unwrap_or(std::path::Path::new(".")).join(recorded);
     if !named.exists() {
         return Err(input(format!(
             "--lora {}: its base model {} is gone (moved?); give --base MODEL.gguf",

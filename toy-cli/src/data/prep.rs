@@ -501,9 +501,16 @@ fn train_tokenizer(sample: Vec<String>, sample_bytes: u64, n_docs: usize, opts: 
 /// `--force` it was overwritten: the text lost, the manifest's hash of a file
 /// no longer there).
 fn check_inputs_not_outputs(sources: &[super::sources::Source], out: &Path) -> Result<()> {
-    for name in ["train.bin", "val.bin", "tokenizer.json", "manifest.json"] {
-        let Ok(target) = std::fs::canonicalize(out.join(name)) else { continue };
-        if let Some(s) = sources.iter().find(|s| std::fs::canonicalize(&s.path).is_ok_and(|p| p == target)) {
+    let outputs: Vec<(&str, PathBuf)> = ["train.bin", "val.bin", "tokenizer.json", "manifest.json"]
+        .into_iter()
+        .filter_map(|name| Some((name, std::fs::canonicalize(out.join(name)).ok()?)))
+        .collect();
+    if outputs.is_empty() {
+        return Ok(());
+    }
+    for s in sources {
+        let Ok(p) = std::fs::canonicalize(&s.path) else { continue };
+        if let Some((name, _)) = outputs.iter().find(|(_, o)| *o == p) {
             return Err(input(format!(
                 "--out {}: its {name} would replace the input {}; write elsewhere",
                 out.display(),

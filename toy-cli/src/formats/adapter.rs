@@ -13,7 +13,7 @@ use crate::model::lora::LoraConfig;
 use crate::model::{ModelConfig, Weights};
 use ggml_rs::gguf::{GgufFile, GgufWriter};
 use ggml_rs::DType;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// An open adapter, checked against the base it is for.
 pub struct AdapterFile {
@@ -96,6 +96,13 @@ pub fn check_base(a: &AdapterFile, adapter: &Path, base: &Path, strict: bool) ->
 /// Whether the GGUF at `f` is an adapter (`general.type = "adapter"`).
 pub fn is_adapter(f: &GgufFile) -> bool {
     f.get_str("general.type").ok() == Some("adapter")
+}
+
+/// The base model the adapter `f` at `path` records (`toy.lora.base`, relative
+/// to the adapter's folder), as it names it; `None` when it records none.
+pub fn recorded_base(f: &GgufFile, path: &Path) -> Option<PathBuf> {
+    let recorded = f.get_str("toy.lora.base").ok()?;
+    Some(path.parent().unwrap_or(Path::new(".")).join(recorded))
 }
 
 /// Open the adapter at `path` for a base of shape `base`.

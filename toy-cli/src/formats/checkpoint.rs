@@ -314,10 +314,9 @@ pub fn open_checkpoint_on(path: &Path, base: Option<&Path>) -> Result<Checkpoint
     if super::adapter::is_adapter(&file) {
         // A LoRA run's checkpoint: the adapter, on the base it names (relative to
         // the adapter's folder), which must be a model, not another adapter.
-        let recorded = file.get_str("toy.lora.base").map_err(|_| {
+        let named = super::adapter::recorded_base(&file, path).ok_or_else(|| {
             input(format!("{}: a LoRA adapter without toy.lora.base; give the base model and --lora {}", path.display(), path.display()))
         })?;
-        let named = path.parent().unwrap_or(Path::new(".")).join(recorded);
         let step = file.get_u64("toy.step").unwrap_or(0);
         let moved = if named.exists() {
             String::new()

@@ -191,8 +191,6 @@ pub struct ChatRun {
     pub fit: Fit,
     /// The training split's.
     pub train_fit: Fit,
-    /// The validation split's (its conversations: those held out).
-    pub val_fit: Fit,
     pub pack: bool,
     /// What the records are (`messages`, `sharegpt`, `prompt-completion`,
     /// `alpaca`; those of a folder that mixes them joined with " and "), for events.
@@ -214,7 +212,7 @@ impl ChatRun {
         if kind.is_empty() {
             kind = "messages".into();
         }
-        ChatRun { train, val, fit: f1 + f2, train_fit: f1, val_fit: f2, pack, kind }
+        ChatRun { train, val, fit: f1 + f2, train_fit: f1, pack, kind }
     }
 
     /// What a run says on stderr when conversations were cut, never silently.

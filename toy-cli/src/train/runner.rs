@@ -396,7 +396,8 @@ fn notes(l: &Loop<'_, '_>) {
         crate::note!("note: the corpus holds nothing out (no validation split, e.g. prepared with --val-fraction 0): no validation loss");
     }
     if matches!(&l.validation, Validation::Chat(b) if b.is_empty()) && l.start_step == 0 && cfg.eval_every > 0 {
-        match l.chat.map_or(0, |c| c.val_fit.conversations) {
+        // (the conversations held out: both splits' less the training split's)
+        match l.chat.map_or(0, |c| c.fit.conversations - c.train_fit.conversations) {
             0 => crate::note!(
                 "note: the chat corpus holds too few conversations to keep any for validation: no validation loss (more conversations give one)"
             ),
